@@ -1,0 +1,200 @@
+"""Where a node keeps things, and its settings.
+
+Without ``--home`` the usual per-user folders (platformdirs) are used. ``--home DIR`` (or
+``NUNET_HOME``) puts config, state, logs and keys under one folder, which is what lets several
+nodes share one machine in tests and the demo. Settings come from ``config.toml`` and are
+overridden by ``NUNET_<SECTION>_<KEY>`` environment variables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import platformdirs
+
+from engine.errors import EngineError
+
+APP_NAME = "nunet-tui"
+ENV_PREFIX = "NUNET_"
+# AF_UNIX paths are limited to 108 bytes; leave room for the terminating NUL.
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class Paths:
+    config_dir: Path
+    state_dir: Path
+    log_dir: Path
+    keys_dir: Path
+    home: Path | None = None
+
+    @classmethod
+    def for_home(cls, home: str | os.PathLike[str] | None = None) -> Paths:
+        home = home if home is not None else os.environ.get(f"{ENV_PREFIX}HOME") or None
+        if home is not None:
+            root = Path(home).expanduser().resolve()
+            return cls(root / "config", root / "state", root / "logs", root / "keys", root)
+        state = Path(platformdirs.user_state_dir(APP_NAME))
+        return cls(
+            Path(platformdirs.user_config_dir(APP_NAME)),
+            state,
+            Path(platformdirs.user_log_dir(APP_NAME)),
+            state / "keys",
+        )
+
+    @property
+    def label(self) -> str:
+        return str(self.home) if self.home is not None else str(self.state_dir)
+
+    @property
+    def config_file(self) -> Path:
+        return self.config_dir / "config.toml"
+
+    @property
+    def database(self) -> Path:
+        return self.state_dir / "nunet.db"
+
+    @property
+    def identity_key(self) -> Path:
+        return self.keys_dir / "identity.key"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.state_dir / "engine.lock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.log_dir / "engine.log"
+
+    @property
+    def control_socket(self) -> Path:
+        preferred = self.state_dir / "control.sock"
+        if len(os.fsencode(preferred)) <= _MAX_SOCKET_PATH:
+            return preferred
+        # Deep homes (pytest's tmp dirs) overflow sun_path: use a per-user 0700 folder
+        # keyed by the state dir, so the same home always maps to the same socket.
+        digest = hashlib.sha256(os.fsencode(self.state_dir)).hexdigest()[:20]
+        return Path(f"/tmp/nunet-tui-{os.getuid()}") / f"{digest}.sock"
+
+    def ensure(self) -> None:
+        """Create the folders, private to the user (keys and the socket live there)."""
+        for folder in (self.config_dir, self.state_dir, self.log_dir, self.keys_dir):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for private in (self.state_dir, self.keys_dir):
+            os.chmod(private, 0o700)
+        sock_dir = self.control_socket.parent
+        if sock_dir != self.state_dir:
+            sock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(sock_dir, 0o700)
+
+
+class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    listen: list[str] = msgspec.field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/9000"])
+    bootstrap: list[str] = msgspec.field(default_factory=list)
+    heartbeat_interval_s: float = 60.0
+    mdns_interfaces: list[str] = msgspec.field(default_factory=list)
+
+
+class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    slots: int = 1
+    executors: list[str] = msgspec.field(default_factory=lambda: ["docker"])
+
+
+class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What to believe instead of detection, for VMs and containers whose probes lie.
+
+    Unset fields (None) are detected. Declared values replace the detected ones in every
+    capacity view, so the available view never exceeds what was declared.
+    """
+
+    hostname: str | None = None
+    cpu_model: str | None = None
+    cpu_cores: int | None = None
+    cpu_mhz_per_core: int | None = None
+    memory_mb: int | None = None
+    disk_mb: int | None = None
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    log_level: str = "info"
+    machine: MachineSettings = msgspec.field(default_factory=MachineSettings)
+    network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
+    jobs: JobSettings = msgspec.field(default_factory=JobSettings)
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settings:
+    """Read config.toml, apply NUNET_* overrides, validate; a bad value is a clear error."""
+    environ = dict(os.environ) if environ is None else environ
+    raw: dict[str, Any] = {}
+    if paths.config_file.exists():
+        try:
+            raw = tomllib.loads(paths.config_file.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise EngineError(
+                "config", f"{paths.config_file} is not valid TOML ({exc}); fix or remove it"
+            ) from exc
+    _apply_env(raw, environ)
+    try:
+        settings = msgspec.convert(raw, Settings)
+    except msgspec.ValidationError as exc:
+        raise EngineError(
+            "config", f"bad setting in {paths.config_file} or NUNET_* environment: {exc}"
+        ) from exc
+    if settings.log_level.lower() not in _LOG_LEVELS:
+        raise EngineError(
+            "config", f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}"
+        )
+    if settings.jobs.slots < 1:
+        raise EngineError("config", f"jobs.slots must be at least 1, not {settings.jobs.slots}")
+    return settings
+
+
+def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
+    """NUNET_LOG_LEVEL, NUNET_NETWORK_LISTEN=a,b, NUNET_JOBS_SLOTS=2 ... (lists: commas)."""
+    top = {f.name for f in msgspec.structs.fields(Settings)}
+    sections = {
+        "network": NetworkSettings,
+        "jobs": JobSettings,
+        "machine": MachineSettings,
+    }
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name in top and name not in sections:
+            raw[name] = _env_value(Settings, name, value)
+            continue
+        for section, struct in sections.items():
+            prefix = section + "_"
+            if name.startswith(prefix):
+                field = name[len(prefix) :]
+                if field in {f.name for f in msgspec.structs.fields(struct)}:
+                    raw.setdefault(section, {})[field] = _env_value(struct, field, value)
+
+
+def _env_value(struct: type[msgspec.Struct], field: str, value: str) -> Any:
+    kind = next(f.type for f in msgspec.structs.fields(struct) if f.name == field)
+    if kind == list[str]:
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if kind is bool:
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    if kind is int or kind == (int | None):
+        try:
+            return int(value)
+        except ValueError:
+            return value  # msgspec.convert then names the field and the expected type
+    if kind is float:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
