@@ -119,7 +119,9 @@ class Validation(Record):
 # --- commands ----------------------------------------------------------------------------
 
 
-class Command(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True):
+class Command(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True
+):
     reply: ClassVar[type[Any]] = Done
 
 

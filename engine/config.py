@@ -151,7 +151,8 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
         ) from exc
     if settings.log_level.lower() not in _LOG_LEVELS:
         raise EngineError(
-            "config", f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}"
+            "config",
+            f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}",
         )
     if settings.jobs.slots < 1:
         raise EngineError("config", f"jobs.slots must be at least 1, not {settings.jobs.slots}")

@@ -21,9 +21,7 @@ class FieldProblem:
 class EngineError(Exception):
     """A failure with a machine-readable code and a human message."""
 
-    def __init__(
-        self, code: str, message: str, problems: tuple[FieldProblem, ...] = ()
-    ) -> None:
+    def __init__(self, code: str, message: str, problems: tuple[FieldProblem, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

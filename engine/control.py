@@ -1,0 +1,343 @@
+"""The local control socket: the engine facade as JSON lines over a 0600 Unix socket.
+
+Requests are ``{"id": N, "cmd": {"type": ..., ...}}`` and are answered by
+``{"id": N, "ok": {...}}`` or ``{"id": N, "error": {"code", "message", "problems"}}``.
+``{"id": N, "subscribe": true}`` turns on ``{"event": {...}}`` lines on that connection.
+Only the owner can connect (the socket and its folder are private), but input is still
+bounded and validated: a bad line gets an error reply, an oversized one closes the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import json
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from engine import api
+from engine.client import EventCallback
+from engine.errors import EngineError
+
+log = logging.getLogger("nunet.control")
+
+MAX_LINE = 1 << 20
+EVENT_BACKLOG = 1000
+
+
+class _LineTooLong(Exception):
+    pass
+
+
+class ControlServer:
+    def __init__(self, node: Any, path: Path) -> None:
+        self._node = node
+        self._path = path
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # We hold the home lock, so a socket file left here belongs to a dead process.
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await sock.bind(str(self._path))
+            os.chmod(self._path, 0o600)
+            sock.listen(64)
+        except BaseException:
+            sock.close()
+            raise
+        listener = trio.SocketListener(sock)
+        try:
+            async with listener, trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    stream = await listener.accept()
+                    nursery.start_soon(self._connection, stream)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        send_lock = trio.Lock()
+        remove_sink: Callable[[], None] | None = None
+
+        async def send(obj: dict[str, Any]) -> None:
+            data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+            async with send_lock:
+                await stream.send_all(data)
+
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                async for line in _lines(stream):
+                    request = _parse(line)
+                    if isinstance(request, EngineError):
+                        await send({"id": None, "error": request.to_wire()})
+                        continue
+                    req_id = request.get("id")
+                    if request.get("subscribe") is True:
+                        if remove_sink is None:
+                            remove_sink = self._subscribe(nursery, send)
+                        await send({"id": req_id, "ok": {"message": "subscribed"}})
+                        continue
+                    nursery.start_soon(self._run_command, req_id, request.get("cmd"), send)
+                # EOF: answer what was asked, stop the event pump, then close.
+                if remove_sink is not None:
+                    remove_sink()
+                    remove_sink = None
+        except Exception as exc:
+            # One misbehaving client must never take the server down: nurseries wrap errors
+            # in ExceptionGroups, so classify the leaves rather than matching the group.
+            leaves = _leaves(exc)
+            if any(isinstance(e, _LineTooLong) for e in leaves):
+                log.warning("control client sent a line over %d bytes; closing it", MAX_LINE)
+            elif not all(isinstance(e, trio.BrokenResourceError | trio.ClosedResourceError)
+                         for e in leaves):
+                log.exception("control connection failed")
+        finally:
+            if remove_sink is not None:
+                remove_sink()
+
+    def _subscribe(
+        self, nursery: trio.Nursery, send: Callable[[dict[str, Any]], Any]
+    ) -> Callable[[], None]:
+        sender, receiver = trio.open_memory_channel[api.Event](EVENT_BACKLOG)
+
+        def sink(event: api.Event) -> None:
+            try:
+                sender.send_nowait(event)
+            except trio.WouldBlock:
+                # A client that stops reading must not hold the engine's memory hostage.
+                log.warning("control client fell %d events behind; disconnecting it", EVENT_BACKLOG)
+                nursery.cancel_scope.cancel()
+            except trio.ClosedResourceError:
+                pass
+
+        async def pump() -> None:
+            async with receiver:
+                async for event in receiver:
+                    await send({"event": api.to_builtins(event)})
+
+        nursery.start_soon(pump)
+        remove = self._node.add_sink(sink)
+
+        def unsubscribe() -> None:
+            remove()
+            sender.close()
+
+        return unsubscribe
+
+    async def _run_command(
+        self, req_id: Any, raw: object, send: Callable[[dict[str, Any]], Any]
+    ) -> None:
+        try:
+            command = api.decode_command(raw)
+        except msgspec.ValidationError as exc:
+            await send(
+                {"id": req_id, "error": EngineError("protocol", f"bad command: {exc}").to_wire()}
+            )
+            return
+        try:
+            reply = await self._node.handle(command)
+        except EngineError as exc:
+            await send({"id": req_id, "error": exc.to_wire()})
+            return
+        except Exception as exc:
+            log.exception("command %s failed", type(command).__name__)
+            await send(
+                {"id": req_id, "error": EngineError("internal", f"internal error: {exc}").to_wire()}
+            )
+            return
+        await send({"id": req_id, "ok": api.to_builtins(reply)})
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def _lines(stream: trio.SocketStream) -> Any:
+    buffer = bytearray()
+    while True:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return
+        buffer += chunk
+        while (newline := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:newline])
+            del buffer[: newline + 1]
+            yield line
+        if len(buffer) > MAX_LINE:
+            raise _LineTooLong
+
+
+def _parse(line: bytes) -> dict[str, Any] | EngineError:
+    if len(line) > MAX_LINE:
+        return EngineError("protocol", "request too large")
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return EngineError("protocol", f"request is not JSON: {exc}")
+    if not isinstance(obj, dict):
+        return EngineError("protocol", "request must be a JSON object")
+    return obj
+
+
+class ControlClient:
+    """An EngineClient for a daemon's control socket; one connection, a reader thread."""
+
+    def __init__(self, path: Path, timeout: float = 5.0) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(str(path))
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[api.Command | None, concurrent.futures.Future[Any]]] = {}
+        self._lock = threading.Lock()
+        self._callbacks: list[EventCallback] = []
+        self._subscribed = False
+        self._closed = False
+        self._reader = threading.Thread(target=self._read_loop, name="nunet-control", daemon=True)
+        self._reader.start()
+
+    @property
+    def embedded(self) -> bool:
+        return False
+
+    def _send(
+        self, payload: dict[str, Any], command: api.Command | None
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                future.set_exception(EngineError("stopped", "the daemon connection is closed"))
+                return future
+            req_id = next(self._ids)
+            self._pending[req_id] = (command, future)
+            data = json.dumps({"id": req_id, **payload}, separators=(",", ":")).encode() + b"\n"
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                del self._pending[req_id]
+                future.set_exception(EngineError("stopped", f"the daemon went away: {exc}"))
+        return future
+
+    def submit(self, command: api.Command) -> concurrent.futures.Future[Any]:
+        return self._send({"cmd": api.to_builtins(command)}, command)
+
+    async def call(self, command: api.Command) -> Any:
+        return await asyncio.wrap_future(self.submit(command))
+
+    def call_blocking(self, command: api.Command, timeout: float = 30.0) -> Any:
+        try:
+            return self.submit(command).result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise EngineError(
+                "timeout", f"the daemon did not answer within {timeout:.0f} s"
+            ) from None
+
+    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        with self._lock:
+            self._callbacks.append(callback)
+            first = not self._subscribed
+            self._subscribed = True
+        if first:
+            self._send({"subscribe": True}, None).result(10)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def _read_loop(self) -> None:
+        buffer = bytearray()
+        try:
+            while True:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while (newline := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:newline])
+                    del buffer[: newline + 1]
+                    self._dispatch(line)
+                if len(buffer) > MAX_LINE:
+                    log.warning("daemon sent an oversized line; disconnecting")
+                    break
+        except OSError:
+            pass
+        finally:
+            self._fail_all("the daemon closed the connection (stopped or restarted)")
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("ignoring a malformed line from the daemon")
+            return
+        if not isinstance(obj, dict):
+            return
+        if "event" in obj:
+            try:
+                event = api.decode_event(obj["event"])
+            except msgspec.ValidationError:
+                log.warning("ignoring an unknown event from the daemon")
+                return
+            with self._lock:
+                callbacks = list(self._callbacks)
+            for callback in callbacks:
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("an event callback failed")
+            return
+        with self._lock:
+            entry = (
+                self._pending.pop(obj.get("id"), None) if isinstance(obj.get("id"), int) else None
+            )
+        if entry is None:
+            return
+        command, future = entry
+        if "error" in obj:
+            future.set_exception(EngineError.from_wire(obj["error"]))
+            return
+        try:
+            reply = obj.get("ok") if command is None else api.decode_reply(command, obj.get("ok"))
+        except msgspec.ValidationError as exc:
+            future.set_exception(EngineError("protocol", f"daemon sent a malformed reply: {exc}"))
+            return
+        future.set_result(reply)
+
+    def _fail_all(self, reason: str) -> None:
+        with self._lock:
+            self._closed = True
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for _, future in pending:
+            if not future.done():
+                future.set_exception(EngineError("stopped", reason))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        if self._reader is not threading.current_thread():
+            self._reader.join(2.0)

@@ -1,0 +1,305 @@
+"""The node core on the trio side: state, command handlers and the event fan-out.
+
+Only ever touched from the engine's trio thread. ``Engine`` (facade.py) and the control socket
+(control.py) both reach it through ``handle``; later subsystems (network, jobs, payments) are
+started from ``run`` and get their commands added to ``_handlers``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from importlib import metadata
+from typing import Any
+
+import trio
+
+from engine import api
+from engine.config import Paths, Settings
+from engine.errors import EngineError, ValidationReport
+from engine.identity import Identity
+from engine.onboarding import validate_onboarding
+from engine.resources.capacity import (
+    available_capacity,
+    detect_machine,
+    full_capacity,
+    onboarded_capacity,
+)
+from engine.resources.gpu.detect import detect_gpus
+from engine.resources.readiness import check_readiness
+from engine.store import Store
+
+log = logging.getLogger("nunet.node")
+
+EventSink = Callable[[api.Event], None]
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+def version() -> str:
+    try:
+        return metadata.version("nunet-tui")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class Node:
+    def __init__(
+        self, paths: Paths, settings: Settings, identity: Identity, store: Store, daemon: bool
+    ) -> None:
+        self.paths = paths
+        self.settings = settings
+        self.identity = identity
+        self.store = store
+        self.daemon = daemon
+        self.started_at = time.time()
+        self._sinks: list[EventSink] = []
+        self.machine = detect_machine(settings.machine)
+        self.gpus: tuple[api.GpuInfo, ...] = ()
+        self.gpu_reason: str | None = None
+        self._handlers: dict[type[api.Command], Handler] = {
+            api.GetCapacity: self._get_capacity,
+            api.OnboardRequest: self._onboard,
+            api.CheckOnboarding: self._check_onboarding,
+            api.ResourceConfig: self._resource_config,
+            api.Pause: self._pause,
+            api.Resume: self._resume,
+            api.Offboard: self._offboard,
+            api.GetInfo: self._info,
+            api.GetPeerSelf: self._peer_self,
+            api.SetMode: self._set_mode,
+        }
+
+    async def prepare(self) -> None:
+        """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
+        self.gpus, self.gpu_reason = await trio.to_thread.run_sync(detect_gpus)
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Long-running services live here; later issues start the network and jobs."""
+        task_status.started()
+        await trio.sleep_forever()
+
+    # --- commands and events -------------------------------------------------------------
+
+    async def handle(self, command: api.Command) -> Any:
+        handler = self._handlers.get(type(command))
+        if handler is None:
+            raise EngineError(
+                "unknown_command", f"this node does not handle {type(command).__name__}"
+            )
+        return await handler(command)
+
+    def add_sink(self, sink: EventSink) -> Callable[[], None]:
+        self._sinks.append(sink)
+
+        def remove() -> None:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
+
+        return remove
+
+    def emit(self, event: api.Event) -> None:
+        for sink in list(self._sinks):
+            try:
+                sink(event)
+            except Exception:
+                log.exception("an event subscriber failed; dropping it")
+                self._sinks.remove(sink)
+
+    # --- capacity --------------------------------------------------------------------------
+
+    def full(self) -> api.Capacity:
+        return full_capacity(
+            self.machine, self.settings.machine, self.paths.state_dir, self.gpus, self.gpu_reason
+        )
+
+    async def _get_capacity(self, command: api.GetCapacity) -> api.Capacity:
+        full = self.full()
+        if command.view == "full":
+            return full
+        if command.view == "available":
+            return available_capacity(full, self.paths.state_dir, cpu_mhz_in_use=0)
+        return onboarded_capacity(self.store.get_onboarding(), full)
+
+    # --- onboarding ------------------------------------------------------------------------
+
+    def _selected_gpus(self, wanted: tuple[str, ...] | None) -> tuple[api.GpuInfo, ...]:
+        if wanted is None:
+            return self.gpus
+        known = {gpu.uuid: gpu for gpu in self.gpus}
+        unknown = [uuid for uuid in wanted if uuid not in known]
+        if unknown:
+            raise EngineError(
+                "invalid",
+                f"gpus: no GPU with UUID {', '.join(unknown)} on this machine; "
+                "`nunet-tui capacity --full` lists them",
+                (),
+            )
+        return tuple(known[uuid] for uuid in wanted)
+
+    def _validate(
+        self,
+        *,
+        memory_mb: int | None,
+        cpu_mhz: int | None,
+        address: str,
+        channel: str,
+        cardano_node: bool,
+        gpus: tuple[api.GpuInfo, ...],
+    ) -> ValidationReport:
+        full = self.full()
+        return validate_onboarding(
+            memory_mb=memory_mb,
+            cpu_mhz=cpu_mhz,
+            address=address,
+            channel=channel,
+            cardano_node=cardano_node,
+            gpus=gpus,
+            full=full,
+            available=available_capacity(full, self.paths.state_dir, cpu_mhz_in_use=0),
+        )
+
+    async def _check_onboarding(self, command: api.CheckOnboarding) -> api.Validation:
+        try:
+            gpus = self._selected_gpus(command.gpus)
+        except EngineError as exc:
+            return api.Validation(
+                ok=False, problems=(api.ProblemItem(field="gpus", message=exc.message),)
+            )
+        report = self._validate(
+            memory_mb=command.memory_mb,
+            cpu_mhz=command.cpu_mhz,
+            address=command.address,
+            channel=command.channel,
+            cardano_node=command.cardano_node,
+            gpus=gpus,
+        )
+        return api.Validation(
+            ok=report.ok,
+            problems=tuple(
+                api.ProblemItem(field=p.field, message=p.message) for p in report.problems
+            ),
+        )
+
+    async def _onboard(self, command: api.OnboardRequest) -> api.Onboarding:
+        gpus = self._selected_gpus(command.gpus)
+        self._validate(
+            memory_mb=command.memory_mb,
+            cpu_mhz=command.cpu_mhz,
+            address=command.address,
+            channel=command.channel,
+            cardano_node=command.cardano_node,
+            gpus=gpus,
+        ).raise_if_failed()
+        now = time.time()
+        previous = self.store.get_onboarding()
+        onboarding = api.Onboarding(
+            memory_mb=command.memory_mb,
+            cpu_mhz=command.cpu_mhz,
+            channel=command.channel,
+            address=command.address,
+            local_discovery=command.local_discovery,
+            cardano_node=command.cardano_node,
+            gpus=tuple(gpu.uuid for gpu in gpus),
+            state="active",
+            onboarded_at=previous.onboarded_at if previous else now,
+            updated_at=now,
+        )
+        self.store.save_onboarding(onboarding, "reonboard" if previous else "onboard")
+        log.info(
+            "onboarded %d MB, %d MHz on %s",
+            onboarding.memory_mb,
+            onboarding.cpu_mhz,
+            onboarding.channel,
+        )
+        self.emit(api.OnboardingChanged(at=now, onboarding=onboarding))
+        return onboarding
+
+    def _require_onboarding(self) -> api.Onboarding:
+        onboarding = self.store.get_onboarding()
+        if onboarding is None:
+            raise EngineError(
+                "not_onboarded",
+                "this machine is not onboarded; "
+                "run `nunet-tui onboard -m MB -c MHZ -a ADDRESS` first",
+            )
+        return onboarding
+
+    async def _resource_config(self, command: api.ResourceConfig) -> api.Onboarding:
+        current = self._require_onboarding()
+        known = {gpu.uuid: gpu for gpu in self.gpus}
+        gpus = tuple(known[uuid] for uuid in current.gpus if uuid in known)
+        self._validate(
+            memory_mb=command.memory_mb,
+            cpu_mhz=command.cpu_mhz,
+            address=current.address,
+            channel=current.channel,
+            cardano_node=current.cardano_node,
+            gpus=gpus,
+        ).raise_if_failed()
+        changed = api.Onboarding(
+            **{
+                **_fields(current),
+                "memory_mb": command.memory_mb,
+                "cpu_mhz": command.cpu_mhz,
+                "updated_at": time.time(),
+            }
+        )
+        self.store.save_onboarding(changed, "resource-config")
+        self.emit(api.OnboardingChanged(at=changed.updated_at, onboarding=changed))
+        return changed
+
+    async def _set_state(self, state: api.OnboardingState, action: str) -> api.Onboarding:
+        current = self._require_onboarding()
+        if current.state == state:
+            return current  # idempotent: pausing a paused node is not an error
+        changed = api.Onboarding(**{**_fields(current), "state": state, "updated_at": time.time()})
+        self.store.save_onboarding(changed, action)
+        log.info("%s: resources %s", action, "withdrawn" if state == "paused" else "offered again")
+        self.emit(api.OnboardingChanged(at=changed.updated_at, onboarding=changed))
+        return changed
+
+    async def _pause(self, command: api.Pause) -> api.Onboarding:
+        return await self._set_state("paused", "pause")
+
+    async def _resume(self, command: api.Resume) -> api.Onboarding:
+        return await self._set_state("active", "resume")
+
+    async def _offboard(self, command: api.Offboard) -> api.Done:
+        self._require_onboarding()
+        self.store.delete_onboarding()
+        log.info("offboarded")
+        self.emit(api.OnboardingChanged(at=time.time(), onboarding=None))
+        return api.Done(message="offboarded: this machine no longer offers resources")
+
+    # --- identity and info ---------------------------------------------------------------
+
+    def mode(self) -> api.Mode | None:
+        value = self.store.get_value("mode")
+        return value if value in ("provider", "consumer") else None  # type: ignore[return-value]
+
+    async def _set_mode(self, command: api.SetMode) -> api.Done:
+        self.store.set_value("mode", command.mode)
+        self.emit(api.ModeChanged(at=time.time(), mode=command.mode))
+        return api.Done(message=f"mode: {command.mode}")
+
+    async def _info(self, command: api.GetInfo) -> api.NodeInfo:
+        readiness = await trio.to_thread.run_sync(check_readiness, self.gpus)
+        return api.NodeInfo(
+            peer_id=self.identity.peer_id,
+            version=version(),
+            home=self.paths.label,
+            mode=self.mode(),
+            machine=self.machine,
+            onboarded=self.store.get_onboarding(),
+            readiness=readiness,
+            daemon=self.daemon,
+            started_at=self.started_at,
+        )
+
+    async def _peer_self(self, command: api.GetPeerSelf) -> api.PeerSelf:
+        return api.PeerSelf(peer_id=self.identity.peer_id, addrs=())
+
+
+def _fields(record: api.Record) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__struct_fields__}

@@ -1,0 +1,236 @@
+"""Can this machine run ML jobs? Docker, the GPU driver and the GPU container runtime.
+
+Each check says what is missing and what to do. The probes are bounded in time (the Docker
+call runs in a worker thread that is abandoned after its deadline) and never raise: a
+readiness panel must appear even on a machine where everything is broken.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.api import Check, GpuInfo, Readiness
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+DOCKER_TIMEOUT_S = 1.0
+NO_GPU = "no GPU detected (CPU-only jobs)"
+NVIDIA_RUNTIME_TOOLS = (
+    "nvidia-container-runtime",
+    "nvidia-container-toolkit",
+    "nvidia-container-runtime-hook",
+    "nvidia-ctk",
+)
+
+_NVIDIA_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]*)")
+
+
+@dataclass(frozen=True)
+class DockerStatus:
+    """What one look at the Docker engine found."""
+
+    url: str
+    reachable: bool
+    server_version: str | None = None
+    runtimes: tuple[str, ...] = ()
+    error: str | None = None
+
+
+DockerProbe = Callable[[], DockerStatus]
+Which = Callable[[str], str | None]
+
+
+def check_readiness(
+    gpus: tuple[GpuInfo, ...],
+    *,
+    docker_probe: DockerProbe | None = None,
+    proc_root: Path = Path("/proc"),
+    dev_root: Path = Path("/dev"),
+    which: Which = shutil.which,
+    environ: Mapping[str, str] | None = None,
+) -> Readiness:
+    """The three checks for ``gpus`` (as detected); never raises, about 1 s at worst."""
+    env = os.environ if environ is None else environ
+    probe = docker_probe or (lambda: probe_docker(env))
+    docker = _bounded(probe, docker_url(env), DOCKER_TIMEOUT_S + 0.3)
+    return Readiness(
+        docker=_docker_check(docker),
+        gpu_driver=_guarded(lambda: gpu_driver_check(gpus, proc_root, dev_root)),
+        gpu_runtime=_guarded(lambda: gpu_runtime_check(gpus, docker, dev_root, which)),
+    )
+
+
+def docker_url(environ: Mapping[str, str]) -> str:
+    return environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
+def probe_docker(environ: Mapping[str, str] | None = None) -> DockerStatus:
+    """Ask the Docker engine (DOCKER_HOST or the default socket) for its version and runtimes."""
+    env = os.environ if environ is None else environ
+    url = docker_url(env)
+    if url.startswith("unix://"):
+        # Skip the SDK (a 0.2 s import) when there is plainly no socket to talk to.
+        socket_path = Path(url.removeprefix("unix://"))
+        if not socket_path.exists():
+            return DockerStatus(url, False, error="no such socket")
+        if not os.access(socket_path, os.R_OK | os.W_OK):
+            return DockerStatus(url, False, error="permission denied")
+    try:
+        import docker
+
+        client = docker.DockerClient(base_url=url, timeout=DOCKER_TIMEOUT_S, version="auto")
+        try:
+            info = client.info()
+        finally:
+            client.close()
+    except Exception as exc:
+        text = str(exc)
+        if "Permission denied" in text or "PermissionError" in text:
+            return DockerStatus(url, False, error="permission denied")
+        return DockerStatus(url, False, error=text[:200])
+    runtimes = info.get("Runtimes") or {}
+    return DockerStatus(
+        url,
+        True,
+        server_version=str(info.get("ServerVersion") or "") or None,
+        runtimes=tuple(sorted(runtimes)) if isinstance(runtimes, dict) else (),
+    )
+
+
+def gpu_driver_check(gpus: tuple[GpuInfo, ...], proc_root: Path, dev_root: Path) -> Check:
+    if not gpus:
+        return Check(ok=False, detail=NO_GPU)
+    checks: list[Check] = []
+    vendors = {gpu.vendor for gpu in gpus}
+    if "nvidia" in vendors:
+        checks.append(_nvidia_driver(proc_root, dev_root))
+    if "amd" in vendors:
+        checks.append(
+            Check(ok=True, detail="AMD amdgpu/ROCm driver loaded (/dev/kfd)")
+            if (dev_root / "kfd").exists()
+            else Check(ok=False, detail="AMD GPU found but no /dev/kfd: install ROCm's amdgpu")
+        )
+    if "intel" in vendors:
+        checks.append(
+            Check(ok=True, detail="Intel GPU driver loaded (/dev/dri)")
+            if (dev_root / "dri").is_dir()
+            else Check(ok=False, detail="Intel GPU found but no /dev/dri: load i915 or xe")
+        )
+    return _combine(checks)
+
+
+def gpu_runtime_check(
+    gpus: tuple[GpuInfo, ...], docker: DockerStatus, dev_root: Path, which: Which
+) -> Check:
+    if not gpus:
+        return Check(ok=False, detail=NO_GPU)
+    checks: list[Check] = []
+    vendors = {gpu.vendor for gpu in gpus}
+    if "nvidia" in vendors:
+        checks.append(_nvidia_runtime(docker, which))
+    if "amd" in vendors:
+        checks.append(_device_access("AMD", (dev_root / "kfd", dev_root / "dri")))
+    if "intel" in vendors:
+        checks.append(_device_access("Intel", (dev_root / "dri",)))
+    return _combine(checks)
+
+
+def _nvidia_driver(proc_root: Path, dev_root: Path) -> Check:
+    try:
+        text = (proc_root / "driver" / "nvidia" / "version").read_text(errors="replace")
+    except OSError:
+        text = ""
+    match = _NVIDIA_VERSION.search(text)
+    if match:
+        return Check(ok=True, detail=f"NVIDIA driver {match.group(1)} loaded")
+    if text or (dev_root / "nvidiactl").exists():
+        return Check(ok=True, detail="NVIDIA driver loaded (/dev/nvidiactl)")
+    return Check(
+        ok=False,
+        detail="NVIDIA driver not loaded (no /proc/driver/nvidia/version): install the driver",
+    )
+
+
+def _nvidia_runtime(docker: DockerStatus, which: Which) -> Check:
+    if "nvidia" in docker.runtimes:
+        return Check(ok=True, detail="Docker has the nvidia runtime")
+    for tool in NVIDIA_RUNTIME_TOOLS:
+        path = which(tool)
+        if path:
+            return Check(ok=True, detail=f"NVIDIA container toolkit found ({path})")
+    return Check(
+        ok=False,
+        detail="no NVIDIA container runtime: install nvidia-container-toolkit, "
+        "run `nvidia-ctk runtime configure --runtime=docker` and restart dockerd",
+    )
+
+
+def _device_access(vendor: str, devices: tuple[Path, ...]) -> Check:
+    missing = [str(d) for d in devices if not d.exists()]
+    if missing:
+        return Check(ok=False, detail=f"{vendor} GPU devices missing: {', '.join(missing)}")
+    denied = [str(d) for d in devices if not _usable(d)]
+    if denied:
+        groups = "add your user to the video and render groups"
+        return Check(ok=False, detail=f"no access to {', '.join(denied)}: {groups}")
+    names = " and ".join(str(d) for d in devices)
+    return Check(ok=True, detail=f"{vendor} containers can be given {names}")
+
+
+def _usable(device: Path) -> bool:
+    # A device node needs read+write; the /dev/dri folder also needs search (x) to reach nodes.
+    mode = os.R_OK | os.W_OK | (os.X_OK if device.is_dir() else 0)
+    return os.access(device, mode)
+
+
+def _docker_check(status: DockerStatus) -> Check:
+    if status.reachable:
+        version = f" (server {status.server_version})" if status.server_version else ""
+        return Check(ok=True, detail=f"Docker engine reachable at {status.url}{version}")
+    if status.error == "permission denied":
+        return Check(
+            ok=False,
+            detail=f"no permission to use the Docker engine at {status.url}: "
+            "add your user to the docker group and log in again",
+        )
+    if status.error and status.error.startswith("timed out"):
+        return Check(ok=False, detail=f"Docker engine at {status.url} {status.error}")
+    return Check(
+        ok=False, detail=f"no Docker engine at {status.url}: start dockerd or set DOCKER_HOST"
+    )
+
+
+def _bounded(probe: DockerProbe, url: str, deadline_s: float) -> DockerStatus:
+    """Run ``probe`` in a daemon thread; a hung engine costs ``deadline_s``, not forever."""
+    box: list[DockerStatus] = []
+
+    def run() -> None:
+        try:
+            box.append(probe())
+        except Exception as exc:
+            box.append(DockerStatus(url, False, error=f"{type(exc).__name__}: {exc}"[:200]))
+
+    worker = threading.Thread(target=run, name="readiness-docker", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if box:
+        return box[0]
+    return DockerStatus(url, False, error=f"timed out: no answer within {deadline_s:.1f} s")
+
+
+def _guarded(check: Callable[[], Check]) -> Check:
+    try:
+        return check()
+    except Exception as exc:
+        return Check(ok=False, detail=f"check failed: {type(exc).__name__}: {exc}")
+
+
+def _combine(checks: list[Check]) -> Check:
+    if len(checks) == 1:
+        return checks[0]
+    return Check(ok=all(c.ok for c in checks), detail="; ".join(c.detail for c in checks))

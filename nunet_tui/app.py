@@ -1,0 +1,321 @@
+"""The full-screen app: one Textual ``App`` with a mode per side of the market.
+
+``NunetApp`` holds an ``EngineClient`` (an embedded engine or a daemon's socket; it never
+knows which) and keeps one picture of the node, ``node`` (info + capacity views), that the
+screens watch. Engine events arrive from the engine's thread through ``post_message`` and
+are handled here, on the UI loop. Every engine call is awaited in a worker, so nothing the
+engine does can freeze a key press.
+
+Modes: ``provider`` (offer this machine) and ``consumer`` (buy compute), each with its own
+screen stack. The first run asks which one; ``m`` and the command palette switch later.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.content import Content
+from textual.reactive import reactive
+from textual.screen import Screen
+
+from engine.api import (
+    Command,
+    EngineStopping,
+    Event,
+    GetCapacity,
+    GetInfo,
+    Mode,
+    ModeChanged,
+    Offboard,
+    Onboarding,
+    OnboardingChanged,
+    Pause,
+    Resume,
+    SetMode,
+)
+from engine.client import EngineClient
+from engine.errors import EngineError
+from nunet_tui.commands import NodeCommands
+from nunet_tui.format import mb, mhz
+from nunet_tui.messages import EngineEvent
+from nunet_tui.screens.base import NodeView
+from nunet_tui.screens.confirm import ConfirmScreen
+from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
+from nunet_tui.screens.help import HelpScreen
+from nunet_tui.screens.mode_chooser import ModeChooserScreen
+from nunet_tui.screens.onboarding import OnboardingScreen
+from nunet_tui.screens.provider_dashboard import ProviderDashboard
+from nunet_tui.screens.start import StartScreen
+
+MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
+
+
+class NunetApp(App[None]):
+    """nunet-tui: onboard this machine and earn NTX, or buy compute for ML jobs."""
+
+    TITLE = "nunet-tui"
+    CSS_PATH = "app.tcss"
+    MODES: ClassVar[dict[str, Any]] = {
+        "provider": ProviderDashboard,
+        "consumer": ConsumerDashboard,
+    }
+    COMMANDS = App.COMMANDS | {NodeCommands}
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("m", "toggle_mode", "Mode"),
+    ]
+
+    node: reactive[NodeView | None] = reactive(None, init=False)
+    """What the app last read from the engine; screens watch it."""
+    engine_state: reactive[str] = reactive("starting", init=False)
+    """``starting``, ``ready``, ``error`` or ``stopped``: shown in every screen's header."""
+
+    def __init__(self, client: EngineClient, *, ansi_color: bool = False) -> None:
+        super().__init__(ansi_color=ansi_color)
+        self.client = client
+        self._unsubscribe: Any = None
+        self.startup_error: str | None = None
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[Any]:
+        return StartScreen()
+
+    def on_mount(self) -> None:
+        self._unsubscribe = self.client.subscribe(self._deliver_event)
+        self.start_up()
+
+    def on_unmount(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _deliver_event(self, event: Event) -> None:
+        """Called on the engine's thread: hand the event to the UI loop, nothing more."""
+        self.post_message(EngineEvent(event))
+
+    @work(exclusive=True, group="startup")
+    async def start_up(self) -> None:
+        try:
+            node = await self.reload_node()
+        except (EngineError, OSError) as exc:
+            self.startup_error = _message(exc)
+            self.engine_state = "error"
+            self.notify(self.startup_error, title="Engine", severity="error", markup=False)
+            return
+        self.engine_state = "ready"
+        mode: Mode | None = node.info.mode
+        if mode is None:
+            chosen: Mode = await self.push_screen_wait(ModeChooserScreen())
+            if not await self._store_mode(chosen):
+                return
+            mode = chosen
+        self.switch_mode(mode)
+
+    async def reload_node(self) -> NodeView:
+        """Read info and the capacity views; sets ``node`` (which the screens watch)."""
+        info = await self.client.call(GetInfo())
+        full = await self.client.call(GetCapacity(view="full"))
+        onboarded = None
+        if info.onboarded is not None:
+            onboarded = await self.client.call(GetCapacity(view="onboarded"))
+        node = NodeView(info=info, full=full, onboarded=onboarded)
+        self.node = node
+        return node
+
+    @work(exclusive=True, group="refresh")
+    async def refresh_node(self) -> None:
+        try:
+            await self.reload_node()
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Engine", severity="error", markup=False)
+
+    def watch_node(self) -> None:
+        self.refresh_bindings()
+
+    async def on_engine_event(self, message: EngineEvent) -> None:
+        event = message.event
+        if isinstance(event, OnboardingChanged):
+            self.refresh_node()
+        elif isinstance(event, ModeChanged):
+            if self.current_mode in MODES_IN_ORDER and self.current_mode != event.mode:
+                self.switch_mode(event.mode)
+            self.refresh_node()
+        elif isinstance(event, EngineStopping):
+            self.engine_state = "stopped"
+            self.notify(
+                f"The engine is stopping: {event.reason}",
+                title="Engine",
+                severity="warning",
+                markup=False,
+            )
+
+    # --- calling the engine ----------------------------------------------------------------
+
+    async def call(self, command: Command, *, title: str = "") -> Any | None:
+        """Run one engine command; on failure show its message and return None."""
+        try:
+            return await self.client.call(command)
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title=title, severity="error", markup=False)
+            return None
+
+    # --- modes -----------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Mode | None:
+        return self.current_mode if self.current_mode in MODES_IN_ORDER else None
+
+    async def _store_mode(self, mode: Mode) -> bool:
+        return await self.call(SetMode(mode=mode), title="Mode") is not None
+
+    @work(exclusive=True, group="mode")
+    async def use_mode(self, mode: Mode) -> None:
+        """Store ``mode`` in the engine and show its screens."""
+        if self.mode == mode:
+            return
+        if not await self._store_mode(mode):
+            return
+        await self.switch_mode(mode)
+        self.notify(f"Switched to {mode} mode", title="Mode")
+
+    def action_toggle_mode(self) -> None:
+        other: Mode = "consumer" if self.mode == "provider" else "provider"
+        self.use_mode(other)
+
+    def action_use_mode(self, mode: str) -> None:
+        if mode in MODES_IN_ORDER:
+            self.use_mode(mode)
+
+    # --- screens ---------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.screen))
+
+    @property
+    def onboarding(self) -> Onboarding | None:
+        return self.node.info.onboarded if self.node is not None else None
+
+    @work(exclusive=True, group="node-op")
+    async def action_onboard(self) -> None:
+        """Open the onboarding form (prefilled as resource-config once onboarded)."""
+        if self.node is None:
+            return
+        if self.mode != "provider":
+            if not await self._store_mode("provider"):
+                return
+            await self.switch_mode("provider")
+        if isinstance(self.screen, OnboardingScreen):
+            return
+        done = await self.push_screen_wait(OnboardingScreen(self.node))
+        if done:
+            await self._reload_quietly()
+
+    action_resources = action_onboard
+
+    @work(exclusive=True, group="node-op")
+    async def action_pause(self) -> None:
+        onboarding = self.onboarding
+        if onboarding is None or onboarding.state != "active":
+            return
+        confirmed = await self.push_screen_wait(
+            ConfirmScreen(
+                "Pause offering this machine?",
+                Content.assemble(
+                    "No new jobs will start here and peers will not be offered this machine. "
+                    "The onboarding (",
+                    _amounts(onboarding),
+                    ") is kept: resume whenever you like.",
+                ),
+                confirm_label="Pause",
+            )
+        )
+        if confirmed and await self.call(Pause(), title="Pause") is not None:
+            self.notify("Paused: this machine is not accepting jobs", title="Pause")
+            await self._reload_quietly()
+
+    @work(exclusive=True, group="node-op")
+    async def action_resume(self) -> None:
+        onboarding = self.onboarding
+        if onboarding is None or onboarding.state != "paused":
+            return
+        confirmed = await self.push_screen_wait(
+            ConfirmScreen(
+                "Resume offering this machine?",
+                Content.assemble(
+                    "This machine will accept jobs again with the same onboarding (",
+                    _amounts(onboarding),
+                    ").",
+                ),
+                confirm_label="Resume",
+            )
+        )
+        if confirmed and await self.call(Resume(), title="Resume") is not None:
+            self.notify("Resumed: this machine is accepting jobs", title="Resume")
+            await self._reload_quietly()
+
+    @work(exclusive=True, group="node-op")
+    async def action_offboard(self) -> None:
+        onboarding = self.onboarding
+        if onboarding is None:
+            return
+        confirmed = await self.push_screen_wait(
+            ConfirmScreen(
+                "Offboard this machine?",
+                Content.assemble(
+                    "The onboarding (",
+                    _amounts(onboarding),
+                    ") is removed and this machine stops offering resources. "
+                    "You can onboard again at any time.",
+                ),
+                confirm_label="Offboard",
+                danger=True,
+            )
+        )
+        if confirmed and await self.call(Offboard(), title="Offboard") is not None:
+            self.notify("Offboarded: this machine no longer offers resources", title="Offboard")
+            await self._reload_quietly()
+
+    async def _reload_quietly(self) -> None:
+        try:
+            await self.reload_node()
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Engine", severity="error", markup=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        onboarding = self.onboarding
+        if action == "toggle_mode":
+            return self.mode is not None and getattr(self.screen, "ALLOW_MODE_SWITCH", True)
+        if action == "onboard":
+            return self.node is not None and onboarding is None
+        if action == "resources":
+            return onboarding is not None
+        if action == "pause":
+            return onboarding is not None and onboarding.state == "active"
+        if action == "resume":
+            return onboarding is not None and onboarding.state == "paused"
+        if action == "offboard":
+            return onboarding is not None
+        return True
+
+
+def _amounts(onboarding: Onboarding) -> str:
+    return f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} on {onboarding.channel}"
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, EngineError):
+        return exc.message
+    return f"lost the engine: {exc}"
+
+
+def run_app(client: EngineClient) -> None:
+    """Run the TUI on ``client`` until the user quits; the caller closes the client."""
+    NunetApp(client=client).run()

@@ -1,0 +1,184 @@
+"""``nunet-tui``: the full-screen app without a subcommand; scripting commands with one.
+
+The scripting commands mirror the NuNet CLI. Each prints one JSON object with ``--json``,
+exits 0 on success, and otherwise prints a one-line error on stderr and exits non-zero
+(1: the engine refused or failed, 2: the command line itself was wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from engine import api
+from engine.client import EngineClient
+from engine.config import Paths
+from engine.errors import EngineError
+from nunet_tui.cli import output
+
+Runner = Callable[[argparse.Namespace, EngineClient], Any]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON object")
+    parser = argparse.ArgumentParser(
+        prog="nunet-tui",
+        description="A decentralized compute market in one terminal program.",
+        parents=[common],
+    )
+    parser.add_argument("--home", metavar="DIR",
+                        help="keep config, state, logs and keys in DIR (default: per-user dirs; "
+                        "env NUNET_HOME)")
+    parser.add_argument("--attach", action="store_true",
+                        help="insist on a running daemon for this home")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
+
+    capacity = sub.add_parser("capacity", parents=[common], help="what this machine offers")
+    views = capacity.add_mutually_exclusive_group()
+    for view in ("full", "available", "onboarded"):
+        views.add_argument(f"--{view}", dest="view", action="store_const", const=view)
+
+    onboard = sub.add_parser("onboard", parents=[common], help="offer this machine's resources")
+    onboard.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
+    onboard.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
+    onboard.add_argument("-n", "--channel", default=api.DEFAULT_CHANNEL)
+    onboard.add_argument("-a", "--address", required=True, help="Cardano wallet address")
+    onboard.add_argument("-l", "--local", action="store_true",
+                         help="discover peers on the local network (mDNS)")
+    onboard.add_argument("-C", "--cardano", action="store_true",
+                         help="offer to host a Cardano node (needs 10,000 MB and 6,000 MHz)")
+    gpu_group = onboard.add_mutually_exclusive_group()
+    gpu_group.add_argument("--gpu", action="append", metavar="UUID",
+                           help="offer only this GPU (repeatable; default: every GPU found)")
+    gpu_group.add_argument("--no-gpu", action="store_true", help="offer no GPU")
+
+    config = sub.add_parser("resource-config", parents=[common], help="change onboarded amounts")
+    config.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
+    config.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
+
+    for name, text in (
+        ("pause", "stop offering resources, keep the onboarding"),
+        ("resume", "offer the onboarded resources again"),
+        ("offboard", "remove the onboarding"),
+        ("info", "machine, onboarding, peer id and ML readiness"),
+    ):
+        sub.add_parser(name, parents=[common], help=text)
+
+    peer = sub.add_parser("peer", help="peers")
+    peer_sub = peer.add_subparsers(dest="peer_command", metavar="PEER_COMMAND", required=True)
+    peer_sub.add_parser("self", parents=[common], help="this node's peer id and addresses")
+
+    mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
+    mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
+    return parser
+
+
+def _capacity(args: argparse.Namespace, client: EngineClient) -> api.Capacity:
+    return client.call_blocking(api.GetCapacity(view=args.view or "full"))
+
+
+def _onboard(args: argparse.Namespace, client: EngineClient) -> api.Onboarding:
+    gpus: tuple[str, ...] | None = None
+    if args.no_gpu:
+        gpus = ()
+    elif args.gpu:
+        gpus = tuple(args.gpu)
+    return client.call_blocking(
+        api.OnboardRequest(
+            memory_mb=args.memory,
+            cpu_mhz=args.cpu,
+            address=args.address,
+            channel=args.channel,
+            local_discovery=args.local,
+            cardano_node=args.cardano,
+            gpus=gpus,
+        )
+    )
+
+
+def _mode(args: argparse.Namespace, client: EngineClient) -> Any:
+    if args.mode:
+        return client.call_blocking(api.SetMode(mode=args.mode))
+    info: api.NodeInfo = client.call_blocking(api.GetInfo())
+    return api.Done(message=info.mode or "not chosen yet")
+
+
+RUNNERS: dict[str, Runner] = {
+    "capacity": _capacity,
+    "onboard": _onboard,
+    "resource-config": lambda a, c: c.call_blocking(
+        api.ResourceConfig(memory_mb=a.memory, cpu_mhz=a.cpu)
+    ),
+    "pause": lambda a, c: c.call_blocking(api.Pause()),
+    "resume": lambda a, c: c.call_blocking(api.Resume()),
+    "offboard": lambda a, c: c.call_blocking(api.Offboard()),
+    "info": lambda a, c: c.call_blocking(api.GetInfo()),
+    "peer self": lambda a, c: c.call_blocking(api.GetPeerSelf()),
+    "mode": _mode,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    paths = Paths.for_home(args.home)
+    try:
+        if args.command is None:
+            return _run_tui(paths, attach=args.attach)
+        if args.command == "daemon":
+            from engine.daemon import run_daemon
+
+            run_daemon(paths)
+            return 0
+        key = f"peer {args.peer_command}" if args.command == "peer" else args.command
+        return _run_command(RUNNERS[key], args, paths, key)
+    except EngineError as exc:
+        print(f"nunet-tui: error: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: str) -> int:
+    from engine.config import load_settings
+    from engine.connect import open_client
+    from engine.logsetup import configure
+
+    configure(paths, load_settings(paths).log_level)
+    client = open_client(paths, attach=args.attach)
+    try:
+        result = runner(args, client)
+    finally:
+        client.close()
+    if getattr(args, "json", False):
+        print(json.dumps(output.to_json(key, result), indent=2, ensure_ascii=False))
+    else:
+        print(output.to_text(key, result))
+    return 0
+
+
+def _run_tui(paths: Paths, attach: bool) -> int:
+    from engine.config import load_settings
+    from engine.connect import open_client
+    from engine.logsetup import configure
+
+    configure(paths, load_settings(paths).log_level)
+    client = open_client(paths, attach=attach)
+    try:
+        from nunet_tui.app import NunetApp
+
+        NunetApp(client=client).run()
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Textual messages the app passes around.
+
+``EngineEvent`` is the one thing that crosses from the engine's thread into the UI: the
+subscription callback does nothing but ``app.post_message(EngineEvent(event))``, which is
+thread-safe, and the app handles it on its own loop.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from engine.api import Event
+
+
+class EngineEvent(Message):
+    """An event from the engine (onboarding changed, mode changed, engine stopping...)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+class NodeRefreshed(Message):
+    """The app re-read the node (info and capacity); screens may redraw."""

@@ -1,0 +1,81 @@
+"""Consumer mode's home: who this node is and what it can do now.
+
+The jobs issue adds the job list, the submit form and the wallet to this grid.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Footer, Static
+
+from engine.api import DEFAULT_CHANNEL
+from nunet_tui.format import mb, mhz
+from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.widgets.node_header import NodeHeader
+
+
+class ConsumerDashboard(NodeScreen):
+    CSS_PATH = "dashboard.tcss"
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader("consumer")
+        with VerticalScroll(id="panels", can_focus=False):
+            with Vertical(id="identity", classes="panel") as panel:
+                panel.border_title = "This node"
+                yield Static(id="identity-detail", markup=False)
+            with Vertical(id="next", classes="panel") as panel:
+                panel.border_title = "What you can do now"
+                yield Static(id="next-detail", markup=False)
+        yield Footer()
+
+    def show_node(self, node: NodeView) -> None:
+        info = node.info
+        onboarding = node.onboarding
+        channel = onboarding.channel if onboarding is not None else DEFAULT_CHANNEL
+        rows: list[tuple[str, Content]] = [
+            ("Peer id", Content(info.peer_id)),
+            ("Channel", Content(channel)),
+            (
+                "Engine",
+                Content(f"{'daemon' if info.daemon else 'embedded'} · version {info.version}"),
+            ),
+            (
+                "Machine",
+                Content(
+                    f"{info.machine.hostname} · {info.machine.cpu_cores} cores · "
+                    f"{mb(node.full.memory_mb)} RAM"
+                ),
+            ),
+        ]
+        if onboarding is not None:
+            rows.append(
+                (
+                    "Providing",
+                    Content(
+                        f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} "
+                        f"({'paused' if onboarding.state == 'paused' else 'accepting jobs'})"
+                    ),
+                )
+            )
+        self.query_one("#identity-detail", Static).update(
+            Content("\n").join(
+                Content.assemble((label.ljust(10), "bold"), value) for label, value in rows
+            )
+        )
+        provide = (
+            "switch to provider mode to see or change what it offers"
+            if onboarding is not None
+            else "switch to provider mode and onboard this machine to earn NTX"
+        )
+        actions = [
+            ("m", provide),
+            ("ctrl+p", "command palette: every command by name"),
+            ("?", "all keys"),
+        ]
+        self.query_one("#next-detail", Static).update(
+            Content("\n").join(
+                Content.assemble((key.ljust(8), "bold $accent"), text) for key, text in actions
+            )
+        )

@@ -1,0 +1,90 @@
+"""``?``: every key that works where you are, and what the command palette offers."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from nunet_tui.widgets.node_header import NodeHeader
+
+EVERYWHERE: tuple[tuple[str, str], ...] = (
+    ("ctrl+p", "command palette: switch mode, onboard, pause, resume, offboard, help, quit"),
+    ("?", "this help"),
+    ("m", "switch between provider and consumer mode"),
+    ("tab", "next field or button · shift+tab previous"),
+    ("esc", "back / close"),
+    ("q", "quit (ctrl+q also quits, even inside a text field)"),
+)
+
+
+class HelpScreen(Screen[None]):
+    """Lists the keys of the screen it was opened from, then the ones that work everywhere."""
+
+    ALLOW_MODE_SWITCH = False
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark", "app.pop_screen", "Back", key_display="esc"),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen {
+        #help { padding: 0 1; }
+        .panel {
+            height: auto;
+            border: round $primary 60%;
+            border-title-style: bold;
+            padding: 0 1;
+        }
+    }
+    """
+
+    def __init__(self, under: Screen[Any]) -> None:
+        super().__init__()
+        self.under_keys = _screen_keys(under)
+        self.under_title = _screen_title(under)
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader(getattr(self.app, "mode", None))
+        with VerticalScroll(id="help"):
+            if self.under_keys:
+                with Vertical(classes="panel", id="here") as panel:
+                    panel.border_title = f"Keys on {self.under_title}"
+                    yield Static(_rows(self.under_keys))
+            with Vertical(classes="panel", id="everywhere") as panel:
+                panel.border_title = "Keys everywhere"
+                yield Static(_rows(EVERYWHERE))
+        yield Footer()
+
+
+def _screen_title(screen: Screen[Any]) -> str:
+    titles = {
+        "ProviderDashboard": "the provider dashboard",
+        "ConsumerDashboard": "the consumer dashboard",
+        "OnboardingScreen": "the onboarding form",
+        "ModeChooserScreen": "the mode chooser",
+        "StartScreen": "the start screen",
+    }
+    return titles.get(type(screen).__name__, "this screen")
+
+
+def _screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
+    """The screen's own shown bindings that are enabled now (not the app-wide ones)."""
+    app = screen.app
+    keys: list[tuple[str, str]] = []
+    for active in screen.active_bindings.values():
+        binding = active.binding
+        if active.node is app or not binding.show or not active.enabled:
+            continue
+        display = binding.key_display or app.get_key_display(binding)
+        keys.append((display, binding.tooltip or binding.description))
+    return keys
+
+
+def _rows(rows: Any) -> Content:
+    return Content("\n").join(
+        Content.assemble((key.ljust(8), "bold $accent"), text) for key, text in rows
+    )

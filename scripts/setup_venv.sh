@@ -1,0 +1,26 @@
+# Sourced by start.sh and test.sh: make .venv with Python >= 3.11 and install the project.
+# usage: . scripts/setup_venv.sh [EXTRAS]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+py="${PYTHON:-python3}"
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "nunet-tui needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+if [ ! -x "$root/.venv/bin/python" ]; then
+  "$py" -m venv "$root/.venv"
+fi
+# py-libp2p builds fastecdsa from source: it needs gcc and the GMP headers.
+if ! [ -e /usr/include/gmp.h ] && ! ls /usr/include/*/gmp.h >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq libgmp-dev >/dev/null
+  else
+    echo "note: install the GMP headers (Debian/Ubuntu: sudo apt-get install libgmp-dev)" >&2
+  fi
+fi
+"$root/.venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+extras="${1:-}"
+target="$root"
+[ -n "$extras" ] && target="$root[$extras]"
+"$root/.venv/bin/python" -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
+"$root/.venv/bin/python" -c 'import nunet_tui, engine' || { echo "install failed" >&2; exit 1; }

@@ -1,0 +1,79 @@
+"""Shared fixtures: a node home with declared machine values and a fixed identity.
+
+Declared values ([machine] in config.toml, a real feature for VMs whose probes lie) keep
+numbers and pictures identical from one machine to the next; the fixed key keeps the peer id.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from nacl.signing import SigningKey
+
+from engine.config import Paths
+from engine.identity import Identity, save
+
+if TYPE_CHECKING:
+    from engine.facade import Engine
+
+REPO = Path(__file__).resolve().parent.parent
+FIXED_SEED = bytes(range(32))
+# A CIP-19 testnet base address: valid for the default test channel.
+TEST_ADDRESS = (
+    "addr_test1qz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3n0d3vllmyqwsx5wktcd8cc3sq835lu7"
+    "drv2xwl2wywfgs68faae"
+)
+MACHINE_TOML = """\
+[machine]
+hostname = "rig-01"
+cpu_model = "AMD EPYC 7543 32-Core Processor"
+cpu_cores = 2
+cpu_mhz_per_core = 2500
+memory_mb = 16000
+disk_mb = 20000
+
+[network]
+listen = ["/ip4/127.0.0.1/tcp/0"]
+"""
+
+
+def make_home(root: Path, *, seed: bytes = FIXED_SEED, machine_toml: str = MACHINE_TOML) -> Paths:
+    paths = Paths.for_home(root)
+    paths.ensure()
+    paths.config_file.write_text(machine_toml, encoding="utf-8")
+    save(Identity(SigningKey(seed)), paths.identity_key)
+    return paths
+
+
+@pytest.fixture
+def node_home(tmp_path: Path) -> Paths:
+    return make_home(tmp_path / "home")
+
+
+@pytest.fixture
+def engine_client(node_home: Paths) -> Iterator[Engine]:
+    from engine.facade import Engine
+
+    engine = Engine(node_home).start()
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def run_cli(*args: str, home: Paths | None = None, timeout: float = 60.0,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a fresh process, as a user's shell would."""
+    argv = [sys.executable, "-m", "nunet_tui"]
+    if home is not None:
+        argv += ["--home", str(home.home)]
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("NUNET_HOME", None)
+    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=REPO)

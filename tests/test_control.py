@@ -1,0 +1,91 @@
+"""The control socket: the same facade across a Unix socket, bounded and private."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import time
+
+from engine import api
+from engine.config import Paths
+from engine.control import MAX_LINE, ControlClient
+from engine.errors import EngineError
+from engine.facade import Engine
+from tests.conftest import TEST_ADDRESS
+
+
+def _raw(path: Paths, payload: bytes) -> list[dict[str, object]]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(path.control_socket))
+        data = b""
+        try:
+            sock.sendall(payload)
+            sock.shutdown(socket.SHUT_WR)
+            while chunk := sock.recv(65536):
+                data += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server hung up on us, as it should on oversized input
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_socket_is_private(engine_client: Engine, node_home: Paths) -> None:
+    assert stat.S_IMODE(node_home.control_socket.stat().st_mode) == 0o600
+
+
+def test_client_gets_typed_replies_errors_and_events(engine_client: Engine, node_home: Paths) -> None:
+    client = ControlClient(node_home.control_socket)
+    try:
+        events: list[api.Event] = []
+        client.subscribe(events.append)
+        info = client.call_blocking(api.GetInfo())
+        assert isinstance(info, api.NodeInfo) and info.onboarded is None
+        try:
+            client.call_blocking(api.OnboardRequest(memory_mb=10**9, cpu_mhz=4000, address=TEST_ADDRESS))
+        except EngineError as exc:
+            assert exc.code == "invalid"
+            assert any(p.field == "memory_mb" for p in exc.problems)
+        else:
+            raise AssertionError("an impossible onboarding was accepted")
+        # An embedded engine's own calls reach a socket subscriber as events.
+        engine_client.call_blocking(api.SetMode(mode="consumer"))
+        deadline = time.monotonic() + 3
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert events == [api.ModeChanged(at=events[0].at, mode="consumer")]
+    finally:
+        client.close()
+
+
+def test_bad_lines_get_error_replies_and_the_server_keeps_serving(engine_client: Engine, node_home: Paths) -> None:
+    replies = _raw(node_home, b'not json\n[1,2]\n{"id": 7, "cmd": {"type": "rm -rf"}}\n'
+                              b'{"id": 8, "cmd": {"type": "info", "extra": 1}}\n'
+                              b'{"id": 9, "cmd": {"type": "peer_self"}}\n')
+    # Commands run concurrently, so replies come in any order; ids pair them up.
+    by_id = {r.get("id"): r for r in replies if r.get("id") is not None}
+    assert len(replies) == 5 and sorted(by_id) == [7, 8, 9]
+    assert all("error" in r for r in replies if r.get("id") != 9)
+    assert by_id[9]["ok"]["peer_id"].startswith("12D3KooW")  # type: ignore[index]
+
+
+def test_oversized_line_closes_only_that_connection(engine_client: Engine, node_home: Paths) -> None:
+    assert _raw(node_home, b"x" * (MAX_LINE + 10)) == []
+    assert engine_client.call_blocking(api.GetPeerSelf()).peer_id
+    client = ControlClient(node_home.control_socket)
+    assert client.call_blocking(api.GetPeerSelf()).peer_id
+    client.close()
+
+
+def test_client_learns_when_the_engine_stops(node_home: Paths) -> None:
+    engine = Engine(node_home).start()
+    client = ControlClient(node_home.control_socket)
+    engine.close()
+    try:
+        client.call_blocking(api.GetInfo(), timeout=5)
+    except EngineError as exc:
+        assert exc.code == "stopped"
+    else:
+        raise AssertionError("a call to a stopped engine succeeded")
+    finally:
+        client.close()
