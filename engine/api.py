@@ -26,7 +26,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 # --- data --------------------------------------------------------------------------------
 
 
-class GpuInfo(Record):
+class GpuInfo(Record, frozen=True):
     index: int
     vendor: Literal["nvidia", "amd", "intel"]
     name: str
@@ -34,7 +34,7 @@ class GpuInfo(Record):
     uuid: str = ""
 
 
-class Machine(Record):
+class Machine(Record, frozen=True):
     hostname: str
     os: str
     kernel: str
@@ -44,7 +44,7 @@ class Machine(Record):
     cpu_mhz_per_core: int
 
 
-class Capacity(Record):
+class Capacity(Record, frozen=True):
     """One of the three views of what this machine offers, in NuNet's units."""
 
     view: CapacityView
@@ -57,7 +57,7 @@ class Capacity(Record):
     cpu_load_percent: float | None = None  # only in the "available" view
 
 
-class Onboarding(Record):
+class Onboarding(Record, frozen=True):
     memory_mb: int
     cpu_mhz: int
     channel: str
@@ -70,12 +70,12 @@ class Onboarding(Record):
     updated_at: float = 0.0
 
 
-class Check(Record):
+class Check(Record, frozen=True):
     ok: bool
     detail: str
 
 
-class Readiness(Record):
+class Readiness(Record, frozen=True):
     """Whether this machine can run ML jobs, and what to do about it when not."""
 
     docker: Check
@@ -83,7 +83,7 @@ class Readiness(Record):
     gpu_runtime: Check
 
 
-class NodeInfo(Record):
+class NodeInfo(Record, frozen=True):
     peer_id: str
     version: str
     home: str
@@ -95,23 +95,23 @@ class NodeInfo(Record):
     started_at: float
 
 
-class PeerSelf(Record):
+class PeerSelf(Record, frozen=True):
     peer_id: str
     addrs: tuple[str, ...] = ()
 
 
-class Done(Record):
+class Done(Record, frozen=True):
     """Reply of commands that have nothing to report beyond success."""
 
     message: str = ""
 
 
-class ProblemItem(Record):
+class ProblemItem(Record, frozen=True):
     field: str
     message: str
 
 
-class Validation(Record):
+class Validation(Record, frozen=True):
     ok: bool
     problems: tuple[ProblemItem, ...] = ()
 
@@ -125,12 +125,12 @@ class Command(
     reply: ClassVar[type[Any]] = Done
 
 
-class GetCapacity(Command, tag="get_capacity"):
+class GetCapacity(Command, tag="get_capacity", frozen=True):
     reply = Capacity
     view: CapacityView = "full"
 
 
-class OnboardRequest(Command, tag="onboard"):
+class OnboardRequest(Command, tag="onboard", frozen=True):
     reply = Onboarding
     memory_mb: int
     cpu_mhz: int
@@ -141,7 +141,7 @@ class OnboardRequest(Command, tag="onboard"):
     gpus: tuple[str, ...] | None = None  # None: every GPU found; (): none
 
 
-class CheckOnboarding(Command, tag="check_onboarding"):
+class CheckOnboarding(Command, tag="check_onboarding", frozen=True):
     """Validate an onboarding without applying it: the TUI form calls this as you type."""
 
     reply = Validation
@@ -153,33 +153,33 @@ class CheckOnboarding(Command, tag="check_onboarding"):
     gpus: tuple[str, ...] | None = None
 
 
-class ResourceConfig(Command, tag="resource_config"):
+class ResourceConfig(Command, tag="resource_config", frozen=True):
     reply = Onboarding
     memory_mb: int
     cpu_mhz: int
 
 
-class Pause(Command, tag="pause"):
+class Pause(Command, tag="pause", frozen=True):
     reply = Onboarding
 
 
-class Resume(Command, tag="resume"):
+class Resume(Command, tag="resume", frozen=True):
     reply = Onboarding
 
 
-class Offboard(Command, tag="offboard"):
+class Offboard(Command, tag="offboard", frozen=True):
     reply = Done
 
 
-class GetInfo(Command, tag="info"):
+class GetInfo(Command, tag="info", frozen=True):
     reply = NodeInfo
 
 
-class GetPeerSelf(Command, tag="peer_self"):
+class GetPeerSelf(Command, tag="peer_self", frozen=True):
     reply = PeerSelf
 
 
-class SetMode(Command, tag="set_mode"):
+class SetMode(Command, tag="set_mode", frozen=True):
     reply = Done
     mode: Mode
 
@@ -205,15 +205,15 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     at: float
 
 
-class OnboardingChanged(Event, tag="onboarding_changed"):
+class OnboardingChanged(Event, tag="onboarding_changed", frozen=True):
     onboarding: Onboarding | None
 
 
-class ModeChanged(Event, tag="mode_changed"):
+class ModeChanged(Event, tag="mode_changed", frozen=True):
     mode: Mode
 
 
-class EngineStopping(Event, tag="engine_stopping"):
+class EngineStopping(Event, tag="engine_stopping", frozen=True):
     reason: str
 
 
@@ -228,7 +228,7 @@ def to_builtins(obj: object) -> Any:
 
 
 def decode_command(data: object) -> Command:
-    return msgspec.convert(data, AnyCommand)  # type: ignore[arg-type]
+    return msgspec.convert(data, AnyCommand)
 
 
 def decode_reply(command: Command, data: object) -> Any:
@@ -236,4 +236,4 @@ def decode_reply(command: Command, data: object) -> Any:
 
 
 def decode_event(data: object) -> Event:
-    return msgspec.convert(data, AnyEvent)  # type: ignore[arg-type]
+    return msgspec.convert(data, AnyEvent)

@@ -162,7 +162,7 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
 def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
     """NUNET_LOG_LEVEL, NUNET_NETWORK_LISTEN=a,b, NUNET_JOBS_SLOTS=2 ... (lists: commas)."""
     top = {f.name for f in msgspec.structs.fields(Settings)}
-    sections = {
+    sections: dict[str, type[msgspec.Struct]] = {
         "network": NetworkSettings,
         "jobs": JobSettings,
         "machine": MachineSettings,

@@ -100,8 +100,9 @@ class ControlServer:
             leaves = _leaves(exc)
             if any(isinstance(e, _LineTooLong) for e in leaves):
                 log.warning("control client sent a line over %d bytes; closing it", MAX_LINE)
-            elif not all(isinstance(e, trio.BrokenResourceError | trio.ClosedResourceError)
-                         for e in leaves):
+            elif not all(
+                isinstance(e, trio.BrokenResourceError | trio.ClosedResourceError) for e in leaves
+            ):
                 log.exception("control connection failed")
         finally:
             if remove_sink is not None:
@@ -308,9 +309,8 @@ class ControlClient:
                     log.exception("an event callback failed")
             return
         with self._lock:
-            entry = (
-                self._pending.pop(obj.get("id"), None) if isinstance(obj.get("id"), int) else None
-            )
+            req_id = obj.get("id")
+            entry = self._pending.pop(req_id, None) if isinstance(req_id, int) else None
         if entry is None:
             return
         command, future = entry

@@ -51,7 +51,7 @@ def minimums_for(gpus: tuple[GpuInfo, ...]) -> Minimums:
 
 
 def format_mb(value: int) -> str:
-    """'64,000 MB'; exact multiples of 1 GB also say so: '4,096 MB (4 GB)'."""
+    """'64,000 MB': thousands separated, as in every onboarding message."""
     return f"{value:,} MB"
 
 

@@ -24,3 +24,7 @@ target="$root"
 [ -n "$extras" ] && target="$root[$extras]"
 "$root/.venv/bin/python" -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
 "$root/.venv/bin/python" -c 'import nunet_tui, engine' || { echo "install failed" >&2; exit 1; }
+# py-libp2p depends on trio-typing, whose stale trio-stubs (types only, never imported at run
+# time) shadow the types trio ships itself; type-checking needs trio's own.
+site="$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+rm -rf "$site/trio-stubs"

@@ -67,13 +67,15 @@ def engine_client(node_home: Paths) -> Iterator[Engine]:
         engine.close()
 
 
-def run_cli(*args: str, home: Paths | None = None, timeout: float = 60.0,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, home: Paths | None = None, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real command line in a fresh process, as a user's shell would."""
     argv = [sys.executable, "-m", "nunet_tui"]
     if home is not None:
         argv += ["--home", str(home.home)]
     full_env = {**os.environ, **(env or {})}
     full_env.pop("NUNET_HOME", None)
-    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=timeout,
-                          env=full_env, cwd=REPO)
+    return subprocess.run(
+        argv + list(args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+    )

@@ -54,7 +54,12 @@ def test_peer_self_is_stable(node_home: Paths) -> None:
 
 
 def test_errors_are_one_line_and_keep_state(node_home: Paths) -> None:
-    assert run_cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home).returncode == 0
+    assert (
+        run_cli(
+            "onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home
+        ).returncode
+        == 0
+    )
     cases = [
         (["onboard", "-m", "99000", "-c", "4000", "-a", TEST_ADDRESS], "memory"),
         (["onboard", "-m", "8000", "-c", "1500", "-a", TEST_ADDRESS], "2,000 MHz"),

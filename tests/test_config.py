@@ -24,8 +24,16 @@ def test_nunet_home_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_toml_then_environment_overrides(tmp_path: Path) -> None:
     paths = Paths.for_home(tmp_path)
     paths.ensure()
-    paths.config_file.write_text('log_level = "debug"\n[jobs]\nslots = 3\n[machine]\nmemory_mb = 9000\n')
-    settings = load_settings(paths, {"NUNET_JOBS_SLOTS": "2", "NUNET_NETWORK_BOOTSTRAP": "/ip4/1.2.3.4/tcp/1, /ip4/5.6.7.8/tcp/2"})
+    paths.config_file.write_text(
+        'log_level = "debug"\n[jobs]\nslots = 3\n[machine]\nmemory_mb = 9000\n'
+    )
+    settings = load_settings(
+        paths,
+        {
+            "NUNET_JOBS_SLOTS": "2",
+            "NUNET_NETWORK_BOOTSTRAP": "/ip4/1.2.3.4/tcp/1, /ip4/5.6.7.8/tcp/2",
+        },
+    )
     assert settings.log_level == "debug"
     assert settings.jobs.slots == 2
     assert settings.machine.memory_mb == 9000
@@ -44,7 +52,9 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         ("", {"NUNET_LOG_LEVEL": "loud"}, "log_level must be one of"),
     ],
 )
-def test_bad_settings_are_clear_errors(tmp_path: Path, toml: str, env: dict[str, str], message: str) -> None:
+def test_bad_settings_are_clear_errors(
+    tmp_path: Path, toml: str, env: dict[str, str], message: str
+) -> None:
     paths = Paths.for_home(tmp_path)
     paths.ensure()
     paths.config_file.write_text(toml)

@@ -34,7 +34,9 @@ def test_socket_is_private(engine_client: Engine, node_home: Paths) -> None:
     assert stat.S_IMODE(node_home.control_socket.stat().st_mode) == 0o600
 
 
-def test_client_gets_typed_replies_errors_and_events(engine_client: Engine, node_home: Paths) -> None:
+def test_client_gets_typed_replies_errors_and_events(
+    engine_client: Engine, node_home: Paths
+) -> None:
     client = ControlClient(node_home.control_socket)
     try:
         events: list[api.Event] = []
@@ -42,7 +44,9 @@ def test_client_gets_typed_replies_errors_and_events(engine_client: Engine, node
         info = client.call_blocking(api.GetInfo())
         assert isinstance(info, api.NodeInfo) and info.onboarded is None
         try:
-            client.call_blocking(api.OnboardRequest(memory_mb=10**9, cpu_mhz=4000, address=TEST_ADDRESS))
+            client.call_blocking(
+                api.OnboardRequest(memory_mb=10**9, cpu_mhz=4000, address=TEST_ADDRESS)
+            )
         except EngineError as exc:
             assert exc.code == "invalid"
             assert any(p.field == "memory_mb" for p in exc.problems)
@@ -58,10 +62,15 @@ def test_client_gets_typed_replies_errors_and_events(engine_client: Engine, node
         client.close()
 
 
-def test_bad_lines_get_error_replies_and_the_server_keeps_serving(engine_client: Engine, node_home: Paths) -> None:
-    replies = _raw(node_home, b'not json\n[1,2]\n{"id": 7, "cmd": {"type": "rm -rf"}}\n'
-                              b'{"id": 8, "cmd": {"type": "info", "extra": 1}}\n'
-                              b'{"id": 9, "cmd": {"type": "peer_self"}}\n')
+def test_bad_lines_get_error_replies_and_the_server_keeps_serving(
+    engine_client: Engine, node_home: Paths
+) -> None:
+    replies = _raw(
+        node_home,
+        b'not json\n[1,2]\n{"id": 7, "cmd": {"type": "rm -rf"}}\n'
+        b'{"id": 8, "cmd": {"type": "info", "extra": 1}}\n'
+        b'{"id": 9, "cmd": {"type": "peer_self"}}\n',
+    )
     # Commands run concurrently, so replies come in any order; ids pair them up.
     by_id = {r.get("id"): r for r in replies if r.get("id") is not None}
     assert len(replies) == 5 and sorted(by_id) == [7, 8, 9]
@@ -69,7 +78,9 @@ def test_bad_lines_get_error_replies_and_the_server_keeps_serving(engine_client:
     assert by_id[9]["ok"]["peer_id"].startswith("12D3KooW")  # type: ignore[index]
 
 
-def test_oversized_line_closes_only_that_connection(engine_client: Engine, node_home: Paths) -> None:
+def test_oversized_line_closes_only_that_connection(
+    engine_client: Engine, node_home: Paths
+) -> None:
     assert _raw(node_home, b"x" * (MAX_LINE + 10)) == []
     assert engine_client.call_blocking(api.GetPeerSelf()).peer_id
     client = ControlClient(node_home.control_socket)

@@ -21,7 +21,10 @@ from tests.conftest import REPO, TEST_ADDRESS, run_cli
 def daemon(node_home: Paths) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "nunet_tui", "--home", str(node_home.home), "daemon"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 20
     while not node_home.control_socket.exists():
@@ -39,13 +42,20 @@ def daemon(node_home: Paths) -> Iterator[subprocess.Popen[str]]:
 def test_commands_attach_to_the_daemon(daemon: subprocess.Popen[str], node_home: Paths) -> None:
     info = json.loads(run_cli("--attach", "info", "--json", home=node_home).stdout)
     assert info["daemon"] is True
-    assert run_cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home).returncode == 0
+    assert (
+        run_cli(
+            "onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home
+        ).returncode
+        == 0
+    )
     # Without --attach the command still finds the daemon rather than fighting over the home.
     info = json.loads(run_cli("info", "--json", home=node_home).stdout)
     assert info["daemon"] is True and info["onboarded"]["memory_mb"] == 8000
 
 
-def test_second_engine_is_refused_while_the_daemon_runs(daemon: subprocess.Popen[str], node_home: Paths) -> None:
+def test_second_engine_is_refused_while_the_daemon_runs(
+    daemon: subprocess.Popen[str], node_home: Paths
+) -> None:
     with pytest.raises(EngineError) as caught:
         Engine(node_home).start()
     assert caught.value.code == "home_busy"

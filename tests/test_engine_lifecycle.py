@@ -70,7 +70,7 @@ def test_onboarding_survives_restart(node_home: Paths) -> None:
 
 
 def test_second_engine_on_one_home_is_refused(engine_client: Engine, node_home: Paths) -> None:
-    with pytest.raises(EngineError, match="has .* open"):
+    with pytest.raises(EngineError, match=r"has .* open"):
         Engine(node_home).start()
     # ... and the first one is untouched.
     assert engine_client.call_blocking(api.GetPeerSelf()).peer_id

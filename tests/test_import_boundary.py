@@ -11,8 +11,9 @@ from tests.conftest import REPO
 
 def _modules_after(code: str) -> set[str]:
     probe = f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         cwd=REPO, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True
+    )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -11,8 +11,15 @@ from engine.store import SCHEMA_VERSION, Store
 
 
 def _onboarding(**changes: object) -> Onboarding:
-    base = dict(memory_mb=8000, cpu_mhz=4000, channel="nunet-test", address="addr_test1x",
-                gpus=("GPU-1",), onboarded_at=1.0, updated_at=2.0)
+    base = dict(
+        memory_mb=8000,
+        cpu_mhz=4000,
+        channel="nunet-test",
+        address="addr_test1x",
+        gpus=("GPU-1",),
+        onboarded_at=1.0,
+        updated_at=2.0,
+    )
     base.update(changes)
     return Onboarding(**base)  # type: ignore[arg-type]
 
@@ -34,7 +41,11 @@ def test_onboarding_round_trip_and_history(tmp_path: Path) -> None:
     assert got == _onboarding(state="paused", updated_at=3.0)
     store.delete_onboarding()
     assert store.get_onboarding() is None
-    assert [action for _, action, _ in store.onboarding_history()] == ["offboard", "pause", "onboard"]
+    assert [action for _, action, _ in store.onboarding_history()] == [
+        "offboard",
+        "pause",
+        "onboard",
+    ]
     store.close()
 
 

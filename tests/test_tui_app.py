@@ -24,6 +24,12 @@ from nunet_tui.widgets.meter import Meter
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
 
 SIZE = (100, 32)
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Textual runs on asyncio; the engine brings its own trio thread
 
 
 async def wait_for(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 10.0) -> None:

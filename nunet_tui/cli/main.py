@@ -24,18 +24,22 @@ Runner = Callable[[argparse.Namespace, EngineClient], Any]
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print one JSON object")
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
+    )
     parser = argparse.ArgumentParser(
         prog="nunet-tui",
         description="A decentralized compute market in one terminal program.",
         parents=[common],
     )
-    parser.add_argument("--home", metavar="DIR",
-                        help="keep config, state, logs and keys in DIR (default: per-user dirs; "
-                        "env NUNET_HOME)")
-    parser.add_argument("--attach", action="store_true",
-                        help="insist on a running daemon for this home")
+    parser.add_argument(
+        "--home",
+        metavar="DIR",
+        help="keep config, state, logs and keys in DIR (default: per-user dirs; env NUNET_HOME)",
+    )
+    parser.add_argument(
+        "--attach", action="store_true", help="insist on a running daemon for this home"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
@@ -50,13 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     onboard.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
     onboard.add_argument("-n", "--channel", default=api.DEFAULT_CHANNEL)
     onboard.add_argument("-a", "--address", required=True, help="Cardano wallet address")
-    onboard.add_argument("-l", "--local", action="store_true",
-                         help="discover peers on the local network (mDNS)")
-    onboard.add_argument("-C", "--cardano", action="store_true",
-                         help="offer to host a Cardano node (needs 10,000 MB and 6,000 MHz)")
+    onboard.add_argument(
+        "-l", "--local", action="store_true", help="discover peers on the local network (mDNS)"
+    )
+    onboard.add_argument(
+        "-C",
+        "--cardano",
+        action="store_true",
+        help="offer to host a Cardano node (needs 10,000 MB and 6,000 MHz)",
+    )
     gpu_group = onboard.add_mutually_exclusive_group()
-    gpu_group.add_argument("--gpu", action="append", metavar="UUID",
-                           help="offer only this GPU (repeatable; default: every GPU found)")
+    gpu_group.add_argument(
+        "--gpu",
+        action="append",
+        metavar="UUID",
+        help="offer only this GPU (repeatable; default: every GPU found)",
+    )
     gpu_group.add_argument("--no-gpu", action="store_true", help="offer no GPU")
 
     config = sub.add_parser("resource-config", parents=[common], help="change onboarded amounts")

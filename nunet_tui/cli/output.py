@@ -54,8 +54,11 @@ def _capacity(cap: api.Capacity) -> str:
 
 
 def _onboarding(ob: api.Onboarding) -> str:
-    flags = [name for name, on in (("local discovery", ob.local_discovery),
-                                   ("Cardano node", ob.cardano_node)) if on]
+    flags = [
+        name
+        for name, on in (("local discovery", ob.local_discovery), ("Cardano node", ob.cardano_node))
+        if on
+    ]
     return "\n".join(
         [
             f"onboarded ({ob.state}) on channel {ob.channel}",

@@ -65,5 +65,5 @@ class NodeHeader(Horizontal):
         node: NodeView | None = getattr(self.app, "node", None)
         parts: list[str | tuple[str, str]] = [(mark, style), word]
         if state == "ready" and node is not None:
-            parts.append(("  daemon" if node.info.daemon else "  embedded", "$text-muted"))
+            parts.append((" · daemon" if node.info.daemon else " · embedded", "$text-muted"))
         self.query_one("#engine", Label).update(Content.assemble(*parts))
