@@ -137,7 +137,7 @@ def _amount(
                 f"({requested:,} {MINUS} {available:,} = {fmt(excess)} too much)",
             )
         )
-    if requested < minimum:
+    if requested < minimum - 1:
         problems.append(
             FieldProblem(
                 field,

@@ -114,6 +114,13 @@ def test_exact_minimums_pass() -> None:
     assert validate(available=with_disk(CPU_ONLY.disk_mb)).ok
 
 
+def test_one_below_a_minimum_fails() -> None:
+    report = validate(memory_mb=CPU_ONLY.memory_mb - 1, cpu_mhz=CPU_ONLY.cpu_mhz - 1)
+    assert report.for_field("cpu_mhz")[0].endswith("(1 MHz short)")
+    assert report.for_field("memory_mb")[0].endswith("(1 MB short)")
+    assert validate(available=with_disk(CPU_ONLY.disk_mb - 1)).for_field("disk")
+
+
 def test_selecting_a_gpu_raises_the_floor() -> None:
     report = validate(memory_mb=6_000, cpu_mhz=2_500, gpus=(BIG_GPU,))
     assert report.for_field("cpu_mhz") == [
