@@ -25,9 +25,8 @@ def main() -> None:
     ]
     print(summary("python -c pass (baseline)", baseline))
     print(summary("nunet-tui capacity --json", samples, goal=0.5))
-    print(
-        f"ratio to bare interpreter start: {sorted(samples)[runs // 2] / sorted(baseline)[runs // 2]:.1f}x"
-    )
+    ratio = sorted(samples)[runs // 2] / sorted(baseline)[runs // 2]
+    print(f"ratio to bare interpreter start: {ratio:.1f}x")
 
 
 if __name__ == "__main__":
