@@ -137,7 +137,7 @@ def _amount(
                 f"({requested:,} {MINUS} {available:,} = {fmt(excess)} too much)",
             )
         )
-    if requested < minimum - 1:
+    if requested < minimum:
         problems.append(
             FieldProblem(
                 field,
@@ -211,4 +211,7 @@ def _channel(channel: str) -> list[FieldProblem]:
 
 def _address(address: str, channel: str) -> list[FieldProblem]:
     problem = check_address(address, network_for_channel(channel), channel=channel or None)
-    return [FieldProblem("address", f"address: {problem}")] if problem else []
+    if problem is None:
+        return []
+    # check_address speaks of "address ..." on its own; under the field label say it once.
+    return [FieldProblem("address", f"address: {problem.removeprefix('address ')}")]

@@ -42,6 +42,34 @@ MIGRATIONS: tuple[str, ...] = (
         detail TEXT NOT NULL
     );
     """,
+    """
+    CREATE TABLE peers (
+        peer_id   TEXT PRIMARY KEY,
+        channel   TEXT NOT NULL,
+        info      TEXT NOT NULL,
+        last_seen REAL NOT NULL
+    );
+    CREATE TABLE chat_requests (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        peer_id      TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        at           REAL NOT NULL,
+        state        TEXT NOT NULL CHECK (state IN ('open', 'joined', 'cleared')),
+        UNIQUE (peer_id, conversation)
+    );
+    CREATE TABLE chat_messages (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        peer_id      TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        direction    TEXT NOT NULL CHECK (direction IN ('in', 'out')),
+        seq          INTEGER,
+        text         TEXT NOT NULL,
+        at           REAL NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN ('delivered', 'queued', 'received')),
+        UNIQUE (peer_id, conversation, direction, seq)
+    );
+    CREATE INDEX chat_messages_peer ON chat_messages (peer_id, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -173,6 +201,129 @@ class Store:
             (limit,),
         ).fetchall()
         return [(r["at"], r["action"], r["detail"]) for r in rows]
+
+    # --- peers ----------------------------------------------------------------------------
+
+    def save_peer(self, peer_id: str, channel: str, info_json: str, last_seen: float) -> None:
+        self._db.execute(
+            "INSERT INTO peers (peer_id, channel, info, last_seen) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(peer_id) DO UPDATE SET channel = excluded.channel, "
+            "info = excluded.info, last_seen = excluded.last_seen",
+            (peer_id, channel, info_json, last_seen),
+        )
+
+    def peers_seen(self, channel: str | None = None) -> list[tuple[str, str, str, float]]:
+        """(peer_id, channel, info JSON, last_seen), most recent first."""
+        query = "SELECT peer_id, channel, info, last_seen FROM peers"
+        args: tuple[str, ...] = ()
+        if channel is not None:
+            query += " WHERE channel = ?"
+            args = (channel,)
+        rows = self._db.execute(query + " ORDER BY last_seen DESC", args).fetchall()
+        return [(r["peer_id"], r["channel"], r["info"], r["last_seen"]) for r in rows]
+
+    # --- chat -----------------------------------------------------------------------------
+
+    def add_chat_request(self, peer_id: str, conversation: str, at: float) -> bool:
+        """Record an incoming request; False when it was already known (a repeat)."""
+        cursor = self._db.execute(
+            "INSERT INTO chat_requests (peer_id, conversation, at, state) "
+            "VALUES (?, ?, ?, 'open') ON CONFLICT(peer_id, conversation) DO UPDATE SET "
+            "at = excluded.at, state = 'open' WHERE chat_requests.state = 'cleared'",
+            (peer_id, conversation, at),
+        )
+        return cursor.rowcount > 0
+
+    def chat_requests(self, state: str = "open") -> list[tuple[int, str, str, float]]:
+        rows = self._db.execute(
+            "SELECT id, peer_id, conversation, at FROM chat_requests WHERE state = ? "
+            "ORDER BY id",
+            (state,),
+        ).fetchall()
+        return [(r["id"], r["peer_id"], r["conversation"], r["at"]) for r in rows]
+
+    def chat_request(self, request_id: int) -> tuple[str, str, str] | None:
+        row = self._db.execute(
+            "SELECT peer_id, conversation, state FROM chat_requests WHERE id = ?", (request_id,)
+        ).fetchone()
+        return None if row is None else (row["peer_id"], row["conversation"], row["state"])
+
+    def set_chat_request_state(self, request_id: int, state: str) -> None:
+        self._db.execute("UPDATE chat_requests SET state = ? WHERE id = ?", (state, request_id))
+
+    def clear_chat_requests(self) -> int:
+        cursor = self._db.execute("UPDATE chat_requests SET state = 'cleared' WHERE state = 'open'")
+        return cursor.rowcount
+
+    def add_chat_message(
+        self,
+        peer_id: str,
+        conversation: str,
+        direction: str,
+        seq: int | None,
+        text: str,
+        at: float,
+        status: str,
+    ) -> int | None:
+        """Store one message; None when this (peer, conversation, direction, seq) is known."""
+        cursor = self._db.execute(
+            "INSERT OR IGNORE INTO chat_messages "
+            "(peer_id, conversation, direction, seq, text, at, status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (peer_id, conversation, direction, seq, text, at, status),
+        )
+        return cursor.lastrowid if cursor.rowcount else None
+
+    def mark_chat_delivered(self, message_id: int, seq: int, at: float) -> None:
+        self._db.execute(
+            "UPDATE chat_messages SET status = 'delivered', seq = ?, at = ? WHERE id = ?",
+            (seq, at, message_id),
+        )
+
+    def chat_messages(
+        self, peer_id: str, limit: int = 500
+    ) -> list[tuple[int, str, str, int | None, str, float, str]]:
+        """(id, conversation, direction, seq, text, at, status), oldest first."""
+        rows = self._db.execute(
+            "SELECT * FROM (SELECT id, conversation, direction, seq, text, at, status "
+            "FROM chat_messages WHERE peer_id = ? ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (peer_id, limit),
+        ).fetchall()
+        return [
+            (r["id"], r["conversation"], r["direction"], r["seq"], r["text"], r["at"], r["status"])
+            for r in rows
+        ]
+
+    def queued_chat(self, peer_id: str) -> list[tuple[int, str, str]]:
+        """(id, conversation, text) of messages waiting for the peer, in send order."""
+        rows = self._db.execute(
+            "SELECT id, conversation, text FROM chat_messages "
+            "WHERE peer_id = ? AND status = 'queued' ORDER BY id",
+            (peer_id,),
+        ).fetchall()
+        return [(r["id"], r["conversation"], r["text"]) for r in rows]
+
+    def peers_with_queued_chat(self) -> list[str]:
+        rows = self._db.execute(
+            "SELECT DISTINCT peer_id FROM chat_messages WHERE status = 'queued'"
+        ).fetchall()
+        return [r["peer_id"] for r in rows]
+
+    def chat_seq_floor(self, peer_id: str, conversation: str) -> int:
+        row = self._db.execute(
+            "SELECT MAX(seq) FROM chat_messages WHERE peer_id = ? AND conversation = ? "
+            "AND direction = 'out'",
+            (peer_id, conversation),
+        ).fetchone()
+        return int(row[0] or 0)
+
+    def conversations(self) -> list[tuple[str, int, float]]:
+        """(peer_id, message count, last message time), most recent first."""
+        rows = self._db.execute(
+            "SELECT peer_id, COUNT(*) AS n, MAX(at) AS last FROM chat_messages "
+            "GROUP BY peer_id ORDER BY last DESC"
+        ).fetchall()
+        return [(r["peer_id"], r["n"], r["last"]) for r in rows]
 
     def _history(self, action: str, onboarding: Onboarding | None) -> None:
         detail = (

@@ -40,7 +40,8 @@ def test_short_addresses_agree_with_the_bech32_package() -> None:
     # Under 90 characters the reference decoder works, so it cross-checks the checksum code.
     hrp, words = bech32.bech32_decode(TESTNET_ENTERPRISE)
     assert hrp == "addr_test" and words is not None
-    assert bytes(bech32.convertbits(words, 5, 8, False)) == bytes([0x60]) + PAY
+    payload = bech32.convertbits(words, 5, 8, False)
+    assert payload is not None and bytes(payload) == bytes([0x60]) + PAY
     assert bech32.bech32_encode(hrp, words) == TESTNET_ENTERPRISE
 
 

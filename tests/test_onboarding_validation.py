@@ -213,7 +213,7 @@ def test_good_channels() -> None:
 
 def test_address_is_checked_for_the_channels_network() -> None:
     assert validate(address="").for_field("address") == [
-        "address: address is required: paste your addr_test1… payment address"
+        "address: is required: paste your addr_test1… payment address"
     ]
     assert validate(address=MAINNET).for_field("address") == [
         "address: this is a mainnet address; channel nunet-test is a test channel, "
@@ -221,6 +221,9 @@ def test_address_is_checked_for_the_channels_network() -> None:
     ]
     assert validate(address=MAINNET, channel="nunet").ok
     assert validate(address=TESTNET, channel="nunet").for_field("address")
+    assert validate(address=TESTNET[:-1]).for_field("address") == [
+        "address: checksum does not match: a character is mistyped, missing or extra"
+    ]
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -72,7 +73,12 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def roots(tmp_path: Path) -> dict[str, Path]:
+class Roots(TypedDict):
+    proc_root: Path
+    dev_root: Path
+
+
+def roots(tmp_path: Path) -> Roots:
     proc, dev = tmp_path / "proc", tmp_path / "dev"
     proc.mkdir()
     dev.mkdir()
