@@ -116,6 +116,109 @@ class Validation(Record, frozen=True):
     problems: tuple[ProblemItem, ...] = ()
 
 
+# --- network data --------------------------------------------------------------------------
+
+
+class PeerGpu(Record, frozen=True):
+    vendor: str
+    model: str
+    vram_mb: int
+
+
+class PeerResources(Record, frozen=True):
+    """A provider's offer (from its signed advert) and load (from its heartbeats)."""
+
+    cpu_mhz: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    gpus: tuple[PeerGpu, ...] = ()
+    prices: dict[str, float] = msgspec.field(default_factory=dict)  # tier -> NTX per hour
+    executors: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    version: str = ""
+    free_cpu_mhz: int | None = None
+    free_memory_mb: int | None = None
+    free_gpus: int | None = None
+    free_vram_mb: int | None = None
+    running_jobs: int | None = None
+    uptime_s: float | None = None
+
+
+class Peer(Record, frozen=True):
+    peer_id: str
+    addrs: tuple[str, ...] = ()
+    relayed: bool = False
+    latency_ms: float | None = None
+    channel: str = ""
+    resources: PeerResources | None = None
+    last_seen: float = 0.0
+    last_heartbeat: float | None = None
+
+
+class PeerList(Record, frozen=True):
+    channel: str | None
+    peers: tuple[Peer, ...] = ()
+
+
+class ChatMessage(Record, frozen=True):
+    peer_id: str  # the other side of the conversation
+    sender: str = msgspec.field(name="from")
+    text: str
+    at: float
+    seq: int | None = None
+    direction: Literal["in", "out"] = "in"
+    # delivered: acknowledged by the peer; queued: waiting for the peer to come back
+    status: Literal["delivered", "queued", "received"] = "received"
+
+
+class ChatRequest(Record, frozen=True):
+    id: int
+    peer_id: str
+    at: float
+
+
+class ChatConversation(Record, frozen=True):
+    peer_id: str
+    messages: int
+    last_at: float
+
+
+class ChatOverview(Record, frozen=True):
+    requests: tuple[ChatRequest, ...] = ()
+    conversations: tuple[ChatConversation, ...] = ()
+
+
+class ChatHistoryReply(Record, frozen=True):
+    peer_id: str
+    messages: tuple[ChatMessage, ...] = ()
+
+
+class ChannelTotals(Record, frozen=True):
+    providers: int = 0
+    cpu_mhz: int = 0
+    free_cpu_mhz: int = 0
+    memory_mb: int = 0
+    free_memory_mb: int = 0
+    gpus: int = 0
+    free_gpus: int = 0
+    vram_mb: int = 0
+    free_vram_mb: int = 0
+    running_jobs: int = 0
+
+
+class NetworkStatus(Record, frozen=True):
+    """NuNet's network-status dashboard, from the heartbeats this node has heard."""
+
+    channel: str | None
+    online: bool
+    listen_addrs: tuple[str, ...] = ()
+    connected_peers: int = 0
+    totals: ChannelTotals = msgspec.field(default_factory=ChannelTotals)
+    cpu_utilisation_percent: float | None = None
+    memory_utilisation_percent: float | None = None
+    peers: tuple[Peer, ...] = ()
+
+
 # --- commands ----------------------------------------------------------------------------
 
 
@@ -184,6 +287,209 @@ class SetMode(Command, tag="set_mode", frozen=True):
     mode: Mode
 
 
+# --- GPU: live status, doctor, capabilities, ML images (issue 4) -------------------------
+# Data and commands of engine/resources/gpu/; handlers in engine/resources/gpu/commands.py.
+
+GpuVendor = Literal["nvidia", "amd", "intel"]
+
+
+class GpuProcess(Record, frozen=True):
+    pid: int
+    name: str
+    used_memory_mb: int | None = None  # None: the driver does not say (n/a)
+
+
+class GpuSnapshot(Record, frozen=True):
+    """One GPU at one moment. Every None is "n/a": the board or driver does not report it."""
+
+    index: int  # the vendor's own device number (NVML index, ROCm SMI index, DRM order)
+    vendor: GpuVendor
+    name: str
+    uuid: str
+    memory_total_mb: int | None = None
+    memory_used_mb: int | None = None
+    memory_free_mb: int | None = None
+    utilization_gpu: float | None = None  # percent of time a kernel ran
+    utilization_memory: float | None = None  # percent of time memory was read/written
+    temperature_c: float | None = None
+    temperature_limit_c: float | None = None  # slowdown threshold where the board has one
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    compute_capability: str | None = None  # NVIDIA "8.6"; tensor cores from 7.0
+    driver_version: str | None = None
+    cuda_version: str | None = None  # the highest CUDA the driver supports, "12.4"
+    rocm_version: str | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def memory_percent(self) -> float | None:
+        if not self.memory_total_mb or self.memory_used_mb is None:
+            return None
+        return 100.0 * self.memory_used_mb / self.memory_total_mb
+
+
+class GpuStatus(Record, frozen=True):
+    """One sample of every GPU; ``reason`` says why ``gpus`` is empty (None when read)."""
+
+    gpus: tuple[GpuSnapshot, ...] = ()
+    reason: str | None = None
+    at: float = 0.0
+
+
+class GpuHistory(Record, frozen=True):
+    """One GPU's recent samples, oldest first, one column per metric (sparkline-ready)."""
+
+    at: tuple[float, ...] = ()
+    utilization_gpu: tuple[float | None, ...] = ()
+    memory_percent: tuple[float | None, ...] = ()
+    temperature_c: tuple[float | None, ...] = ()
+    power_w: tuple[float | None, ...] = ()
+
+
+class GpuStatusReply(Record, frozen=True):
+    gpus: tuple[GpuSnapshot, ...] = ()
+    reason: str | None = None
+    at: float = 0.0
+    interval_s: float = 1.0  # how often the engine samples while someone watches
+    history: dict[str, GpuHistory] = msgspec.field(default_factory=dict)  # by GPU uuid
+
+
+class DoctorFinding(Record, frozen=True):
+    check: str  # vendor, driver, devices, docker, container_runtime, secure_boot, wsl
+    ok: bool
+    summary: str
+    detail: str = ""
+    fix: tuple[str, ...] = ()  # exact shell commands for Debian/Ubuntu, run in order
+
+
+class DoctorReport(Record, frozen=True):
+    vendors: tuple[GpuVendor, ...]
+    distro: str
+    findings: tuple[DoctorFinding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(finding.ok for finding in self.findings)
+
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        commands: list[str] = []
+        for finding in self.findings:
+            for command in finding.fix if not finding.ok else ():
+                if command not in commands:
+                    commands.append(command)
+        return tuple(commands)
+
+
+class GpuCapability(Record, frozen=True):
+    index: int
+    vendor: GpuVendor
+    name: str
+    compute_capability: str | None = None
+    tensor_cores: bool | None = None  # None: not known (non-NVIDIA or n/a)
+
+
+class CapabilitySet(Record, frozen=True):
+    """What ML frameworks can use, as seen from one place (the host or a container)."""
+
+    where: str
+    cuda: bool = False
+    cuda_version: str | None = None
+    rocm: bool = False
+    rocm_version: str | None = None
+    hip: bool = False
+    tensor_cores: bool = False
+    gpus: tuple[GpuCapability, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class CapabilityReport(Record, frozen=True):
+    host: CapabilitySet
+    container: CapabilitySet | None = None
+    container_reason: str | None = None  # why there is no container result
+
+
+MlImageStatus = Literal["pulled", "present", "failed"]
+
+
+class MlImageResult(Record, frozen=True):
+    key: str  # the [ml_images] name, e.g. "pytorch_nvidia"
+    image: str
+    status: MlImageStatus
+    detail: str = ""
+
+
+class MlImagesReport(Record, frozen=True):
+    results: tuple[MlImageResult, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(result.status != "failed" for result in self.results)
+
+
+class GetGpuStatus(Command, tag="gpu_status", frozen=True):
+    """The latest sample (starts the 1 Hz sampler; it stops ~30 s after the last call)."""
+
+    reply = GpuStatusReply
+    history: bool = False
+
+
+class GpuDoctor(Command, tag="gpu_doctor", frozen=True):
+    reply = DoctorReport
+
+
+class GpuCapabilities(Command, tag="gpu_capabilities", frozen=True):
+    reply = CapabilityReport
+    in_container: bool = False
+
+
+class PrepareMlImages(Command, tag="prepare_ml_images", frozen=True):
+    """Pull the framework images; progress arrives as ImagePullProgress events."""
+
+    reply = MlImagesReport
+    images: tuple[str, ...] | None = None  # [ml_images] keys or image refs; None: for this rig
+
+
+class ListPeers(Command, tag="peer_list", frozen=True):
+    reply = PeerList
+    dht: bool = False  # look the channel up in the DHT first, not only what gossip brought
+
+
+class ChatStart(Command, tag="chat_start", frozen=True):
+    reply = Done
+    peer_id: str
+
+
+class ChatList(Command, tag="chat_list", frozen=True):
+    reply = ChatOverview
+
+
+class ChatJoin(Command, tag="chat_join", frozen=True):
+    reply = Done
+    request_id: int
+
+
+class ChatClear(Command, tag="chat_clear", frozen=True):
+    reply = Done
+
+
+class ChatSend(Command, tag="chat_send", frozen=True):
+    reply = ChatMessage
+    peer_id: str
+    text: str
+    queue: bool = True  # keep it for later when the peer is unreachable (else refuse)
+
+
+class ChatHistory(Command, tag="chat_history", frozen=True):
+    reply = ChatHistoryReply
+    peer_id: str
+    limit: int = 500
+
+
+class GetNetworkStatus(Command, tag="network_status", frozen=True):
+    reply = NetworkStatus
+
+
 AnyCommand = (
     GetCapacity
     | OnboardRequest
@@ -195,6 +501,18 @@ AnyCommand = (
     | GetInfo
     | GetPeerSelf
     | SetMode
+    | GetGpuStatus
+    | GpuDoctor
+    | GpuCapabilities
+    | PrepareMlImages
+    | ListPeers
+    | ChatStart
+    | ChatList
+    | ChatJoin
+    | ChatClear
+    | ChatSend
+    | ChatHistory
+    | GetNetworkStatus
 )
 
 
@@ -217,7 +535,48 @@ class EngineStopping(Event, tag="engine_stopping", frozen=True):
     reason: str
 
 
-AnyEvent = OnboardingChanged | ModeChanged | EngineStopping
+class ImagePullProgress(Event, tag="image_pull_progress", frozen=True):
+    """GPU section: one framework image's pull (PrepareMlImages), aggregated over its layers."""
+
+    key: str
+    image: str
+    status: Literal["waiting", "pulling", "extracting", "done", "present", "failed"]
+    percent: float | None = None  # None until the registry has told the layer sizes
+    current_bytes: int = 0
+    total_bytes: int = 0
+    detail: str = ""
+
+
+class PeerChanged(Event, tag="peer_changed", frozen=True):
+    peer_id: str
+    peer: Peer | None  # None: the peer left the list
+
+
+class ChatMessageEvent(Event, tag="chat_message", frozen=True):
+    message: ChatMessage
+
+
+class ChatRequestEvent(Event, tag="chat_request", frozen=True):
+    request: ChatRequest
+
+
+class NetworkChanged(Event, tag="network_changed", frozen=True):
+    online: bool
+    channel: str | None
+    listen_addrs: tuple[str, ...] = ()
+    error: str | None = None
+
+
+AnyEvent = (
+    OnboardingChanged
+    | ModeChanged
+    | EngineStopping
+    | ImagePullProgress
+    | PeerChanged
+    | ChatMessageEvent
+    | ChatRequestEvent
+    | NetworkChanged
+)
 
 
 # --- wire helpers ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import msgspec
 import platformdirs
 
 from engine.errors import EngineError
+from engine.resources.ml_images import DEFAULT_ML_IMAGES
 
 APP_NAME = "nunet-tui"
 ENV_PREFIX = "NUNET_"
@@ -95,6 +96,8 @@ class Paths:
 
 
 class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # The channel a node that is not onboarded (a consumer) watches; onboarding sets its own.
+    channel: str = "nunet-test"
     listen: list[str] = msgspec.field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/9000"])
     bootstrap: list[str] = msgspec.field(default_factory=list)
     heartbeat_interval_s: float = 60.0
@@ -104,6 +107,10 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     slots: int = 1
     executors: list[str] = msgspec.field(default_factory=lambda: ["docker"])
+    # NTX per hour of machine time, per resource tier; advertised to consumers.
+    prices: dict[str, float] = msgspec.field(
+        default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0}
+    )
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -121,8 +128,23 @@ class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     disk_mb: int | None = None
 
 
+class MlImagesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[ml_images]: the framework images onboard-ml pulls (an empty string skips one)."""
+
+    pytorch_cpu: str = DEFAULT_ML_IMAGES["pytorch_cpu"]
+    pytorch_nvidia: str = DEFAULT_ML_IMAGES["pytorch_nvidia"]
+    pytorch_amd: str = DEFAULT_ML_IMAGES["pytorch_amd"]
+    tensorflow_cpu: str = DEFAULT_ML_IMAGES["tensorflow_cpu"]
+    tensorflow_nvidia: str = DEFAULT_ML_IMAGES["tensorflow_nvidia"]
+    tensorflow_amd: str = DEFAULT_ML_IMAGES["tensorflow_amd"]
+
+    def as_map(self) -> dict[str, str]:
+        return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
+    ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
     machine: MachineSettings = msgspec.field(default_factory=MachineSettings)
     network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
     jobs: JobSettings = msgspec.field(default_factory=JobSettings)
@@ -166,6 +188,7 @@ def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
         "network": NetworkSettings,
         "jobs": JobSettings,
         "machine": MachineSettings,
+        "ml_images": MlImagesSettings,
     }
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):

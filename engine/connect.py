@@ -17,7 +17,10 @@ from engine.facade import Engine
 from engine.homelock import HomeLock
 
 
-def open_client(paths: Paths, *, attach: bool = False, wait: float = 5.0) -> EngineClient:
+def open_client(
+    paths: Paths, *, attach: bool = False, network: bool = True, wait: float = 5.0
+) -> EngineClient:
+    """``network=False`` for one-shot commands: an embedded engine then skips libp2p."""
     paths.ensure()
     lock = HomeLock(paths.lock_file)
     if lock.try_acquire():
@@ -28,7 +31,7 @@ def open_client(paths: Paths, *, attach: bool = False, wait: float = 5.0) -> Eng
                 f"no nunet-tui daemon is running for {paths.label}; start one with "
                 f"`nunet-tui --home {paths.label} daemon` or drop --attach",
             )
-        return Engine(paths, lock=lock).start()
+        return Engine(paths, lock=lock, network=network).start()
     deadline = time.monotonic() + wait
     while True:
         try:

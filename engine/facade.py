@@ -36,9 +36,11 @@ class Engine:
         *,
         settings: Settings | None = None,
         daemon: bool = False,
+        network: bool = True,
         lock: HomeLock | None = None,
     ) -> None:
         self.paths = paths
+        self._network = network
         self._settings = settings
         self._daemon = daemon
         self._lock = lock
@@ -83,7 +85,9 @@ class Engine:
         identity = load_or_create(self.paths.identity_key)
         store = Store(self.paths.database)
         try:
-            node = Node(self.paths, settings, identity, store, daemon=self._daemon)
+            node = Node(
+                self.paths, settings, identity, store, daemon=self._daemon, network=self._network
+            )
             await node.prepare()
             node.add_sink(self._fan_out)
             async with trio.open_nursery() as nursery:

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -30,7 +30,21 @@ from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import check_readiness
 from engine.store import Store
 
+if TYPE_CHECKING:
+    from engine.network.link import NodeNetwork
+
 log = logging.getLogger("nunet.node")
+
+NETWORK_COMMANDS: tuple[type[api.Command], ...] = (
+    api.ListPeers,
+    api.ChatStart,
+    api.ChatList,
+    api.ChatJoin,
+    api.ChatClear,
+    api.ChatSend,
+    api.ChatHistory,
+    api.GetNetworkStatus,
+)
 
 EventSink = Callable[[api.Event], None]
 Handler = Callable[[Any], Awaitable[Any]]
@@ -45,7 +59,13 @@ def version() -> str:
 
 class Node:
     def __init__(
-        self, paths: Paths, settings: Settings, identity: Identity, store: Store, daemon: bool
+        self,
+        paths: Paths,
+        settings: Settings,
+        identity: Identity,
+        store: Store,
+        daemon: bool,
+        network: bool = True,
     ) -> None:
         self.paths = paths
         self.settings = settings
@@ -53,6 +73,10 @@ class Node:
         self.store = store
         self.daemon = daemon
         self.started_at = time.time()
+        self.version = version()
+        # One-shot CLI commands run without the network: it would only join to leave again.
+        self.network_enabled = network
+        self._network: NodeNetwork | None = None
         self._sinks: list[EventSink] = []
         self.machine = detect_machine(settings.machine)
         self.gpus: tuple[api.GpuInfo, ...] = ()
@@ -69,15 +93,32 @@ class Node:
             api.GetPeerSelf: self._peer_self,
             api.SetMode: self._set_mode,
         }
+        for command_type in NETWORK_COMMANDS:
+            self._handlers[command_type] = self._network_command
 
     async def prepare(self) -> None:
         """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
         self.gpus, self.gpu_reason = await trio.to_thread.run_sync(detect_gpus)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Long-running services live here; later issues start the network and jobs."""
-        task_status.started()
-        await trio.sleep_forever()
+        """Long-running services live here: the network now, jobs and payments later."""
+        async with trio.open_nursery() as nursery:
+            if self.network_enabled:
+                # Not awaited: the engine is usable (and the TUI paints) while libp2p starts.
+                nursery.start_soon(self.network().run)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def network(self) -> NodeNetwork:
+        if self._network is None:
+            # Imported here: py-libp2p costs about a second to import.
+            from engine.network.link import NodeNetwork
+
+            self._network = NodeNetwork(self)
+        return self._network
+
+    async def _network_command(self, command: api.Command) -> Any:
+        return await self.network().handlers()[type(command)](command)
 
     # --- commands and events -------------------------------------------------------------
 
@@ -212,8 +253,13 @@ class Node:
             onboarding.cpu_mhz,
             onboarding.channel,
         )
-        self.emit(api.OnboardingChanged(at=now, onboarding=onboarding))
+        self._onboarding_changed(onboarding)
         return onboarding
+
+    def _onboarding_changed(self, onboarding: api.Onboarding | None) -> None:
+        if self._network is not None:
+            self._network.onboarding_changed()
+        self.emit(api.OnboardingChanged(at=time.time(), onboarding=onboarding))
 
     def _require_onboarding(self) -> api.Onboarding:
         onboarding = self.store.get_onboarding()
@@ -246,7 +292,7 @@ class Node:
             }
         )
         self.store.save_onboarding(changed, "resource-config")
-        self.emit(api.OnboardingChanged(at=changed.updated_at, onboarding=changed))
+        self._onboarding_changed(changed)
         return changed
 
     async def _set_state(self, state: api.OnboardingState, action: str) -> api.Onboarding:
@@ -256,7 +302,7 @@ class Node:
         changed = api.Onboarding(**{**_fields(current), "state": state, "updated_at": time.time()})
         self.store.save_onboarding(changed, action)
         log.info("%s: resources %s", action, "withdrawn" if state == "paused" else "offered again")
-        self.emit(api.OnboardingChanged(at=changed.updated_at, onboarding=changed))
+        self._onboarding_changed(changed)
         return changed
 
     async def _pause(self, command: api.Pause) -> api.Onboarding:
@@ -269,7 +315,7 @@ class Node:
         self._require_onboarding()
         self.store.delete_onboarding()
         log.info("offboarded")
-        self.emit(api.OnboardingChanged(at=time.time(), onboarding=None))
+        self._onboarding_changed(None)
         return api.Done(message="offboarded: this machine no longer offers resources")
 
     # --- identity and info ---------------------------------------------------------------
@@ -287,7 +333,7 @@ class Node:
         readiness = await trio.to_thread.run_sync(check_readiness, self.gpus)
         return api.NodeInfo(
             peer_id=self.identity.peer_id,
-            version=version(),
+            version=self.version,
             home=self.paths.label,
             mode=self.mode(),
             machine=self.machine,
@@ -298,7 +344,8 @@ class Node:
         )
 
     async def _peer_self(self, command: api.GetPeerSelf) -> api.PeerSelf:
-        return api.PeerSelf(peer_id=self.identity.peer_id, addrs=())
+        addrs = self._network.listen_addrs() if self._network is not None else ()
+        return api.PeerSelf(peer_id=self.identity.peer_id, addrs=addrs)
 
 
 def _fields(record: api.Record) -> dict[str, Any]:

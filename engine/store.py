@@ -229,15 +229,14 @@ class Store:
         cursor = self._db.execute(
             "INSERT INTO chat_requests (peer_id, conversation, at, state) "
             "VALUES (?, ?, ?, 'open') ON CONFLICT(peer_id, conversation) DO UPDATE SET "
-            "at = excluded.at, state = 'open' WHERE chat_requests.state = 'cleared'",
+            "at = excluded.at, state = 'open' WHERE chat_requests.state != 'open'",
             (peer_id, conversation, at),
         )
         return cursor.rowcount > 0
 
     def chat_requests(self, state: str = "open") -> list[tuple[int, str, str, float]]:
         rows = self._db.execute(
-            "SELECT id, peer_id, conversation, at FROM chat_requests WHERE state = ? "
-            "ORDER BY id",
+            "SELECT id, peer_id, conversation, at FROM chat_requests WHERE state = ? ORDER BY id",
             (state,),
         ).fetchall()
         return [(r["id"], r["peer_id"], r["conversation"], r["at"]) for r in rows]
@@ -273,6 +272,9 @@ class Store:
             (peer_id, conversation, direction, seq, text, at, status),
         )
         return cursor.lastrowid if cursor.rowcount else None
+
+    def delete_chat_message(self, message_id: int) -> None:
+        self._db.execute("DELETE FROM chat_messages WHERE id = ?", (message_id,))
 
     def mark_chat_delivered(self, message_id: int, seq: int, at: float) -> None:
         self._db.execute(

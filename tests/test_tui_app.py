@@ -48,6 +48,15 @@ async def wait_for_screen(pilot: Pilot[Any], kind: type) -> Any:
     return pilot.app.screen
 
 
+async def settle(pilot: Pilot[Any], *groups: str) -> None:
+    """Wait for the workers of ``groups`` (not the ones waiting on a screen to close)."""
+    groups = groups or ("validate", "submit", "refresh")
+    await pilot.app.workers.wait_for_complete(
+        [worker for worker in pilot.app.workers if worker.group in groups]
+    )
+    await pilot.pause()
+
+
 def text_of(screen: Any, selector: str) -> str:
     return str(screen.query_one(selector, Static).render())
 
@@ -96,7 +105,7 @@ async def test_onboard_entirely_from_the_keyboard(engine_client: Engine) -> None
         form = await wait_for_screen(pilot, OnboardingScreen)
         assert form.focused is not None and form.focused.id == "memory_mb"
         await pilot.press(*"8000", "tab", *"3000", "tab", "tab", *TEST_ADDRESS)
-        await app.workers.wait_for_complete()
+        await settle(pilot)
         await pilot.press("enter")
         dashboard = await wait_for_screen(pilot, ProviderDashboard)
         await wait_for(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
@@ -120,7 +129,7 @@ async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
         await pilot.press("o")
         form = await wait_for_screen(pilot, OnboardingScreen)
         # Nothing touched yet: no shouting.
-        await app.workers.wait_for_complete()
+        await settle(pilot)
         assert not form.query_one("#memory_mb-problems").has_class("-shown")
 
         await pilot.press(*"99999")
@@ -140,8 +149,7 @@ async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
 
         # Submitting with problems left keeps the form open and onboards nothing.
         await pilot.press("ctrl+s")
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await settle(pilot)
         assert isinstance(app.screen, OnboardingScreen)
         assert form.query_one("#cpu_mhz-problems").has_class("-shown")
         assert provider_engine.call_blocking(GetInfo()).onboarded is None

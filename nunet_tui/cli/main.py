@@ -87,6 +87,36 @@ def build_parser() -> argparse.ArgumentParser:
     peer = sub.add_parser("peer", help="peers")
     peer_sub = peer.add_subparsers(dest="peer_command", metavar="PEER_COMMAND", required=True)
     peer_sub.add_parser("self", parents=[common], help="this node's peer id and addresses")
+    peer_list = peer_sub.add_parser("list", parents=[common], help="peers seen on the channel")
+    peer_list.add_argument("--dht", action="store_true", help="look the channel up in the DHT")
+
+    chat = sub.add_parser("chat", help="chat with peers")
+    chat_sub = chat.add_subparsers(dest="chat_command", metavar="CHAT_COMMAND", required=True)
+    chat_sub.add_parser("start", parents=[common], help="send a chat request").add_argument(
+        "peer", metavar="PEER"
+    )
+    chat_sub.add_parser("list", parents=[common], help="open requests and conversations")
+    chat_sub.add_parser("join", parents=[common], help="join a chat request").add_argument(
+        "request_id", type=int, metavar="ID"
+    )
+    chat_sub.add_parser("clear", parents=[common], help="remove open chat requests")
+    send = chat_sub.add_parser("send", parents=[common], help="send a message")
+    send.add_argument("peer", metavar="PEER")
+    send.add_argument("text", metavar="TEXT")
+    send.add_argument(
+        "--no-queue",
+        action="store_true",
+        help="fail instead of queueing when the peer is unreachable",
+    )
+    history = chat_sub.add_parser("history", parents=[common], help="messages with a peer")
+    history.add_argument("peer", metavar="PEER")
+    history.add_argument("--limit", type=int, default=500)
+
+    network = sub.add_parser("network", help="the channel as a whole")
+    network_sub = network.add_subparsers(
+        dest="network_command", metavar="NETWORK_COMMAND", required=True
+    )
+    network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -134,6 +164,16 @@ RUNNERS: dict[str, Runner] = {
     "offboard": lambda a, c: c.call_blocking(api.Offboard()),
     "info": lambda a, c: c.call_blocking(api.GetInfo()),
     "peer self": lambda a, c: c.call_blocking(api.GetPeerSelf()),
+    "peer list": lambda a, c: c.call_blocking(api.ListPeers(dht=a.dht), timeout=20),
+    "chat start": lambda a, c: c.call_blocking(api.ChatStart(peer_id=a.peer)),
+    "chat list": lambda a, c: c.call_blocking(api.ChatList()),
+    "chat join": lambda a, c: c.call_blocking(api.ChatJoin(request_id=a.request_id)),
+    "chat clear": lambda a, c: c.call_blocking(api.ChatClear()),
+    "chat send": lambda a, c: c.call_blocking(
+        api.ChatSend(peer_id=a.peer, text=a.text, queue=not a.no_queue)
+    ),
+    "chat history": lambda a, c: c.call_blocking(api.ChatHistory(peer_id=a.peer, limit=a.limit)),
+    "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
     "mode": _mode,
 }
 
@@ -150,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_daemon(paths)
             return 0
-        key = f"peer {args.peer_command}" if args.command == "peer" else args.command
+        sub_command = getattr(args, f"{args.command.replace('-', '_')}_command", None)
+        key = f"{args.command} {sub_command}" if sub_command else args.command
         return _run_command(RUNNERS[key], args, paths, key)
     except EngineError as exc:
         print(f"nunet-tui: error: {exc.message}", file=sys.stderr)
@@ -165,7 +206,7 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
     from engine.logsetup import configure
 
     configure(paths, load_settings(paths).log_level)
-    client = open_client(paths, attach=args.attach)
+    client = open_client(paths, attach=args.attach, network=False)
     try:
         result = runner(args, client)
     finally:

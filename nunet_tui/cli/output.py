@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from engine import api
@@ -20,7 +21,35 @@ def _check(check: api.Check) -> str:
     return f"{'ok  ' if check.ok else 'MISSING'} {check.detail}"
 
 
+def literal(text: str) -> str:
+    """Peer text for a terminal: control characters (escape sequences) shown, not obeyed."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )
+
+
+def _ago(at: float) -> str:
+    seconds = max(0.0, time.time() - at)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+
+
 def to_text(key: str, result: Any) -> str:
+    if isinstance(result, api.PeerList):
+        return _peers(result)
+    if isinstance(result, api.ChatOverview):
+        return _chat_overview(result)
+    if isinstance(result, api.ChatHistoryReply):
+        return _chat_history(result)
+    if isinstance(result, api.ChatMessage):
+        if result.status == "queued":
+            return "queued: the peer is not reachable now; it is delivered when both are online"
+        return f"delivered (#{result.seq})"
+    if isinstance(result, api.NetworkStatus):
+        return _network(result)
     if isinstance(result, api.Capacity):
         return _capacity(result)
     if isinstance(result, api.Onboarding):
@@ -92,3 +121,71 @@ def _info(info: api.NodeInfo) -> str:
         f"  GPU runtime  {_check(info.readiness.gpu_runtime)}",
     ]
     return "\n".join(lines)
+
+
+def _peers(result: api.PeerList) -> str:
+    if not result.peers:
+        return f"no peers seen on channel {result.channel or '-'} yet"
+    lines = [f"{len(result.peers)} peer(s) on channel {result.channel}"]
+    for peer in result.peers:
+        res = peer.resources
+        offer = "no advert yet"
+        if res is not None:
+            gpus = ", ".join(f"{g.model} {g.vram_mb:,} MB" for g in res.gpus) or "no GPU"
+            offer = f"{res.cpu_mhz:,} MHz, {res.memory_mb:,} MB, {gpus}"
+            if res.free_cpu_mhz is not None:
+                offer += f" (free {res.free_cpu_mhz:,} MHz, {res.free_memory_mb or 0:,} MB)"
+        latency = f"{peer.latency_ms:.1f} ms" if peer.latency_ms is not None else "- ms"
+        lines.append(
+            f"  {literal(peer.peer_id)}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}"
+        )
+        for addr in peer.addrs[:2]:
+            lines.append(f"      {literal(addr)}")
+    return "\n".join(lines)
+
+
+def _chat_overview(result: api.ChatOverview) -> str:
+    lines = ["chat requests" if result.requests else "no open chat requests"]
+    for request in result.requests:
+        lines.append(
+            f"  [{request.id}] from {literal(request.peer_id)}  {_ago(request.at)}"
+            f"  (nunet-tui chat join {request.id})"
+        )
+    if result.conversations:
+        lines.append("conversations")
+        for conv in result.conversations:
+            lines.append(
+                f"  {literal(conv.peer_id)}  {conv.messages} message(s), last {_ago(conv.last_at)}"
+            )
+    return "\n".join(lines)
+
+
+def _chat_history(result: api.ChatHistoryReply) -> str:
+    if not result.messages:
+        return f"no messages with {literal(result.peer_id)}"
+    lines = []
+    for message in result.messages:
+        who = "me" if message.direction == "out" else "peer"
+        stamp = time.strftime("%H:%M:%S", time.localtime(message.at))
+        queued = "  (queued)" if message.status == "queued" else ""
+        lines.append(f"{stamp} {who:>4}: {literal(message.text)}{queued}")
+    return "\n".join(lines)
+
+
+def _network(status: api.NetworkStatus) -> str:
+    if not status.online:
+        return f"network offline (channel {status.channel}); start the daemon or the TUI"
+    t = status.totals
+    cpu = status.cpu_utilisation_percent
+    return "\n".join(
+        [
+            f"channel {status.channel}: {t.providers} provider(s), "
+            f"{status.connected_peers} connected peer(s)",
+            f"  cpu     {t.free_cpu_mhz:,} of {t.cpu_mhz:,} MHz free"
+            + (f" ({cpu:.0f}% used)" if cpu is not None else ""),
+            f"  memory  {t.free_memory_mb:,} of {t.memory_mb:,} MB free",
+            f"  gpus    {t.free_gpus} of {t.gpus} free, "
+            f"{t.free_vram_mb:,} of {t.vram_mb:,} MB VRAM",
+            f"  jobs    {t.running_jobs} running",
+        ]
+    )

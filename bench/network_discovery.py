@@ -1,0 +1,54 @@
+"""Time for a newly started node to list all N providers after connecting to a bootstrap peer.
+
+Real processes on 127.0.0.1 (python -m engine.network.standalone). Prints the figures.
+Usage: python bench/network_discovery.py [N] [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.test_network_support import Node, start_nodes
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    boot = Node("--heartbeat", "1").ready()
+    providers = start_nodes(count - 1, boot, "--heartbeat", "1")
+    everyone = {boot.peer_id} | {p.peer_id for p in providers}
+    boot.wait_peers(everyone - {boot.peer_id}, timeout=60)
+    figures = []
+    try:
+        for _ in range(rounds):
+            newcomer = Node("--bootstrap", boot.addrs[0], "--heartbeat", "1", "--consumer")
+            newcomer.ready()
+            listening = newcomer.wait_for(lambda e: e["event"] == "listening")["t"]
+            arrivals: dict[str, float] = {}
+
+            def new_listing(e: dict[str, object], seen: dict[str, float] = arrivals) -> bool:
+                return e["event"] == "peer" and bool(e["advert"]) and e["peer_id"] not in seen
+
+            while set(arrivals) != everyone:
+                event = newcomer.wait_for(new_listing, timeout=60)
+                arrivals[event["peer_id"]] = event["t"] - listening
+            figures.append(max(arrivals.values()))
+            print("arrivals (s):", " ".join(f"{t:.2f}" for t in sorted(arrivals.values())))
+            newcomer.stop()
+    finally:
+        for node in [boot, *providers]:
+            node.stop()
+    print(f"providers: {count}; rounds: {rounds}")
+    print("time from listening to listing all (s): " + ", ".join(f"{f:.3f}" for f in figures))
+    print(f"median {statistics.median(figures):.3f} s (goal < 2 s)")
+
+
+if __name__ == "__main__":
+    started = time.time()
+    main()
+    print(f"bench wall time {time.time() - started:.1f} s")

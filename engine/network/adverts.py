@@ -1,0 +1,90 @@
+"""Signed resource adverts: DHT keys, the record validator, and building an advert.
+
+Each provider's advert lives under its own key inside its channel's namespace,
+``/nunet-adv/<channel digest>/<peer id>``; the channel key (a provider record) lists who
+advertises there. The validator accepts only a record signed by the peer its key names, on
+the channel its key names, and ``select`` keeps the highest sequence number.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from libp2p.records.validator import Validator
+
+from engine.network import wire
+from engine.network.wire import Advert
+
+log = logging.getLogger("nunet.network.adverts")
+
+NAMESPACE = "nunet-adv"
+DEFAULT_TTL_S = 3600.0
+
+
+def advert_key(channel: str, peer_id: str) -> str:
+    return f"/{NAMESPACE}/{wire.channel_digest(channel)}/{peer_id}"
+
+
+def provider_key(channel: str) -> str:
+    """Hex of a 32-byte digest: KadDHT uses the raw bytes as the provider key."""
+    return wire.channel_digest("providers/" + channel)
+
+
+def verify_advert(data: bytes) -> Advert:
+    return wire.open_envelope(data, "advert", Advert)
+
+
+class AdvertValidator(Validator):  # libp2p's base class; untyped to mypy
+    """DHT record validator for the ``nunet-adv`` namespace."""
+
+    def validate(self, key: str, value: bytes) -> None:
+        parts = key.split("/")
+        if len(parts) != 4 or parts[1] != NAMESPACE:
+            raise wire.Malformed(f"not an advert key: {key[:80]!r}")
+        advert = verify_advert(value)
+        if advert.peer_id != parts[3]:
+            raise wire.BadSignature("advert stored under another peer's key")
+        if wire.channel_digest(advert.channel) != parts[2]:
+            raise wire.BadSignature("advert stored under another channel's key")
+
+    def select(self, key: str, values: list[bytes]) -> int:
+        best, best_rank = 0, (-1, -1.0)
+        for index, value in enumerate(values):
+            try:
+                advert = verify_advert(value)
+            except wire.WireError:
+                continue  # an invalid value never wins
+            rank = (advert.seq, advert.at)
+            if rank > best_rank:
+                best, best_rank = index, rank
+        return best
+
+
+def stamp(
+    advert: Advert, *, peer_id: str, channel: str, seq: int, addrs: tuple[str, ...], ttl_s: float
+) -> Advert:
+    """Fill in what the network layer owns: identity, channel, sequence, time, expiry."""
+    now = time.time()
+    return Advert(
+        peer_id=peer_id,
+        channel=channel,
+        cpu_mhz=advert.cpu_mhz,
+        ram_mb=advert.ram_mb,
+        disk_mb=advert.disk_mb,
+        gpus=advert.gpus,
+        prices=dict(advert.prices),
+        executors=advert.executors,
+        frameworks=advert.frameworks,
+        version=advert.version,
+        addrs=addrs,
+        seq=seq,
+        at=now,
+        expires_at=now + ttl_s,
+        withdrawn=advert.withdrawn,
+    )
+
+
+def tombstone(*, peer_id: str, channel: str, seq: int) -> Advert:
+    now = time.time()
+    return Advert(peer_id=peer_id, channel=channel, seq=seq, at=now, expires_at=now, withdrawn=True)

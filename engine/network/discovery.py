@@ -1,0 +1,358 @@
+"""Finding providers on our channel: signed adverts gossiped on the channel topic and kept in
+the Kademlia DHT.
+
+Gossip is the fast path (milliseconds); the DHT is the memory of the network, read at start
+and periodically, because a newcomer has missed earlier gossip. DHT writes run in their own
+task with a deadline: the notes measured ``put_value`` blocking ~20 s per vanished peer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import base58
+import multiaddr
+import trio
+from libp2p.custom_types import TProtocol
+from libp2p.peer.peerinfo import info_from_p2p_addr
+
+from engine.identity import Identity
+from engine.network import adverts, wire
+from engine.network.host import connect, is_connected, peer_id_of
+from engine.network.peers import PeerTable
+from engine.network.ratelimit import PeerRateLimiter
+
+log = logging.getLogger("nunet.network.discovery")
+
+DHT_PUT_TIMEOUT_S = 5.0
+DHT_LOOKUP_INTERVAL_S = 10.0
+# Adverts change rarely: a handful per peer and second is already a flood.
+ADVERT_RATE_PER_S = 2.0
+ADVERT_BURST = 10.0
+MAX_CHANNEL_CONNECTIONS = 64
+EXCHANGE_PROTOCOL = TProtocol("/nunet/adverts/1.0.0")
+EXCHANGE_MAX_ADVERTS = 256
+EXCHANGE_TIMEOUT_S = 5.0
+
+
+def topic_name(channel: str, kind: str) -> str:
+    return f"/nunet/{wire.channel_digest(channel)}/{kind}"
+
+
+def envelope_validator(
+    kind: wire.Kind,
+    schema: Any,
+    channel: str,
+    limiter: PeerRateLimiter,
+) -> Callable[[Any, Any], bool]:
+    """A gossipsub topic validator: signed by the origin, on our channel, not flooding.
+
+    Rejected messages are not forwarded, so a flooding or forging peer only hurts itself.
+    """
+
+    def validate(forwarder: Any, msg: Any) -> bool:
+        origin = base58.b58encode(msg.from_id).decode()
+        if not limiter.allow(origin):
+            log.debug("%s: %s over its rate limit; dropped", kind, origin)
+            return False
+        try:
+            message = wire.open_envelope(msg.data, kind, schema)
+        except wire.WireError as exc:
+            log.warning("%s from %s rejected: %s", kind, origin, exc)
+            return False
+        return bool(message.peer_id == origin and message.channel == channel)
+
+    return validate
+
+
+def add_peer_addrs(host: Any, peer_id: str, addrs: tuple[str, ...]) -> None:
+    """Teach the peerstore a peer's advertised addresses, so chat and ping can dial it."""
+    good = []
+    for addr in addrs[:8]:
+        try:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+        except Exception:
+            continue
+        if str(info.peer_id) == peer_id:
+            good.extend(info.addrs)
+    if good:
+        host.get_peerstore().add_addrs(peer_id_of(peer_id), good, 3600)
+
+
+class Discovery:
+    def __init__(
+        self,
+        *,
+        host: Any,
+        pubsub: Any,
+        dht: Any,
+        identity: Identity,
+        channel: str,
+        table: PeerTable,
+        advert_provider: Callable[[], wire.Advert | None],
+        refresh_s: float,
+        ttl_s: float,
+    ) -> None:
+        self.host = host
+        self.pubsub = pubsub
+        self.dht = dht
+        self.identity = identity
+        self.channel = channel
+        self.table = table
+        self.advert_provider = advert_provider
+        self.refresh_s = refresh_s
+        self.ttl_s = ttl_s
+        self.topic = topic_name(channel, "adverts")
+        self._seq = 0
+        self._published: wire.Advert | None = None  # what peers currently believe of us
+        self._wake = trio.Event()
+        self._dht_pending: bytes | None = None
+        self._dht_wake = trio.Event()
+        self._lookup_now = trio.Event()
+        self._limiter = PeerRateLimiter(ADVERT_RATE_PER_S, ADVERT_BURST)
+        self.rejected = 0
+        # The signed bytes of every advert we listed (and ours): handed out on exchange, so a
+        # newcomer verifies each signature itself and need not trust whoever relays them.
+        self._sealed: dict[str, bytes] = {}
+        self._exchange_limiter = PeerRateLimiter(1.0, 5.0)
+        self._nursery: trio.Nursery | None = None
+        self._connecting: set[str] = set()
+        host.set_stream_handler(EXCHANGE_PROTOCOL, self._serve_exchange)
+
+    @property
+    def published(self) -> wire.Advert | None:
+        return self._published
+
+    def republish(self) -> None:
+        self._wake.set()
+
+    def lookup_soon(self) -> None:
+        self._lookup_now.set()
+
+    async def run(self) -> None:
+        self.pubsub.set_topic_validator(
+            self.topic,
+            envelope_validator("advert", wire.Advert, self.channel, self._limiter),
+            False,
+        )
+        subscription = await self.pubsub.subscribe(self.topic)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._receive, subscription)
+            nursery.start_soon(self._publish_loop)
+            nursery.start_soon(self._dht_put_loop)
+            nursery.start_soon(self._lookup_loop)
+            nursery.start_soon(self._watch_subscribers)
+
+    # --- our advert ----------------------------------------------------------------------
+
+    def _next_seq(self) -> int:
+        # Milliseconds since the epoch: monotonic across restarts without persisting it.
+        self._seq = max(self._seq + 1, int(time.time() * 1000))
+        return self._seq
+
+    def _current(self) -> wire.Advert | None:
+        try:
+            wanted = self.advert_provider()
+        except Exception:
+            log.exception("the advert provider failed; advertising nothing this round")
+            return None
+        me = self.identity.peer_id
+        if wanted is None:
+            if self._published is None or self._published.withdrawn:
+                return None
+            return adverts.tombstone(peer_id=me, channel=self.channel, seq=self._next_seq())
+        addrs = tuple(str(a) for a in self.host.get_addrs())
+        return adverts.stamp(
+            wanted,
+            peer_id=me,
+            channel=self.channel,
+            seq=self._next_seq(),
+            addrs=addrs,
+            ttl_s=self.ttl_s,
+        )
+
+    async def _publish_loop(self) -> None:
+        while True:
+            advert = self._current()
+            if advert is not None:
+                sealed = wire.seal(self.identity, "advert", advert)
+                try:
+                    await self.pubsub.publish(self.topic, sealed)
+                except Exception as exc:
+                    log.info("advert gossip failed: %s", exc)
+                self._published = advert
+                self._sealed[self.identity.peer_id] = sealed
+                self._dht_pending = sealed
+                self._dht_wake.set()
+            with trio.move_on_after(self.refresh_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _dht_put_loop(self) -> None:
+        key = adverts.advert_key(self.channel, self.identity.peer_id)
+        while True:
+            await self._dht_wake.wait()
+            self._dht_wake = trio.Event()
+            sealed, self._dht_pending = self._dht_pending, None
+            if sealed is None:
+                continue
+            with trio.move_on_after(DHT_PUT_TIMEOUT_S):
+                try:
+                    await self.dht.put_value(key, sealed)
+                    if not self._published or not self._published.withdrawn:
+                        await self.dht.provide(adverts.provider_key(self.channel))
+                except Exception as exc:
+                    log.info("advert DHT put failed: %s", exc)
+
+    async def _watch_subscribers(self) -> None:
+        """A peer newly subscribed to our channel missed our advert: gossip it again soon."""
+        known: set[Any] = set()
+        while True:
+            await trio.sleep(0.25)
+            current = set(self.pubsub.peer_topics.get(self.topic, ()))
+            if current - known and self._published is not None:
+                await trio.sleep(random.uniform(0.0, 0.2))  # spread the answers out
+                self.republish()
+            known = current
+
+    # --- others' adverts -----------------------------------------------------------------
+
+    async def _receive(self, subscription: Any) -> None:
+        while True:
+            msg = await subscription.get()
+            try:
+                advert = adverts.verify_advert(msg.data)
+            except wire.WireError:
+                self.rejected += 1
+                continue
+            await self._accept(advert, msg.data)
+
+    async def _accept(self, advert: wire.Advert, sealed: bytes) -> None:
+        if advert.peer_id == self.identity.peer_id or advert.channel != self.channel:
+            return
+        if self.table.on_advert(advert):
+            self._sealed[advert.peer_id] = sealed
+            add_peer_addrs(self.host, advert.peer_id, advert.addrs)
+            if self._nursery is not None and advert.peer_id not in self._connecting:
+                # In the background: one slow dial must not hold up the next advert.
+                self._connecting.add(advert.peer_id)
+                self._nursery.start_soon(self._connect, advert.peer_id)
+        elif advert.peer_id not in self.table:
+            self._sealed.pop(advert.peer_id, None)
+
+    # --- peer exchange: a newcomer asks its first peer for the channel's adverts ----------
+
+    async def exchange(self, peer: Any) -> int:
+        """Fetch and verify the adverts ``peer`` holds on our channel; returns how many."""
+        stream = None
+        received = 0
+        try:
+            with trio.fail_after(EXCHANGE_TIMEOUT_S):
+                stream = await self.host.new_stream(peer, [EXCHANGE_PROTOCOL])
+                query = wire.AdvertQuery(channel_digest=wire.channel_digest(self.channel))
+                await wire.write_frame(stream, wire.encode_query(query), wire.MAX_QUERY_BYTES)
+                limit = wire.MAX_ADVERT_BYTES + 512
+                while received < EXCHANGE_MAX_ADVERTS:
+                    data = await wire.read_frame(stream, limit)
+                    if data is None:
+                        break
+                    received += 1
+                    try:
+                        advert = adverts.verify_advert(data)
+                    except wire.WireError:
+                        self.rejected += 1
+                        continue
+                    await self._accept(advert, data)
+        except (Exception, trio.TooSlowError) as exc:
+            log.info("advert exchange with %s failed: %r", peer, exc)
+        finally:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+        return received
+
+    async def _serve_exchange(self, stream: Any) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        try:
+            if not self._exchange_limiter.allow(peer):
+                await stream.reset()
+                return
+            with trio.fail_after(EXCHANGE_TIMEOUT_S):
+                data = await wire.read_frame(stream, wire.MAX_QUERY_BYTES)
+                if data is None:
+                    return
+                query = wire.decode_query(data)
+                if query.channel_digest == wire.channel_digest(self.channel):
+                    for peer_id, sealed in list(self._sealed.items())[:EXCHANGE_MAX_ADVERTS]:
+                        if peer_id == self.identity.peer_id or peer_id in self.table:
+                            await wire.write_frame(stream, sealed, len(sealed))
+                await stream.close()
+        except (Exception, trio.TooSlowError) as exc:
+            log.info("advert exchange from %s refused: %s", peer, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+
+    async def _connect(self, peer_id: str) -> None:
+        """Channel members connect directly: gossip, ping and chat then skip the bootstrap."""
+        pid = peer_id_of(peer_id)
+        if is_connected(self.host, pid) or len(self.host.get_connected_peers()) > (
+            MAX_CHANNEL_CONNECTIONS
+        ):
+            self._connecting.discard(peer_id)
+            return
+        info = self.host.get_peerstore().peer_info(pid)
+        try:
+            await connect(self.host, info)
+        except (Exception, trio.TooSlowError) as exc:
+            log.info("could not connect to %s: %s", peer_id, exc)
+        finally:
+            self._connecting.discard(peer_id)
+
+    async def _lookup_loop(self) -> None:
+        while True:
+            with trio.move_on_after(DHT_LOOKUP_INTERVAL_S):
+                await self._lookup_now.wait()
+            self._lookup_now = trio.Event()
+            with trio.move_on_after(DHT_LOOKUP_INTERVAL_S):
+                await self.lookup()
+
+    async def lookup(self) -> int:
+        """Read the channel's adverts from the DHT; returns how many were new."""
+        try:
+            providers = await self.dht.find_providers(adverts.provider_key(self.channel))
+        except Exception as exc:
+            log.info("provider lookup failed: %s", exc)
+            return 0
+        ids = {str(p.peer_id) for p in providers} - {self.identity.peer_id}
+        for info in providers:
+            if info.addrs:
+                self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, 3600)
+        found = 0
+
+        async def fetch(peer_id: str) -> None:
+            nonlocal found
+            try:
+                value = await self.dht.get_value(adverts.advert_key(self.channel, peer_id))
+            except Exception:
+                return
+            if value is None:
+                return
+            try:
+                advert = adverts.verify_advert(value)
+            except wire.WireError:
+                self.rejected += 1
+                return
+            if advert.peer_id == peer_id and peer_id not in self.table:
+                found += 1
+            await self._accept(advert, value)
+
+        async with trio.open_nursery() as nursery:
+            for peer_id in sorted(ids):
+                nursery.start_soon(fetch, peer_id)
+        return found

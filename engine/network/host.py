@@ -1,0 +1,135 @@
+"""The libp2p host: our identity, TCP + Noise + yamux only, bootstrap with backoff.
+
+Choices come from PLATFORM-NOTES: one connection per peer (otherwise every dial waits a fixed
+250 ms), Noise as the only security transport (py-libp2p offers plaintext and secio by
+default), yamux only (no mplex fallback), and ``close()`` before cancelling so peers see us go.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.serialization import deserialize_private_key
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.config import ConnectionConfig
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+from engine.identity import Identity
+
+log = logging.getLogger("nunet.network.host")
+
+BOOTSTRAP_MIN_BACKOFF_S = 0.5
+BOOTSTRAP_MAX_BACKOFF_S = 30.0
+DIAL_TIMEOUT_S = 5.0
+
+
+def key_pair_of(identity: Identity) -> KeyPair:
+    private = deserialize_private_key(identity.private_key_protobuf)
+    return KeyPair(private, private.get_public_key())
+
+
+def build_host(identity: Identity, listen: Sequence[str]) -> Any:
+    """A BasicHost with our key; nothing listens until ``host.run(listen_addrs)``."""
+    key_pair = key_pair_of(identity)
+    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    return new_host(
+        key_pair=key_pair,
+        sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
+        muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
+        listen_addrs=[multiaddr.Multiaddr(addr) for addr in listen],
+        connection_config=ConnectionConfig(
+            max_connections_per_peer=1,
+            dial_timeout=DIAL_TIMEOUT_S,
+        ),
+        # mDNS is handled (or not) by discovery.py, never by the host's own flag: the host's
+        # version multicasts on every interface.
+        enable_mDNS=False,
+    )
+
+
+def listen_multiaddrs(listen: Sequence[str]) -> list[multiaddr.Multiaddr]:
+    return [multiaddr.Multiaddr(addr) for addr in listen]
+
+
+def our_addrs(host: Any) -> list[str]:
+    """Listen addresses with /p2p/<peer id>, as peers should dial them."""
+    return [str(addr) for addr in host.get_addrs()]
+
+
+def parse_peer_addr(addr: str) -> PeerInfo:
+    """``/ip4/.../tcp/N/p2p/12D3...`` -> PeerInfo; ValueError with a clear message otherwise."""
+    try:
+        return info_from_p2p_addr(multiaddr.Multiaddr(addr))
+    except Exception as exc:
+        raise ValueError(f"{addr!r} is not a peer address (…/p2p/<peer id>): {exc}") from exc
+
+
+def peer_id_of(text: str) -> ID:
+    try:
+        return ID.from_base58(text)
+    except Exception as exc:
+        raise ValueError(f"{text[:80]!r} is not a peer id") from exc
+
+
+async def connect(host: Any, info: PeerInfo, timeout: float = DIAL_TIMEOUT_S) -> None:
+    with trio.fail_after(timeout):
+        await host.connect(info)
+
+
+def is_connected(host: Any, peer_id: ID) -> bool:
+    return bool(host.get_network().connections.get(peer_id))
+
+
+async def keep_bootstrapped(host: Any, addrs: Sequence[str], on_connected: Any = None) -> None:
+    """Stay connected to every bootstrap peer; redial with jittered exponential backoff.
+
+    A bootstrap peer that vanishes is simply redialled later; nothing here ever raises, so a
+    bad entry in the config never takes the node down.
+    """
+    infos: list[PeerInfo] = []
+    for addr in addrs:
+        try:
+            info = parse_peer_addr(addr)
+        except ValueError as exc:
+            log.warning("ignoring bootstrap entry: %s", exc)
+            continue
+        if info.peer_id != host.get_id():
+            infos.append(info)
+    if not infos:
+        return
+    async with trio.open_nursery() as nursery:
+        for info in infos:
+            nursery.start_soon(_keep_one, host, info, on_connected)
+
+
+async def _keep_one(host: Any, info: PeerInfo, on_connected: Any) -> None:
+    backoff = BOOTSTRAP_MIN_BACKOFF_S
+    while True:
+        if not is_connected(host, info.peer_id):
+            try:
+                await connect(host, info)
+            except (Exception, trio.TooSlowError) as exc:
+                log.info(
+                    "bootstrap %s unreachable (%s); retry in %.1fs", info.peer_id, exc, backoff
+                )
+                await trio.sleep(backoff * random.uniform(0.8, 1.2))
+                backoff = min(backoff * 2, BOOTSTRAP_MAX_BACKOFF_S)
+                continue
+            log.info("connected to bootstrap peer %s", info.peer_id)
+            backoff = BOOTSTRAP_MIN_BACKOFF_S
+            if on_connected is not None:
+                await on_connected(info.peer_id)
+        await trio.sleep(1.0)

@@ -1,0 +1,466 @@
+"""The node's side of the network: what to advertise, what to keep, what to tell the UI.
+
+``NodeNetwork`` runs a ``NetworkService`` for the node's channel (the onboarding's, or the
+configured one for a consumer), restarts it when the channel changes, keeps running when the
+listen port is taken (it says so and retries), persists peers and chat to the store before
+anything is announced, and answers the peer, chat and network-status commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from engine import api
+from engine.errors import EngineError
+from engine.network import wire
+from engine.network.chat import (
+    ChatFailure,
+    MessageTooLarge,
+    PeerUnreachable,
+    check_text,
+    direct_conversation,
+)
+from engine.network.heartbeat import HeartbeatFigures
+from engine.network.host import peer_id_of
+from engine.network.peers import PeerInfo
+from engine.network.service import NetworkService
+
+if TYPE_CHECKING:
+    from engine.node import Node
+
+log = logging.getLogger("nunet.network.link")
+
+FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
+RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+QUEUE_RETRY_S = 2.0
+
+
+class NodeNetwork:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.service: NetworkService | None = None
+        self._scope: trio.CancelScope | None = None
+        self._running_channel: str | None = None
+        self._wake_queue = trio.Event()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def channel(self) -> str:
+        onboarding = self.node.store.get_onboarding()
+        return onboarding.channel if onboarding else self.node.settings.network.channel
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep a service up for the current channel; never lets a network failure out."""
+        task_status.started()
+        failures = 0
+        while True:
+            channel = self.channel()
+            service = NetworkService(
+                self.node.identity,
+                self.node.settings.network,
+                channel,
+                self,
+                chat_seq_floor=self.node.store.chat_seq_floor,
+            )
+            began = trio.current_time()
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                try:
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(service.run)
+                        self.service = service
+                        self._running_channel = channel
+                        failures = 0
+                        self._announce(online=True, channel=channel)
+                        nursery.start_soon(self._deliver_queued_loop)
+                        await trio.sleep_forever()
+                except Exception as exc:
+                    message = _describe(exc)
+                    log.warning("network on %s failed: %s", channel, message)
+                    self._announce(online=False, channel=channel, error=message)
+            self.service = None
+            self._running_channel = None
+            if scope.cancelled_caught:
+                continue  # restart on the new channel at once
+            if trio.current_time() - began > 60:
+                failures = 0
+            await trio.sleep(RETRY_S[min(failures, len(RETRY_S) - 1)])
+            failures += 1
+
+    def onboarding_changed(self) -> None:
+        """Called by the node after onboarding, pause, resume, resource-config, offboard."""
+        if self._scope is not None and self._running_channel not in (None, self.channel()):
+            log.info("channel changed to %s; restarting the network", self.channel())
+            self._scope.cancel()
+        elif self.service is not None:
+            self.service.republish_advert()
+
+    def _announce(self, *, online: bool, channel: str | None, error: str | None = None) -> None:
+        addrs = tuple(self.service.listen_addrs()) if online and self.service else ()
+        self.node.emit(
+            api.NetworkChanged(
+                at=time.time(), online=online, channel=channel, listen_addrs=addrs, error=error
+            )
+        )
+
+    def listen_addrs(self) -> tuple[str, ...]:
+        return tuple(self.service.listen_addrs()) if self.service else ()
+
+    def _require(self, what: str) -> NetworkService:
+        if self.service is None:
+            if not self.node.network_enabled:
+                raise EngineError(
+                    "no_network",
+                    f"{what} needs a running node: start `nunet-tui daemon` (or keep the TUI "
+                    "open) for this home, and run the command again",
+                )
+            raise EngineError(
+                "offline", f"{what}: the network is not up yet (see `nunet-tui info`); retry"
+            )
+        return self.service
+
+    # --- NetworkCallbacks (trio thread) --------------------------------------------------
+
+    def advert(self) -> wire.Advert | None:
+        onboarding = self.node.store.get_onboarding()
+        if onboarding is None or onboarding.state != "active":
+            return None
+        full = self.node.full()
+        offered = set(onboarding.gpus)
+        return wire.Advert(
+            peer_id="",
+            channel="",
+            cpu_mhz=onboarding.cpu_mhz,
+            ram_mb=onboarding.memory_mb,
+            disk_mb=full.disk_mb,
+            gpus=tuple(
+                wire.Gpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
+                for g in full.gpus
+                if g.uuid in offered
+            ),
+            prices=dict(self.node.settings.jobs.prices),
+            executors=tuple(self.node.settings.jobs.executors),
+            frameworks=FRAMEWORKS,
+            version=self.node.version,
+        )
+
+    def heartbeat(self) -> HeartbeatFigures | None:
+        onboarding = self.node.store.get_onboarding()
+        if onboarding is None or onboarding.state != "active":
+            return None
+        offered = [g for g in self.node.gpus if g.uuid in set(onboarding.gpus)]
+        vram = sum(g.vram_mb for g in offered)
+        # Nothing runs yet (the jobs issue subtracts running jobs), so all of it is free.
+        return HeartbeatFigures(
+            cpu_mhz=onboarding.cpu_mhz,
+            ram_mb=onboarding.memory_mb,
+            gpus=len(offered),
+            vram_mb=vram,
+            free_cpu_mhz=onboarding.cpu_mhz,
+            free_ram_mb=onboarding.memory_mb,
+            free_gpus=len(offered),
+            free_vram_mb=vram,
+            running_jobs=0,
+        )
+
+    def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
+        peer = to_api_peer(info) if info is not None else None
+        if peer is not None:
+            self.node.store.save_peer(
+                peer_id, peer.channel, msgspec.json.encode(peer).decode(), peer.last_seen
+            )
+            if self.node.store.peers_with_queued_chat():
+                self._wake_queue.set()
+        self.node.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
+
+    def on_chat_request(self, peer_id: str, conversation: str, at: float) -> None:
+        if self.node.store.add_chat_request(peer_id, conversation, at):
+            for request_id, pid, conv, when in self.node.store.chat_requests():
+                if pid == peer_id and conv == conversation:
+                    request = api.ChatRequest(id=request_id, peer_id=pid, at=when)
+                    self.node.emit(api.ChatRequestEvent(at=time.time(), request=request))
+
+    def on_chat_join(self, peer_id: str, conversation: str, at: float) -> None:
+        log.info("peer %s joined the chat", peer_id)
+
+    def on_message(self, peer_id: str, conversation: str, text: str, seq: int, at: float) -> None:
+        # Stored before the chat layer acknowledges: an ack means "kept on this side".
+        stored = self.node.store.add_chat_message(
+            peer_id, conversation, "in", seq, text, at, "received"
+        )
+        if stored is not None:
+            message = api.ChatMessage(
+                peer_id=peer_id, sender=peer_id, text=text, at=at, seq=seq, direction="in"
+            )
+            self.node.emit(api.ChatMessageEvent(at=time.time(), message=message))
+
+    # --- commands --------------------------------------------------------------------------
+
+    def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
+        return {
+            api.ListPeers: self._list_peers,
+            api.ChatStart: self._chat_start,
+            api.ChatList: self._chat_list,
+            api.ChatJoin: self._chat_join,
+            api.ChatClear: self._chat_clear,
+            api.ChatSend: self._chat_send,
+            api.ChatHistory: self._chat_history,
+            api.GetNetworkStatus: self._network_status,
+        }
+
+    async def _list_peers(self, command: api.ListPeers) -> api.PeerList:
+        service = self._require("peer list")
+        if command.dht and service.discovery is not None:
+            with trio.move_on_after(10):
+                await service.discovery.lookup()
+        peers = tuple(to_api_peer(info) for info in service.peers())
+        return api.PeerList(channel=service.channel, peers=peers)
+
+    async def _chat_start(self, command: api.ChatStart) -> api.Done:
+        peer_id = _check_peer_id(command.peer_id, self.node.identity.peer_id)
+        service = self._require("chat start")
+        try:
+            await service.start_chat(peer_id)
+        except ChatFailure as exc:
+            raise EngineError("unreachable", f"chat request not delivered: {exc}") from exc
+        return api.Done(message=f"chat request sent to {peer_id}")
+
+    async def _chat_list(self, command: api.ChatList) -> api.ChatOverview:
+        store = self.node.store
+        return api.ChatOverview(
+            requests=tuple(
+                api.ChatRequest(id=i, peer_id=p, at=at) for i, p, _, at in store.chat_requests()
+            ),
+            conversations=tuple(
+                api.ChatConversation(peer_id=p, messages=n, last_at=last)
+                for p, n, last in store.conversations()
+            ),
+        )
+
+    async def _chat_join(self, command: api.ChatJoin) -> api.Done:
+        found = self.node.store.chat_request(command.request_id)
+        if found is None or found[2] == "cleared":
+            raise EngineError(
+                "not_found",
+                f"no open chat request {command.request_id}; `nunet-tui chat list` shows them",
+            )
+        peer_id, conversation, _ = found
+        service = self._require("chat join")
+        try:
+            await service.join_chat(peer_id, conversation)
+        except ChatFailure as exc:
+            raise EngineError("unreachable", f"could not join: {exc}") from exc
+        self.node.store.set_chat_request_state(command.request_id, "joined")
+        return api.Done(message=f"joined the chat with {peer_id}")
+
+    async def _chat_clear(self, command: api.ChatClear) -> api.Done:
+        cleared = self.node.store.clear_chat_requests()
+        return api.Done(message=f"cleared {cleared} open chat request(s)")
+
+    async def _chat_send(self, command: api.ChatSend) -> api.ChatMessage:
+        me = self.node.identity.peer_id
+        peer_id = _check_peer_id(command.peer_id, me)
+        try:
+            check_text(command.text)
+        except ChatFailure as exc:
+            raise EngineError("invalid", f"text: {exc}") from exc
+        store = self.node.store
+        service = self.service
+        if service is None and not command.queue:
+            self._require("chat send")
+        # Committed before it goes on the wire; delivered messages are marked afterwards.
+        conversation = direct_conversation(me, peer_id)
+        now = time.time()
+        row = store.add_chat_message(
+            peer_id, conversation, "out", None, command.text, now, "queued"
+        )
+        assert row is not None  # seq is NULL while queued, so the insert cannot collide
+        queued = api.ChatMessage(
+            peer_id=peer_id, sender=me, text=command.text, at=now, direction="out", status="queued"
+        )
+        if service is None or len(store.queued_chat(peer_id)) > 1:
+            # Behind other queued messages: keep the order, the queue loop delivers it.
+            self._wake_queue.set()
+            return queued
+        try:
+            seq, at = await service.send_chat(peer_id, command.text, conversation)
+        except MessageTooLarge as exc:
+            store.delete_chat_message(row)
+            raise EngineError("invalid", f"text: {exc}") from exc
+        except ChatFailure as exc:
+            if not command.queue:
+                store.delete_chat_message(row)
+                raise EngineError("unreachable", f"not sent: {exc}") from exc
+            log.info("chat to %s queued: %s", peer_id, exc)
+            return queued
+        store.mark_chat_delivered(row, seq, at)
+        return api.ChatMessage(
+            peer_id=peer_id,
+            sender=me,
+            text=command.text,
+            at=at,
+            seq=seq,
+            direction="out",
+            status="delivered",
+        )
+
+    async def _deliver_queued_loop(self) -> None:
+        """Deliver queued chat in order when the peer is back; stop at a peer's first failure."""
+        while True:
+            with trio.move_on_after(QUEUE_RETRY_S):
+                await self._wake_queue.wait()
+            self._wake_queue = trio.Event()
+            service = self.service
+            if service is None:
+                continue
+            for peer_id in self.node.store.peers_with_queued_chat():
+                for row, conversation, text in self.node.store.queued_chat(peer_id):
+                    try:
+                        seq, at = await service.send_chat(peer_id, text, conversation)
+                    except PeerUnreachable:
+                        break
+                    except ChatFailure as exc:
+                        log.warning("dropping undeliverable chat message to %s: %s", peer_id, exc)
+                        self.node.store.delete_chat_message(row)
+                        continue
+                    self.node.store.mark_chat_delivered(row, seq, at)
+
+    async def _chat_history(self, command: api.ChatHistory) -> api.ChatHistoryReply:
+        me = self.node.identity.peer_id
+        peer_id = _check_peer_id(command.peer_id, me)
+        limit = max(1, min(command.limit, 10_000))
+        messages = tuple(
+            api.ChatMessage(
+                peer_id=peer_id,
+                sender=me if direction == "out" else peer_id,
+                text=text,
+                at=at,
+                seq=seq,
+                direction="out" if direction == "out" else "in",
+                status=status,  # type: ignore[arg-type]
+            )
+            for _, _, direction, seq, text, at, status in self.node.store.chat_messages(
+                peer_id, limit
+            )
+        )
+        return api.ChatHistoryReply(peer_id=peer_id, messages=messages)
+
+    async def _network_status(self, command: api.GetNetworkStatus) -> api.NetworkStatus:
+        service = self.service
+        if service is None:
+            return api.NetworkStatus(channel=self.channel(), online=False)
+        peers = [to_api_peer(info) for info in service.peers()]
+        rows = [p.resources for p in peers if p.resources is not None and p.resources.cpu_mhz]
+        mine = self.heartbeat()
+        if mine is not None:
+            rows.append(
+                api.PeerResources(
+                    cpu_mhz=mine.cpu_mhz,
+                    memory_mb=mine.ram_mb,
+                    free_cpu_mhz=mine.free_cpu_mhz,
+                    free_memory_mb=mine.free_ram_mb,
+                    free_gpus=mine.free_gpus,
+                    free_vram_mb=mine.free_vram_mb,
+                    running_jobs=mine.running_jobs,
+                    gpus=tuple(
+                        api.PeerGpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
+                        for g in self.node.gpus
+                        if g.uuid in set(self.node.store.get_onboarding().gpus)  # type: ignore[union-attr]
+                    ),
+                )
+            )
+        totals = _totals(rows)
+        return api.NetworkStatus(
+            channel=service.channel,
+            online=True,
+            listen_addrs=tuple(service.listen_addrs()),
+            connected_peers=len(service.connected_peers()),
+            totals=totals,
+            cpu_utilisation_percent=_used_percent(totals.cpu_mhz, totals.free_cpu_mhz),
+            memory_utilisation_percent=_used_percent(totals.memory_mb, totals.free_memory_mb),
+            peers=tuple(sorted(peers, key=lambda p: p.last_seen, reverse=True)),
+        )
+
+
+def to_api_peer(info: PeerInfo) -> api.Peer:
+    advert, beat = info.advert, info.heartbeat
+    resources: api.PeerResources | None = None
+    if advert is not None or beat is not None:
+        resources = api.PeerResources(
+            cpu_mhz=advert.cpu_mhz if advert else (beat.cpu_mhz if beat else 0),
+            memory_mb=advert.ram_mb if advert else (beat.ram_mb if beat else 0),
+            disk_mb=advert.disk_mb if advert else 0,
+            gpus=tuple(
+                api.PeerGpu(vendor=g.vendor, model=g.model, vram_mb=g.vram_mb)
+                for g in (advert.gpus if advert else ())
+            ),
+            prices=dict(advert.prices) if advert else {},
+            executors=tuple(advert.executors) if advert else (),
+            frameworks=tuple(advert.frameworks) if advert else (),
+            version=advert.version if advert else "",
+            free_cpu_mhz=beat.free_cpu_mhz if beat else None,
+            free_memory_mb=beat.free_ram_mb if beat else None,
+            free_gpus=beat.free_gpus if beat else None,
+            free_vram_mb=beat.free_vram_mb if beat else None,
+            running_jobs=beat.running_jobs if beat else None,
+            uptime_s=beat.uptime_s if beat else None,
+        )
+    return api.Peer(
+        peer_id=info.peer_id,
+        addrs=tuple(info.addrs),
+        relayed=info.relayed,
+        latency_ms=info.latency_ms,
+        channel=info.channel,
+        resources=resources,
+        last_seen=info.last_seen,
+        last_heartbeat=beat.at if beat else None,
+    )
+
+
+def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:
+    return api.ChannelTotals(
+        providers=len(rows),
+        cpu_mhz=sum(r.cpu_mhz for r in rows),
+        free_cpu_mhz=sum(r.free_cpu_mhz or 0 for r in rows),
+        memory_mb=sum(r.memory_mb for r in rows),
+        free_memory_mb=sum(r.free_memory_mb or 0 for r in rows),
+        gpus=sum(len(r.gpus) for r in rows),
+        free_gpus=sum(r.free_gpus or 0 for r in rows),
+        vram_mb=sum(g.vram_mb for r in rows for g in r.gpus),
+        free_vram_mb=sum(r.free_vram_mb or 0 for r in rows),
+        running_jobs=sum(r.running_jobs or 0 for r in rows),
+    )
+
+
+def _used_percent(total: int, free: int) -> float | None:
+    return None if total <= 0 else round(100.0 * (total - free) / total, 1)
+
+
+def _check_peer_id(peer_id: str, me: str) -> str:
+    peer_id = peer_id.strip()
+    try:
+        peer_id_of(peer_id)
+    except Exception as exc:
+        raise EngineError(
+            "invalid",
+            f"peer: {peer_id[:60]!r} is not a libp2p peer id (like 12D3KooW…); "
+            "`nunet-tui peer list` shows them",
+        ) from exc
+    if peer_id == me:
+        raise EngineError("invalid", "peer: that is this node's own peer id")
+    return peer_id
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    if "Address already in use" in text or "in use" in text:
+        return f"cannot listen: {text} (another node uses the port; set network.listen)"
+    return text

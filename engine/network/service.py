@@ -1,0 +1,288 @@
+"""``NetworkService``: the node's presence on the libp2p network, run inside the engine's nursery.
+
+Start order: host listening -> pubsub/gossipsub + Kademlia DHT (server mode) -> bootstrap,
+discovery, heartbeats, peer upkeep; ``task_status.started()`` once we listen. Stop order is the
+reverse with one rule from the notes: ``host.close()`` (shielded) before anything is cancelled,
+so peers see the connections close, then pubsub's ``seen_messages`` thread is stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+from libp2p.custom_types import TProtocol
+from libp2p.host.ping import ID as PING_PROTOCOL
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.records.validator import NamespacedValidator
+from libp2p.tools.anyio_service import background_trio_service
+
+from engine.config import NetworkSettings
+from engine.identity import Identity
+from engine.network import adverts, wire
+from engine.network import host as hostmod
+from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
+from engine.network.discovery import Discovery
+from engine.network.heartbeat import HeartbeatFigures, Heartbeats
+from engine.network.peers import PeerInfo, PeerTable
+
+log = logging.getLogger("nunet.network")
+
+PING_TIMEOUT_S = 3.0
+CLOSE_TIMEOUT_S = 1.0
+
+
+class NetworkCallbacks(ChatHooks, Protocol):
+    """What the node supplies. All are called on the engine's trio thread and must not block."""
+
+    def advert(self) -> wire.Advert | None:
+        """What to advertise now; None when paused, offboarded or not a provider."""
+        ...
+
+    def heartbeat(self) -> HeartbeatFigures | None:
+        """Current figures for the heartbeat; None to send none."""
+        ...
+
+    def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
+        """A peer appeared or changed (info) or left the list (None)."""
+        ...
+
+
+class NetworkService:
+    def __init__(
+        self,
+        identity: Identity,
+        settings: NetworkSettings,
+        channel: str | None,
+        callbacks: NetworkCallbacks,
+        *,
+        advert_ttl_s: float | None = None,
+        advert_refresh_s: float | None = None,
+        chat_seq_floor: Callable[[str, str], int] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.settings = settings
+        self.channel = channel
+        self.callbacks = callbacks
+        interval = settings.heartbeat_interval_s
+        # Adverts are re-signed well before they expire; the table drops silent peers anyway.
+        self.advert_refresh_s = advert_refresh_s or max(10 * interval, 5.0)
+        self.advert_ttl_s = advert_ttl_s or 3 * self.advert_refresh_s
+        self.table = PeerTable(channel, interval, self._peer_changed)
+        self.host: Any = None
+        self.pubsub: Any = None
+        self.dht: Any = None
+        self.chat: ChatService | None = None
+        # Outgoing chat numbering continues from what the node stored, across restarts.
+        self._chat_seq_floor = chat_seq_floor
+        self.discovery: Discovery | None = None
+        self.heartbeats: Heartbeats | None = None
+        self._started = False
+
+    # --- public API -------------------------------------------------------------------------
+
+    def listen_addrs(self) -> list[str]:
+        return hostmod.our_addrs(self.host) if self.host is not None else []
+
+    def peers(self) -> list[PeerInfo]:
+        return self.table.snapshot()
+
+    def connected_peers(self) -> list[str]:
+        return [str(p) for p in self.host.get_connected_peers()] if self.host else []
+
+    async def send_chat(
+        self, peer_id: str, text: str, conversation: str | None = None
+    ) -> tuple[int, float]:
+        """Deliver a chat message; (seq, at) once acked. MessageTooLarge / PeerUnreachable."""
+        return await self._chat().send(peer_id, text, conversation)
+
+    async def start_chat(self, peer_id: str) -> str:
+        return await self._chat().start(peer_id)
+
+    async def join_chat(self, peer_id: str, conversation: str) -> None:
+        await self._chat().join(peer_id, conversation)
+
+    async def ping(self, peer_id: str) -> float:
+        """Round trip in milliseconds over /ipfs/ping/1.0.0; PeerUnreachable otherwise."""
+        if self.host is None:
+            raise PeerUnreachable("the network is not running")
+        stream = None
+        try:
+            with trio.fail_after(PING_TIMEOUT_S):
+                stream = await self.host.new_stream(
+                    hostmod.peer_id_of(peer_id), [TProtocol(PING_PROTOCOL)]
+                )
+                payload = secrets.token_bytes(32)
+                start = time.perf_counter()
+                await stream.write(payload)
+                got = b""
+                while len(got) < 32:
+                    chunk = await stream.read(32 - len(got))
+                    if not chunk:
+                        break
+                    got += chunk
+                rtt_ms = (time.perf_counter() - start) * 1000
+            if got != payload:
+                raise PeerUnreachable(f"peer {peer_id} answered the ping wrongly")
+        except (Exception, trio.TooSlowError) as exc:
+            if isinstance(exc, PeerUnreachable):
+                raise
+            raise PeerUnreachable(f"peer {peer_id} did not answer a ping: {exc}") from exc
+        finally:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+        self.table.on_latency(peer_id, round(rtt_ms, 3))
+        return rtt_ms
+
+    def republish_advert(self) -> None:
+        """Re-read the advert provider now (onboarding changed, paused, resumed)."""
+        if self.discovery is not None:
+            self.discovery.republish()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.host = hostmod.build_host(self.identity, self.settings.listen)
+        gossipsub = GossipSub(
+            protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
+            degree=6,
+            degree_low=4,
+            degree_high=12,
+            heartbeat_initial_delay=0.1,
+            heartbeat_interval=1,
+            # Off: it silently drops >10 msgs/s per peer and topic. Our topic validators
+            # rate-limit per origin instead (heartbeat.py, discovery.py).
+            spam_protection_enabled=False,
+            # All test peers share 127.0.0.1; the IP-diversity grafting only adds churn.
+            eclipse_protection_enabled=False,
+        )
+        self.pubsub = Pubsub(self.host, gossipsub)
+        validator = NamespacedValidator(
+            {adverts.NAMESPACE: adverts.AdvertValidator()}, strict_validation=True
+        )
+        self.dht = KadDHT(
+            self.host,
+            DHTMode.SERVER,
+            validator=validator,
+            validator_changed=True,
+            strict_validation=True,
+        )
+        self.chat = ChatService(self.host, self.callbacks, self._chat_seq_floor)
+        try:
+            async with (
+                self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
+                background_trio_service(self.pubsub),
+                background_trio_service(gossipsub),
+                background_trio_service(self.dht),
+            ):
+                await self.pubsub.wait_until_ready()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        self._start_services(nursery)
+                        self._started = True
+                        log.info("network up: %s", ", ".join(self.listen_addrs()))
+                        task_status.started()
+                        await trio.sleep_forever()
+                finally:
+                    await self._close()
+        finally:
+            self._stop_threads()
+
+    def _start_services(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(
+            hostmod.keep_bootstrapped, self.host, self.settings.bootstrap, self._on_bootstrap
+        )
+        nursery.start_soon(self._routing_upkeep)
+        if self.channel is None:
+            return
+        self.discovery = Discovery(
+            host=self.host,
+            pubsub=self.pubsub,
+            dht=self.dht,
+            identity=self.identity,
+            channel=self.channel,
+            table=self.table,
+            advert_provider=self.callbacks.advert,
+            refresh_s=self.advert_refresh_s,
+            ttl_s=self.advert_ttl_s,
+        )
+        self.heartbeats = Heartbeats(
+            pubsub=self.pubsub,
+            identity=self.identity,
+            channel=self.channel,
+            table=self.table,
+            interval_s=self.settings.heartbeat_interval_s,
+            figures=self.callbacks.heartbeat,
+        )
+        nursery.start_soon(self.discovery.run)
+        nursery.start_soon(self.heartbeats.run)
+
+    async def _close(self) -> None:
+        """Close connections while our tasks still exist; shielded: we may be cancelled."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+            if self.chat is not None:
+                await self.chat.close()
+            await self.host.close()
+
+    def _stop_threads(self) -> None:
+        seen = getattr(self.pubsub, "seen_messages", None)
+        if seen is not None:
+            try:
+                seen.stop()
+            except Exception:
+                log.debug("seen_messages.stop failed", exc_info=True)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _chat(self) -> ChatService:
+        if self.chat is None or not self._started:
+            raise PeerUnreachable("the network is not running")
+        return self.chat
+
+    def _peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
+        try:
+            self.callbacks.on_peer_changed(peer_id, info)
+        except Exception:
+            log.exception("on_peer_changed failed")
+
+    async def _on_bootstrap(self, peer_id: Any) -> None:
+        if self.discovery is not None:
+            # Peer exchange first (one round trip), the DHT after (slow, but complete).
+            await self.discovery.exchange(peer_id)
+        await self._add_to_routing(peer_id)
+        if self.discovery is not None:
+            self.discovery.lookup_soon()
+
+    async def _add_to_routing(self, peer_id: Any) -> bool:
+        # add_peer() is False until identify finished (notes): retry briefly.
+        for _ in range(20):
+            try:
+                if await self.dht.add_peer(peer_id):
+                    return True
+            except Exception:
+                pass
+            await trio.sleep(0.05)
+        return False
+
+    async def _routing_upkeep(self) -> None:
+        """Every connected peer goes into the DHT routing table; ping channel peers."""
+        rounds = 0
+        while True:
+            await trio.sleep(0.5)
+            rounds += 1
+            for peer in self.host.get_connected_peers():
+                if not self.dht.routing_table.peer_in_table(peer):
+                    with contextlib.suppress(Exception):
+                        await self.dht.add_peer(peer)
+            if rounds % 10 == 0:  # latency every ~5 s
+                for info in self.table.snapshot():
+                    with trio.move_on_after(PING_TIMEOUT_S), contextlib.suppress(PeerUnreachable):
+                        await self.ping(info.peer_id)
