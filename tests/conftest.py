@@ -58,6 +58,20 @@ def node_home(tmp_path: Path) -> Paths:
 
 @pytest.fixture
 def engine_client(node_home: Paths) -> Iterator[Engine]:
+    """An embedded engine without the network: what the pictures and most tests need
+    (peer discovery timing would make snapshots differ from run to run)."""
+    from engine.facade import Engine
+
+    engine = Engine(node_home, network=False).start()
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+@pytest.fixture
+def networked_engine(node_home: Paths) -> Iterator[Engine]:
+    """An embedded engine on the real libp2p network (listening on 127.0.0.1)."""
     from engine.facade import Engine
 
     engine = Engine(node_home).start()
