@@ -26,6 +26,7 @@ from engine.resources.capacity import (
     full_capacity,
     onboarded_capacity,
 )
+from engine.resources.gpu.commands import handlers as gpu_handlers
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import check_readiness
 from engine.store import Store
@@ -93,6 +94,7 @@ class Node:
             api.GetPeerSelf: self._peer_self,
             api.SetMode: self._set_mode,
         }
+        self._handlers.update(gpu_handlers(self))  # GPU status, doctor, capabilities, images
         for command_type in NETWORK_COMMANDS:
             self._handlers[command_type] = self._network_command
 

@@ -39,7 +39,7 @@ from engine.api import (
 from engine.client import EngineClient
 from engine.errors import EngineError
 from nunet_tui.commands import NodeCommands
-from nunet_tui.format import mb, mhz
+from nunet_tui.format import mb, mhz, safe
 from nunet_tui.messages import EngineEvent
 from nunet_tui.screens.base import NodeView
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -149,7 +149,7 @@ class NunetApp(App[None]):
         elif isinstance(event, EngineStopping):
             self.engine_state = "stopped"
             self.notify(
-                f"The engine is stopping: {event.reason}",
+                f"The engine is stopping: {safe(event.reason)}",
                 title="Engine",
                 severity="warning",
                 markup=False,
@@ -307,13 +307,13 @@ class NunetApp(App[None]):
 
 
 def _amounts(onboarding: Onboarding) -> str:
-    return f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} on {onboarding.channel}"
+    return f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} on {safe(onboarding.channel)}"
 
 
 def _message(exc: BaseException) -> str:
     if isinstance(exc, EngineError):
-        return exc.message
-    return f"lost the engine: {exc}"
+        return safe(exc.message)
+    return safe(f"lost the engine: {exc}")
 
 
 def run_app(client: EngineClient) -> None:

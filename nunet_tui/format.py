@@ -15,8 +15,15 @@ ELLIPSIS = "…"
 TIMES = "\u00d7"  # the multiplication sign, as in "2 x 2,500 MHz"
 
 
+def safe(text: object) -> str:
+    """Untrusted text made harmless to print: control characters (ESC, BEL, CR...) become
+    visible ``\\x1b``-style escapes; everything else, brackets included, stays as it is."""
+    return "".join(ch if ch.isprintable() or ch == " " else f"\\x{ord(ch):02x}" for ch in str(text))
+
+
 def short_peer_id(peer_id: str, head: int = 8, tail: int = 4) -> str:
     """``12D3KooW…x9Fq``: enough to tell peers apart at a glance."""
+    peer_id = safe(peer_id)
     if len(peer_id) <= head + tail + 1:
         return peer_id
     return f"{peer_id[:head]}{ELLIPSIS}{peer_id[-tail:]}"
@@ -61,15 +68,15 @@ def meter_bar(used: int, total: int, width: int) -> Content:
 def check_line(name: str, check: Check) -> Content:
     """``✓ Docker engine  reachable`` / ``✗ GPU driver  nvidia-smi not found``."""
     mark = ("✓ ", "bold $success") if check.ok else ("✗ ", "bold $error")
-    return Content.assemble(mark, (name, "bold"), "  ", (check.detail, "$text-muted"))
+    return Content.assemble(mark, (name, "bold"), "  ", (safe(check.detail), "$text-muted"))
 
 
 def gpu_line(gpu: GpuInfo) -> Content:
     """``0 NVIDIA RTX 3090  nvidia · 24,576 MB VRAM``."""
     return Content.assemble(
         (f"{gpu.index} ", "bold"),
-        gpu.name,
-        (f"  {gpu.vendor} · {thousands(gpu.vram_mb)} MB VRAM", "$text-muted"),
+        safe(gpu.name),
+        (f"  {safe(gpu.vendor)} · {thousands(gpu.vram_mb)} MB VRAM", "$text-muted"),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
+from textual.worker import WorkerCancelled, WorkerFailed
 
 from engine.api import GetInfo, OnboardRequest, SetMode
 from engine.facade import Engine
@@ -20,6 +22,7 @@ from nunet_tui.screens.help import HelpScreen
 from nunet_tui.screens.mode_chooser import ModeChooserScreen
 from nunet_tui.screens.onboarding import OnboardingScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
+from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
 
@@ -51,9 +54,9 @@ async def wait_for_screen(pilot: Pilot[Any], kind: type) -> Any:
 async def settle(pilot: Pilot[Any], *groups: str) -> None:
     """Wait for the workers of ``groups`` (not the ones waiting on a screen to close)."""
     groups = groups or ("validate", "submit", "refresh")
-    await pilot.app.workers.wait_for_complete(
-        [worker for worker in pilot.app.workers if worker.group in groups]
-    )
+    for worker in [worker for worker in pilot.app.workers if worker.group in groups]:
+        with contextlib.suppress(WorkerCancelled, WorkerFailed):
+            await worker.wait()
     await pilot.pause()
 
 
@@ -62,9 +65,7 @@ def text_of(screen: Any, selector: str) -> str:
 
 
 def onboard(engine: Engine, memory_mb: int = 8000, cpu_mhz: int = 3000) -> None:
-    engine.call_blocking(
-        OnboardRequest(memory_mb=memory_mb, cpu_mhz=cpu_mhz, address=TEST_ADDRESS)
-    )
+    engine.call_blocking(OnboardRequest(memory_mb=memory_mb, cpu_mhz=cpu_mhz, address=TEST_ADDRESS))
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ async def test_onboard_entirely_from_the_keyboard(engine_client: Engine) -> None
         await wait_for(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
         assert dashboard.query_one("#ram-meter", Meter).used == 8_000
         assert dashboard.query_one("#cpu-meter", Meter).used == 3_000
-        assert "nunet-test" in text_of(dashboard, "#offer-detail")
+        assert "nunet-test" in dashboard.query_one("#offer-table", KeyTable).plain_text()
         onboarded = engine_client.call_blocking(GetInfo()).onboarded
         assert onboarded is not None
         assert (onboarded.memory_mb, onboarded.cpu_mhz, onboarded.address) == (

@@ -41,7 +41,12 @@ _OFFLINE_HINTS = (
     "server misbehaving",
     "proxyconnect",
 )
-_NOT_FOUND_HINTS = ("manifest unknown", "not found", "pull access denied", "repository does not exist")
+_NOT_FOUND_HINTS = (
+    "manifest unknown",
+    "not found",
+    "pull access denied",
+    "repository does not exist",
+)
 EMIT_INTERVAL_S = 0.25
 
 Emit = Callable[[ImagePullProgress], None]
@@ -54,12 +59,14 @@ def select_images(
 ) -> list[tuple[str, str]]:
     """(key, image) pairs to pull, each image once; ``wanted`` holds keys or image refs."""
     if wanted is not None:
-        pairs = [(w, configured[w]) if w in configured else (_key_of(w, configured), w)
-                 for w in wanted]
+        pairs = [
+            (w, configured[w]) if w in configured else (_key_of(w, configured), w) for w in wanted
+        ]
     else:
         variants = {"cpu"} | {v for v in vendors if v in ("nvidia", "amd")}
-        pairs = [(key, ref) for key, ref in configured.items()
-                 if key.rsplit("_", 1)[-1] in variants]
+        pairs = [
+            (key, ref) for key, ref in configured.items() if key.rsplit("_", 1)[-1] in variants
+        ]
     seen: set[str] = set()
     result: list[tuple[str, str]] = []
     for key, ref in pairs:
@@ -251,8 +258,11 @@ def prepare_images(
         emit(ImagePullProgress(at=now, key=key, image=ref, status="waiting"))
     for key, ref in selection:
         if _present(client, ref):
-            emit(ImagePullProgress(at=time.time(), key=key, image=ref, status="present",
-                                   percent=100.0))
+            emit(
+                ImagePullProgress(
+                    at=time.time(), key=key, image=ref, status="present", percent=100.0
+                )
+            )
             results.append(MlImageResult(key=key, image=ref, status="present"))
             continue
         results.append(pull_image(client.api, key, ref, emit))

@@ -17,7 +17,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
-from nunet_tui.cli import output
+from nunet_tui.cli import gpu_output, output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 
@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
 
+    gpu_output.add_parsers(sub, common)
+
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
     return parser
@@ -175,6 +177,7 @@ RUNNERS: dict[str, Runner] = {
     "chat history": lambda a, c: c.call_blocking(api.ChatHistory(peer_id=a.peer, limit=a.limit)),
     "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
     "mode": _mode,
+    **gpu_output.RUNNERS,
 }
 
 
@@ -211,6 +214,8 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
         result = runner(args, client)
     finally:
         client.close()
+    if result is None:  # the runner printed as it went (--watch, --fix)
+        return 0
     if getattr(args, "json", False):
         print(json.dumps(output.to_json(key, result), indent=2, ensure_ascii=False))
     else:

@@ -6,9 +6,12 @@ import time
 from typing import Any
 
 from engine import api
+from nunet_tui.cli import gpu_output
 
 
 def to_json(key: str, result: Any) -> dict[str, Any]:
+    if key.startswith("gpu ") or key == "onboard-ml":
+        return gpu_output.to_json(key, result)
     data = api.to_builtins(result)
     return data if isinstance(data, dict) else {"result": data}
 
@@ -38,6 +41,8 @@ def _ago(at: float) -> str:
 
 
 def to_text(key: str, result: Any) -> str:
+    if key.startswith("gpu ") or key == "onboard-ml":
+        return gpu_output.to_text(key, result)
     if isinstance(result, api.PeerList):
         return _peers(result)
     if isinstance(result, api.ChatOverview):

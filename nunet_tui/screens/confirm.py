@@ -29,11 +29,11 @@ class ConfirmScreen(ModalScreen[bool]):
             width: 64;
             max-width: 100%;
             height: auto;
-            border: thick $primary;
+            border: round $primary;
             background: $surface;
             padding: 1 2;
         }
-        #dialog.-danger { border: thick $error; }
+        #dialog.-danger { border: round $error; }
         #question { text-style: bold; margin-bottom: 1; }
         #buttons { height: auto; margin-top: 1; align-horizontal: right; }
         #buttons Button { margin-left: 1; }

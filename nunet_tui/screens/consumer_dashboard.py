@@ -8,11 +8,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from engine.api import DEFAULT_CHANNEL
-from nunet_tui.format import mb, mhz
+from nunet_tui.format import mb, mhz, safe
 from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 
 
@@ -24,10 +25,10 @@ class ConsumerDashboard(NodeScreen):
         with VerticalScroll(id="panels", can_focus=False):
             with Vertical(id="identity", classes="panel") as panel:
                 panel.border_title = "This node"
-                yield Static(id="identity-detail", markup=False)
+                yield KeyTable(id="identity-detail")
             with Vertical(id="next", classes="panel") as panel:
                 panel.border_title = "What you can do now"
-                yield Static(id="next-detail", markup=False)
+                yield KeyTable(id="next-detail", keys=True)
         yield Footer()
 
     def show_node(self, node: NodeView) -> None:
@@ -35,16 +36,18 @@ class ConsumerDashboard(NodeScreen):
         onboarding = node.onboarding
         channel = onboarding.channel if onboarding is not None else DEFAULT_CHANNEL
         rows: list[tuple[str, Content]] = [
-            ("Peer id", Content(info.peer_id)),
-            ("Channel", Content(channel)),
+            ("Peer id", Content(safe(info.peer_id))),
+            ("Channel", Content(safe(channel))),
             (
                 "Engine",
-                Content(f"{'daemon' if info.daemon else 'embedded'} · version {info.version}"),
+                Content(
+                    f"{'daemon' if info.daemon else 'embedded'} · version {safe(info.version)}"
+                ),
             ),
             (
                 "Machine",
                 Content(
-                    f"{info.machine.hostname} · {info.machine.cpu_cores} cores · "
+                    f"{safe(info.machine.hostname)} · {info.machine.cpu_cores} cores · "
                     f"{mb(node.full.memory_mb)} RAM"
                 ),
             ),
@@ -59,23 +62,15 @@ class ConsumerDashboard(NodeScreen):
                     ),
                 )
             )
-        self.query_one("#identity-detail", Static).update(
-            Content("\n").join(
-                Content.assemble((label.ljust(10), "bold"), value) for label, value in rows
-            )
-        )
+        self.query_one("#identity-detail", KeyTable).set_rows(rows)
         provide = (
             "switch to provider mode to see or change what it offers"
             if onboarding is not None
             else "switch to provider mode and onboard this machine to earn NTX"
         )
-        actions = [
+        actions: list[tuple[str, str]] = [
             ("m", provide),
             ("ctrl+p", "command palette: every command by name"),
             ("?", "all keys"),
         ]
-        self.query_one("#next-detail", Static).update(
-            Content("\n").join(
-                Content.assemble((key.ljust(8), "bold $accent"), text) for key, text in actions
-            )
-        )
+        self.query_one("#next-detail", KeyTable).set_rows(actions)

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
+from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 
 EVERYWHERE: tuple[tuple[str, str], ...] = (
@@ -53,10 +53,10 @@ class HelpScreen(Screen[None]):
             if self.under_keys:
                 with Vertical(classes="panel", id="here") as panel:
                     panel.border_title = f"Keys on {self.under_title}"
-                    yield Static(_rows(self.under_keys))
+                    yield KeyTable(self.under_keys, keys=True)
             with Vertical(classes="panel", id="everywhere") as panel:
                 panel.border_title = "Keys everywhere"
-                yield Static(_rows(EVERYWHERE))
+                yield KeyTable(EVERYWHERE, keys=True)
         yield Footer()
 
 
@@ -82,9 +82,3 @@ def _screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
         display = binding.key_display or app.get_key_display(binding)
         keys.append((display, binding.tooltip or binding.description))
     return keys
-
-
-def _rows(rows: Any) -> Content:
-    return Content("\n").join(
-        Content.assemble((key.ljust(8), "bold $accent"), text) for key, text in rows
-    )

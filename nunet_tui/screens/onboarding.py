@@ -27,7 +27,7 @@ from engine.api import (
     Validation,
 )
 from engine.errors import EngineError
-from nunet_tui.format import TIMES, mb, mhz
+from nunet_tui.format import TIMES, mb, mhz, safe
 from nunet_tui.screens.base import NodeView
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -119,7 +119,7 @@ class OnboardingScreen(Screen[bool]):
                     compact=True,
                     disabled=self.reconfigure,
                 ),
-                "nunet-test for testing; mainnet channels need an addr1… address",
+                "test channels take addr_test1… addresses, mainnet addr1…",
             )
             yield from self._field(
                 "address",
@@ -165,7 +165,7 @@ class OnboardingScreen(Screen[bool]):
                     SelectionList[str](
                         *(
                             (
-                                Content(f"{gpu.index} {gpu.name} · {mb(gpu.vram_mb)} VRAM"),
+                                Content(f"{gpu.index} {safe(gpu.name)} · {mb(gpu.vram_mb)} VRAM"),
                                 _gpu_key(gpu.uuid, gpu.index),
                                 offered is None or _gpu_key(gpu.uuid, gpu.index) in offered,
                             )
@@ -191,12 +191,12 @@ class OnboardingScreen(Screen[bool]):
     def _intro(self) -> Content:
         if self.current is not None:
             return Content.assemble(
-                ("Change resources", "bold"),
-                "  offer a different amount of memory and CPU; channel and address stay.",
+                ("Change resources: ", "bold"),
+                "offer more or less memory and CPU; the rest stays.",
             )
         return Content.assemble(
-            ("Onboard this machine", "bold"),
-            "  offer part of it to the network and earn NTX for the jobs it runs.",
+            ("Onboard this machine: ", "bold"),
+            "offer part of it and earn NTX for the jobs it runs.",
         )
 
     def _field(self, name: str, label: str, control: Any, hint: str) -> ComposeResult:
@@ -371,15 +371,17 @@ class OnboardingScreen(Screen[bool]):
             onboarding: Onboarding = await self.nunet.client.call(command)
         except EngineError as exc:
             self._set_problems({}, [(p.field, p.message) for p in exc.problems])
-            self.notify(exc.message, title=title, severity="error", markup=False)
+            self.notify(safe(exc.message), title=title, severity="error", markup=False)
             return
         except OSError as exc:
-            self.notify(f"lost the engine: {exc}", title=title, severity="error", markup=False)
+            self.notify(
+                safe(f"lost the engine: {exc}"), title=title, severity="error", markup=False
+            )
             return
         verb = "Resources changed" if self.reconfigure else "Onboarded"
         self.notify(
             f"{verb}: {mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} "
-            f"on {onboarding.channel}",
+            f"on {safe(onboarding.channel)}",
             title=title,
             markup=False,
         )
@@ -391,4 +393,6 @@ def _gpu_key(uuid: str, index: int) -> str:
 
 
 def _problem_lines(messages: list[str]) -> Content:
-    return Content("\n").join(Content.assemble(("✗ ", "bold"), message) for message in messages)
+    return Content("\n").join(
+        Content.assemble(("✗ ", "bold"), safe(message)) for message in messages
+    )

@@ -22,9 +22,11 @@ from nunet_tui.format import (
     mb,
     mhz,
     node_state,
+    safe,
     short_peer_id,
 )
 from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -48,13 +50,15 @@ class ProviderDashboard(NodeScreen):
                 yield Meter("CPU", "MHz", id="cpu-meter")
                 yield Meter("RAM", "MB", id="ram-meter")
                 yield Meter("Disk", "MB", id="disk-meter")
+                yield Static(id="no-gpu", markup=False)
                 yield Static(id="node-state", markup=False)
             with Vertical(id="gpus", classes="panel") as panel:
                 panel.border_title = "GPUs"
                 yield Static(id="gpu-list", markup=False)
             with Vertical(id="offer", classes="panel") as panel:
                 panel.border_title = "Onboarding"
-                yield Static(id="offer-detail", markup=False)
+                yield Static(id="offer-hint", markup=False)
+                yield KeyTable(id="offer-table")
             with Vertical(id="readiness", classes="panel") as panel:
                 panel.border_title = "ML readiness"
                 yield Static(id="readiness-checks", markup=False)
@@ -65,10 +69,11 @@ class ProviderDashboard(NodeScreen):
         machine = info.machine
         self.query_one("#machine-line", Static).update(
             Content.assemble(
-                (machine.cpu_model, "bold"),
+                (safe(machine.cpu_model), "bold"),
+                " · ",
+                (safe(machine.hostname), "italic"),
                 f"\n{machine.cpu_cores} {TIMES} {mhz(machine.cpu_mhz_per_core)} · ",
-                f"{machine.os} {machine.kernel} {machine.arch} · ",
-                (machine.hostname, "italic"),
+                f"{safe(machine.os)} · {safe(machine.kernel)} {safe(machine.arch)}",
             )
         )
         self.query_one("#cpu-meter", Meter).set_values(
@@ -85,19 +90,47 @@ class ProviderDashboard(NodeScreen):
             "onboarded / total" if onboarded else "total"
         )
 
-        gpus = self.query_one("#gpu-list", Static)
+        # GPUs get their own panel (the GPU issue adds telemetry there); none: one line.
+        self.query_one("#gpus").display = bool(full.gpus)
+        self.query_one("#no-gpu").display = not full.gpus
         if full.gpus:
-            gpus.update(Content("\n").join(gpu_line(gpu) for gpu in full.gpus))
+            self.query_one("#gpu-list", Static).update(
+                Content("\n").join(gpu_line(gpu) for gpu in full.gpus)
+            )
         else:
-            gpus.update(
+            self.query_one("#no-gpu", Static).update(
                 Content.assemble(
-                    ("No GPU found", "bold"),
-                    (f" · {full.gpu_reason}" if full.gpu_reason else "", "$text-muted"),
-                    ("\nCPU jobs only.", "$text-muted"),
+                    ("GPU  ", "bold"),
+                    "none",
+                    (f" · {safe(full.gpu_reason)}" if full.gpu_reason else "", "$text-muted"),
                 )
             )
 
-        self.query_one("#offer-detail", Static).update(_offer(node.onboarding, node))
+        onboarding = node.onboarding
+        hint = self.query_one("#offer-hint", Static)
+        table = self.query_one("#offer-table", KeyTable)
+        hint.display = onboarding is None or onboarding.state == "paused"
+        table.display = onboarding is not None
+        if onboarding is None:
+            hint.update(
+                Content.assemble(
+                    "Not onboarded yet. Press ",
+                    ("o", "bold $text-accent"),
+                    " to offer part of this machine to a channel and earn NTX "
+                    "for the jobs it runs.",
+                )
+            )
+        else:
+            if onboarding.state == "paused":
+                hint.update(
+                    Content.assemble(
+                        ("Paused: ", "bold $text-warning"),
+                        "no new jobs start here. Press ",
+                        ("space", "bold $text-accent"),
+                        " to resume.",
+                    )
+                )
+            table.set_rows(_offer_rows(onboarding))
 
         readiness = info.readiness
         self.query_one("#readiness-checks", Static).update(
@@ -112,26 +145,12 @@ class ProviderDashboard(NodeScreen):
         self.refresh_bindings()
 
 
-def _offer(onboarding: Onboarding | None, node: NodeView) -> Content:
-    if onboarding is None:
-        return Content.assemble(
-            "Not onboarded yet. Press ",
-            ("o", "bold $accent"),
-            " to offer part of this machine's ",
-            f"{mb(node.full.memory_mb)} and {mhz(node.full.cpu_mhz)} ",
-            "to a channel and earn NTX for the jobs it runs.",
-        )
-    gpus = (
-        f"{len(onboarding.gpus)} GPU{'s' if len(onboarding.gpus) != 1 else ''}"
-        if onboarding.gpus
-        else "no GPU"
-    )
-    rows: list[tuple[str, Content]] = [
-        (
-            "Offering",
-            Content(f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} · {gpus}"),
-        ),
-        ("Channel", Content(onboarding.channel)),
+def _offer_rows(onboarding: Onboarding) -> list[tuple[str, Content]]:
+    count = len(onboarding.gpus)
+    gpus = f"{count} GPU{'s' if count != 1 else ''}" if count else "no GPU"
+    return [
+        ("Offering", Content(f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} · {gpus}")),
+        ("Channel", Content(safe(onboarding.channel))),
         ("Address", Content(short_peer_id(onboarding.address, head=14, tail=8))),
         (
             "Options",
@@ -142,15 +161,10 @@ def _offer(onboarding: Onboarding | None, node: NodeView) -> Content:
             ),
         ),
     ]
-    if onboarding.state == "paused":
-        rows.append(("Paused", Content.assemble("press ", ("space", "bold $accent"), " to resume")))
-    return Content("\n").join(
-        Content.assemble((label.ljust(9), "bold"), value) for label, value in rows
-    )
 
 
 def _flag(on: bool, label: str) -> Content:
-    return Content.assemble(("✓ " if on else "· ", "$success" if on else "$text-muted"), label)
+    return Content.assemble(("✓ " if on else "✗ ", "$text-success" if on else "$text-muted"), label)
 
 
 __all__ = ["ProviderDashboard"]

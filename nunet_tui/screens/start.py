@@ -7,6 +7,7 @@ from textual.containers import Center, Middle
 from textual.content import Content
 from textual.widgets import Footer, Static
 
+from nunet_tui.format import safe
 from nunet_tui.screens.base import NodeScreen
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -35,7 +36,7 @@ class StartScreen(NodeScreen):
             message.update(
                 Content.assemble(
                     ("The engine did not start\n\n", "bold $error"),
-                    error,
+                    safe(error),
                     ("\n\nPress q to quit.", "$text-muted"),
                 )
             )

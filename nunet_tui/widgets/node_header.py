@@ -10,7 +10,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Label
 
-from nunet_tui.format import short_peer_id
+from nunet_tui.format import safe, short_peer_id
 from nunet_tui.screens.base import NodeView
 
 ENGINE_STATES = {
@@ -55,7 +55,7 @@ class NodeHeader(Horizontal):
             parts.append(self.mode)
         if node is not None:
             if node.onboarding is not None:
-                parts.append(node.onboarding.channel)
+                parts.append(safe(node.onboarding.channel))
             parts.append(short_peer_id(node.info.peer_id))
         self.query_one("#where", Label).update(Content(" · ".join(parts)))
         self._show_engine(getattr(self.app, "engine_state", "starting"))

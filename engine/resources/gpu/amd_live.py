@@ -149,12 +149,20 @@ class AmdReader:
 
     def _describe(self, index: int, card: DrmCard | None, smi_index: int | None) -> _Card:
         dev = card.device_dir if card else None
-        name = as_text(_smi(self._smi, "smi_get_device_name", smi_index), "") if smi_index is not None else ""
+        name = (
+            as_text(_smi(self._smi, "smi_get_device_name", smi_index), "")
+            if smi_index is not None
+            else ""
+        )
         if not name and dev is not None:
             name = read_text(dev / "product_name") or ""
         if not name:
             name = f"AMD GPU (PCI 1002:{card.device_id.removeprefix('0x')})" if card else "AMD GPU"
-        uuid = as_text(_smi(self._smi, "smi_get_device_uuid", smi_index), "") if smi_index is not None else ""
+        uuid = (
+            as_text(_smi(self._smi, "smi_get_device_uuid", smi_index), "")
+            if smi_index is not None
+            else ""
+        )
         if not uuid and dev is not None:
             unique = read_text(dev / "unique_id")
             uuid = f"GPU-{unique}" if unique else f"amd-pci:{card.pci_address if card else index}"
@@ -190,9 +198,13 @@ class AmdReader:
         util = percent(_smi(smi, "smi_get_device_utilization", i))
         mem_busy = percent(_smi(smi, "smi_get_device_memory_busy", i))
         power = _smi(smi, "smi_get_device_average_power", i)
+        if dev is None and total is None and used is None and util is None:
+            return None  # only ROCm SMI knew this GPU, and it no longer answers for it
         hwmon = hwmon_dir(dev) if dev is not None else None
         if dev is not None:
-            total = total if total is not None else _bytes_mb(read_number(dev / "mem_info_vram_total"))
+            total = (
+                total if total is not None else _bytes_mb(read_number(dev / "mem_info_vram_total"))
+            )
             used = used if used is not None else _bytes_mb(read_number(dev / "mem_info_vram_used"))
             util = util if util is not None else percent(read_number(dev / "gpu_busy_percent"))
             if mem_busy is None:

@@ -8,6 +8,7 @@ runtime). Inside the framework container: a tiny probe container of the PyTorch 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import json
 import os
@@ -88,9 +89,7 @@ def host_capabilities(
         if not kfd:
             notes.append("AMD GPU found but no /dev/kfd: ROCm cannot reach it")
         rocm = kfd and version is not None
-        hip = kfd and (
-            bool(find_library("amdhip64")) or (root / "lib" / "libamdhip64.so").exists()
-        )
+        hip = kfd and (bool(find_library("amdhip64")) or (root / "lib" / "libamdhip64.so").exists())
         if kfd and not hip:
             notes.append(
                 "no HIP runtime on the host (libamdhip64); containers bring their own ROCm"
@@ -192,10 +191,8 @@ def container_capabilities(
             container.wait(timeout=timeout_s)
             output = container.logs(stdout=True, stderr=True).decode("utf-8", errors="replace")
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 container.remove(force=True)
-            except Exception:
-                pass
     finally:
         client.close()
     return parse_probe(output, f"container {image}", vendor)

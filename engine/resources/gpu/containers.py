@@ -109,8 +109,8 @@ def preflight_gpu_runtime(
     if missing:
         hint = "load amdgpu (ROCm needs /dev/kfd)" if vendor == "amd" else "load i915 or xe"
         raise EngineError(
-            "gpu_runtime", f"no {label} GPU devices for containers: {', '.join(missing)} "
-            f"missing; {hint}"
+            "gpu_runtime",
+            f"no {label} GPU devices for containers: {', '.join(missing)} missing; {hint}",
         )
     denied = [str(node) for node in needed if not os.access(node, os.R_OK | os.W_OK)]
     if denied:
@@ -128,8 +128,11 @@ def explain_docker_gpu_error(exc: BaseException) -> EngineError | None:
         return EngineError("gpu_runtime", NO_NVIDIA_RUNTIME)
     if "unknown or invalid runtime name: nvidia" in text:
         return EngineError("gpu_runtime", NO_NVIDIA_RUNTIME)
-    match = re.search(r"error gathering device information while adding custom device "
-                      r"\"([^\"]+)\"", text)
+    match = re.search(
+        r"error gathering device information while adding custom device "
+        r"\"([^\"]+)\"",
+        text,
+    )
     if match:
         return EngineError(
             "gpu_runtime", f"the GPU device {match.group(1)} does not exist on this machine"

@@ -8,6 +8,7 @@ without the confirmation). Every root (/proc, /dev, /sys, /etc) is injectable fo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -133,10 +134,8 @@ def _vendors(
     env: DoctorEnv, gpus: tuple[GpuInfo, ...], wsl: bool, modules: set[str]
 ) -> list[GpuVendor]:
     found: set[GpuVendor] = {gpu.vendor for gpu in gpus}
-    try:
+    with contextlib.suppress(Exception):
         found |= {card.vendor for card in drm_cards(env.sys_root)}
-    except Exception:
-        pass
     if (env.proc_root / "driver" / "nvidia").exists() or "nvidia" in modules:
         found.add("nvidia")
     if wsl and (env.wsl_lib / "libnvidia-ml.so.1").exists():
@@ -287,8 +286,11 @@ def _amd_driver(env: DoctorEnv, modules: set[str], distro: str) -> list[DoctorFi
                 ok=False,
                 summary="amdgpu kernel module not loaded",
                 detail="reboot after installing the firmware if modprobe still fails",
-                fix=("sudo apt-get update", f"sudo apt-get install -y {firmware}",
-                     "sudo modprobe amdgpu"),
+                fix=(
+                    "sudo apt-get update",
+                    f"sudo apt-get install -y {firmware}",
+                    "sudo modprobe amdgpu",
+                ),
             )
         ]
     findings.append(DoctorFinding(check="driver", ok=True, summary="amdgpu kernel module loaded"))
@@ -431,7 +433,7 @@ def _secure_boot(
 def _secure_boot_state(env: DoctorEnv) -> bool | None:
     """True/False when known; None when the machine did not boot with UEFI."""
     if env.which("mokutil"):
-        code, out = env.run(["mokutil", "--sb-state"])
+        _code, out = env.run(["mokutil", "--sb-state"])
         text = out.lower()
         if "enabled" in text:
             return True
@@ -465,7 +467,7 @@ def default_shell_runner(command: str) -> int:
     if os.geteuid() == 0 and command.startswith("sudo "):
         command = command[len("sudo ") :]
     print(f"$ {command}", flush=True)
-    return subprocess.run(command, shell=True, check=False).returncode  # noqa: S602
+    return subprocess.run(command, shell=True, check=False).returncode
 
 
 def apply_fixes(

@@ -87,6 +87,4 @@ def process_name(proc_root: Path, pid: int) -> str:
 
 def sorted_processes(processes: dict[int, GpuProcess]) -> tuple[GpuProcess, ...]:
     """Biggest GPU memory users first, then by pid: the order nvitop shows."""
-    return tuple(
-        sorted(processes.values(), key=lambda p: (-(p.used_memory_mb or 0), p.pid))
-    )
+    return tuple(sorted(processes.values(), key=lambda p: (-(p.used_memory_mb or 0), p.pid)))

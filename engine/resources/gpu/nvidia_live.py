@@ -182,7 +182,9 @@ class NvidiaReader:
                 _Device(
                     index=index,
                     handle=handle,
-                    name=as_text(self._call(nvml, index, "nvmlDeviceGetName", handle), "NVIDIA GPU"),
+                    name=as_text(
+                        self._call(nvml, index, "nvmlDeviceGetName", handle), "NVIDIA GPU"
+                    ),
                     uuid=as_text(
                         self._call(nvml, index, "nvmlDeviceGetUUID", handle), f"nvidia:{index}"
                     ),

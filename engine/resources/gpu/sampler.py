@@ -9,6 +9,7 @@ thread-safe: one owner (the engine's GPU service) calls it from one worker threa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -96,10 +97,8 @@ class GpuSampler:
             return reader.read()
         except Exception as exc:
             log.debug("%s GPU read failed", reader.vendor, exc_info=True)
-            try:
+            with contextlib.suppress(Exception):
                 reader.close()
-            except Exception:
-                pass
             label = _LABELS.get(reader.vendor, reader.vendor)
             return VendorRead(reason=f"{label} GPU read failed: {type(exc).__name__}: {exc}")
 

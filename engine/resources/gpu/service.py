@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import trio
 
@@ -43,8 +43,12 @@ class GpuService:
         interval_s: float = INTERVAL_S,
         history_s: float = HISTORY_S,
         idle_stop_s: float = IDLE_STOP_S,
+        to_thread: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self._factory = sampler_factory
+        # Tests with a virtual clock run the (fake) sampler inline: trio's MockClock would
+        # jump ahead while a worker thread runs.
+        self._to_thread = to_thread or trio.to_thread.run_sync
         self.interval_s = interval_s
         self.history_s = history_s
         self.idle_stop_s = idle_stop_s
@@ -81,7 +85,7 @@ class GpuService:
         for uuid, points in self._history.items():
             columns = list(zip(*points, strict=True)) if points else [()] * 5
             result[uuid] = GpuHistory(
-                at=tuple(columns[0]),  # type: ignore[arg-type]
+                at=tuple(columns[0]),
                 utilization_gpu=tuple(columns[1]),
                 memory_percent=tuple(columns[2]),
                 temperature_c=tuple(columns[3]),
@@ -120,8 +124,8 @@ class GpuService:
     async def _sample_once(self) -> None:
         async with self._lock:
             if self._sampler is None:
-                self._sampler = await trio.to_thread.run_sync(self._factory)
-            status = await trio.to_thread.run_sync(self._sampler.sample)
+                self._sampler = await self._to_thread(self._factory)
+            status = await self._to_thread(self._sampler.sample)
             self.samples_taken += 1
         self._latest = status
         self._record(status)
@@ -142,8 +146,13 @@ class GpuService:
             if points is None:
                 points = self._history[gpu.uuid] = deque(maxlen=self._points)
             points.append(
-                (status.at, gpu.utilization_gpu, gpu.memory_percent, gpu.temperature_c,
-                 gpu.power_draw_w)
+                (
+                    status.at,
+                    gpu.utilization_gpu,
+                    gpu.memory_percent,
+                    gpu.temperature_c,
+                    gpu.power_draw_w,
+                )
             )
         # A GPU that is gone keeps its history until it has aged out of the window.
         for uuid in [u for u in self._history if u not in seen]:
