@@ -176,9 +176,34 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
             "config",
             f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}",
         )
+    _check_multiaddrs(settings.network)
     if settings.jobs.slots < 1:
         raise EngineError("config", f"jobs.slots must be at least 1, not {settings.jobs.slots}")
     return settings
+
+
+def _check_multiaddrs(network: NetworkSettings) -> None:
+    import multiaddr  # small; py-libp2p itself is only imported when the network starts
+
+    for kind, addrs in (
+        ("network.listen", network.listen),
+        ("network.bootstrap", network.bootstrap),
+    ):
+        for addr in addrs:
+            try:
+                parsed = multiaddr.Multiaddr(addr)
+            except Exception as exc:
+                raise EngineError(
+                    "config",
+                    f"{kind}: {addr!r} is not a multiaddr ({exc}); "
+                    "write it like /ip4/127.0.0.1/tcp/9000",
+                ) from exc
+            if kind == "network.bootstrap" and "p2p" not in [p.name for p in parsed.protocols()]:
+                raise EngineError(
+                    "config",
+                    f"{kind}: {addr!r} names no peer; end it with /p2p/12D3KooW… "
+                    "(`nunet-tui peer self` on that node prints its full addresses)",
+                )
 
 
 def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:

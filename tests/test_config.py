@@ -50,6 +50,8 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         ("", {"NUNET_JOBS_SLOTS": "zero"}, r"\$\.jobs\.slots"),
         ("", {"NUNET_JOBS_SLOTS": "0"}, "at least 1"),
         ("", {"NUNET_LOG_LEVEL": "loud"}, "log_level must be one of"),
+        ("", {"NUNET_NETWORK_LISTEN": "/ip4/1.2.3/tcp/1"}, "not a multiaddr"),
+        ("", {"NUNET_NETWORK_BOOTSTRAP": "/ip4/127.0.0.1/tcp/9000"}, "names no peer"),
     ],
 )
 def test_bad_settings_are_clear_errors(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--home",
         metavar="DIR",
         help="keep config, state, logs and keys in DIR (default: per-user dirs; env NUNET_HOME)",
+    )
+    parser.add_argument(
+        "--listen",
+        action="append",
+        metavar="MULTIADDR",
+        help="listen on this libp2p address (repeatable; config network.listen)",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        action="append",
+        metavar="MULTIADDR",
+        help="bootstrap peer /ip4/…/tcp/…/p2p/12D3KooW… (repeatable)",
     )
     parser.add_argument(
         "--attach", action="store_true", help="insist on a running daemon for this home"
@@ -185,6 +198,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     paths = Paths.for_home(args.home)
+    # Flags beat NUNET_* variables, which beat config.toml: the engine reads the environment.
+    if args.listen:
+        os.environ["NUNET_NETWORK_LISTEN"] = ",".join(args.listen)
+    if args.bootstrap:
+        os.environ["NUNET_NETWORK_BOOTSTRAP"] = ",".join(args.bootstrap)
     try:
         if args.command is None:
             return _run_tui(paths, attach=args.attach)
