@@ -7,6 +7,8 @@ import pytest
 from engine.config import Paths, load_settings
 from engine.errors import EngineError
 
+PEER = "/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"
+
 
 def test_home_puts_everything_in_one_folder(tmp_path: Path) -> None:
     paths = Paths.for_home(tmp_path / "h")
@@ -31,15 +33,15 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         paths,
         {
             "NUNET_JOBS_SLOTS": "2",
-            "NUNET_NETWORK_BOOTSTRAP": "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5, /ip4/5.6.7.8/tcp/2/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5",
+            "NUNET_NETWORK_BOOTSTRAP": f"/ip4/1.2.3.4/tcp/1{PEER}, /ip4/5.6.7.8/tcp/2{PEER}",
         },
     )
     assert settings.log_level == "debug"
     assert settings.jobs.slots == 2
     assert settings.machine.memory_mb == 9000
     assert settings.network.bootstrap == [
-        "/ip4/1.2.3.4/tcp/1/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5",
-        "/ip4/5.6.7.8/tcp/2/p2p/12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5",
+        f"/ip4/1.2.3.4/tcp/1{PEER}",
+        f"/ip4/5.6.7.8/tcp/2{PEER}",
     ]
 
 
