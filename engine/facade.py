@@ -24,6 +24,7 @@ from engine.errors import EngineError
 from engine.homelock import HomeLock
 from engine.identity import load_or_create
 from engine.node import Node
+from engine.probes import HostProbes
 from engine.store import Store
 
 log = logging.getLogger("nunet.engine")
@@ -38,7 +39,9 @@ class Engine:
         daemon: bool = False,
         network: bool = True,
         lock: HomeLock | None = None,
+        probes: HostProbes | None = None,
     ) -> None:
+        self._probes = probes
         self.paths = paths
         self._network = network
         self._settings = settings
@@ -86,7 +89,13 @@ class Engine:
         store = Store(self.paths.database)
         try:
             node = Node(
-                self.paths, settings, identity, store, daemon=self._daemon, network=self._network
+                self.paths,
+                settings,
+                identity,
+                store,
+                daemon=self._daemon,
+                network=self._network,
+                probes=self._probes,
             )
             await node.prepare()
             node.add_sink(self._fan_out)

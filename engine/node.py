@@ -20,6 +20,7 @@ from engine.config import Paths, Settings
 from engine.errors import EngineError, ValidationReport
 from engine.identity import Identity
 from engine.onboarding import validate_onboarding
+from engine.probes import HostProbes
 from engine.resources.capacity import (
     available_capacity,
     detect_machine,
@@ -27,8 +28,6 @@ from engine.resources.capacity import (
     onboarded_capacity,
 )
 from engine.resources.gpu.commands import handlers as gpu_handlers
-from engine.resources.gpu.detect import detect_gpus
-from engine.resources.readiness import check_readiness
 from engine.store import Store
 
 if TYPE_CHECKING:
@@ -67,6 +66,7 @@ class Node:
         store: Store,
         daemon: bool,
         network: bool = True,
+        probes: HostProbes | None = None,
     ) -> None:
         self.paths = paths
         self.settings = settings
@@ -79,7 +79,8 @@ class Node:
         self.network_enabled = network
         self._network: NodeNetwork | None = None
         self._sinks: list[EventSink] = []
-        self.machine = detect_machine(settings.machine)
+        self.probes = probes or HostProbes()
+        self.machine = detect_machine(settings.machine, host=self.probes.host_files)
         self.gpus: tuple[api.GpuInfo, ...] = ()
         self.gpu_reason: str | None = None
         self._handlers: dict[type[api.Command], Handler] = {
@@ -100,7 +101,7 @@ class Node:
 
     async def prepare(self) -> None:
         """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
-        self.gpus, self.gpu_reason = await trio.to_thread.run_sync(detect_gpus)
+        self.gpus, self.gpu_reason = await trio.to_thread.run_sync(self.probes.detect_gpus)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Long-running services live here: the network now, jobs and payments later."""
@@ -153,7 +154,12 @@ class Node:
 
     def full(self) -> api.Capacity:
         return full_capacity(
-            self.machine, self.settings.machine, self.paths.state_dir, self.gpus, self.gpu_reason
+            self.machine,
+            self.settings.machine,
+            self.paths.state_dir,
+            self.gpus,
+            self.gpu_reason,
+            host=self.probes.host_files,
         )
 
     async def _get_capacity(self, command: api.GetCapacity) -> api.Capacity:
@@ -161,7 +167,9 @@ class Node:
         if command.view == "full":
             return full
         if command.view == "available":
-            return available_capacity(full, self.paths.state_dir, cpu_mhz_in_use=0)
+            return available_capacity(
+                full, self.paths.state_dir, cpu_mhz_in_use=0, host=self.probes.host_files
+            )
         return onboarded_capacity(self.store.get_onboarding(), full)
 
     # --- onboarding ------------------------------------------------------------------------
@@ -199,7 +207,9 @@ class Node:
             cardano_node=cardano_node,
             gpus=gpus,
             full=full,
-            available=available_capacity(full, self.paths.state_dir, cpu_mhz_in_use=0),
+            available=available_capacity(
+                full, self.paths.state_dir, cpu_mhz_in_use=0, host=self.probes.host_files
+            ),
         )
 
     async def _check_onboarding(self, command: api.CheckOnboarding) -> api.Validation:
@@ -332,7 +342,7 @@ class Node:
         return api.Done(message=f"mode: {command.mode}")
 
     async def _info(self, command: api.GetInfo) -> api.NodeInfo:
-        readiness = await trio.to_thread.run_sync(check_readiness, self.gpus)
+        readiness = await trio.to_thread.run_sync(self.probes.check_readiness, self.gpus)
         return api.NodeInfo(
             peer_id=self.identity.peer_id,
             version=self.version,

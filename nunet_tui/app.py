@@ -12,10 +12,11 @@ screen stack. The first run asks which one; ``m`` and the command palette switch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.reactive import reactive
@@ -193,6 +194,12 @@ class NunetApp(App[None]):
             self.use_mode(mode)
 
     # --- screens ---------------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's own palette commands (theme, keys, screenshot), minus a second Quit."""
+        for command in super().get_system_commands(screen):
+            if command.title != "Quit":
+                yield command
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

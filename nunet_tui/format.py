@@ -65,10 +65,10 @@ def meter_bar(used: int, total: int, width: int) -> Content:
     return Content.assemble(("█" * filled, "$accent"), ("░" * (width - filled), "$text-muted"))
 
 
-def check_line(name: str, check: Check) -> Content:
-    """``✓ Docker engine  reachable`` / ``✗ GPU driver  nvidia-smi not found``."""
-    mark = ("✓ ", "bold $success") if check.ok else ("✗ ", "bold $error")
-    return Content.assemble(mark, (name, "bold"), "  ", (safe(check.detail), "$text-muted"))
+def check_row(name: str, check: Check) -> tuple[Content, Content]:
+    """(``✓ Docker engine``, ``reachable …``): a readiness check as a table row."""
+    mark = ("✓ ", "bold $text-success") if check.ok else ("✗ ", "bold $text-error")
+    return Content.assemble(mark, name), Content.styled(safe(check.detail), "$text-muted")
 
 
 def gpu_line(gpu: GpuInfo) -> Content:

@@ -56,8 +56,8 @@ def detect_machine(overrides: MachineSettings, *, host: HostFiles = DEFAULT_HOST
     return Machine(
         hostname=overrides.hostname or socket.gethostname() or platform.node() or "localhost",
         os=os_pretty_name(host),
-        kernel=platform.release(),
-        arch=platform.machine(),
+        kernel=_read(host.proc / "sys/kernel/osrelease").strip() or platform.release(),
+        arch=_read(host.proc / "sys/kernel/arch").strip() or platform.machine(),
         cpu_model=overrides.cpu_model or cpu_model(cpuinfo),
         cpu_cores=cores,
         cpu_mhz_per_core=mhz,

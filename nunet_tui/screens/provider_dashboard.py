@@ -17,7 +17,7 @@ from textual.widgets import Footer, Static
 from engine.api import Onboarding
 from nunet_tui.format import (
     TIMES,
-    check_line,
+    check_row,
     gpu_line,
     mb,
     mhz,
@@ -50,7 +50,7 @@ class ProviderDashboard(NodeScreen):
                 yield Meter("CPU", "MHz", id="cpu-meter")
                 yield Meter("RAM", "MB", id="ram-meter")
                 yield Meter("Disk", "MB", id="disk-meter")
-                yield Static(id="no-gpu", markup=False)
+                yield KeyTable(id="no-gpu")
                 yield Static(id="node-state", markup=False)
             with Vertical(id="gpus", classes="panel") as panel:
                 panel.border_title = "GPUs"
@@ -61,7 +61,7 @@ class ProviderDashboard(NodeScreen):
                 yield KeyTable(id="offer-table")
             with Vertical(id="readiness", classes="panel") as panel:
                 panel.border_title = "ML readiness"
-                yield Static(id="readiness-checks", markup=False)
+                yield KeyTable(id="readiness-checks")
         yield Footer()
 
     def show_node(self, node: NodeView) -> None:
@@ -98,12 +98,19 @@ class ProviderDashboard(NodeScreen):
                 Content("\n").join(gpu_line(gpu) for gpu in full.gpus)
             )
         else:
-            self.query_one("#no-gpu", Static).update(
-                Content.assemble(
-                    ("GPU  ", "bold"),
-                    "none",
-                    (f" · {safe(full.gpu_reason)}" if full.gpu_reason else "", "$text-muted"),
-                )
+            self.query_one("#no-gpu", KeyTable).set_rows(
+                [
+                    (
+                        "GPU",
+                        Content.assemble(
+                            "none",
+                            (
+                                f" · {safe(full.gpu_reason)}" if full.gpu_reason else "",
+                                "$text-muted",
+                            ),
+                        ),
+                    )
+                ]
             )
 
         onboarding = node.onboarding
@@ -133,14 +140,12 @@ class ProviderDashboard(NodeScreen):
             table.set_rows(_offer_rows(onboarding))
 
         readiness = info.readiness
-        self.query_one("#readiness-checks", Static).update(
-            Content("\n").join(
-                [
-                    check_line("Docker engine", readiness.docker),
-                    check_line("GPU driver", readiness.gpu_driver),
-                    check_line("GPU container runtime", readiness.gpu_runtime),
-                ]
-            )
+        self.query_one("#readiness-checks", KeyTable).set_rows(
+            [
+                check_row("Docker engine", readiness.docker),
+                check_row("GPU driver", readiness.gpu_driver),
+                check_row("GPU container runtime", readiness.gpu_runtime),
+            ]
         )
         self.refresh_bindings()
 
