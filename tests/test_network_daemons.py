@@ -27,7 +27,8 @@ class Daemon:
     def __init__(self, home: Paths, env: dict[str, str]) -> None:
         self.home = home
         self.env = env
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_path = Path(str(home.home)) / "daemon.stderr"
 
     def start(self) -> Daemon:
         self.proc = subprocess.Popen(
@@ -35,8 +36,7 @@ class Daemon:
             cwd=REPO,
             env={**os.environ, **self.env},
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
+            stderr=open(self.stderr_path, "ab"),  # noqa: SIM115 - the child owns it
         )
         # Ready when the network listens: `peer self` then shows an address.
         wait_for(lambda: self.addrs(), f"{self.home.home} never listened", timeout=30)
@@ -48,7 +48,9 @@ class Daemon:
         return json.loads(result.stdout)
 
     def addrs(self) -> list[str]:
-        assert self.proc is not None and self.proc.poll() is None, "daemon exited"
+        assert self.proc is not None and self.proc.poll() is None, (
+            "daemon exited: " + self.stderr_path.read_text(errors="replace")[-2000:]
+        )
         result = run_cli("--attach", "peer", "self", "--json", home=self.home)
         return json.loads(result.stdout)["addrs"] if result.returncode == 0 else []
 
@@ -152,7 +154,11 @@ def test_providers_are_listed_chat_flows_and_dead_nodes_leave(
     texts = [m["text"] for m in target.cli("chat", "history", consumer.peer_id)["messages"]]
     assert texts == [nasty, "hello back", "while you were away"]
     mine = consumer.cli("chat", "history", target_id)["messages"]
-    assert [m["status"] for m in mine] == ["delivered", "received", "delivered"]
+    assert [(m["text"], m["status"]) for m in mine] == [
+        (nasty, "delivered"),
+        ("hello back", "received"),
+        ("while you were away", "delivered"),
+    ]
 
     # kill -9: the others drop it within three heartbeats (plus scheduling slack).
     victim = providers[1]

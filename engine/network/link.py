@@ -48,6 +48,8 @@ class NodeNetwork:
         self._scope: trio.CancelScope | None = None
         self._running_channel: str | None = None
         self._wake_queue = trio.Event()
+        # Rows being sent right now by a command: the queue loop must not send them again.
+        self._in_flight: set[int] = set()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -55,18 +57,25 @@ class NodeNetwork:
         onboarding = self.node.store.get_onboarding()
         return onboarding.channel if onboarding else self.node.settings.network.channel
 
+    def mdns(self) -> bool:
+        """mDNS only for an active provider onboarded with -l (local discovery)."""
+        onboarding = self.node.store.get_onboarding()
+        return bool(onboarding and onboarding.local_discovery and onboarding.state == "active")
+
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep a service up for the current channel; never lets a network failure out."""
         task_status.started()
         failures = 0
         while True:
             channel = self.channel()
+            mdns = self.mdns()
             service = NetworkService(
                 self.node.identity,
                 self.node.settings.network,
                 channel,
                 self,
                 chat_seq_floor=self.node.store.chat_seq_floor,
+                mdns=mdns,
             )
             began = trio.current_time()
             with trio.CancelScope() as scope:
@@ -99,6 +108,11 @@ class NodeNetwork:
             log.info("channel changed to %s; restarting the network", self.channel())
             self._scope.cancel()
         elif self.service is not None:
+            # Local discovery (-l, active) follows onboarding in place: a restart would drop
+            # every connection and lose the withdrawal of our advert when pausing.
+            if self.service.mdns != self.mdns():
+                log.info("local discovery %s", "on" if self.mdns() else "off")
+                self.service.set_mdns(self.mdns())
             self.service.republish_advert()
 
     def _announce(self, *, online: bool, channel: str | None, error: str | None = None) -> None:
@@ -288,6 +302,7 @@ class NodeNetwork:
             # Behind other queued messages: keep the order, the queue loop delivers it.
             self._wake_queue.set()
             return queued
+        self._in_flight.add(row)
         try:
             seq, at = await service.send_chat(peer_id, command.text, conversation)
         except MessageTooLarge as exc:
@@ -299,6 +314,8 @@ class NodeNetwork:
                 raise EngineError("unreachable", f"not sent: {exc}") from exc
             log.info("chat to %s queued: %s", peer_id, exc)
             return queued
+        finally:
+            self._in_flight.discard(row)
         store.mark_chat_delivered(row, seq, at)
         return api.ChatMessage(
             peer_id=peer_id,
@@ -321,6 +338,8 @@ class NodeNetwork:
                 continue
             for peer_id in self.node.store.peers_with_queued_chat():
                 for row, conversation, text in self.node.store.queued_chat(peer_id):
+                    if row in self._in_flight:
+                        break  # a command is sending it; later rows wait to keep the order
                     try:
                         seq, at = await service.send_chat(peer_id, text, conversation)
                     except PeerUnreachable:
