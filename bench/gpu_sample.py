@@ -82,17 +82,19 @@ def report(label: str, wall: float, cpu: float, gpus: int) -> None:
 
 def engine_poll_cpu(seconds: float, gpus: int) -> None:
     """The whole path the GPU screen uses: GetGpuStatus once a second via the facade."""
-    import engine.resources.gpu.commands as commands
     from engine.api import GetGpuStatus
     from engine.facade import Engine
+    from engine.probes import HostProbes
     from tests.conftest import make_home
 
     empty = Path(tempfile.mkdtemp(prefix="nunet-bench-sys-"))
-    commands.GpuSampler = lambda: GpuSampler(  # type: ignore[assignment,misc]
-        fake(gpus), sysfs_root=empty, kfd=empty / "kfd", proc_root=empty
+    probes = HostProbes(
+        gpu_sampler=lambda: GpuSampler(
+            fake(gpus), sysfs_root=empty, kfd=empty / "kfd", proc_root=empty
+        )
     )
     home = make_home(Path(tempfile.mkdtemp(prefix="nunet-bench-")) / "home")
-    with Engine(home) as eng:
+    with Engine(home, probes=probes) as eng:
         time.sleep(1.0)
         idle_began = time.process_time()
         time.sleep(seconds)

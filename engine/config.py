@@ -107,6 +107,8 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     slots: int = 1
     executors: list[str] = msgspec.field(default_factory=lambda: ["docker"])
+    # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
+    checkpoint_interval_s: float = 60.0
     # NTX per hour of machine time, per resource tier; advertised to consumers.
     prices: dict[str, float] = msgspec.field(
         default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0}

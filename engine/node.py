@@ -31,6 +31,7 @@ from engine.resources.gpu.commands import handlers as gpu_handlers
 from engine.store import Store
 
 if TYPE_CHECKING:
+    from engine.jobs.service import NodeJobs
     from engine.network.link import NodeNetwork
 
 log = logging.getLogger("nunet.node")
@@ -44,6 +45,14 @@ NETWORK_COMMANDS: tuple[type[api.Command], ...] = (
     api.ChatSend,
     api.ChatHistory,
     api.GetNetworkStatus,
+)
+JOB_COMMANDS: tuple[type[api.Command], ...] = (
+    api.SubmitJob,
+    api.ListJobs,
+    api.GetJob,
+    api.GetJobLogs,
+    api.CancelJob,
+    api.FetchJobResults,
 )
 
 EventSink = Callable[[api.Event], None]
@@ -98,6 +107,9 @@ class Node:
         self._handlers.update(gpu_handlers(self))  # GPU status, doctor, capabilities, images
         for command_type in NETWORK_COMMANDS:
             self._handlers[command_type] = self._network_command
+        for command_type in JOB_COMMANDS:
+            self._handlers[command_type] = self._job_command
+        self._jobs: NodeJobs | None = None
 
     async def prepare(self) -> None:
         """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
@@ -109,6 +121,7 @@ class Node:
             if self.network_enabled:
                 # Not awaited: the engine is usable (and the TUI paints) while libp2p starts.
                 nursery.start_soon(self.network().run)
+                nursery.start_soon(self.jobs().serve)
             task_status.started()
             await trio.sleep_forever()
 
@@ -119,6 +132,16 @@ class Node:
 
             self._network = NodeNetwork(self)
         return self._network
+
+    def jobs(self) -> NodeJobs:
+        if self._jobs is None:
+            from engine.jobs.service import NodeJobs
+
+            self._jobs = NodeJobs(self)
+        return self._jobs
+
+    async def _job_command(self, command: api.Command) -> Any:
+        return await self.jobs().handlers()[type(command)](command)
 
     async def _network_command(self, command: api.Command) -> Any:
         return await self.network().handlers()[type(command)](command)

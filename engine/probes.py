@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from engine.api import GpuInfo, Readiness
 from engine.resources.capacity import DEFAULT_HOST, HostFiles
 from engine.resources.gpu.detect import detect_gpus
+from engine.resources.gpu.sampler import GpuSampler
+from engine.resources.gpu.service import Sampler
 from engine.resources.readiness import check_readiness
 
 GpuDetector = Callable[[], tuple[tuple[GpuInfo, ...], str | None]]
 ReadinessCheck = Callable[[tuple[GpuInfo, ...]], Readiness]
+SamplerFactory = Callable[[], Sampler]
 
 
 @dataclass(frozen=True)
@@ -24,3 +27,5 @@ class HostProbes:
     host_files: HostFiles = DEFAULT_HOST
     detect_gpus: GpuDetector = detect_gpus
     check_readiness: ReadinessCheck = check_readiness
+    # Builds the live GPU sampler (NVML and friends) that the GPU service polls at 1 Hz.
+    gpu_sampler: SamplerFactory = GpuSampler

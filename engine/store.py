@@ -12,7 +12,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from engine.api import Onboarding
+import msgspec
+
+from engine.api import JobInfo, Onboarding
 from engine.errors import EngineError
 
 # Each entry moves the schema from version i to i+1. Never edit a released entry: append.
@@ -69,6 +71,26 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (peer_id, conversation, direction, seq)
     );
     CREATE INDEX chat_messages_peer ON chat_messages (peer_id, id);
+    """,
+    """
+    CREATE TABLE jobs (
+        job_id     TEXT PRIMARY KEY,
+        role       TEXT NOT NULL CHECK (role IN ('consumer', 'provider')),
+        state      TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        info       TEXT NOT NULL
+    );
+    CREATE INDEX jobs_state ON jobs (state);
+    CREATE TABLE job_messages (
+        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id    TEXT NOT NULL,
+        direction TEXT NOT NULL CHECK (direction IN ('in', 'out')),
+        kind      TEXT NOT NULL,
+        body      BLOB NOT NULL,
+        at        REAL NOT NULL
+    );
+    CREATE INDEX job_messages_job ON job_messages (job_id, id);
     """,
 )
 
@@ -326,6 +348,50 @@ class Store:
             "GROUP BY peer_id ORDER BY last DESC"
         ).fetchall()
         return [(r["peer_id"], r["n"], r["last"]) for r in rows]
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    def save_job(self, job: JobInfo) -> None:
+        self._db.execute(
+            "INSERT INTO jobs (job_id, role, state, created_at, updated_at, info) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET "
+            "state = excluded.state, updated_at = excluded.updated_at, info = excluded.info",
+            (
+                job.job_id,
+                job.role,
+                job.state,
+                job.created_at,
+                job.updated_at,
+                msgspec.json.encode(job).decode(),
+            ),
+        )
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        row = self._db.execute("SELECT info FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else msgspec.json.decode(row["info"], type=JobInfo)
+
+    def list_jobs(self, states: tuple[str, ...] | None = None, limit: int = 500) -> list[JobInfo]:
+        query = "SELECT info FROM jobs"
+        args: tuple[object, ...] = ()
+        if states:
+            query += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = states
+        rows = self._db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*args, limit))
+        return [msgspec.json.decode(r["info"], type=JobInfo) for r in rows.fetchall()]
+
+    def record_job_message(self, job_id: str, direction: str, kind: str, body: bytes) -> None:
+        """Every protocol message, kept before it is acted on (signed bytes, as received)."""
+        self._db.execute(
+            "INSERT INTO job_messages (job_id, direction, kind, body, at) VALUES (?, ?, ?, ?, ?)",
+            (job_id, direction, kind, body, time.time()),
+        )
+
+    def job_messages(self, job_id: str) -> list[tuple[str, str, bytes]]:
+        rows = self._db.execute(
+            "SELECT direction, kind, body FROM job_messages WHERE job_id = ? ORDER BY id",
+            (job_id,),
+        ).fetchall()
+        return [(r["direction"], r["kind"], bytes(r["body"])) for r in rows]
 
     def _history(self, action: str, onboarding: Onboarding | None) -> None:
         detail = (

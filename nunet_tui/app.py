@@ -12,7 +12,8 @@ screen stack. The first run asks which one; ``m`` and the command palette switch
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from textual import work
@@ -23,35 +24,52 @@ from textual.reactive import reactive
 from textual.screen import Screen
 
 from engine.api import (
+    ChatMessageEvent,
+    ChatRequestEvent,
     Command,
     EngineStopping,
     Event,
     GetCapacity,
     GetInfo,
+    GetNetworkStatus,
+    ListPeers,
     Mode,
     ModeChanged,
+    NetworkChanged,
     Offboard,
     Onboarding,
     OnboardingChanged,
     Pause,
+    PeerChanged,
     Resume,
     SetMode,
 )
 from engine.client import EngineClient
 from engine.errors import EngineError
 from nunet_tui.commands import NodeCommands
-from nunet_tui.format import mb, mhz, safe
-from nunet_tui.messages import EngineEvent
-from nunet_tui.screens.base import NodeView
+from nunet_tui.format import mb, mhz, safe, short_peer_id
+from nunet_tui.messages import EngineEvent, EngineUpdate
+from nunet_tui.screens.base import CapabilityScreen, NetworkState, NetworkView, NodeView
+from nunet_tui.screens.chat import ChatScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
+from nunet_tui.screens.gpus import GpuScreen
 from nunet_tui.screens.help import HelpScreen
 from nunet_tui.screens.mode_chooser import ModeChooserScreen
+from nunet_tui.screens.network import NetworkScreen
 from nunet_tui.screens.onboarding import OnboardingScreen
+from nunet_tui.screens.peers import PeersScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from nunet_tui.screens.start import StartScreen
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
+# The screens a dashboard opens by key; GPUs only in provider mode.
+CAPABILITY_SCREENS: dict[str, type[CapabilityScreen]] = {
+    "peers": PeersScreen,
+    "chat": ChatScreen,
+    "network": NetworkScreen,
+    "gpus": GpuScreen,
+}
 
 
 class NunetApp(App[None]):
@@ -69,16 +87,31 @@ class NunetApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("m", "toggle_mode", "Mode"),
+        Binding("g", "open('gpus')", "GPUs", tooltip="Live GPU status: load, memory, heat, power"),
+        Binding("p", "open('peers')", "Peers", tooltip="Peers on this channel and their offers"),
+        Binding("c", "open('chat')", "Chat", tooltip="Chat with peers"),
+        Binding("n", "open('network')", "Network", tooltip="The channel's resources and load"),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)
     """What the app last read from the engine; screens watch it."""
     engine_state: reactive[str] = reactive("starting", init=False)
     """``starting``, ``ready``, ``error`` or ``stopped``: shown in every screen's header."""
+    network: reactive[NetworkView] = reactive(NetworkView, init=False)
+    """On the network or not, the channel and how many peers: the header shows it."""
 
-    def __init__(self, client: EngineClient, *, ansi_color: bool = False) -> None:
+    def __init__(
+        self,
+        client: EngineClient,
+        *,
+        ansi_color: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(ansi_color=ansi_color)
         self.client = client
+        self.clock = clock
+        """What "now" is for "3 s ago" (tests may pin it)."""
+        self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
 
@@ -117,6 +150,25 @@ class NunetApp(App[None]):
                 return
             mode = chosen
         self.switch_mode(mode)
+        await self._read_network()
+
+    async def _read_network(self) -> None:
+        """The network's state now; later changes arrive as NetworkChanged and PeerChanged."""
+        try:
+            status = await self.client.call(GetNetworkStatus())
+        except (EngineError, OSError):
+            return
+        state: NetworkState = "online" if status.online else "offline"
+        if not status.online:
+            try:
+                await self.client.call(ListPeers())
+            except EngineError as exc:
+                if exc.code == "no_network":
+                    state = "off"
+            except OSError:
+                pass
+        self._peer_ids = {peer.peer_id for peer in status.peers}
+        self.network = NetworkView(state=state, channel=status.channel, peers=len(self._peer_ids))
 
     async def reload_node(self) -> NodeView:
         """Read info and the capacity views; sets ``node`` (which the screens watch)."""
@@ -155,6 +207,47 @@ class NunetApp(App[None]):
                 severity="warning",
                 markup=False,
             )
+        elif isinstance(event, NetworkChanged):
+            if not event.online:
+                self._peer_ids.clear()
+            self.network = NetworkView(
+                state="online" if event.online else "offline",
+                channel=event.channel,
+                peers=len(self._peer_ids),
+                error=event.error,
+            )
+        elif isinstance(event, PeerChanged):
+            if event.peer is None:
+                self._peer_ids.discard(event.peer_id)
+            else:
+                self._peer_ids.add(event.peer_id)
+            if self.network.peers != len(self._peer_ids):
+                self.network = NetworkView(
+                    state=self.network.state,
+                    channel=self.network.channel,
+                    peers=len(self._peer_ids),
+                    error=self.network.error,
+                )
+        elif isinstance(event, ChatRequestEvent):
+            self.notify(
+                f"{short_peer_id(event.request.peer_id)} wants to chat. "
+                f"Press c, then j to join (request {event.request.id}).",
+                title="Chat request",
+                markup=False,
+                timeout=10,
+            )
+        elif isinstance(event, ChatMessageEvent):
+            chat = self.screen
+            showing = isinstance(chat, ChatScreen) and chat.peer_id == event.message.peer_id
+            if not showing:
+                text = safe(event.message.text)
+                self.notify(
+                    text if len(text) <= 120 else text[:119] + "…",
+                    title=f"Message from {short_peer_id(event.message.peer_id)}",
+                    markup=False,
+                )
+        if isinstance(self.screen, CapabilityScreen):
+            self.screen.post_message(EngineUpdate(event))
 
     # --- calling the engine ----------------------------------------------------------------
 
@@ -200,6 +293,22 @@ class NunetApp(App[None]):
         for command in super().get_system_commands(screen):
             if command.title != "Quit":
                 yield command
+
+    def action_open(self, name: str) -> None:
+        """Open peers, chat, network or GPUs; from one of them, replace it (Esc: dashboard)."""
+        self.open_screen(name)
+
+    def open_screen(self, name: str, *, peer_id: str | None = None) -> None:
+        kind = CAPABILITY_SCREENS.get(name)
+        if kind is None or self.mode is None:
+            return
+        if isinstance(self.screen, kind) and peer_id is None:
+            return
+        screen = ChatScreen(peer_id=peer_id) if kind is ChatScreen else kind()
+        if isinstance(self.screen, CapabilityScreen):
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -300,6 +409,15 @@ class NunetApp(App[None]):
         onboarding = self.onboarding
         if action == "toggle_mode":
             return self.mode is not None and getattr(self.screen, "ALLOW_MODE_SWITCH", True)
+        if action == "open":
+            name = parameters[0] if parameters else None
+            if self.mode is None or self.node is None:
+                return False
+            if not getattr(self.screen, "ALLOW_MODE_SWITCH", True):
+                return False
+            if name == "gpus":
+                return self.mode == "provider"
+            return True
         if action == "onboard":
             return self.node is not None and onboarding is None
         if action == "resources":

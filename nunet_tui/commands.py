@@ -10,7 +10,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 
 class NodeCommands(Provider):
-    """Switch mode, onboard, change resources, pause, resume, offboard, help, quit."""
+    """Switch mode, onboard, resources, pause, resume, offboard, screens, help, quit."""
 
     def _commands(self) -> Iterator[tuple[str, str, Callable[[], Any]]]:
         app: Any = self.app
@@ -42,6 +42,24 @@ class NodeCommands(Provider):
                 else:
                     yield ("Resume", "Accept jobs again", app.action_resume)
                 yield ("Offboard", "Remove this machine's onboarding", app.action_offboard)
+        if node is not None and mode is not None:
+            if mode == "provider":
+                yield (
+                    "GPUs",
+                    "Live GPU load, memory, temperature and power (g)",
+                    partial(app.action_open, "gpus"),
+                )
+            yield (
+                "Peers",
+                "Peers on this channel and what they offer (p)",
+                partial(app.action_open, "peers"),
+            )
+            yield ("Chat", "Conversations and chat requests (c)", partial(app.action_open, "chat"))
+            yield (
+                "Network status",
+                "The channel's resources, load and heartbeats (n)",
+                partial(app.action_open, "network"),
+            )
         yield ("Help", "Show every key (?)", app.action_help)
         yield ("Quit", "Leave nunet-tui (q)", app.action_quit)
 

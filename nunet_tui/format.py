@@ -7,11 +7,16 @@ a ``[bold]`` inside a hostname is shown literally and control codes are stripped
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
+from rich.text import Text
 from textual.content import Content
 
 from engine.api import Capacity, Check, GpuInfo, Onboarding
 
 ELLIPSIS = "…"
+DASH = "\u2013"  # an en dash: "no value" in tables
 TIMES = "\u00d7"  # the multiplication sign, as in "2 x 2,500 MHz"
 
 
@@ -86,3 +91,99 @@ def capacity_summary(capacity: Capacity) -> str:
         f"{capacity.cpu_cores} cores · {mhz(capacity.cpu_mhz)} · "
         f"{mb(capacity.memory_mb)} RAM · {mb(capacity.disk_mb)} disk"
     )
+
+
+# --- time, peers, GPUs -------------------------------------------------------------------
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def ago(at: float | None, now: float) -> str:
+    """``just now``, ``12 s ago``, ``5 min ago``, ``3 h ago``, ``2 d ago``; ``never`` for None."""
+    if not at:
+        return "never"
+    seconds = max(now - at, 0.0)
+    if seconds < 2:
+        return "just now"
+    if seconds < 60:
+        return f"{int(seconds)} s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86_400:
+        return f"{int(seconds // 3600)} h ago"
+    return f"{int(seconds // 86_400)} d ago"
+
+
+def chat_time(at: float, now: float) -> str:
+    """A message's time: relative while fresh (``just now``, ``4 min ago``), then the clock."""
+    seconds = now - at
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    return time.strftime("%b %d %H:%M", time.localtime(at))
+
+
+def latency(ms: float | None) -> str:
+    if ms is None:
+        return DASH
+    return f"{ms:.1f} ms" if ms < 10 else f"{round(ms)} ms"
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{round(value)}%"
+
+
+def spark(values: Sequence[float | None], width: int, top: float, *, window: int) -> str:
+    """A history line of ``width`` cells over the last ``window`` samples, newest at the right.
+
+    The scale is fixed (0..``top``), so 40% looks like 40% whatever came before, and each
+    cell always stands for the same stretch of time: a short history fills only the right
+    end. A cell shows the highest sample in it; a cell without samples is a space.
+    """
+    width = max(width, 1)
+    recent = list(values)[-window:]
+    per_cell = max(window, 1) / width
+    cells: list[str] = []
+    for cell in range(width):
+        from_end = width - 1 - cell
+        start = len(recent) - round((from_end + 1) * per_cell)
+        stop = len(recent) - round(from_end * per_cell)
+        chunk = [v for v in recent[max(start, 0) : max(stop, 0)] if v is not None]
+        if not chunk:
+            cells.append(" ")
+            continue
+        share = min(max(max(chunk) / top, 0.0), 1.0) if top > 0 else 0.0
+        cells.append(SPARK_BLOCKS[min(int(share * len(SPARK_BLOCKS)), len(SPARK_BLOCKS) - 1)])
+    return "".join(cells)
+
+
+def level_style(value: float | None, limit: float | None, *, warn: float, error: float) -> str:
+    """``$text-error`` at or above ``error`` x limit, ``$text-warning`` above ``warn`` x limit."""
+    if value is None or not limit:
+        return ""
+    share = value / limit
+    if share >= error:
+        return "bold $text-error"
+    if share >= warn:
+        return "bold $text-warning"
+    return ""
+
+
+def table_cell(content: Content) -> Text:
+    """``content`` as a Rich ``Text`` for a ``DataTable`` cell (which measures only Rich
+    renderables); theme variables such as ``$text-muted`` are resolved on the way."""
+    text = Text()
+    for segment in content.render_segments():
+        text.append(segment.text, segment.style)
+    return text
+
+
+def plural(count: int, word: str) -> str:
+    """``1 peer``, ``2 peers``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def short_addr(addr: str) -> str:
+    """A multiaddr without its ``/p2p/<peer id>`` tail (the peer id is shown beside it)."""
+    return safe(addr.split("/p2p/", 1)[0])

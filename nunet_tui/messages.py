@@ -22,3 +22,14 @@ class EngineEvent(Message):
 
 class NodeRefreshed(Message):
     """The app re-read the node (info and capacity); screens may redraw."""
+
+
+class EngineUpdate(Message, bubble=False):
+    """An engine event the app hands on to the screen on top (peers, chat, network...).
+
+    It does not bubble: the app already saw the event as ``EngineEvent``.
+    """
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event

@@ -4,17 +4,24 @@
 
 Each size gets a fresh temporary node home whose config declares the machine (so the
 pictures show the same numbers everywhere) and a fixed identity key (so the same peer id).
-What the engine probes from this host (OS, Docker, GPU drivers) is shown as found.
+The host itself is the fixed one of tests/doubles/host.py (Debian 12, Docker reachable, two
+NVIDIA boards through the NVML double), so the pictures do not depend on this machine.
+A second engine ("bob", a provider) runs beside it on 127.0.0.1 so that the peers, chat and
+network pictures have someone in them.
 The script walks a provider through the first run: choose the mode, onboard (with a typo
-first), pause, then looks at help, the command palette and consumer mode.
+first), look at the GPUs, peers, chat and network status, pause, then help, the command
+palette and consumer mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,11 +33,20 @@ from nacl.signing import SigningKey  # noqa: E402
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
-from engine.api import GetCapacity  # noqa: E402
+from engine.api import (  # noqa: E402
+    ChatSend,
+    GetCapacity,
+    GetPeerSelf,
+    ListPeers,
+    OnboardRequest,
+    SetMode,
+)
 from engine.config import Paths  # noqa: E402
 from engine.facade import Engine  # noqa: E402
 from engine.identity import Identity, save  # noqa: E402
 from nunet_tui.app import NunetApp  # noqa: E402
+from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
+from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
 
 MACHINE_TOML = """\
 [machine]
@@ -43,8 +59,24 @@ disk_mb = 500000
 
 [network]
 listen = ["/ip4/127.0.0.1/tcp/0"]
+heartbeat_interval_s = 1
+"""
+BOB_TOML = """\
+[machine]
+hostname = "bob"
+cpu_model = "Intel(R) Xeon(R) Gold 6248R CPU @ 3.00GHz"
+cpu_cores = 8
+cpu_mhz_per_core = 3000
+memory_mb = 32000
+disk_mb = 200000
+
+[network]
+listen = ["/ip4/127.0.0.1/tcp/0"]
+heartbeat_interval_s = 1
+bootstrap = ["{bootstrap}"]
 """
 SEED = bytes(range(32))
+BOB_SEED = bytes([7]) * 32
 # A CIP-19 testnet base address, valid for the default nunet-test channel.
 ADDRESS = (
     "addr_test1qz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3n0d3vllmyqwsx5wktcd8cc3sq835lu7"
@@ -52,12 +84,44 @@ ADDRESS = (
 )
 
 
-def make_home(root: Path) -> Paths:
+def make_home(root: Path, toml: str = MACHINE_TOML, seed: bytes = SEED) -> Paths:
     paths = Paths.for_home(root)
     paths.ensure()
-    paths.config_file.write_text(MACHINE_TOML, encoding="utf-8")
-    save(Identity(SigningKey(SEED)), paths.identity_key)
+    paths.config_file.write_text(toml, encoding="utf-8")
+    save(Identity(SigningKey(seed)), paths.identity_key)
     return paths
+
+
+def wait(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def start_bob(root: Path, bootstrap: str) -> Engine:
+    """A provider peer on 127.0.0.1: onboarded, beating every second, one RTX 4070."""
+    host = fixed_host(root / "host", gpus=RIG_GPUS[1:])
+    home = make_home(root / "home", BOB_TOML.format(bootstrap=bootstrap), BOB_SEED)
+    bob = Engine(home, probes=host.probes).start()
+    bob.call_blocking(SetMode(mode="provider"))
+    bob.call_blocking(OnboardRequest(memory_mb=12_000, cpu_mhz=20_000, address=ADDRESS))
+    return bob
+
+
+async def wobble(nvml: FakeNvml) -> None:
+    """Busy boards move: the first GPU's load and power follow a slow wave."""
+    began = time.monotonic()
+    gpu = nvml.gpus[0]
+    while True:
+        t = time.monotonic() - began
+        gpu.utilization_gpu = int(70 + 28 * math.sin(t / 1.7) * math.sin(t / 5.3))
+        gpu.power_usage_mw = int(gpu.utilization_gpu * 3_900)
+        gpu.temperature = int(78 + gpu.utilization_gpu / 15)
+        await asyncio.sleep(0.25)
 
 
 async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -85,8 +149,11 @@ async def shoot(pilot: Pilot[Any], out: Path, name: str, size: tuple[int, int]) 
     print(out / filename)
 
 
-async def tour(engine: Engine, out: Path, size: tuple[int, int]) -> None:
+async def tour(
+    engine: Engine, bob: Engine, nvml: FakeNvml, out: Path, size: tuple[int, int]
+) -> None:
     app = NunetApp(client=engine)
+    moving = asyncio.create_task(wobble(nvml))
     async with app.run_test(size=size) as pilot:
         await until(pilot, on(pilot, "ModeChooserScreen"))
         await shoot(pilot, out, "mode-chooser", size)
@@ -115,6 +182,38 @@ async def tour(engine: Engine, out: Path, size: tuple[int, int]) -> None:
         await until(pilot, lambda: on(pilot, "ProviderDashboard")() and app.onboarding is not None)
         await shoot(pilot, out, "provider-dashboard", size)
 
+        await pilot.press("g")
+        await until(pilot, on(pilot, "GpuScreen"))
+        await pilot.pause(12)  # a little history for the sparklines
+        await shoot(pilot, out, "gpus", size)
+
+        bob_id = bob.call_blocking(GetPeerSelf()).peer_id
+        me = engine.call_blocking(GetPeerSelf()).peer_id
+        await pilot.press("p")
+        await until(pilot, on(pilot, "PeersScreen"))
+        await until(pilot, lambda: bob_id in app.screen.peers)  # type: ignore[attr-defined]
+        await shoot(pilot, out, "peers", size)
+
+        await pilot.press("enter")
+        await until(pilot, on(pilot, "ChatScreen"))
+        await pilot.press(*"hi bob, is the 4070 free tonight?", "enter")
+        await pilot.pause(0.5)
+        bob.call_blocking(ChatSend(peer_id=me, text="yes, from 20:00. [b]markup[/b] stays literal"))
+        await pilot.pause(0.5)
+        await shoot(pilot, out, "chat", size)
+        await pilot.press("escape")  # the text field has the keys: leave first
+        await until(pilot, on(pilot, "ProviderDashboard"))
+
+        await pilot.press("n")
+        await until(pilot, on(pilot, "NetworkScreen"))
+        network: Any = app.screen
+        await until(
+            pilot, lambda: network.status is not None and network.status.totals.providers >= 2
+        )
+        await shoot(pilot, out, "network-status", size)
+        await pilot.press("escape")
+        await until(pilot, on(pilot, "ProviderDashboard"))
+
         await pilot.press("space")
         await until(pilot, on(pilot, "ConfirmScreen"))
         await shoot(pilot, out, "confirm-pause", size)
@@ -135,6 +234,32 @@ async def tour(engine: Engine, out: Path, size: tuple[int, int]) -> None:
         await pilot.press(*"consumer", "enter")
         await until(pilot, on(pilot, "ConsumerDashboard"))
         await shoot(pilot, out, "consumer-dashboard", size)
+    moving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await moving
+
+
+def shoot_size(out: Path, size: tuple[int, int]) -> None:
+    with tempfile.TemporaryDirectory(prefix="nunet-shots-") as tmp:
+        host = fixed_host(Path(tmp) / "host", gpus=RIG_GPUS, clock=time.time)
+        engine = Engine(make_home(Path(tmp) / "home"), probes=host.probes).start()
+        bob: Engine | None = None
+        try:
+            addrs = wait(lambda: engine.call_blocking(GetPeerSelf()).addrs, "listening")
+            bob = start_bob(Path(tmp) / "bob", addrs[0])
+            bob_id = bob.call_blocking(GetPeerSelf()).peer_id
+            wait(
+                lambda: any(
+                    p.peer_id == bob_id and p.last_heartbeat
+                    for p in engine.call_blocking(ListPeers()).peers
+                ),
+                "bob's heartbeat",
+            )
+            asyncio.run(tour(engine, bob, host.nvml, out, size))
+        finally:
+            if bob is not None:
+                bob.close()
+            engine.close()
 
 
 def main() -> None:
@@ -145,12 +270,7 @@ def main() -> None:
     sizes = [tuple(int(n) for n in s.split("x")) for s in (args.size or ["160x48", "80x24"])]
     args.out.mkdir(parents=True, exist_ok=True)
     for width, height in sizes:
-        with tempfile.TemporaryDirectory(prefix="nunet-shots-") as tmp:
-            engine = Engine(make_home(Path(tmp) / "home")).start()
-            try:
-                asyncio.run(tour(engine, args.out, (width, height)))
-            finally:
-                engine.close()
+        shoot_size(args.out, (width, height))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,18 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 . "$root/scripts/setup_venv.sh" test
+# The js-libp2p peer of tests/test_network_interop.py, at the versions of its package-lock.json
+# (the tests never download; they fail without it). Reinstalled only when the lock changed.
+js="$root/tests/interop/js"
+if ! cmp -s "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock" 2>/dev/null; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "== npm ci (tests/interop/js)"
+    (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock"
+  else
+    echo "note: no npm: install Node.js >= 20 for tests/test_network_interop.py" >&2
+  fi
+fi
 echo "== ruff"
 .venv/bin/ruff check engine nunet_tui oracle_client tests scripts bench
 .venv/bin/ruff format --check engine nunet_tui oracle_client tests scripts bench

@@ -8,8 +8,6 @@ the NVIDIA runtime must fail with the clear message rather than Docker's.
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -29,40 +27,12 @@ from engine.resources.gpu.containers import (
 )
 from engine.resources.ml_images import prepare_images
 from engine.resources.readiness import probe_docker
-from tests.conftest import REPO, make_home, run_cli
+from tests import docker_fixture
+from tests.conftest import make_home, run_cli
 
+docker_host = docker_fixture.docker_host  # the shared session fixture
 PRESENT = "nunet-test/present:1"
 UNREACHABLE = "registry.invalid/nunet/tf:1"
-
-
-def _ping(url: str) -> bool:
-    return probe_docker({"DOCKER_HOST": url}).reachable
-
-
-@pytest.fixture(scope="session")
-def docker_host() -> Iterator[str]:
-    """A reachable Docker engine: DOCKER_HOST if it answers, else a private dockerd."""
-    existing = os.environ.get("DOCKER_HOST")
-    if existing and _ping(existing):
-        yield existing
-        return
-    script = REPO / "scripts" / "dockerd.sh"
-    done = subprocess.run(
-        ["bash", str(script), "status"], capture_output=True, text=True, timeout=30
-    )
-    started = done.returncode != 0
-    if started:
-        done = subprocess.run(
-            ["bash", str(script), "start"], capture_output=True, text=True, timeout=600
-        )
-    if done.returncode != 0:
-        pytest.skip(f"no Docker engine could be started here: {done.stderr.strip()[-400:]}")
-    url = done.stdout.strip().splitlines()[-1].split("=", 1)[1]
-    try:
-        yield url
-    finally:
-        if started:
-            subprocess.run(["bash", str(script), "stop"], capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")

@@ -6,96 +6,14 @@ Everything a user would do is done with `nunet-tui --home H ...` commands.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
+from tests.conftest import TEST_ADDRESS, run_cli
+from tests.daemons import Daemon, daemons, wait_for
 
-from engine.config import Paths
-from tests.conftest import REPO, TEST_ADDRESS, make_home, run_cli
-
-HEARTBEAT_ENV = {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1"}
-
-
-class Daemon:
-    def __init__(self, home: Paths, env: dict[str, str]) -> None:
-        self.home = home
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.stderr_path = Path(str(home.home)) / "daemon.stderr"
-
-    def start(self) -> Daemon:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nunet_tui", "--home", str(self.home.home), "daemon"],
-            cwd=REPO,
-            env={**os.environ, **self.env},
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.stderr_path, "ab"),  # noqa: SIM115 - the child owns it
-        )
-        # Ready when the network listens: `peer self` then shows an address.
-        wait_for(lambda: self.addrs(), f"{self.home.home} never listened", timeout=30)
-        return self
-
-    def cli(self, *args: str) -> Any:
-        result = run_cli(*args, "--json", home=self.home)
-        assert result.returncode == 0, (args, result.stderr)
-        return json.loads(result.stdout)
-
-    def addrs(self) -> list[str]:
-        assert self.proc is not None and self.proc.poll() is None, (
-            "daemon exited: " + self.stderr_path.read_text(errors="replace")[-2000:]
-        )
-        result = run_cli("--attach", "peer", "self", "--json", home=self.home)
-        return json.loads(result.stdout)["addrs"] if result.returncode == 0 else []
-
-    @property
-    def peer_id(self) -> str:
-        return str(self.cli("peer", "self")["peer_id"])
-
-    def stop(self, kill: bool = False) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            if kill:
-                self.proc.kill()
-            else:
-                self.proc.terminate()
-            self.proc.wait(15)
-        self.proc = None
-
-
-def wait_for(check: Callable[[], Any], message: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(message)
-
-
-@pytest.fixture
-def network(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
-
-    def spawn(name: str, seed: int, bootstrap: str | None = None, channel: str = "") -> Daemon:
-        home = make_home(tmp_path / name, seed=bytes([seed]) * 32)
-        env = dict(HEARTBEAT_ENV)
-        if bootstrap:
-            env["NUNET_NETWORK_BOOTSTRAP"] = bootstrap
-        if channel:
-            env["NUNET_NETWORK_CHANNEL"] = channel
-        daemon = Daemon(home, env).start()
-        started.append(daemon)
-        return daemon
-
-    yield spawn
-    for daemon in started:
-        daemon.stop(kill=True)
+__all__ = ["daemons"]  # the fixture, used by name
 
 
 def _onboard(daemon: Daemon, memory: int, channel: str = "nunet-test") -> None:
@@ -107,11 +25,11 @@ def _peers(daemon: Daemon) -> dict[str, Any]:
 
 
 def test_providers_are_listed_chat_flows_and_dead_nodes_leave(
-    network: Callable[..., Daemon],
+    daemons: Callable[..., Daemon],
 ) -> None:
-    consumer = network("consumer", 1)
+    consumer = daemons("consumer", 1)
     boot = consumer.addrs()[0]
-    providers = [network(f"p{i}", 10 + i, bootstrap=boot) for i in range(3)]
+    providers = [daemons(f"p{i}", 10 + i, bootstrap=boot) for i in range(3)]
     for i, provider in enumerate(providers):
         _onboard(provider, 5000 + i)
     ids = {p.peer_id: 5000 + i for i, p in enumerate(providers)}
@@ -167,11 +85,11 @@ def test_providers_are_listed_chat_flows_and_dead_nodes_leave(
     wait_for(lambda: victim_id not in _peers(consumer), "a killed provider stayed listed", 8)
 
 
-def test_chat_requests_and_channels_do_not_mix(network: Callable[..., Daemon]) -> None:
-    consumer = network("consumer", 2)
+def test_chat_requests_and_channels_do_not_mix(daemons: Callable[..., Daemon]) -> None:
+    consumer = daemons("consumer", 2)
     boot = consumer.addrs()[0]
-    same = network("same", 20, bootstrap=boot)
-    other = network("other", 21, bootstrap=boot, channel="nunet-team")
+    same = daemons("same", 20, bootstrap=boot)
+    other = daemons("other", 21, bootstrap=boot, channel="nunet-team")
     _onboard(same, 5000)
     _onboard(other, 5000, channel="nunet-team")
     same_id, other_id = same.peer_id, other.peer_id
@@ -192,8 +110,8 @@ def test_chat_requests_and_channels_do_not_mix(network: Callable[..., Daemon]) -
     assert "cleared 1" in same.cli("chat", "clear")["message"]
 
 
-def test_chat_errors_are_clear(network: Callable[..., Daemon]) -> None:
-    node = network("solo", 3)
+def test_chat_errors_are_clear(daemons: Callable[..., Daemon]) -> None:
+    node = daemons("solo", 3)
     garbled = run_cli("chat", "send", "12D3KooW-not-a-peer", "hi", home=node.home)
     assert garbled.returncode == 1 and "not a libp2p peer id" in garbled.stderr
     itself = run_cli("chat", "send", node.peer_id, "hi", home=node.home)

@@ -1,97 +1,59 @@
 """SVG snapshots of every screen at 80x24 and 120x40, on a real embedded engine.
 
 The node home declares its machine (conftest), so numbers and the peer id are fixed. What
-the engine probes from the host itself (OS and kernel, Docker, GPU drivers) differs from one
-test machine to the next, so ``HostProbeDouble`` pins those answers: a test double at the
-hardware boundary, nothing else is faked. Update with ``pytest --snapshot-update`` and look
-at the pictures before committing them.
+the engine would probe from the host itself (OS and kernel, Docker, GPU drivers) differs from
+one test machine to the next, so the engine reads a fixed host instead: the doubles in
+tests/doubles/host.py (a file tree, the NVML library, a Docker answer) at the hardware
+boundary, with the engine's own code reading them. Update with ``pytest --snapshot-update``
+and look at the pictures before committing them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 from textual.worker import WorkerCancelled, WorkerFailed
 
-from engine.api import (
-    Capacity,
-    Check,
-    Command,
-    GetInfo,
-    GpuInfo,
-    NodeInfo,
-    OnboardRequest,
-    Pause,
-    Readiness,
-    SetMode,
-)
-from engine.client import EventCallback
+from engine.api import ChatSend, GetInfo, OnboardRequest, Pause, SetMode
+from engine.config import Paths
 from engine.facade import Engine
 from nunet_tui.app import NunetApp
 from tests.conftest import TEST_ADDRESS
+from tests.doubles.host import RIG_GPUS, fixed_host
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((120, 40), id="120x40")]
+OTHER_PEER = "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQc7XWbW"
 
-FIXED_READINESS = Readiness(
-    docker=Check(ok=True, detail="Docker Engine 27.3.1 reachable at /var/run/docker.sock"),
-    gpu_driver=Check(ok=False, detail="no GPU detected (CPU-only jobs)"),
-    gpu_runtime=Check(ok=False, detail="no GPU detected (CPU-only jobs)"),
-)
-GPU_READINESS = Readiness(
-    docker=Check(ok=True, detail="Docker Engine 27.3.1 reachable at /var/run/docker.sock"),
-    gpu_driver=Check(ok=True, detail="NVIDIA driver 550.54.15"),
-    gpu_runtime=Check(ok=False, detail="nvidia-container-toolkit not installed"),
-)
-DOUBLE_GPUS = (
-    GpuInfo(index=0, vendor="nvidia", name="NVIDIA GeForce RTX 3090", vram_mb=24_576, uuid="GPU-0"),
-    GpuInfo(index=1, vendor="amd", name="AMD Radeon RX 6800", vram_mb=16_384, uuid="GPU-1"),
-)
+EngineFactory = Callable[..., Engine]
 
 
-class HostProbeDouble:
-    """An EngineClient that passes every call to the real engine, then pins host probes."""
+@pytest.fixture
+def host_engine(node_home: Paths, tmp_path: Path) -> Iterator[EngineFactory]:
+    """``host_engine(gpus=0)``: the real engine without the network, on a fixed host."""
+    started: list[Engine] = []
 
-    def __init__(self, engine: Engine, *, gpus: tuple[GpuInfo, ...] = ()) -> None:
-        self.engine = engine
-        self.gpus = gpus
+    def start(gpus: Any = 0) -> Engine:
+        host = fixed_host(tmp_path / "host", gpus=gpus)
+        engine = Engine(node_home, network=False, probes=host.probes).start()
+        started.append(engine)
+        return engine
 
-    @property
-    def embedded(self) -> bool:
-        return True
+    yield start
+    for engine in started:
+        engine.close()
 
-    async def call(self, command: Command) -> Any:
-        return self._pin(await self.engine.call(command))
 
-    def call_blocking(self, command: Command, timeout: float = 30.0) -> Any:
-        return self._pin(self.engine.call_blocking(command, timeout))
-
-    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        return self.engine.subscribe(callback)
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def _pin(self, reply: Any) -> Any:
-        if isinstance(reply, NodeInfo):
-            machine = msgspec.structs.replace(
-                reply.machine, os="Debian GNU/Linux 12 (bookworm)", kernel="6.1.0-28", arch="x86_64"
-            )
-            readiness = GPU_READINESS if self.gpus else FIXED_READINESS
-            return msgspec.structs.replace(reply, machine=machine, readiness=readiness)
-        if isinstance(reply, Capacity) and reply.view != "onboarded":
-            if self.gpus:
-                return msgspec.structs.replace(reply, gpus=self.gpus, gpu_reason=None)
-            return msgspec.structs.replace(
-                reply, gpus=(), gpu_reason="no NVIDIA, AMD or Intel GPU found"
-            )
-        return reply
+@pytest.fixture
+def engine_client(host_engine: EngineFactory) -> Engine:
+    """Every snapshot's engine: no GPU, Debian 12, Docker reachable."""
+    return host_engine()
 
 
 def settled(
@@ -131,7 +93,11 @@ async def _quiet(pilot: Pilot[Any]) -> None:
     """Wait for engine calls in flight (not for workers waiting on a screen to close)."""
     for _ in range(3):
         await pilot.pause(0.05)
-        busy = [w for w in pilot.app.workers if w.group in ("validate", "refresh", "mode")]
+        busy = [
+            w
+            for w in pilot.app.workers
+            if w.group in ("validate", "refresh", "mode", "history", "chat-list")
+        ]
         for worker in busy:
             with contextlib.suppress(WorkerCancelled, WorkerFailed):
                 await worker.wait()
@@ -146,7 +112,7 @@ def _onboard(engine: Engine, **overrides: Any) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_mode_chooser(snap_compare: Any, engine_client: Engine, size: tuple[int, int]) -> None:
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ModeChooserScreen"))
 
 
@@ -155,7 +121,7 @@ def test_provider_dashboard_not_onboarded(
     snap_compare: Any, engine_client: Engine, size: tuple[int, int]
 ) -> None:
     engine_client.call_blocking(SetMode(mode="provider"))
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ProviderDashboard"))
 
 
@@ -164,7 +130,7 @@ def test_provider_dashboard_onboarded(
     snap_compare: Any, engine_client: Engine, size: tuple[int, int]
 ) -> None:
     _onboard(engine_client, local_discovery=True)
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ProviderDashboard"))
 
 
@@ -174,17 +140,19 @@ def test_provider_dashboard_paused(
 ) -> None:
     _onboard(engine_client)
     engine_client.call_blocking(Pause())
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ProviderDashboard"))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_provider_dashboard_gpu_rig(
-    snap_compare: Any, engine_client: Engine, size: tuple[int, int]
+    snap_compare: Any, host_engine: EngineFactory, size: tuple[int, int]
 ) -> None:
-    engine_client.call_blocking(SetMode(mode="provider"))
-    app = NunetApp(client=HostProbeDouble(engine_client, gpus=DOUBLE_GPUS))
-    assert snap_compare(app, terminal_size=size, run_before=settled("ProviderDashboard"))
+    engine = host_engine(gpus=RIG_GPUS)
+    engine.call_blocking(SetMode(mode="provider"))
+    app = NunetApp(client=engine)
+    run_before = settled("ProviderDashboard", then=_gpu_lines_live)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -192,7 +160,7 @@ def test_onboarding_form_with_errors(
     snap_compare: Any, engine_client: Engine, size: tuple[int, int]
 ) -> None:
     engine_client.call_blocking(SetMode(mode="provider"))
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
 
     async def type_bad_values(pilot: Pilot[Any]) -> None:
         await pilot.press(*"2000", "tab", *"9000", "tab", "tab", *"addr1qx2fxv2um")
@@ -209,7 +177,7 @@ def test_onboarding_form_with_errors(
 @pytest.mark.parametrize("size", SIZES)
 def test_resources_form(snap_compare: Any, engine_client: Engine, size: tuple[int, int]) -> None:
     _onboard(engine_client)
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("OnboardingScreen", keys=["o"]))
 
 
@@ -218,28 +186,112 @@ def test_consumer_dashboard(
     snap_compare: Any, engine_client: Engine, size: tuple[int, int]
 ) -> None:
     engine_client.call_blocking(SetMode(mode="consumer"))
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ConsumerDashboard"))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_help(snap_compare: Any, engine_client: Engine, size: tuple[int, int]) -> None:
     _onboard(engine_client)
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("HelpScreen", keys=["?"]))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_confirm_offboard(snap_compare: Any, engine_client: Engine, size: tuple[int, int]) -> None:
     _onboard(engine_client)
-    app = NunetApp(client=HostProbeDouble(engine_client))
+    app = NunetApp(client=engine_client)
     assert snap_compare(app, terminal_size=size, run_before=settled("ConfirmScreen", keys=["x"]))
 
 
-def test_the_pinned_probes_are_what_the_snapshots_show(engine_client: Engine) -> None:
-    """The double changes only host probes: identity and declared machine come through."""
-    info = HostProbeDouble(engine_client).call_blocking(GetInfo())
-    real = engine_client.call_blocking(GetInfo())
-    assert info.peer_id == real.peer_id
-    assert info.machine.hostname == real.machine.hostname == "rig-01"
-    assert info.machine.cpu_cores == real.machine.cpu_cores
+def test_the_fixed_host_is_what_the_snapshots_show(engine_client: Engine) -> None:
+    """The engine's real probes read the fixed host; identity and declared machine stay."""
+    info = engine_client.call_blocking(GetInfo())
+    assert info.machine.hostname == "rig-01"
+    assert (info.machine.os, info.machine.kernel, info.machine.arch) == (
+        "Debian GNU/Linux 12 (bookworm)",
+        "6.1.0-28",
+        "x86_64",
+    )
+    assert info.readiness.docker.ok
+    assert not info.readiness.gpu_driver.ok
+
+
+# --- peers, chat, network, GPUs -------------------------------------------------------------
+
+
+async def _gpu_lines_live(pilot: Pilot[Any]) -> None:
+    from nunet_tui.widgets.gpu_card import GpuSummary
+
+    def live() -> bool:
+        found = pilot.app.screen.query(GpuSummary)
+        return bool(found) and found.first().feed.latest is not None
+
+    await _until(pilot, live)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_peers_without_network(
+    snap_compare: Any, engine_client: Engine, size: tuple[int, int]
+) -> None:
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=engine_client)
+    assert snap_compare(app, terminal_size=size, run_before=settled("PeersScreen", keys=["p"]))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_network_status_without_network(
+    snap_compare: Any, engine_client: Engine, size: tuple[int, int]
+) -> None:
+    _onboard(engine_client)
+    app = NunetApp(client=engine_client)
+    assert snap_compare(app, terminal_size=size, run_before=settled("NetworkScreen", keys=["n"]))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_chat_with_a_queued_conversation(
+    snap_compare: Any, engine_client: Engine, size: tuple[int, int]
+) -> None:
+    """Messages to a peer that is not reachable are kept (queued); markup stays literal."""
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    for text in ("hello from rig-01", "[bold red]x[/] and \x1b[2J stay as typed"):
+        engine_client.call_blocking(ChatSend(peer_id=OTHER_PEER, text=text))
+    app = NunetApp(client=engine_client)
+
+    async def pick_it(pilot: Pilot[Any]) -> None:
+        await _quiet(pilot)
+        await _until(
+            pilot, lambda: "stay as typed" in str(pilot.app.screen.query_one("#messages").render())
+        )
+
+    run_before = settled("ChatScreen", keys=["c"], then=pick_it)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_gpus_on_a_rig(
+    snap_compare: Any, host_engine: EngineFactory, size: tuple[int, int]
+) -> None:
+    engine = host_engine(gpus=RIG_GPUS)
+    engine.call_blocking(SetMode(mode="provider"))
+    app = NunetApp(client=engine)
+
+    async def cards(pilot: Pilot[Any]) -> None:
+        await _until(pilot, lambda: len(pilot.app.screen.query("GpuCard")) == 2)
+
+    run_before = settled("GpuScreen", keys=["g"], then=cards)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_gpus_without_a_gpu(
+    snap_compare: Any, engine_client: Engine, size: tuple[int, int]
+) -> None:
+    engine_client.call_blocking(SetMode(mode="provider"))
+    app = NunetApp(client=engine_client)
+
+    async def reason(pilot: Pilot[Any]) -> None:
+        await _until(pilot, lambda: pilot.app.screen.query_one("#no-gpu").display)
+
+    run_before = settled("GpuScreen", keys=["g"], then=reason)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -97,6 +96,7 @@ class Discovery:
         advert_provider: Callable[[], wire.Advert | None],
         refresh_s: float,
         ttl_s: float,
+        lookup_s: float = DHT_LOOKUP_INTERVAL_S,
     ) -> None:
         self.host = host
         self.pubsub = pubsub
@@ -107,6 +107,7 @@ class Discovery:
         self.advert_provider = advert_provider
         self.refresh_s = refresh_s
         self.ttl_s = ttl_s
+        self.lookup_s = lookup_s
         self.topic = topic_name(channel, "adverts")
         self._seq = 0
         self._published: wire.Advert | None = None  # what peers currently believe of us
@@ -122,6 +123,7 @@ class Discovery:
         self._exchange_limiter = PeerRateLimiter(1.0, 5.0)
         self._nursery: trio.Nursery | None = None
         self._connecting: set[str] = set()
+        self._pulling: set[Any] = set()
         host.set_stream_handler(EXCHANGE_PROTOCOL, self._serve_exchange)
 
     @property
@@ -211,15 +213,34 @@ class Discovery:
                     log.info("advert DHT put failed: %s", exc)
 
     async def _watch_subscribers(self) -> None:
-        """A peer newly subscribed to our channel missed our advert: gossip it again soon."""
+        """A peer newly subscribed to our channel whose advert we lack: fetch what it holds
+        straight from it (peer exchange, one stream). It does the same with us, so it gets
+        our advert without our gossiping it again.
+
+        Re-gossiping our advert on every new subscriber (as this once did) made each join or
+        reconnect cost N republishes x N receivers x D duplicate copies, which kept every
+        idle node of a 10-peer channel busy (bench/network_idle.py). We gossip again only
+        when we get our first subscribers: what we published before reached nobody.
+        """
         known: set[Any] = set()
         while True:
             await trio.sleep(0.25)
             current = set(self.pubsub.peer_topics.get(self.topic, ()))
-            if current - known and self._published is not None:
-                await trio.sleep(random.uniform(0.0, 0.2))  # spread the answers out
+            if current and not known and self._published is not None:
                 self.republish()
+            for peer in current - known:
+                info = self.table.get(str(peer))
+                if (info is None or info.advert is None) and peer not in self._pulling:
+                    self._pulling.add(peer)
+                    assert self._nursery is not None
+                    self._nursery.start_soon(self._pull, peer)
             known = current
+
+    async def _pull(self, peer: Any) -> None:
+        try:
+            await self.exchange(peer)
+        finally:
+            self._pulling.discard(peer)
 
     # --- others' adverts -----------------------------------------------------------------
 
@@ -316,7 +337,7 @@ class Discovery:
 
     async def _lookup_loop(self) -> None:
         while True:
-            with trio.move_on_after(DHT_LOOKUP_INTERVAL_S):
+            with trio.move_on_after(self.lookup_s):
                 await self._lookup_now.wait()
             self._lookup_now = trio.Event()
             with trio.move_on_after(DHT_LOOKUP_INTERVAL_S):

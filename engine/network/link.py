@@ -85,6 +85,7 @@ class NodeNetwork:
                         await nursery.start(service.run)
                         self.service = service
                         self._running_channel = channel
+                        self.node.jobs().attach(service)
                         failures = 0
                         self._announce(online=True, channel=channel)
                         nursery.start_soon(self._deliver_queued_loop)
@@ -126,7 +127,7 @@ class NodeNetwork:
     def listen_addrs(self) -> tuple[str, ...]:
         return tuple(self.service.listen_addrs()) if self.service else ()
 
-    def _require(self, what: str) -> NetworkService:
+    def require_service(self, what: str) -> NetworkService:
         if self.service is None:
             if not self.node.network_enabled:
                 raise EngineError(
@@ -162,6 +163,7 @@ class NodeNetwork:
             executors=tuple(self.node.settings.jobs.executors),
             frameworks=FRAMEWORKS,
             version=self.node.version,
+            slots=self.node.settings.jobs.slots,
         )
 
     def heartbeat(self) -> HeartbeatFigures | None:
@@ -170,17 +172,17 @@ class NodeNetwork:
             return None
         offered = [g for g in self.node.gpus if g.uuid in set(onboarding.gpus)]
         vram = sum(g.vram_mb for g in offered)
-        # Nothing runs yet (the jobs issue subtracts running jobs), so all of it is free.
+        used = self.node.jobs().provider.committed()
         return HeartbeatFigures(
             cpu_mhz=onboarding.cpu_mhz,
             ram_mb=onboarding.memory_mb,
             gpus=len(offered),
             vram_mb=vram,
-            free_cpu_mhz=onboarding.cpu_mhz,
-            free_ram_mb=onboarding.memory_mb,
-            free_gpus=len(offered),
-            free_vram_mb=vram,
-            running_jobs=0,
+            free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
+            free_ram_mb=max(onboarding.memory_mb - used.memory_mb, 0),
+            free_gpus=max(len(offered) - used.gpus, 0),
+            free_vram_mb=max(vram - used.vram_mb, 0),
+            running_jobs=used.jobs,
         )
 
     def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
@@ -229,7 +231,7 @@ class NodeNetwork:
         }
 
     async def _list_peers(self, command: api.ListPeers) -> api.PeerList:
-        service = self._require("peer list")
+        service = self.require_service("peer list")
         if command.dht and service.discovery is not None:
             with trio.move_on_after(10):
                 await service.discovery.lookup()
@@ -238,7 +240,7 @@ class NodeNetwork:
 
     async def _chat_start(self, command: api.ChatStart) -> api.Done:
         peer_id = _check_peer_id(command.peer_id, self.node.identity.peer_id)
-        service = self._require("chat start")
+        service = self.require_service("chat start")
         try:
             await service.start_chat(peer_id)
         except ChatFailure as exc:
@@ -265,7 +267,7 @@ class NodeNetwork:
                 f"no open chat request {command.request_id}; `nunet-tui chat list` shows them",
             )
         peer_id, conversation, _ = found
-        service = self._require("chat join")
+        service = self.require_service("chat join")
         try:
             await service.join_chat(peer_id, conversation)
         except ChatFailure as exc:
@@ -287,7 +289,7 @@ class NodeNetwork:
         store = self.node.store
         service = self.service
         if service is None and not command.queue:
-            self._require("chat send")
+            self.require_service("chat send")
         # Committed before it goes on the wire; delivered messages are marked afterwards.
         conversation = direct_conversation(me, peer_id)
         now = time.time()
@@ -423,6 +425,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
             executors=tuple(advert.executors) if advert else (),
             frameworks=tuple(advert.frameworks) if advert else (),
             version=advert.version if advert else "",
+            slots=advert.slots if advert else 1,
             free_cpu_mhz=beat.free_cpu_mhz if beat else None,
             free_memory_mb=beat.free_ram_mb if beat else None,
             free_gpus=beat.free_gpus if beat else None,

@@ -29,13 +29,15 @@ from engine.identity import Identity
 from engine.network import adverts, wire
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
-from engine.network.discovery import Discovery
+from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
+from engine.network.mdns import LocalDiscovery
 from engine.network.peers import PeerInfo, PeerTable
 
 log = logging.getLogger("nunet.network")
 
 PING_TIMEOUT_S = 3.0
+PING_INTERVAL_S = 5.0
 CLOSE_TIMEOUT_S = 1.0
 
 
@@ -66,6 +68,7 @@ class NetworkService:
         advert_ttl_s: float | None = None,
         advert_refresh_s: float | None = None,
         chat_seq_floor: Callable[[str, str], int] | None = None,
+        mdns: bool = False,
     ) -> None:
         self.identity = identity
         self.settings = settings
@@ -84,6 +87,11 @@ class NetworkService:
         self._chat_seq_floor = chat_seq_floor
         self.discovery: Discovery | None = None
         self.heartbeats: Heartbeats | None = None
+        # mDNS on settings.mdns_interfaces only (a provider onboarded with -l): see mdns.py.
+        self.mdns = mdns
+        self.local_discovery: LocalDiscovery | None = None
+        self._mdns_scope: trio.CancelScope | None = None
+        self._nursery: trio.Nursery | None = None
         self._started = False
 
     # --- public API -------------------------------------------------------------------------
@@ -147,6 +155,17 @@ class NetworkService:
         if self.discovery is not None:
             self.discovery.republish()
 
+    def set_mdns(self, on: bool) -> None:
+        """Start or stop local discovery in place (no restart: connections and adverts stay)."""
+        self.mdns = on
+        if self._nursery is None:
+            return  # run() starts it if still wanted
+        running = self._mdns_scope is not None and not self._mdns_scope.cancel_called
+        if on and not running:
+            self._nursery.start_soon(self._run_mdns)
+        elif not on and running and self._mdns_scope is not None:
+            self._mdns_scope.cancel()
+
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -187,14 +206,33 @@ class NetworkService:
                 try:
                     async with trio.open_nursery() as nursery:
                         self._start_services(nursery)
+                        self._nursery = nursery
+                        if self.mdns:
+                            # started() once browsing; registration goes on in the background.
+                            await nursery.start(self._run_mdns)
                         self._started = True
                         log.info("network up: %s", ", ".join(self.listen_addrs()))
                         task_status.started()
                         await trio.sleep_forever()
                 finally:
+                    self._nursery = None
                     await self._close()
         finally:
             self._stop_threads()
+
+    async def _run_mdns(
+        self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        scope = trio.CancelScope()
+        self._mdns_scope = scope
+        with scope:
+            self.local_discovery = LocalDiscovery(
+                self.host, self.settings.mdns_interfaces, self._on_bootstrap
+            )
+            await self.local_discovery.run(task_status=task_status)
+        if self._mdns_scope is scope:
+            self._mdns_scope = None
+            self.local_discovery = None
 
     def _start_services(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(
@@ -213,6 +251,8 @@ class NetworkService:
             advert_provider=self.callbacks.advert,
             refresh_s=self.advert_refresh_s,
             ttl_s=self.advert_ttl_s,
+            # The DHT walk is the fallback for missed gossip: no more often than heartbeats.
+            lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -273,16 +313,21 @@ class NetworkService:
         return False
 
     async def _routing_upkeep(self) -> None:
-        """Every connected peer goes into the DHT routing table; ping channel peers."""
-        rounds = 0
+        """Every connected peer goes into the DHT routing table; ping channel peers.
+
+        Latency is measured every heartbeat interval (at least 5 s): pinging 10 peers every
+        5 s was a large part of an idle node's CPU at the default 60 s interval.
+        """
+        ping_every = max(PING_INTERVAL_S, self.settings.heartbeat_interval_s)
+        next_ping = trio.current_time() + PING_INTERVAL_S
         while True:
             await trio.sleep(0.5)
-            rounds += 1
             for peer in self.host.get_connected_peers():
                 if not self.dht.routing_table.peer_in_table(peer):
                     with contextlib.suppress(Exception):
                         await self.dht.add_peer(peer)
-            if rounds % 10 == 0:  # latency every ~5 s
+            if trio.current_time() >= next_ping:
+                next_ping = trio.current_time() + ping_every
                 for info in self.table.snapshot():
                     with trio.move_on_after(PING_TIMEOUT_S), contextlib.suppress(PeerUnreachable):
                         await self.ping(info.peer_id)

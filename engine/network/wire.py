@@ -181,6 +181,7 @@ class Advert(Schema, frozen=True):
     executors: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()
     version: str = ""
+    slots: int = 1  # jobs it runs at once
     addrs: tuple[str, ...] = ()
     seq: int = 0
     at: float = 0.0
@@ -381,3 +382,34 @@ def open_envelope(data: bytes, kind: Kind, schema: type[S]) -> S:
 def channel_digest(channel: str) -> str:
     """A fixed-size, slash-free name for a channel, used in DHT keys and topics."""
     return hashlib.sha256(b"nunet-channel/" + channel.encode()).hexdigest()
+
+
+def seal_payload(identity: Identity, kind: str, payload: bytes) -> bytes:
+    """Sign arbitrary bytes under ``kind`` (the job protocol's messages use this)."""
+    envelope = Envelope(
+        kind=kind,
+        signer=identity.peer_id,
+        payload=payload,
+        sig=identity.sign(_signing_bytes(kind, payload)),
+    )
+    return _encoder.encode(envelope)
+
+
+def open_payload(data: bytes, limit: int) -> Envelope:
+    """Decode an envelope of any kind and verify its signature; the caller checks the kind
+    and that the signer is the peer it expects."""
+    if len(data) > limit + _ENVELOPE_OVERHEAD:
+        raise FrameTooLarge(f"envelope of {len(data)} bytes exceeds {limit}")
+    try:
+        envelope = _envelope_decoder.decode(data)
+    except Exception as exc:  # DecodeError, ValidationError or anything odd: typed error
+        raise Malformed(f"bad envelope: {type(exc).__name__}") from exc
+    _check_version(envelope)
+    if not envelope.sig:
+        raise BadSignature(f"unsigned {envelope.kind[:40]}")
+    key = public_key_of(envelope.signer)
+    try:
+        key.verify(_signing_bytes(envelope.kind, envelope.payload), envelope.sig)
+    except (BadSignatureError, ValueError, TypeError) as exc:
+        raise BadSignature(f"signature does not match {envelope.signer}") from exc
+    return envelope

@@ -18,7 +18,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
-from nunet_tui.cli import gpu_output, output
+from nunet_tui.cli import gpu_output, job_output, output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
 
     gpu_output.add_parsers(sub, common)
+    job_output.add_parsers(sub, common)
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -189,6 +190,7 @@ RUNNERS: dict[str, Runner] = {
     ),
     "chat history": lambda a, c: c.call_blocking(api.ChatHistory(peer_id=a.peer, limit=a.limit)),
     "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
+    **job_output.RUNNERS,
     "mode": _mode,
     **gpu_output.RUNNERS,
 }

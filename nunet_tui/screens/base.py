@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from textual.screen import Screen
 
@@ -44,3 +44,32 @@ class NodeScreen(Screen[Any]):
 
     def show_node(self, node: NodeView) -> None:
         """Redraw from ``node``; screens override this."""
+
+
+NetworkState = Literal["unknown", "off", "offline", "online"]
+
+
+@dataclass(frozen=True)
+class NetworkView:
+    """The node's place on the network, as the header shows it."""
+
+    state: NetworkState = "unknown"
+    channel: str | None = None
+    peers: int = 0
+    error: str | None = None
+
+
+class CapabilityScreen(NodeScreen):
+    """A screen opened from a dashboard (peers, chat, network, GPUs): Esc goes back.
+
+    Engine events reach it as ``EngineUpdate`` (``on_engine_update``) while it is on top;
+    when it comes back on top it reloads (``reload``), so nothing is missed meanwhile.
+    """
+
+    TITLE_TEXT: ClassVar[str] = "this screen"
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        """Read again from the engine; screens override this (usually a worker)."""

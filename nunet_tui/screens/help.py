@@ -17,6 +17,10 @@ EVERYWHERE: tuple[tuple[str, str], ...] = (
     ("ctrl+p", "command palette: switch mode, onboard, pause, resume, offboard, help, quit"),
     ("?", "this help"),
     ("m", "switch between provider and consumer mode"),
+    ("g", "GPUs: live load, memory, temperature, power (provider mode)"),
+    ("p", "peers on this channel"),
+    ("c", "chat with peers"),
+    ("n", "network status: the channel's resources and load"),
     ("tab", "next field or button · shift+tab previous"),
     ("esc", "back / close"),
     ("q", "quit (ctrl+q also quits, even inside a text field)"),
@@ -67,6 +71,10 @@ def _screen_title(screen: Screen[Any]) -> str:
         "OnboardingScreen": "the onboarding form",
         "ModeChooserScreen": "the mode chooser",
         "StartScreen": "the start screen",
+        "PeersScreen": "the peers list",
+        "ChatScreen": "the chat",
+        "NetworkScreen": "the network status",
+        "GpuScreen": "the GPU view",
     }
     return titles.get(type(screen).__name__, "this screen")
 

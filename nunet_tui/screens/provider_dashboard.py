@@ -18,7 +18,6 @@ from engine.api import Onboarding
 from nunet_tui.format import (
     TIMES,
     check_row,
-    gpu_line,
     mb,
     mhz,
     node_state,
@@ -26,6 +25,7 @@ from nunet_tui.format import (
     short_peer_id,
 )
 from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.widgets.gpu_card import GpuSummary
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
@@ -54,7 +54,8 @@ class ProviderDashboard(NodeScreen):
                 yield Static(id="node-state", markup=False)
             with Vertical(id="gpus", classes="panel") as panel:
                 panel.border_title = "GPUs"
-                yield Static(id="gpu-list", markup=False)
+                panel.border_subtitle = "g for detail"
+                yield GpuSummary(id="gpu-summary")
             with Vertical(id="offer", classes="panel") as panel:
                 panel.border_title = "Onboarding"
                 yield Static(id="offer-hint", markup=False)
@@ -94,9 +95,7 @@ class ProviderDashboard(NodeScreen):
         self.query_one("#gpus").display = bool(full.gpus)
         self.query_one("#no-gpu").display = not full.gpus
         if full.gpus:
-            self.query_one("#gpu-list", Static).update(
-                Content("\n").join(gpu_line(gpu) for gpu in full.gpus)
-            )
+            self.query_one("#gpu-summary", GpuSummary).set_gpus(full.gpus)
         else:
             self.query_one("#no-gpu", KeyTable).set_rows(
                 [

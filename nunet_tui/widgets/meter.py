@@ -28,6 +28,7 @@ class Meter(Widget):
         unit: str,
         *,
         label_width: int = 5,
+        value_width: int = 0,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
@@ -36,13 +37,16 @@ class Meter(Widget):
         self.label = label
         self.unit = unit
         self.label_width = label_width
+        self.value_width = value_width  # > 0: values right-aligned, so stacked bars line up
 
     def set_values(self, used: int, total: int) -> None:
         self.used = used
         self.total = total
 
     def render(self) -> Content:
-        value = f"{thousands(self.used)} / {thousands(self.total)} {self.unit}"
+        value = f"{thousands(self.used)} / {thousands(self.total)} {self.unit}".rjust(
+            self.value_width
+        )
         label = self.label.ljust(self.label_width)
         bar_width = self.size.width - len(label) - len(value) - 2
         if bar_width < 4:

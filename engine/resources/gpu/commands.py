@@ -22,7 +22,6 @@ from engine.resources.gpu.capabilities import (
 )
 from engine.resources.gpu.containers import preflight_gpu_runtime
 from engine.resources.gpu.doctor import run_doctor
-from engine.resources.gpu.sampler import GpuSampler
 from engine.resources.gpu.service import GpuService
 from engine.resources.ml_images import DEFAULT_ML_IMAGES, prepare_images, select_images
 from engine.resources.readiness import DockerStatus, probe_docker
@@ -44,7 +43,7 @@ def handlers(
     service: GpuService | None = None,
     docker_probe: Callable[[], DockerStatus] | None = None,
 ) -> dict[type[api.Command], Handler]:
-    gpu = service or GpuService(GpuSampler)
+    gpu = service or GpuService(node.probes.gpu_sampler)
     probe = docker_probe or (lambda: probe_docker(os.environ))
 
     async def gpu_status(command: api.GetGpuStatus) -> api.GpuStatusReply:

@@ -1,0 +1,335 @@
+"""The consumer's side of the job protocol: match, offer, confirm, follow, fetch results.
+
+A submitted job is committed to the store before the provider is asked to run it; a follower
+task per unfinished job keeps its log and state current, reconnecting with the last sequence
+number it has (backlog, then the live tail) until the job ends; then the results archive is
+fetched, its sha256 checked against the provider's signed header, and kept for ``job results``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from engine import api
+from engine.errors import EngineError
+from engine.jobs import protocol as p
+from engine.jobs.joblog import JobLog
+from engine.jobs.matching import NoMatch, match
+from engine.jobs.results import safe_unpack, sha256_file, verify
+from engine.jobs.spec import JobSpec, validate_spec
+
+if TYPE_CHECKING:
+    from engine.network.service import NetworkService
+    from engine.node import Node
+
+log = logging.getLogger("nunet.jobs.consumer")
+
+ASK_TIMEOUT_S = 10.0
+MAX_RESULTS_BYTES = 2 << 30
+RETRY_S = (0.5, 1.0, 2.0, 5.0)
+MAX_CANDIDATES = 5
+
+
+class ConsumerJobs:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._following: set[str] = set()
+        self._logs: dict[str, JobLog] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.node.paths.state_dir / "jobs" / job_id
+
+    def job_log(self, job_id: str) -> JobLog:
+        if job_id not in self._logs:
+            self._logs[job_id] = JobLog(self.job_dir(job_id) / "log.jsonl")
+        return self._logs[job_id]
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for job in self.node.store.list_jobs():
+                if job.role == "consumer" and (
+                    job.state not in api.TERMINAL_STATES or self._results_missing(job)
+                ):
+                    self._follow_soon(job.job_id)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def _service(self) -> NetworkService:
+        return self.node.network().require_service("job submit")
+
+    def _save(self, job: api.JobInfo) -> api.JobInfo:
+        job = msgspec.structs.replace(job, updated_at=time.time())
+        self.node.store.save_job(job)
+        self.node.emit(api.JobChanged(at=job.updated_at, job=job))
+        return job
+
+    # --- submit ------------------------------------------------------------------------
+
+    async def submit(self, command: api.SubmitJob) -> api.JobInfo:
+        try:
+            spec = msgspec.convert(command.spec, JobSpec)
+        except msgspec.ValidationError as exc:
+            raise EngineError("invalid", f"job spec: {exc}") from exc
+        validate_spec(spec).raise_if_failed()
+        service = self._service()
+        from engine.network.link import to_api_peer
+
+        peers = [to_api_peer(info) for info in service.peers()]
+        refusals: list[tuple[str, str]] = []
+        if command.peer_id:
+            chosen = [peer for peer in peers if peer.peer_id == command.peer_id]
+            if not chosen:
+                raise EngineError(
+                    "not_found",
+                    f"peer {command.peer_id} is not listed on this channel; `nunet-tui peer list`",
+                )
+            candidates = [peer.peer_id for peer in chosen]
+        else:
+            result = match(spec, peers)
+            result.best()  # NoMatch with every peer's reason
+            candidates = [c.peer_id for c in result.candidates[:MAX_CANDIDATES]]
+            refusals.extend(result.excluded)
+        job_id = secrets.token_hex(6)
+        me = self.node.identity.peer_id
+        for provider in candidates:
+            try:
+                quote = await self._ask(
+                    service,
+                    provider,
+                    p.Offer(job_id=job_id, spec=msgspec.to_builtins(spec), consumer=me),
+                )
+            except (p.ProtocolError, OSError, trio.TooSlowError, Exception) as exc:
+                refusals.append((provider, f"unreachable: {exc}"))
+                continue
+            if isinstance(quote, p.Refusal):
+                refusals.append((provider, quote.reason))
+                continue
+            if not isinstance(quote, p.Quote) or quote.provider != provider:
+                refusals.append((provider, "answered the offer with something else"))
+                continue
+            if spec.budget_ntx is not None and quote.total_ntx > spec.budget_ntx:
+                refusals.append((provider, f"quote {quote.total_ntx:.2f} NTX above the budget"))
+                continue
+            job = self._save(
+                api.JobInfo(
+                    job_id=job_id,
+                    role="consumer",
+                    state="pending",
+                    provider=provider,
+                    consumer=me,
+                    spec=msgspec.to_builtins(spec),
+                    price_ntx_hour=quote.price_ntx_hour,
+                    quoted_ntx=quote.total_ntx,
+                    executor=quote.executor,
+                    created_at=time.time(),
+                )
+            )
+            # The payment issue locks quote.total_ntx in escrow here and sends its tx id.
+            answer = await self._ask(
+                service, provider, p.Confirm(job_id=job_id, total_ntx=quote.total_ntx)
+            )
+            if not isinstance(answer, p.Accepted):
+                reason = answer.reason if isinstance(answer, p.Refusal) else "no answer"
+                self._save(msgspec.structs.replace(job, state="refused", reason=reason))
+                refusals.append((provider, reason))
+                job_id = secrets.token_hex(6)
+                continue
+            job = self._save(msgspec.structs.replace(job, state="accepted"))
+            self._follow_soon(job_id)
+            return job
+        raise NoMatch(refusals)
+
+    async def _ask(
+        self, service: NetworkService, provider: str, message: p.JobMessage
+    ) -> p.AnyJobMessage:
+        stream = await self._open(service, provider)
+        try:
+            raw = await p.send(stream, self.node.identity, message)
+            self.node.store.record_job_message(message.job_id, "out", p.kind(message), raw)
+            with trio.fail_after(ASK_TIMEOUT_S):
+                received = await p.receive(stream, provider)
+            if received is None:
+                raise p.ProtocolError("the provider closed the stream without answering")
+            answer, raw_answer = received
+            self.node.store.record_job_message(message.job_id, "in", p.kind(answer), raw_answer)
+            return answer
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def _open(self, service: NetworkService, provider: str) -> Any:
+        from engine.network.host import peer_id_of
+
+        with trio.fail_after(ASK_TIMEOUT_S):
+            return await service.host.new_stream(peer_id_of(provider), [p.JOB_PROTOCOL])
+
+    # --- following -----------------------------------------------------------------------
+
+    def _follow_soon(self, job_id: str) -> None:
+        if job_id in self._following or self._nursery is None:
+            return
+        self._following.add(job_id)
+        self._nursery.start_soon(self._follow, job_id)
+
+    async def _follow(self, job_id: str) -> None:
+        attempt = 0
+        try:
+            while True:
+                job = self.node.store.get_job(job_id)
+                if job is None:
+                    return
+                if job.state in api.TERMINAL_STATES:
+                    if self._results_missing(job):
+                        await self._fetch_results(job)
+                    return
+                try:
+                    await self._follow_once(job)
+                    attempt = 0
+                except Exception as exc:
+                    log.info("following job %s: %s; retrying", job_id, exc)
+                    await trio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+                    attempt += 1
+        finally:
+            self._following.discard(job_id)
+
+    async def _follow_once(self, job: api.JobInfo) -> None:
+        service = self._service()
+        joblog = self.job_log(job.job_id)
+        stream = await self._open(service, job.provider)
+        try:
+            await p.send(
+                stream,
+                self.node.identity,
+                p.Follow(job_id=job.job_id, after_seq=joblog.last_seq),
+            )
+            while True:
+                received = await p.receive(stream, job.provider)
+                if received is None:
+                    return
+                update, _ = received
+                if isinstance(update, p.Refusal):
+                    self._save(
+                        msgspec.structs.replace(job, state="interrupted", reason=update.reason)
+                    )
+                    return
+                if not isinstance(update, p.Update):
+                    raise p.ProtocolError(f"unexpected {type(update).__name__} while following")
+                job = self._apply(job, update, joblog)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    def _apply(self, job: api.JobInfo, update: p.Update, joblog: JobLog) -> api.JobInfo:
+        fresh = joblog.append(update.lines)
+        if fresh:
+            self.node.emit(api.JobLogEvent(at=time.time(), job_id=job.job_id, lines=tuple(fresh)))
+        changed = msgspec.structs.replace(
+            job,
+            state=update.state,
+            reason=update.reason,
+            exit_code=update.exit_code,
+            checkpoint=update.checkpoint,
+            resumed_from=update.resumed_from,
+            started_at=update.started_at,
+            finished_at=update.finished_at,
+            metering=update.metering,
+            results_sha256=update.results_sha256,
+            results_size=update.results_size,
+            log_lines=len(joblog),
+        )
+        if changed != job:
+            return self._save(changed)
+        return job
+
+    # --- results -----------------------------------------------------------------------
+
+    def _results_missing(self, job: api.JobInfo) -> bool:
+        return bool(job.results_sha256) and not job.results_dir
+
+    async def _fetch_results(self, job: api.JobInfo) -> None:
+        if job.results_size > MAX_RESULTS_BYTES:
+            self._save(msgspec.structs.replace(job, reason=job.reason + " (results too large)"))
+            return
+        service = self._service()
+        stream = await self._open(service, job.provider)
+        target = self.job_dir(job.job_id) / "results.tar.gz"
+        try:
+            await p.send(stream, self.node.identity, p.FetchResults(job_id=job.job_id))
+            received = await p.receive(stream, job.provider)
+            if received is None or not isinstance(received[0], p.ResultsHeader):
+                raise p.ProtocolError("the provider did not send results")
+            header = received[0]
+            partial = target.with_suffix(".part")
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            got = 0
+            with partial.open("wb") as handle:
+                while got < header.size:
+                    chunk = await stream.read(min(p.RESULT_CHUNK, header.size - got))
+                    if not chunk:
+                        break
+                    got += len(chunk)
+                    handle.write(chunk)
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+        if header.sha256 != job.results_sha256:
+            raise p.ProtocolError("results header does not match the job's checksum")
+        verify(partial, header.sha256, header.size)  # raises with a clear message
+        partial.replace(target)
+        self._save(msgspec.structs.replace(job, results_dir=str(target)))
+
+    async def results(self, command: api.FetchJobResults) -> api.JobResults:
+        job = self.node.store.get_job(command.job_id.strip())
+        if job is None:
+            raise EngineError("not_found", f"no job {command.job_id!r}; `nunet-tui job list`")
+        if job.role != "consumer":
+            raise EngineError("invalid", "results are fetched by the job's consumer")
+        if not job.results_dir:
+            state = "still running" if job.state not in api.TERMINAL_STATES else job.state
+            raise EngineError("no_results", f"job {job.job_id} has no results yet ({state})")
+        archive = Path(job.results_dir)
+        out = Path(command.out_dir).expanduser()
+        return await trio.to_thread.run_sync(_unpack, job, archive, out)
+
+    async def cancel(self, command: api.CancelJob) -> api.JobInfo:
+        job = self.node.store.get_job(command.job_id)
+        if job is None or job.role != "consumer":
+            raise EngineError("not_found", f"no job {command.job_id} of yours")
+        if job.state in api.TERMINAL_STATES:
+            return job
+        service = self._service()
+        answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id))
+        if isinstance(answer, p.Refusal):
+            raise EngineError("refused", f"the provider refused to cancel: {answer.reason}")
+        with trio.move_on_after(5):
+            while (current := self.node.store.get_job(job.job_id)) is not None and (
+                current.state not in api.TERMINAL_STATES
+            ):
+                await trio.sleep(0.05)
+        return self.node.store.get_job(job.job_id) or job
+
+
+def _unpack(job: api.JobInfo, archive: Path, out: Path) -> api.JobResults:
+    """Off the trio loop: hashing and unpacking a large archive takes a while."""
+    if sha256_file(archive) != job.results_sha256:
+        raise EngineError("corrupt", f"the stored results of {job.job_id} are damaged")
+    # Each call unpacks into a new folder (name, name-2, ...): runs never overwrite.
+    directory = safe_unpack(archive, out, job.job_id)
+    files = sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if f.is_file())
+    return api.JobResults(
+        job_id=job.job_id,
+        directory=str(directory),
+        files=tuple(files),
+        sha256=job.results_sha256,
+        size=job.results_size,
+    )

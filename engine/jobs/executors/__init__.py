@@ -1,0 +1,1 @@
+"""Executors: one interface (base.Executor), a Docker and a local-process implementation."""

@@ -1,0 +1,357 @@
+"""One interface for running a job, whatever runs it (a container, a local process).
+
+The life of a run: ``prepare`` (code into the workspace, dependencies installed: the only step
+that may use the network) -> ``start`` -> ``logs`` (live, from the first line) and ``wait``
+(the ExitStatus) -> ``collect_results``. ``cancel`` ends it early; ``checkpoint`` snapshots the
+workspace while it runs and ``restore`` puts a snapshot back before a new ``start``.
+
+Executors run their background work (log pumps, samplers, the timeout, periodic checkpoints)
+in their own nursery: ``await nursery.start(executor.serve)`` once, or ``async with
+running(executor)`` in tests. Leaving ``serve`` stops every run it still has (outcome
+"interrupted": the provider shut down).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Literal, Protocol
+from urllib.parse import urlsplit
+
+import trio
+
+from engine.errors import EngineError
+from engine.jobs.checkpoints import Checkpoint
+from engine.jobs.logbuffer import LogBuffer, LogLine
+from engine.jobs.metering import Meter, Usage
+from engine.jobs.results import ResultArchive
+from engine.jobs.spec import JobSpec
+from engine.jobs.tiers import estimate_resource
+
+__all__ = [
+    "Checkpoint",
+    "Executor",
+    "ExitStatus",
+    "JobRun",
+    "Limits",
+    "LogLine",
+    "Outcome",
+    "ResultArchive",
+    "limits_for",
+]
+
+Outcome = Literal["completed", "failed", "oom", "timeout", "cancelled", "interrupted"]
+TIMEOUT_FACTOR = 2.0  # a job may run this many times its expected time
+MIN_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int
+    cpu_cores: float
+    timeout_s: float
+    pids: int = 512
+    tmp_mb: int = 512
+    max_result_bytes: int = 1 << 30
+
+
+def limits_for(
+    spec: JobSpec, *, timeout_factor: float = TIMEOUT_FACTOR, min_timeout_s: float = MIN_TIMEOUT_S
+) -> Limits:
+    """The tier's maximums as enforced limits; timeout = expected time x factor."""
+    res = estimate_resource(spec.tier, spec.device)
+    timeout = max(min_timeout_s, spec.expected_minutes * 60 * timeout_factor)
+    return Limits(memory_mb=res.max_ram_mb, cpu_cores=float(res.max_cores), timeout_s=timeout)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of one job. ``workspace`` is /workspace; its parent folder belongs to the run
+    too (the process executor keeps the job's venv there)."""
+
+    job_id: str
+    spec: JobSpec
+    workspace: Path
+    limits: Limits
+    node_id: str = ""
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None  # None: it never ran; a signal N reads as 128 + N, as shells say
+    outcome: Outcome
+    reason: str = ""
+
+
+class Executor(Protocol):
+    name: str
+
+    async def serve(self, task_status: trio.TaskStatus[None] = ...) -> None: ...
+    async def prepare(self, run: JobRun, script: bytes | None = None) -> None: ...
+    async def start(self, run: JobRun) -> None: ...
+    def logs(self, run: JobRun, from_seq: int = 0) -> AsyncIterator[LogLine]: ...
+    async def wait(self, run: JobRun) -> ExitStatus: ...
+    async def cancel(self, run: JobRun, reason: str = ...) -> None: ...
+    async def checkpoint(self, run: JobRun, dest_dir: Path) -> Checkpoint: ...
+    async def restore(self, run: JobRun, checkpoint: Checkpoint) -> None: ...
+    async def collect_results(self, run: JobRun, dest_dir: Path) -> ResultArchive: ...
+    def usage(self, run: JobRun) -> Usage: ...
+
+
+@dataclass
+class RunState:
+    """What an executor knows about one run (in the trio thread only)."""
+
+    run: JobRun
+    logs: LogBuffer
+    meter: Meter
+    entry: str = ""  # the script to run, relative to the workspace
+    started: bool = False
+    done: trio.Event = field(default_factory=trio.Event)
+    status: ExitStatus | None = None
+    stop: tuple[Outcome, str] | None = None  # why we stopped it (cancel, shutdown)
+    checkpoints: int = 0
+    stderr_tail: list[str] = field(default_factory=list)
+
+
+def script_name(url: str) -> str:
+    """The file name a fetched script is saved as (its URL's, when sane)."""
+    name = PurePosixPath(urlsplit(url).path).name
+    return name if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}\.py", name) else "main.py"
+
+
+def signal_exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def last_error_line(lines: list[str]) -> str:
+    """The exception line of a Python traceback ("RuntimeError: The size of tensor a ...")."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and not text.startswith(("File ", "^", "~")):
+            return text[:500]
+    return ""
+
+
+def failure_reason(exit_code: int, stderr_tail: list[str]) -> str:
+    error = last_error_line(stderr_tail)
+    return f"exit code {exit_code}: {error}" if error else f"exit code {exit_code}"
+
+
+class BaseExecutor:
+    """The parts every executor shares: bookkeeping, sources, checkpoints, results."""
+
+    name = "base"
+
+    def __init__(self, *, mhz_per_core: float | None = None) -> None:
+        from engine.jobs.metering import host_mhz_per_core
+
+        self.mhz_per_core = mhz_per_core or host_mhz_per_core()
+        self._runs: dict[str, RunState] = {}
+        self._nursery: trio.Nursery | None = None
+
+    # --- lifetime ----------------------------------------------------------------------
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._on_serve()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                for state in list(self._runs.values()):
+                    if state.started and not state.done.is_set():
+                        await self._stop_run(state, "interrupted", "the provider shut down")
+
+    async def _on_serve(self) -> None:
+        """Hook: cleanup after a crash (the Docker executor removes orphan containers)."""
+
+    def _spawn(self, fn: Callable[..., object], *args: object) -> None:
+        if self._nursery is None:
+            raise EngineError("executor", f"the {self.name} executor is not running (serve)")
+        self._nursery.start_soon(fn, *args)  # type: ignore[arg-type]
+
+    def state(self, run: JobRun) -> RunState:
+        try:
+            return self._runs[run.job_id]
+        except KeyError:
+            raise EngineError("job", f"job {run.job_id} was not prepared here") from None
+
+    def _new_state(self, run: JobRun) -> RunState:
+        gpus = 1 if run.spec.device == "gpu" else 0
+        state = RunState(run, LogBuffer(), Meter(mhz_per_core=self.mhz_per_core, gpus=gpus))
+        self._runs[run.job_id] = state
+        return state
+
+    def release(self, run: JobRun) -> None:
+        """Forget a finished run (its files stay where they are)."""
+        self._runs.pop(run.job_id, None)
+
+    # --- the interface -----------------------------------------------------------------
+
+    async def prepare(self, run: JobRun, script: bytes | None = None) -> None:
+        """Put the code in the workspace (``script`` as given, else fetched) and install the
+        dependencies. Idempotent: after a restore it overwrites the script with the same."""
+        previous = self._runs.get(run.job_id)
+        if previous is not None and previous.started and not previous.done.is_set():
+            raise EngineError("job", f"job {run.job_id} is running")
+        # After a restore, keep its state: its log says "resumed from checkpoint N" and the
+        # checkpoint numbers go on from N.
+        state = previous if previous and not previous.started else self._new_state(run)
+        state.run = run
+        run.workspace.mkdir(parents=True, exist_ok=True)
+        (run.workspace / "outputs").mkdir(exist_ok=True)
+        spec = run.spec
+        if spec.git is not None:
+            from engine.jobs.sources import clone_git
+
+            await trio.to_thread.run_sync(clone_git, spec.git, run.workspace / "src")
+            state.entry = f"src/{spec.git.entry}"
+        else:
+            if script is None:
+                from engine.jobs.spec import fetch_script
+
+                assert spec.script_url is not None
+                script = await trio.to_thread.run_sync(fetch_script, spec.script_url)
+            name = script_name(spec.script_url or "")
+            (run.workspace / name).write_bytes(script)
+            state.entry = name
+        if spec.deps:
+            state.logs.append("system", f"installing {len(spec.deps)} dependencies")
+            await self._install(state)
+
+    async def _install(self, state: RunState) -> None:
+        raise NotImplementedError
+
+    async def start(self, run: JobRun) -> None:
+        raise NotImplementedError
+
+    def logs(self, run: JobRun, from_seq: int = 0) -> AsyncIterator[LogLine]:
+        """Every line from ``from_seq`` on (the backlog), then the live tail until the end."""
+        return self.state(run).logs.follow(from_seq)
+
+    async def wait(self, run: JobRun) -> ExitStatus:
+        state = self.state(run)
+        await state.done.wait()
+        assert state.status is not None
+        return state.status
+
+    async def cancel(self, run: JobRun, reason: str = "cancelled by the consumer") -> None:
+        state = self.state(run)
+        if state.done.is_set():
+            return
+        if not state.started:
+            self._finish(state, ExitStatus(None, "cancelled", reason))
+            return
+        await self._stop_run(state, "cancelled", reason)
+
+    async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+        raise NotImplementedError
+
+    async def _pause(self, state: RunState) -> None:
+        """Hook: freeze the job while a snapshot is taken (consistent files)."""
+
+    async def _resume(self, state: RunState) -> None:
+        """Hook: undo _pause."""
+
+    async def checkpoint(self, run: JobRun, dest_dir: Path) -> Checkpoint:
+        from engine.jobs.checkpoints import snapshot
+
+        state = self.state(run)
+        running = state.started and not state.done.is_set()
+        state.checkpoints += 1
+        number = state.checkpoints
+        if running:
+            await self._pause(state)
+        try:
+            return await trio.to_thread.run_sync(snapshot, run.workspace, dest_dir, number)
+        finally:
+            if running:
+                await self._resume(state)
+
+    def start_checkpoints(
+        self,
+        run: JobRun,
+        dest_dir: Path,
+        interval_s: float,
+        on_checkpoint: Callable[[Checkpoint], object] | None = None,
+    ) -> None:
+        """Snapshot every ``interval_s`` while the run lasts (numbers keep counting up)."""
+        self._spawn(self._checkpoint_loop, run, dest_dir, interval_s, on_checkpoint)
+
+    async def _checkpoint_loop(
+        self,
+        run: JobRun,
+        dest_dir: Path,
+        interval_s: float,
+        on_checkpoint: Callable[[Checkpoint], object] | None,
+    ) -> None:
+        state = self.state(run)
+        while not state.done.is_set():
+            with trio.move_on_after(interval_s):
+                await state.done.wait()
+            if state.done.is_set():
+                return
+            checkpoint = await self.checkpoint(run, dest_dir)
+            if on_checkpoint is not None:
+                on_checkpoint(checkpoint)
+
+    async def restore(self, run: JobRun, checkpoint: Checkpoint) -> None:
+        """Put ``checkpoint`` back into the workspace; then prepare + start resume the job."""
+        from engine.jobs.checkpoints import restore
+
+        state = self._runs.get(run.job_id)
+        if state is not None and state.started and not state.done.is_set():
+            raise EngineError("job", f"job {run.job_id} is running: cancel it before a restore")
+        await trio.to_thread.run_sync(restore, checkpoint, run.workspace)
+        state = self._new_state(run)
+        state.checkpoints = checkpoint.number
+        state.logs.append("system", f"resumed from checkpoint {checkpoint.number}")
+
+    async def collect_results(self, run: JobRun, dest_dir: Path) -> ResultArchive:
+        from engine.jobs.results import pack
+
+        dest = dest_dir / f"{run.job_id}-results.tar.gz"
+        return await trio.to_thread.run_sync(
+            lambda: pack(
+                run.workspace, run.spec.outputs, dest, max_bytes=run.limits.max_result_bytes
+            )
+        )
+
+    def usage(self, run: JobRun) -> Usage:
+        return self.state(run).meter.usage()
+
+    # --- shared by the subclasses --------------------------------------------------------
+
+    def _finish(self, state: RunState, status: ExitStatus) -> None:
+        if state.done.is_set():
+            return
+        state.status = status
+        state.meter.stop()
+        state.logs.append("system", f"{status.outcome}: {status.reason}".rstrip(": "))
+        state.logs.close()
+        state.done.set()
+
+    def _timeout_reason(self, run: JobRun) -> str:
+        minutes = run.spec.expected_minutes
+        limit = run.limits.timeout_s
+        shown = f"{limit / 60:g} min" if limit >= 60 else f"{math.ceil(limit)} s"
+        return f"ran past its time limit of {shown} (expected {minutes:g} min)"
+
+
+@asynccontextmanager
+async def running(executor: BaseExecutor) -> AsyncIterator[BaseExecutor]:
+    """``serve`` for the length of a block (tests, scripts)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(executor.serve)
+        try:
+            yield executor
+        finally:
+            nursery.cancel_scope.cancel()

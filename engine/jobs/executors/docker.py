@@ -1,0 +1,392 @@
+"""Jobs in Docker containers: the executor for jobs from other peers.
+
+One image per framework and device (a configurable map, keys like ``pytorch_nvidia``: the same
+keys as [ml_images]); the job's workspace bind-mounted at /workspace; limits from the tier
+(memory without swap, CPUs, pids); every capability dropped, no-new-privileges, a read-only
+root with a tmpfs /tmp; no network while the job runs. Dependencies are installed before, by a
+separate container that may use the network, into /workspace/.deps (on the run's PYTHONPATH).
+
+Containers are created detached and removed by us after their logs are read (``run(...,
+remove=True)`` has lost a last unterminated line), and labelled ``nunet.job`` / ``nunet.node``
+so that the ones a crashed provider left behind are found and removed when it starts again.
+Every docker-py call blocks, so each runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from engine.errors import EngineError
+from engine.jobs.executors.base import (
+    BaseExecutor,
+    ExitStatus,
+    JobRun,
+    Outcome,
+    RunState,
+    failure_reason,
+)
+from engine.resources.ml_images import DEFAULT_ML_IMAGES
+
+LABEL_JOB = "nunet.job"
+LABEL_NODE = "nunet.node"
+LABEL_STEP = "nunet.step"
+TEST_IMAGE = "nunet/python-sklearn:test"  # scripts/build_test_image.sh: offline, from .debs
+# scikit-learn has no official image; the locally built one works offline (the demo, tests).
+DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
+INSTALL_TIMEOUT_S = 900
+GRACE_S = 5
+NOBODY = "65534:65534"
+
+
+class DockerExecutor(BaseExecutor):
+    name = "docker"
+
+    def __init__(
+        self,
+        *,
+        node_id: str = "",
+        images: Mapping[str, str] | None = None,
+        docker_host: str | None = None,
+        install_network: str = "bridge",
+        mhz_per_core: float | None = None,
+        grace_s: int = GRACE_S,
+    ) -> None:
+        super().__init__(mhz_per_core=mhz_per_core)
+        self.node_id = node_id
+        self.images = dict(DEFAULT_IMAGES if images is None else images)
+        self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
+        self.install_network = install_network
+        self.grace_s = grace_s
+        self._client: Any = None
+        self._stream_client: Any = None
+        self._containers: dict[str, Any] = {}
+
+    # --- docker plumbing -----------------------------------------------------------------
+
+    def client(self) -> Any:
+        if self._client is None:
+            import docker
+
+            base = self.docker_host or "unix:///var/run/docker.sock"
+            try:
+                self._client = docker.DockerClient(base_url=base, version="auto", timeout=120)
+                # Streams (logs, stats, wait) stay open as long as a job runs: no read timeout.
+                self._stream_client = docker.DockerClient(
+                    base_url=base, version="auto", timeout=None
+                )
+            except Exception as exc:
+                raise EngineError(
+                    "docker",
+                    f"no Docker engine at {base}: start dockerd or set DOCKER_HOST ({exc})",
+                ) from exc
+        return self._client
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+
+    def image_for(self, run: JobRun) -> str:
+        spec = run.spec
+        key = f"{spec.framework}_{(spec.gpu_vendor or 'nvidia') if spec.device == 'gpu' else 'cpu'}"
+        image = self.images.get(key)
+        if not image:
+            raise EngineError("image", f"this provider has no image for {key} jobs")
+        return image
+
+    def labels(self, run: JobRun, step: str) -> dict[str, str]:
+        return {LABEL_JOB: run.job_id, LABEL_NODE: self.node_id or "-", LABEL_STEP: step}
+
+    def cleanup_orphans(self, node_id: str | None = None) -> list[str]:
+        """Remove every container of ours (``nunet.node`` = node_id, default this node) that a
+        crash left behind; returns their job ids. Blocking."""
+        label = f"{LABEL_NODE}={node_id if node_id is not None else (self.node_id or '-')}"
+        removed = []
+        for container in self.client().containers.list(all=True, filters={"label": label}):
+            removed.append(container.labels.get(LABEL_JOB, "?"))
+            container.remove(force=True)
+        return removed
+
+    async def _on_serve(self) -> None:
+        # dockerd down: prepare says so clearly; serve itself must not fail.
+        with contextlib.suppress(Exception):
+            await self._call(self.cleanup_orphans)
+
+    def _user(self) -> str:
+        # Root on the provider: the job runs as nobody, not as (capability-less) root.
+        return NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+
+    def _chown(self, run: JobRun) -> None:
+        if os.getuid() != 0:
+            return
+        for dirpath, dirnames, filenames in os.walk(run.workspace):
+            for name in (dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)):
+                os.lchown(name, 65534, 65534)
+
+    def _base_options(self, run: JobRun, step: str) -> dict[str, Any]:
+        from docker.types import Mount
+
+        limits = run.limits
+        return {
+            "image": self.image_for(run),
+            "working_dir": "/workspace",
+            "user": self._user(),
+            "labels": self.labels(run, step),
+            "mounts": [Mount("/workspace", str(run.workspace.resolve()), type="bind")],
+            "mem_limit": f"{limits.memory_mb}m",
+            "memswap_limit": f"{limits.memory_mb}m",  # the same: no swap beyond the limit
+            "nano_cpus": int(limits.cpu_cores * 1e9),
+            "pids_limit": limits.pids,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m"},
+            "detach": True,
+        }
+
+    # --- prepare -------------------------------------------------------------------------
+
+    async def prepare(self, run: JobRun, script: bytes | None = None) -> None:
+        image = self.image_for(run)
+        try:
+            await self._call(self.client().images.get, image)
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise EngineError(
+                "image",
+                f"image {image} is not on this provider: pull it (`nunet-tui gpu prepare-images`)"
+                " or build it (scripts/build_test_image.sh for the scikit-learn test image)",
+            ) from exc
+        await super().prepare(run, script)
+        await trio.to_thread.run_sync(self._chown, run)
+
+    async def _install(self, state: RunState) -> None:
+        run = state.run
+        await trio.to_thread.run_sync(self._chown, run)  # the step runs as the job's user
+        options = self._base_options(run, "install")
+        options.update(
+            command=[
+                "python3",
+                "-m",
+                "pip",
+                "install",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--target",
+                "/workspace/.deps",
+                *run.spec.deps,
+            ],
+            environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
+            network_mode=self.install_network,
+        )
+        container = await self._call(self.client().containers.create, **options)
+        try:
+            await self._call(container.start)
+            with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
+                result = await trio.to_thread.run_sync(
+                    functools.partial(container.wait, timeout=INSTALL_TIMEOUT_S + 30),
+                    abandon_on_cancel=True,
+                )
+            if scope.cancelled_caught:
+                raise EngineError(
+                    "deps", f"installing dependencies took over {INSTALL_TIMEOUT_S} s"
+                )
+            output = await self._call(container.logs, stdout=True, stderr=True)
+            lines = output.decode("utf-8", "replace").splitlines()
+            for line in lines[-40:]:
+                state.logs.append("system", line)
+            if result.get("StatusCode") != 0:
+                raise EngineError(
+                    "deps",
+                    f"installing dependencies failed: {lines[-1] if lines else 'pip failed'}",
+                )
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._call(container.remove, force=True)
+
+    # --- run -----------------------------------------------------------------------------
+
+    def environment(self, run: JobRun) -> dict[str, str]:
+        threads = str(max(1, int(run.limits.cpu_cores)))
+        env = {
+            **run.spec.env,
+            "HOME": "/workspace",
+            "WORKSPACE": "/workspace",
+            "PYTHONUNBUFFERED": "1",  # each line reaches the consumer as it is printed
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "MPLBACKEND": "Agg",
+        }
+        if run.spec.deps:
+            env["PYTHONPATH"] = "/workspace/.deps"
+        return env
+
+    async def start(self, run: JobRun) -> None:
+        from engine.resources.gpu.containers import (
+            explain_docker_gpu_error,
+            gpu_container_options,
+            preflight_gpu_runtime,
+        )
+
+        state = self.state(run)
+        if state.started:
+            raise EngineError("job", f"job {run.job_id} was already started")
+        options = self._base_options(run, "run")
+        options.update(
+            command=["python3", "-u", f"/workspace/{state.entry}"],
+            environment=self.environment(run),
+            network_mode="none",
+        )
+        if run.spec.device == "gpu":
+            from engine.resources.readiness import probe_docker
+
+            vendor = run.spec.gpu_vendor or "nvidia"
+            status = await self._call(probe_docker, {"DOCKER_HOST": self.docker_host or ""})
+            preflight_gpu_runtime(vendor, status)  # type: ignore[arg-type]
+            options.update(gpu_container_options(vendor))  # type: ignore[arg-type]
+        container = await self._call(self.client().containers.create, **options)
+        try:
+            await self._call(container.start)
+        except Exception as exc:
+            with trio.CancelScope(shield=True):
+                await self._call(container.remove, force=True)
+            raise explain_docker_gpu_error(exc) or EngineError(
+                "docker", f"the job's container did not start: {exc}"
+            ) from exc
+        self._containers[run.job_id] = container
+        state.started = True
+        state.meter.start()
+        self._spawn(self._supervise, state, container)
+
+    async def _supervise(self, state: RunState, container: Any) -> None:
+        run = state.run
+        token = trio.lowlevel.current_trio_token()
+        timed_out = False
+        exit_code: int | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                readers = {"stdout": trio.CancelScope(), "stderr": trio.CancelScope()}
+                sampler = trio.CancelScope()
+                for stream, scope in readers.items():
+                    nursery.start_soon(self._read_logs, state, container.id, stream, token, scope)
+                nursery.start_soon(self._read_stats, state, container.id, token, sampler)
+                wait = functools.partial(
+                    self._stream_client.api.wait, container.id, timeout=run.limits.timeout_s + 60
+                )
+                with trio.move_on_after(run.limits.timeout_s) as scope:
+                    result = await trio.to_thread.run_sync(wait, abandon_on_cancel=True)
+                    exit_code = int(result.get("StatusCode", -1))
+                if scope.cancelled_caught:
+                    timed_out = True
+                    await self._call(container.kill)
+                    result = await self._call(self._stream_client.api.wait, container.id)
+                    exit_code = int(result.get("StatusCode", -1))
+                sampler.cancel()
+                for scope in readers.values():  # the rest of the output, not more
+                    scope.deadline = trio.current_time() + 10
+            await self._call(container.reload)
+            oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+            state.logs.flush()
+            self._finish(state, self._status(state, exit_code, timed_out, oom))
+        finally:
+            self._containers.pop(run.job_id, None)
+            with trio.CancelScope(shield=True):
+                # Already gone, or dockerd away: cleanup_orphans catches the rest.
+                with contextlib.suppress(Exception):
+                    await self._call(container.remove, force=True)
+                if not state.done.is_set():
+                    self._finish(state, ExitStatus(exit_code, "failed", "the executor failed"))
+
+    def _status(
+        self, state: RunState, exit_code: int | None, timed_out: bool, oom: bool
+    ) -> ExitStatus:
+        limit = state.run.limits.memory_mb
+        if state.stop is not None:
+            return ExitStatus(exit_code, *state.stop)
+        if timed_out:
+            return ExitStatus(exit_code, "timeout", self._timeout_reason(state.run))
+        if oom:
+            return ExitStatus(exit_code, "oom", f"out of memory: the limit is {limit} MB")
+        if exit_code == 0:
+            return ExitStatus(0, "completed", "")
+        if exit_code == 137:  # SIGKILL we did not send: the kernel's OOM killer, as a rule
+            return ExitStatus(
+                137, "oom", f"killed (exit 137), most likely out of memory ({limit} MB)"
+            )
+        if any("MemoryError" in line for line in state.stderr_tail):
+            return ExitStatus(exit_code, "oom", f"out of memory: the limit is {limit} MB")
+        code = exit_code if exit_code is not None else -1
+        return ExitStatus(exit_code, "failed", failure_reason(code, state.stderr_tail))
+
+    async def _read_logs(
+        self, state: RunState, cid: str, stream: str, token: Any, scope: trio.CancelScope
+    ) -> None:
+        def feed(chunk: bytes) -> None:
+            state.logs.feed(stream, chunk)  # type: ignore[arg-type]
+            if stream == "stderr":
+                text = chunk.decode("utf-8", "replace")
+                state.stderr_tail = (state.stderr_tail + text.splitlines())[-50:]
+
+        def read() -> None:
+            chunks = self._stream_client.api.logs(
+                cid, stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True
+            )
+            for chunk in chunks:
+                trio.from_thread.run_sync(feed, chunk, trio_token=token)
+
+        with scope:
+            try:
+                await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+            except Exception as exc:  # the container vanished under us: say so, don't crash
+                state.logs.append("system", f"log stream ended: {exc}")
+
+    async def _read_stats(
+        self, state: RunState, cid: str, token: Any, scope: trio.CancelScope
+    ) -> None:
+        def read() -> None:
+            for stats in self._stream_client.api.stats(cid, stream=True, decode=True):
+                if state.done.is_set():
+                    return
+                cpu = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage", 0) / 1e9
+                memory = stats.get("memory_stats", {})
+                ram = max(0, memory.get("usage", 0) - memory.get("stats", {}).get("cache", 0))
+                networks = stats.get("networks") or {}
+                rx = sum(n.get("rx_bytes", 0) for n in networks.values())
+                tx = sum(n.get("tx_bytes", 0) for n in networks.values())
+                sample = functools.partial(
+                    state.meter.sample, cpu_s=cpu, ram_mb=ram / (1 << 20), net_rx=rx, net_tx=tx
+                )
+                trio.from_thread.run_sync(sample, trio_token=token)
+
+        # Stats are best effort: a missing sample is not a failure.
+        with scope, contextlib.suppress(Exception):
+            await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+
+    async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+        state.stop = (outcome, reason)
+        container = self._containers.get(state.run.job_id)
+        if container is None:
+            return
+        try:
+            if container.status == "paused":
+                await self._call(container.unpause)
+            await self._call(container.stop, timeout=self.grace_s)
+        except Exception:  # it ended meanwhile: the supervisor finishes the run either way
+            pass
+        await state.done.wait()
+
+    async def _pause(self, state: RunState) -> None:
+        if container := self._containers.get(state.run.job_id):
+            await self._call(container.pause)
+
+    async def _resume(self, state: RunState) -> None:
+        if container := self._containers.get(state.run.job_id):
+            await self._call(container.unpause)

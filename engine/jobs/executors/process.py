@@ -1,0 +1,326 @@
+"""Jobs as local processes: a venv per job, resource limits, its own process group.
+
+FOR TRUSTED LOCAL NETWORKS AND THE DEMO ONLY. A process runs as the provider's own user: the
+limits below bound its memory, CPU time and process count, and its environment is built from
+nothing (no NUNET_*, no keyring or D-Bus variables, HOME = the workspace) so it does not find
+our keys by accident, but nothing stops a hostile script from reading files the provider's
+user can read. Remote peers get the Docker executor unless the provider turns this one on.
+
+The venv is made with --system-site-packages and also sees this interpreter's own
+site-packages (a .pth file: a venv made from inside a venv otherwise only sees the base
+Python's), so numpy, scikit-learn or torch installed for the provider are used as they are,
+and a job's own dependencies, installed into its venv, come first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from engine.errors import EngineError
+from engine.jobs.executors.base import (
+    BaseExecutor,
+    ExitStatus,
+    JobRun,
+    Outcome,
+    RunState,
+    failure_reason,
+    signal_exit_code,
+)
+
+INSTALL_TIMEOUT_S = 900
+GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
+SAMPLE_S = 1.0
+_OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
+
+
+class ProcessExecutor(BaseExecutor):
+    name = "process"
+
+    def __init__(
+        self,
+        *,
+        python: str = sys.executable,
+        pip_args: tuple[str, ...] = (),
+        mhz_per_core: float | None = None,
+        grace_s: float = GRACE_S,
+    ) -> None:
+        super().__init__(mhz_per_core=mhz_per_core)
+        self.python = python
+        self.pip_args = pip_args  # e.g. ("--no-index", "--find-links", DIR) on offline rigs
+        self.grace_s = grace_s
+        self._procs: dict[str, trio.Process] = {}
+
+    # --- prepare -------------------------------------------------------------------------
+
+    def pid_file(self, run: JobRun) -> Path:
+        return run.workspace.parent / "process.pid"
+
+    def kill_orphan(self, run: JobRun) -> bool:
+        """End a run's process group left behind by a provider that crashed; True if one was.
+
+        The pid is only trusted when that process still runs in this run's workspace (a pid
+        can be reused by an unrelated process after a reboot)."""
+        try:
+            pid = int(self.pid_file(run).read_text().strip())
+        except (OSError, ValueError):
+            return False
+        import psutil
+
+        try:
+            if Path(psutil.Process(pid).cwd()) != run.workspace:
+                return False
+        except (psutil.Error, OSError):
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_file(run).unlink(missing_ok=True)
+        return True
+
+    def venv_dir(self, run: JobRun) -> Path:
+        return run.workspace.parent / "venv"
+
+    async def prepare(self, run: JobRun, script: bytes | None = None) -> None:
+        await trio.to_thread.run_sync(self._make_venv, self.venv_dir(run))
+        await super().prepare(run, script)
+
+    def _make_venv(self, venv: Path) -> None:
+        if (venv / "bin" / "python").exists():
+            return
+        # --without-pip: 0.1 s instead of 3 s; dependencies are installed with our pip.
+        subprocess.run(
+            [self.python, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        host = subprocess.run(
+            [self.python, "-c", "import site, sys; print('\\n'.join(site.getsitepackages()))"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        lib = next((venv / "lib").glob("python3*")) / "site-packages"
+        (lib / "_nunet_host_site.pth").write_text(host, encoding="utf-8")
+
+    async def _install(self, state: RunState) -> None:
+        venv_python = self.venv_dir(state.run) / "bin" / "python"
+        argv = [
+            self.python,
+            "-m",
+            "pip",
+            "--python",
+            str(venv_python),
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            *self.pip_args,
+            *state.run.spec.deps,
+        ]
+        with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
+            done = await trio.run_process(
+                argv, capture_stdout=True, capture_stderr=True, check=False, env=_pip_env()
+            )
+        if scope.cancelled_caught:
+            raise EngineError("deps", f"installing dependencies took over {INSTALL_TIMEOUT_S} s")
+        for raw in (done.stdout + done.stderr).splitlines()[-40:]:
+            state.logs.append("system", raw.decode("utf-8", "replace"))
+        if done.returncode != 0:
+            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise EngineError(
+                "deps", f"installing dependencies failed: {tail[0] if tail else 'pip failed'}"
+            )
+
+    # --- run -----------------------------------------------------------------------------
+
+    def environment(self, run: JobRun) -> dict[str, str]:
+        venv = self.venv_dir(run)
+        workspace = str(run.workspace)
+        threads = str(max(1, int(run.limits.cpu_cores)))
+        return {
+            **run.spec.env,
+            "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
+            "HOME": workspace,
+            "WORKSPACE": workspace,
+            "TMPDIR": str(run.workspace / ".tmp"),
+            "VIRTUAL_ENV": str(venv),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",  # each line reaches the consumer as it is printed
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "MPLBACKEND": "Agg",
+        }
+
+    async def start(self, run: JobRun) -> None:
+        state = self.state(run)
+        if state.started:
+            raise EngineError("job", f"job {run.job_id} was already started")
+        (run.workspace / ".tmp").mkdir(exist_ok=True)
+        argv = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        process = await trio.lowlevel.open_process(
+            argv,
+            cwd=str(run.workspace),
+            env=self.environment(run),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: cancel kills children too
+            preexec_fn=_limiter(run),
+        )
+        self._procs[run.job_id] = process
+        # Recorded so a provider that died with kill -9 can end the orphaned group on restart.
+        self.pid_file(run).write_text(f"{process.pid}\n")
+        state.started = True
+        state.meter.start()
+        self._spawn(self._supervise, state, process)
+
+    async def _supervise(self, state: RunState, process: trio.Process) -> None:
+        run = state.run
+        timed_out = False
+        async with trio.open_nursery() as pumps:
+            assert process.stdout is not None and process.stderr is not None
+            pumps.start_soon(self._pump, state, "stdout", process.stdout)
+            pumps.start_soon(self._pump, state, "stderr", process.stderr)
+            sampler = trio.CancelScope()
+            pumps.start_soon(self._sample, state, process, sampler)
+            with trio.move_on_after(run.limits.timeout_s) as scope:
+                await process.wait()
+            if scope.cancelled_caught:
+                timed_out = True
+                _kill_group(process, signal.SIGKILL)
+                await process.wait()
+            # Grandchildren may still hold the pipes: the group goes with its leader.
+            _kill_group(process, signal.SIGKILL)
+            sampler.cancel()
+        self._procs.pop(run.job_id, None)
+        self.pid_file(run).unlink(missing_ok=True)
+        state.logs.flush()
+        self._finish(state, self._status(state, process.returncode, timed_out))
+
+    def _status(self, state: RunState, returncode: int | None, timed_out: bool) -> ExitStatus:
+        code = signal_exit_code(returncode if returncode is not None else -signal.SIGKILL)
+        if state.stop is not None:
+            return ExitStatus(code, *state.stop)
+        if timed_out:
+            return ExitStatus(code, "timeout", self._timeout_reason(state.run))
+        if returncode == 0:
+            return ExitStatus(0, "completed", "")
+        if returncode == -signal.SIGXCPU:
+            return ExitStatus(code, "timeout", "used up its CPU time limit")
+        if any(marker in line for line in state.stderr_tail for marker in _OOM_MARKERS):
+            limit = state.run.limits.memory_mb
+            return ExitStatus(code, "oom", f"out of memory: the limit is {limit} MB")
+        return ExitStatus(code, "failed", failure_reason(code, state.stderr_tail))
+
+    async def _pump(self, state: RunState, stream: str, pipe: trio.abc.ReceiveStream) -> None:
+        while chunk := await pipe.receive_some(65536):
+            state.logs.feed(stream, chunk)  # type: ignore[arg-type]
+            if stream == "stderr":
+                text = chunk.decode("utf-8", "replace")
+                state.stderr_tail = (state.stderr_tail + text.splitlines())[-50:]
+
+    async def _sample(
+        self, state: RunState, process: trio.Process, scope: trio.CancelScope
+    ) -> None:
+        import psutil
+
+        with scope:
+            try:
+                proc = psutil.Process(process.pid)
+            except psutil.Error:
+                return
+            while process.returncode is None:
+                try:
+                    cpu, ram = await trio.to_thread.run_sync(
+                        _tree_usage, proc, abandon_on_cancel=True
+                    )
+                except psutil.Error:
+                    return
+                state.meter.sample(cpu_s=cpu, ram_mb=ram)
+                await trio.sleep(SAMPLE_S)
+
+    async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+        process = self._procs.get(state.run.job_id)
+        state.stop = (outcome, reason)
+        if process is None:
+            return
+        _kill_group(process, signal.SIGCONT)  # a paused job cannot handle SIGTERM
+        _kill_group(process, signal.SIGTERM)
+        with trio.move_on_after(self.grace_s):
+            await state.done.wait()
+        _kill_group(process, signal.SIGKILL)
+        await state.done.wait()
+
+    async def _pause(self, state: RunState) -> None:
+        if process := self._procs.get(state.run.job_id):
+            _kill_group(process, signal.SIGSTOP)
+
+    async def _resume(self, state: RunState) -> None:
+        if process := self._procs.get(state.run.job_id):
+            _kill_group(process, signal.SIGCONT)
+
+
+def _tree_usage(proc: object) -> tuple[float, float]:
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    times = proc.cpu_times()
+    cpu = times.user + times.system + times.children_user + times.children_system
+    ram = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+            cpu += child_times.user + child_times.system
+            ram += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return cpu, ram / (1 << 20)
+
+
+def _kill_group(process: trio.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def _limiter(run: JobRun) -> Callable[[], None]:
+    """The preexec function: limits set in the child between fork and exec."""
+    memory = run.limits.memory_mb << 20
+    # CPU seconds: the wall limit times the cores it may use (+ slack for the interpreter).
+    cpu_s = int(run.limits.timeout_s * max(1.0, run.limits.cpu_cores)) + 5
+    nproc: int | None = None
+    if os.getuid() != 0:  # RLIMIT_NPROC counts all of the user's processes; root ignores it
+        import psutil
+
+        uid = os.getuid()
+        mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"].real == uid)
+        nproc = mine + run.limits.pids
+
+    def apply() -> None:
+        # RLIMIT_DATA, not RLIMIT_AS: torch and OpenBLAS reserve far more address space than
+        # they use, and an address-space limit breaks them; DATA counts what is written to.
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return apply
+
+
+def _pip_env() -> dict[str, str]:
+    keep = ("PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "PIP_INDEX_URL", "PIP_FIND_LINKS")
+    env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("PIP_")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env

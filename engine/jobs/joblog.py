@@ -1,0 +1,86 @@
+"""A job's log on disk (JSON lines under the state dir), kept on both sides.
+
+Lines carry the provider's sequence numbers, so a consumer that reconnects asks for what
+comes after its last line and never gets one twice. An in-memory index of line offsets keeps
+``read(after_seq)`` cheap for long logs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+
+from engine.api import JobLogLine
+
+MAX_LOG_BYTES = 512 << 20  # past this a job's log is cut (a line says so)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(JobLogLine)
+
+
+class JobLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seqs: list[int] = []
+        self._offsets: list[int] = []
+        self._size = 0
+        self._truncated = False
+        if path.exists():
+            self._index()
+
+    def _index(self) -> None:
+        offset = 0
+        with self.path.open("rb") as handle:
+            for raw in handle:
+                try:
+                    line = _decoder.decode(raw)
+                except msgspec.DecodeError:
+                    break  # a torn last line after a crash: everything before it stands
+                self._seqs.append(line.seq)
+                self._offsets.append(offset)
+                offset += len(raw)
+        self._size = offset
+        if self.path.stat().st_size != offset:
+            os.truncate(self.path, offset)
+
+    @property
+    def last_seq(self) -> int:
+        return self._seqs[-1] if self._seqs else -1
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def append(self, lines: Iterable[JobLogLine]) -> list[JobLogLine]:
+        """Write the lines newer than what we have; returns those actually written."""
+        fresh = [line for line in lines if line.seq > self.last_seq]
+        if not fresh or self._truncated:
+            return []
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as handle:
+            for line in fresh:
+                data = _encoder.encode(line) + b"\n"
+                if self._size + len(data) > MAX_LOG_BYTES:
+                    self._truncated = True
+                    break
+                handle.write(data)
+                self._seqs.append(line.seq)
+                self._offsets.append(self._size)
+                self._size += len(data)
+        return fresh
+
+    def read(self, after_seq: int = -1, limit: int = 10_000) -> list[JobLogLine]:
+        start = bisect.bisect_right(self._seqs, after_seq)
+        if start >= len(self._seqs):
+            return []
+        lines: list[JobLogLine] = []
+        with self.path.open("rb") as handle:
+            handle.seek(self._offsets[start])
+            for raw in handle:
+                lines.append(_decoder.decode(raw))
+                if len(lines) >= limit:
+                    break
+        return lines

@@ -1,0 +1,106 @@
+"""A job's log: lines in order, numbered, kept for late readers, and followed live.
+
+Bytes arrive in arbitrary chunks per stream (pipes, Docker's log frames); ``feed`` cuts them
+into lines and ``flush`` delivers a last unterminated line. Readers (``follow``) get the
+backlog from any sequence number and then each new line as soon as it is appended. Only the
+newest ``max_lines`` are kept in memory (the jobs store keeps the full log on disk).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+
+Stream = Literal["stdout", "stderr", "system"]
+MAX_LINE = 64 * 1024  # a longer line is cut into pieces: one huge line must not stall readers
+
+
+@dataclass(frozen=True)
+class LogLine:
+    stream: Stream
+    text: str
+    at: float  # wall clock (time.time) when the executor read it
+    seq: int
+
+
+class LogBuffer:
+    def __init__(self, max_lines: int = 200_000) -> None:
+        self.max_lines = max_lines
+        self._lines: list[LogLine] = []
+        self._first = 0  # seq of self._lines[0]
+        self._next = 0
+        self._closed = False
+        self._changed = trio.Event()
+        self._partial: dict[str, bytes] = {}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def next_seq(self) -> int:
+        return self._next
+
+    def append(self, stream: Stream, text: str, at: float | None = None) -> None:
+        if self._closed:
+            return
+        when = time.time() if at is None else at
+        for start in range(0, max(len(text), 1), MAX_LINE):
+            self._lines.append(LogLine(stream, text[start : start + MAX_LINE], when, self._next))
+            self._next += 1
+        if len(self._lines) > 2 * self.max_lines:
+            drop = len(self._lines) - self.max_lines  # trim in bulk: amortised O(1) per line
+            del self._lines[:drop]
+            self._first += drop
+        self._wake()
+
+    def feed(self, stream: Stream, data: bytes) -> None:
+        """A chunk of a stream's bytes: every complete line in it is appended."""
+        if not data:
+            return
+        buffered = self._partial.get(stream, b"") + data
+        *complete, rest = buffered.split(b"\n")
+        if len(rest) > MAX_LINE:
+            complete.append(rest)
+            rest = b""
+        self._partial[stream] = rest
+        now = time.time()
+        for raw in complete:
+            self.append(stream, raw.rstrip(b"\r").decode("utf-8", "replace"), now)
+
+    def flush(self) -> None:
+        for stream, rest in list(self._partial.items()):
+            if rest:
+                self.append(stream, rest.rstrip(b"\r").decode("utf-8", "replace"))  # type: ignore[arg-type]
+        self._partial.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def lines(self) -> list[LogLine]:
+        return list(self._lines)
+
+    async def follow(self, from_seq: int = 0) -> AsyncIterator[LogLine]:
+        seq = from_seq
+        while True:
+            seq = max(seq, self._first)
+            while seq < self._next:
+                index = seq - self._first
+                if index < 0:  # trimmed while we were yielding: skip to what is kept
+                    seq = self._first
+                    continue
+                yield self._lines[index]
+                seq += 1
+            if self._closed:
+                return
+            await self._changed.wait()

@@ -1,0 +1,161 @@
+"""The job protocol (``/nunet/job/1.0.0``): one request and its answers per stream.
+
+Consumer -> provider: ``Offer`` (answered by a signed ``Quote`` or a ``Refusal``),
+``Confirm`` (the escrow lock goes between quote and confirm; answered by ``Accepted``),
+``Follow`` (the provider streams ``Update`` frames: state, log lines, metering, until the job
+ends), ``Cancel``, and ``FetchResults`` (a signed ``ResultsHeader``, then raw chunks whose
+sha256 the header fixes). Every frame is length-prefixed, size-bounded and signed by its
+sender; the receiver checks that the signer is the peer at the other end of the stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from engine.api import JobLogLine, JobMetering
+from engine.identity import Identity
+from engine.network import wire
+
+JOB_PROTOCOL = "/nunet/job/1.0.0"
+MAX_MESSAGE_BYTES = 1 << 20  # an Update carries at most a few thousand log lines
+MAX_LINES_PER_UPDATE = 2000
+MAX_LINE_CHARS = 8192
+RESULT_CHUNK = 256 * 1024
+
+
+class JobMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="t"):
+    v: int = 1
+    job_id: str
+
+
+class Offer(JobMessage, tag="offer", frozen=True):
+    spec: dict[str, Any]
+    consumer: str
+
+
+class Quote(JobMessage, tag="quote", frozen=True):
+    provider: str
+    price_ntx_hour: float
+    total_ntx: float
+    expires_at: float
+    executor: str
+
+
+class Refusal(JobMessage, tag="refusal", frozen=True):
+    reason: str
+
+
+class Confirm(JobMessage, tag="confirm", frozen=True):
+    total_ntx: float
+    escrow_tx: str = ""  # the payment issue puts the lock's transaction id here
+
+
+class Accepted(JobMessage, tag="accepted", frozen=True):
+    pass
+
+
+class Cancel(JobMessage, tag="cancel", frozen=True):
+    pass
+
+
+class Follow(JobMessage, tag="follow", frozen=True):
+    after_seq: int = -1
+
+
+class Update(JobMessage, tag="update", frozen=True):
+    state: str
+    reason: str = ""
+    exit_code: int | None = None
+    checkpoint: int = 0
+    resumed_from: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    metering: JobMetering | None = None
+    results_sha256: str = ""
+    results_size: int = 0
+    lines: tuple[JobLogLine, ...] = ()
+
+
+class FetchResults(JobMessage, tag="fetch_results", frozen=True):
+    pass
+
+
+class ResultsHeader(JobMessage, tag="results", frozen=True):
+    sha256: str
+    size: int
+
+
+AnyJobMessage = (
+    Offer
+    | Quote
+    | Refusal
+    | Confirm
+    | Accepted
+    | Cancel
+    | Follow
+    | Update
+    | FetchResults
+    | ResultsHeader
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyJobMessage)
+KIND = "job"
+
+
+class ProtocolError(Exception):
+    """The other side sent something we cannot accept; the stream is reset."""
+
+
+def encode(identity: Identity, message: JobMessage) -> bytes:
+    return wire.seal_payload(identity, KIND, _encoder.encode(message))
+
+
+def decode(data: bytes, expected_signer: str) -> tuple[AnyJobMessage, bytes]:
+    """The message and the signed bytes as received (kept in the store as evidence)."""
+    try:
+        envelope = wire.open_payload(data, MAX_MESSAGE_BYTES)
+    except wire.WireError as exc:
+        raise ProtocolError(str(exc)) from exc
+    if envelope.kind != KIND:
+        raise ProtocolError(f"expected a job message, got {envelope.kind[:40]!r}")
+    if envelope.signer != expected_signer:
+        raise ProtocolError(
+            f"message signed by {envelope.signer}, not by the peer {expected_signer}"
+        )
+    try:
+        message = _decoder.decode(envelope.payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolError(f"bad job message: {exc}") from exc
+    if message.v != 1:
+        raise ProtocolError(f"unsupported job protocol version {message.v}")
+    if not 1 <= len(message.job_id) <= 64:
+        raise ProtocolError("bad job id")
+    return message, data
+
+
+async def send(stream: Any, identity: Identity, message: JobMessage) -> bytes:
+    data = encode(identity, message)
+    await wire.write_frame(stream, data, MAX_MESSAGE_BYTES + 1024)
+    return data
+
+
+async def receive(stream: Any, expected_signer: str) -> tuple[AnyJobMessage, bytes] | None:
+    """The next message, None at a clean end of stream; ProtocolError on anything bad."""
+    try:
+        data = await wire.read_frame(stream, MAX_MESSAGE_BYTES + 1024)
+    except wire.WireError as exc:
+        raise ProtocolError(str(exc)) from exc
+    if data is None:
+        return None
+    return decode(data, expected_signer)
+
+
+def kind(message: JobMessage) -> str:
+    return type(message).__name__.lower()
+
+
+def remote_peer(stream: Any) -> str:
+    return str(stream.muxed_conn.peer_id)

@@ -1,0 +1,485 @@
+"""The provider's side of the job protocol: quote, accept, run, stream, resume.
+
+Every message is stored (signed bytes) before it is acted on and every state change is
+committed before it is announced. ``Confirm`` is idempotent: a repeated one is answered
+``Accepted`` again and never starts the job twice. Only the job's consumer may follow it,
+cancel it or fetch its results. After a restart, jobs that were running resume from their
+last checkpoint (or end as "interrupted" when there is none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from engine import api
+from engine.errors import EngineError
+from engine.jobs import protocol as p
+from engine.jobs.checkpoints import latest
+from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
+from engine.jobs.joblog import JobLog
+from engine.jobs.spec import JobSpec, validate_spec
+from engine.jobs.tiers import estimate_resource, provider_price
+
+if TYPE_CHECKING:
+    from engine.node import Node
+
+log = logging.getLogger("nunet.jobs.provider")
+
+QUOTE_TTL_S = 120.0
+
+
+@dataclass
+class Committed:
+    jobs: int = 0
+    cpu_mhz: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    vram_mb: int = 0
+
+
+FOLLOW_POLL_S = 0.1
+
+
+class ProviderJobs:
+    def __init__(self, node: Node, executors: dict[str, Executor]) -> None:
+        self.node = node
+        self.executors = executors
+        self._quotes: dict[str, tuple[p.Quote, JobSpec, str]] = {}
+        self._runs: dict[str, tuple[Executor, JobRun]] = {}
+        self._changed: dict[str, trio.Event] = {}
+        self._logs: dict[str, JobLog] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.node.paths.state_dir / "jobs" / job_id
+
+    def job_log(self, job_id: str) -> JobLog:
+        if job_id not in self._logs:
+            self._logs[job_id] = JobLog(self.job_dir(job_id) / "log.jsonl")
+        return self._logs[job_id]
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for executor in self.executors.values():
+                await nursery.start(executor.serve)
+            for job in self.node.store.list_jobs(states=("accepted", "running")):
+                if job.role == "provider":
+                    nursery.start_soon(self._resume, job)
+            task_status.started()
+            await trio.sleep_forever()
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    def _save(self, job: api.JobInfo) -> api.JobInfo:
+        job = msgspec.structs.replace(job, updated_at=time.time())
+        self.node.store.save_job(job)
+        self._changed.setdefault(job.job_id, trio.Event()).set()
+        self._changed[job.job_id] = trio.Event()
+        self.node.emit(api.JobChanged(at=job.updated_at, job=job))
+        return job
+
+    def committed(self) -> Committed:
+        """What running jobs hold (their tiers' maximums): subtracted from free in heartbeats."""
+        used = Committed()
+        for job in self.node.store.list_jobs(states=("accepted", "running")):
+            if job.role != "provider":
+                continue
+            need = estimate_resource(str(job.spec.get("tier")), str(job.spec.get("device")))
+            used.jobs += 1
+            used.cpu_mhz += need.max_cpu_mhz
+            used.memory_mb += need.max_ram_mb
+            if job.spec.get("device") == "gpu":
+                used.gpus += 1
+                used.vram_mb += need.max_vram_mb
+        return used
+
+    def running_jobs(self) -> int:
+        return sum(
+            1
+            for job in self.node.store.list_jobs(states=("accepted", "running"))
+            if job.role == "provider"
+        )
+
+    # --- the stream handler ------------------------------------------------------------
+
+    async def handle(self, stream: Any) -> None:
+        peer = p.remote_peer(stream)
+        try:
+            received = await p.receive(stream, peer)
+            if received is None:
+                return
+            message, raw = received
+            self.node.store.record_job_message(message.job_id, "in", p.kind(message), raw)
+            if isinstance(message, p.Offer):
+                await self._reply(stream, message.job_id, self._offer(message, peer))
+            elif isinstance(message, p.Confirm):
+                await self._reply(stream, message.job_id, self._confirm(message, peer))
+            elif isinstance(message, p.Cancel):
+                await self._reply(stream, message.job_id, await self._cancel(message, peer))
+            elif isinstance(message, p.Follow):
+                await self._follow(stream, message, peer)
+            elif isinstance(message, p.FetchResults):
+                await self._send_results(stream, message, peer)
+            else:
+                raise p.ProtocolError(f"unexpected {type(message).__name__}")
+        except p.ProtocolError as exc:
+            log.warning("job protocol: rejected input from %s: %s", peer, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+        except Exception as exc:  # a peer's broken stream must never take the node down
+            log.info("job stream from %s ended: %s", peer, exc)
+            with contextlib.suppress(Exception):
+                await stream.reset()
+        else:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    async def _reply(self, stream: Any, job_id: str, message: p.JobMessage) -> None:
+        raw = p.encode(self.node.identity, message)
+        self.node.store.record_job_message(job_id, "out", p.kind(message), raw)
+        await stream.write(_frame(raw))
+
+    async def _refuse(self, stream: Any, job_id: str, reason: str) -> None:
+        await self._reply(stream, job_id, p.Refusal(job_id=job_id, reason=reason))
+
+    # --- offer and confirm ---------------------------------------------------------------
+
+    def _offer(self, offer: p.Offer, consumer: str) -> p.Quote | p.Refusal:
+        try:
+            spec = msgspec.convert(offer.spec, JobSpec)
+        except msgspec.ValidationError as exc:
+            return p.Refusal(job_id=offer.job_id, reason=f"bad job spec: {exc}")
+        if offer.consumer != consumer:
+            return p.Refusal(job_id=offer.job_id, reason="offer names another consumer")
+        reason = self._refusal_reason(spec)
+        if reason:
+            return p.Refusal(job_id=offer.job_id, reason=reason)
+        prices = self.node.settings.jobs.prices
+        price = provider_price(prices, spec.tier) or 0.0
+        total = round(price * spec.expected_minutes / 60, 6)
+        if spec.budget_ntx is not None and total > spec.budget_ntx:
+            return p.Refusal(
+                job_id=offer.job_id,
+                reason=f"price {total:.2f} NTX is above the budget of {spec.budget_ntx:.2f} NTX",
+            )
+        quote = p.Quote(
+            job_id=offer.job_id,
+            provider=self.node.identity.peer_id,
+            price_ntx_hour=price,
+            total_ntx=total,
+            expires_at=time.time() + QUOTE_TTL_S,
+            executor=self._executor_for(spec) or "",
+        )
+        self._quotes[offer.job_id] = (quote, spec, consumer)
+        return quote
+
+    def _refusal_reason(self, spec: JobSpec) -> str:
+        onboarding = self.node.store.get_onboarding()
+        if onboarding is None or onboarding.state != "active":
+            return "not accepting jobs (not onboarded or paused)"
+        report = validate_spec(spec)
+        if not report.ok:
+            return "; ".join(p_.message for p_ in report.problems)
+        slots = self.node.settings.jobs.slots
+        running = self.running_jobs()
+        if running >= slots:
+            return f"busy ({running}/{slots} slots)"
+        need = estimate_resource(spec.tier, spec.device)
+        if need.min_ram_mb > onboarding.memory_mb:
+            return (
+                f"not enough RAM: the {spec.tier} tier needs {need.min_ram_mb:,} MB, "
+                f"{onboarding.memory_mb:,} MB onboarded"
+            )
+        if spec.device == "gpu" and not onboarding.gpus:
+            return "no GPU onboarded"
+        if self._executor_for(spec) is None:
+            offered = ", ".join(self.executors) or "none"
+            return f"no executor here can run a {spec.device} job (offered: {offered})"
+        return ""
+
+    def _executor_for(self, spec: JobSpec) -> str | None:
+        for name in self.node.settings.jobs.executors:
+            if name in self.executors and not (spec.device == "gpu" and name == "process"):
+                return name
+        return None
+
+    def _confirm(self, confirm: p.Confirm, consumer: str) -> p.Accepted | p.Refusal:
+        existing = self.node.store.get_job(confirm.job_id)
+        if existing is not None:
+            if existing.consumer != consumer:
+                return p.Refusal(job_id=confirm.job_id, reason="job id already in use")
+            return p.Accepted(job_id=confirm.job_id)  # a repeat: never run twice
+        held = self._quotes.get(confirm.job_id)
+        if held is None:
+            return p.Refusal(job_id=confirm.job_id, reason="no quote for this job (ask again)")
+        quote, spec, quoted_to = held
+        if quoted_to != consumer:
+            return p.Refusal(job_id=confirm.job_id, reason="quote was made for another consumer")
+        if time.time() > quote.expires_at:
+            return p.Refusal(job_id=confirm.job_id, reason="quote expired (ask again)")
+        if abs(confirm.total_ntx - quote.total_ntx) > 1e-9:
+            return p.Refusal(job_id=confirm.job_id, reason="confirmed amount differs from quote")
+        # The payment issue verifies the escrow lock (confirm.escrow_tx) on chain here.
+        if self.running_jobs() >= self.node.settings.jobs.slots:
+            return p.Refusal(job_id=confirm.job_id, reason="busy: another consumer was first")
+        now = time.time()
+        job = api.JobInfo(
+            job_id=confirm.job_id,
+            role="provider",
+            state="accepted",
+            provider=self.node.identity.peer_id,
+            consumer=consumer,
+            spec=msgspec.to_builtins(spec),
+            price_ntx_hour=quote.price_ntx_hour,
+            quoted_ntx=quote.total_ntx,
+            executor=quote.executor,
+            created_at=now,
+        )
+        self._save(job)
+        del self._quotes[confirm.job_id]
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run, job, None)
+        return p.Accepted(job_id=confirm.job_id)
+
+    # --- running -----------------------------------------------------------------------
+
+    def _run_for(self, job: api.JobInfo) -> tuple[Executor, JobRun]:
+        spec = msgspec.convert(job.spec, JobSpec)
+        executor = self.executors[job.executor]
+        run = JobRun(
+            job_id=job.job_id,
+            spec=spec,
+            workspace=self.job_dir(job.job_id) / "workspace",
+            limits=limits_for(spec),
+            node_id=self.node.identity.peer_id,
+        )
+        return executor, run
+
+    async def _run(self, job: api.JobInfo, resume_from: Any) -> None:
+        executor, run = self._run_for(job)
+        self._runs[job.job_id] = (executor, run)
+        checkpoints = self.job_dir(job.job_id) / "checkpoints"
+        try:
+            if resume_from is not None:
+                await executor.restore(run, resume_from)
+            await executor.prepare(run)
+            await executor.start(run)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, EngineError) else str(exc)
+            log.info("job %s could not start: %s", job.job_id, message)
+            self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=message))
+            return
+        job = self._save(
+            msgspec.structs.replace(
+                job,
+                state="running",
+                started_at=job.started_at or time.time(),
+                resumed_from=resume_from.number if resume_from is not None else job.resumed_from,
+            )
+        )
+        interval = self.node.settings.jobs.checkpoint_interval_s
+        if interval > 0:
+            executor.start_checkpoints(  # type: ignore[attr-defined]
+                run, checkpoints, interval, lambda c: self._checkpointed(job.job_id, c.number)
+            )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump_logs, executor, run)
+            status = await executor.wait(run)
+        results = None
+        with contextlib.suppress(Exception):
+            results = await executor.collect_results(run, self.job_dir(job.job_id))
+        current = self.node.store.get_job(job.job_id) or job
+        self._finish(current, status, executor.usage(run), results)
+
+    def _checkpointed(self, job_id: str, number: int) -> None:
+        job = self.node.store.get_job(job_id)
+        if job is not None and job.state == "running":
+            self._save(msgspec.structs.replace(job, checkpoint=number))
+
+    async def _pump_logs(self, executor: Executor, run: JobRun) -> None:
+        """Executor lines to the job's log file, in batches that form by themselves: whatever
+        arrived while the last batch was written goes in the next one."""
+        joblog = self.job_log(run.job_id)
+        # Each run (the first, or one resumed after a restart) numbers its lines from 0; the
+        # job's log goes on from where the last run's ended.
+        base = joblog.last_seq + 1
+        send, receive = trio.open_memory_channel[Any](10_000)
+
+        async def read() -> None:
+            async with send:
+                async for line in executor.logs(run, 0):
+                    await send.send(line)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            async with receive:
+                while True:
+                    try:
+                        batch = [await receive.receive()]
+                    except trio.EndOfChannel:
+                        break
+                    while len(batch) < p.MAX_LINES_PER_UPDATE:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    joblog.append(
+                        api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
+                        for ln in batch
+                    )
+                    self._changed.setdefault(run.job_id, trio.Event()).set()
+                    self._changed[run.job_id] = trio.Event()
+                    await trio.sleep(0)
+
+    def _finish(
+        self,
+        job: api.JobInfo,
+        status: ExitStatus,
+        usage: Any = None,
+        results: Any = None,
+    ) -> None:
+        metering = None
+        if usage is not None:
+            metering = api.JobMetering(
+                wall_s=usage.wall_s,
+                cpu_s=usage.cpu_s,
+                mticks=usage.mticks,
+                ram_mb_s=usage.ram_mb_s,
+                peak_ram_mb=usage.peak_ram_mb,
+                net_rx_bytes=usage.net_rx_bytes,
+                net_tx_bytes=usage.net_tx_bytes,
+                gpu_s=usage.gpu_s,
+                cost_ntx=usage.cost(job.price_ntx_hour or 0.0),
+            )
+        self._save(
+            msgspec.structs.replace(
+                job,
+                state=status.outcome,
+                reason=status.reason,
+                exit_code=status.exit_code,
+                finished_at=time.time(),
+                metering=metering,
+                log_lines=len(self.job_log(job.job_id)),
+                results_sha256=results.sha256 if results else "",
+                results_size=results.size if results else 0,
+                results_dir=str(results.path) if results else "",
+            )
+        )
+        self._runs.pop(job.job_id, None)
+
+    async def _resume(self, job: api.JobInfo) -> None:
+        checkpoint = latest(self.job_dir(job.job_id) / "checkpoints")
+        if job.executor in self.executors:
+            executor, run = self._run_for(job)
+            kill_orphan = getattr(executor, "kill_orphan", None)
+            if kill_orphan is not None and kill_orphan(run):
+                log.info("ended job %s's processes left over from a crash", job.job_id)
+        if checkpoint is None or job.executor not in self.executors:
+            reason = "the provider restarted and the job had no checkpoint to resume from"
+            self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))
+            return
+        log.info("resuming job %s from checkpoint %d", job.job_id, checkpoint.number)
+        await self._run(job, checkpoint)
+
+    async def _cancel(self, cancel: p.Cancel, consumer: str) -> p.Accepted | p.Refusal:
+        job = self.node.store.get_job(cancel.job_id)
+        if job is None or job.consumer != consumer:
+            return p.Refusal(job_id=cancel.job_id, reason="no such job of yours")
+        if job.state in api.TERMINAL_STATES:
+            return p.Accepted(job_id=cancel.job_id)
+        running = self._runs.get(cancel.job_id)
+        if running is not None:
+            executor, run = running
+            await executor.cancel(run, "cancelled by the consumer")
+        else:
+            self._finish(job, ExitStatus(None, "cancelled", "cancelled by the consumer"))
+        return p.Accepted(job_id=cancel.job_id)
+
+    # --- following and results ---------------------------------------------------------
+
+    async def _follow(self, stream: Any, follow: p.Follow, consumer: str) -> None:
+        job = self.node.store.get_job(follow.job_id)
+        if job is None or job.consumer != consumer:
+            await self._reply(
+                stream,
+                follow.job_id,
+                p.Refusal(job_id=follow.job_id, reason="no such job of yours"),
+            )
+            return
+        after = follow.after_seq
+        joblog = self.job_log(follow.job_id)
+        last_state: tuple[Any, ...] = ()
+        while True:
+            changed = self._changed.setdefault(follow.job_id, trio.Event())
+            job = self.node.store.get_job(follow.job_id) or job
+            lines = joblog.read(after, p.MAX_LINES_PER_UPDATE)
+            state = (job.state, job.checkpoint, job.resumed_from, job.reason)
+            if lines or state != last_state:
+                update = _update(job, lines)
+                await p.send(stream, self.node.identity, update)
+                if lines:
+                    after = lines[-1].seq
+                last_state = state
+                if len(lines) == p.MAX_LINES_PER_UPDATE:
+                    continue  # more backlog waiting
+            if job.state in api.TERMINAL_STATES and not joblog.read(after, 1):
+                return
+            with trio.move_on_after(FOLLOW_POLL_S * 10):
+                await changed.wait()
+
+    async def _send_results(self, stream: Any, fetch: p.FetchResults, consumer: str) -> None:
+        job = self.node.store.get_job(fetch.job_id)
+        if job is None or job.consumer != consumer:
+            await self._reply(
+                stream, fetch.job_id, p.Refusal(job_id=fetch.job_id, reason="no such job of yours")
+            )
+            return
+        if not job.results_dir or not Path(job.results_dir).exists():
+            await self._reply(
+                stream,
+                fetch.job_id,
+                p.Refusal(job_id=fetch.job_id, reason="no results for this job"),
+            )
+            return
+        header = p.ResultsHeader(
+            job_id=job.job_id, sha256=job.results_sha256, size=job.results_size
+        )
+        await p.send(stream, self.node.identity, header)
+        with Path(job.results_dir).open("rb") as handle:
+            while chunk := handle.read(p.RESULT_CHUNK):
+                await stream.write(chunk)
+
+
+def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
+    return p.Update(
+        job_id=job.job_id,
+        state=job.state,
+        reason=job.reason,
+        exit_code=job.exit_code,
+        checkpoint=job.checkpoint,
+        resumed_from=job.resumed_from,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        metering=job.metering,
+        results_sha256=job.results_sha256,
+        results_size=job.results_size,
+        lines=tuple(
+            api.JobLogLine(seq=ln.seq, stream=ln.stream, text=ln.text[: p.MAX_LINE_CHARS], at=ln.at)
+            for ln in lines
+        ),
+    )
+
+
+def _frame(raw: bytes) -> bytes:
+    from engine.network.wire import frame
+
+    return frame(raw)

@@ -1,0 +1,261 @@
+"""What a consumer asks for: the job spec, its TOML form, validation, and fetching the script.
+
+A job's code comes either from a script URL (http/https, as NuNet's service-provider dashboard
+takes it) or from a git repository (url, ref, entry point). Validation collects every problem
+with its field name, so a form can show each under its field and the CLI can print them all.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import msgspec
+from packaging.requirements import InvalidRequirement, Requirement
+
+from engine.errors import EngineError, FieldProblem, ValidationReport
+
+FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
+DEVICES = ("cpu", "gpu")
+TIERS = ("low", "moderate", "high")
+GPU_VENDORS = ("nvidia", "amd", "intel")
+# NuNet runs GPU jobs for PyTorch and TensorFlow only; scikit-learn has no GPU backend.
+GPU_FRAMEWORKS = ("pytorch", "tensorflow")
+CPU_ONLY_FRAMEWORKS = ("scikit-learn",)
+SCRIPT_SCHEMES = ("http", "https")
+GIT_SCHEMES = ("http", "https", "ssh", "git")
+MAX_SCRIPT_BYTES = 1 << 20
+MAX_DEPS = 100
+MAX_ENV = 64
+MAX_ENV_VALUE = 4096
+MAX_EXPECTED_MINUTES = 7 * 24 * 60
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Names the executors set themselves, or that would let a job reach into the provider's
+# process (loader and interpreter hooks) or our own state (NUNET_*).
+_RESERVED_ENV = {"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "WORKSPACE"}
+_RESERVED_ENV_PREFIXES = ("NUNET_", "LD_", "DOCKER_", "VIRTUAL_ENV", "KEYRING")
+
+
+class GitSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    url: str
+    entry: str  # the script to run, relative to the repository root
+    ref: str = "main"  # branch or tag (cloned shallow)
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One ML job. Exactly one of ``script_url`` and ``git``."""
+
+    framework: str
+    script_url: str | None = None
+    git: GitSource | None = None
+    name: str = ""
+    device: str = "cpu"
+    tier: str = "low"
+    deps: tuple[str, ...] = ()
+    expected_minutes: float = 10.0
+    budget_ntx: float | None = None  # the most the consumer pays; None: no cap (no check)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    # Relative to /workspace; collected into the results archive when the job ends.
+    outputs: tuple[str, ...] = ("outputs",)
+    gpu_vendor: str | None = None  # None: any vendor (GPU jobs only)
+
+
+def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
+    problems.append(FieldProblem(field, message))
+
+
+def check_script_url(url: str) -> str | None:
+    """Why ``url`` is not a script URL we can fetch, or None."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCRIPT_SCHEMES:
+        shown = parts.scheme or "none"
+        return f"unsupported URL scheme {shown!r}: the script URL must be http:// or https://"
+    if not parts.hostname:
+        return f"{url!r} has no host"
+    return None
+
+
+def _check_relative(path: str) -> str | None:
+    pure = PurePosixPath(path)
+    if not path or path.strip() != path:
+        return "must be a non-empty relative path"
+    if pure.is_absolute():
+        return f"{path!r} is absolute: give a path relative to /workspace"
+    if ".." in pure.parts:
+        return f"{path!r} leaves the workspace (..)"
+    if "\x00" in path:
+        return f"{path!r} contains a NUL byte"
+    return None
+
+
+def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> ValidationReport:
+    """Every problem with ``spec``, per field. ``allow_local_git`` admits file:// repos (tests,
+    the demo on one machine)."""
+    from engine.jobs.tiers import static_ntx
+
+    problems: list[FieldProblem] = []
+    if (spec.script_url is None) == (spec.git is None):
+        _problem(problems, "source", "give either a script URL or a git repository, not both")
+    if spec.script_url is not None and (why := check_script_url(spec.script_url)):
+        _problem(problems, "script_url", why)
+    if spec.git is not None:
+        schemes = GIT_SCHEMES + (("file",) if allow_local_git else ())
+        scheme = urlsplit(spec.git.url).scheme
+        if scheme not in schemes:
+            _problem(
+                problems,
+                "git.url",
+                f"unsupported URL scheme {scheme or 'none'!r} for a git repository: "
+                f"use one of {', '.join(schemes)}",
+            )
+        if why := _check_relative(spec.git.entry):
+            _problem(problems, "git.entry", f"entry point {why}")
+        if not re.fullmatch(r"[A-Za-z0-9._/-]{1,200}", spec.git.ref) or spec.git.ref[0] == "-":
+            _problem(problems, "git.ref", f"{spec.git.ref!r} is not a branch or tag name")
+    if spec.framework not in FRAMEWORKS:
+        _problem(
+            problems,
+            "framework",
+            f"unknown framework {spec.framework!r}: one of {', '.join(FRAMEWORKS)}",
+        )
+    if spec.device not in DEVICES:
+        _problem(problems, "device", f"unknown device {spec.device!r}: cpu or gpu")
+    elif spec.device == "gpu" and spec.framework in CPU_ONLY_FRAMEWORKS:
+        _problem(
+            problems,
+            "device",
+            f"{spec.framework} runs on CPU only: GPU jobs are for pytorch and tensorflow",
+        )
+    if spec.gpu_vendor is not None:
+        if spec.device != "gpu":
+            _problem(problems, "gpu_vendor", "a GPU vendor only makes sense with device = gpu")
+        elif spec.gpu_vendor not in GPU_VENDORS:
+            _problem(
+                problems,
+                "gpu_vendor",
+                f"unknown GPU vendor {spec.gpu_vendor!r}: one of {', '.join(GPU_VENDORS)}",
+            )
+    if spec.tier not in TIERS:
+        _problem(problems, "tier", f"unknown tier {spec.tier!r}: one of {', '.join(TIERS)}")
+    if len(spec.deps) > MAX_DEPS:
+        _problem(problems, "deps", f"{len(spec.deps)} dependencies: at most {MAX_DEPS}")
+    for dep in spec.deps:
+        try:
+            Requirement(dep)
+        except InvalidRequirement as exc:
+            first = str(exc).splitlines()[0]
+            _problem(problems, "deps", f"{dep!r} is not a valid pip requirement: {first}")
+    if not 0 < spec.expected_minutes <= MAX_EXPECTED_MINUTES:
+        _problem(
+            problems,
+            "expected_minutes",
+            f"expected time must be above 0 and at most {MAX_EXPECTED_MINUTES} minutes "
+            f"(7 days), not {spec.expected_minutes:g}",
+        )
+    if len(spec.env) > MAX_ENV:
+        _problem(problems, "env", f"{len(spec.env)} environment variables: at most {MAX_ENV}")
+    for name, value in spec.env.items():
+        if not _ENV_NAME.match(name):
+            _problem(problems, "env", f"{name!r} is not a valid environment variable name")
+        elif name in _RESERVED_ENV or name.upper().startswith(_RESERVED_ENV_PREFIXES):
+            _problem(problems, "env", f"{name} is reserved: the provider sets it")
+        if "\x00" in value or len(value) > MAX_ENV_VALUE:
+            _problem(problems, "env", f"the value of {name} is too long or has a NUL byte")
+    if not spec.outputs:
+        _problem(problems, "outputs", "declare at least one output path (default: outputs)")
+    for path in spec.outputs:
+        if why := _check_relative(path):
+            _problem(problems, "outputs", f"output path {why}")
+    if spec.budget_ntx is not None:
+        if spec.budget_ntx <= 0:
+            _problem(problems, "budget_ntx", "the budget must be above 0 NTX")
+        elif spec.tier in TIERS and spec.device in DEVICES and spec.expected_minutes > 0:
+            low, high = static_ntx(spec.tier, spec.device, spec.expected_minutes)
+            if spec.budget_ntx < low:
+                _problem(
+                    problems,
+                    "budget_ntx",
+                    f"budget {spec.budget_ntx:g} NTX is below the estimate for a {spec.tier} "
+                    f"{spec.device} job of {spec.expected_minutes:g} min "
+                    f"({low:.3f}-{high:.3f} NTX)",
+                )
+    return ValidationReport(tuple(problems))
+
+
+def load_job_file(path: str | Path, *, base_url: str | None = None) -> JobSpec:
+    """A JobSpec from a TOML file (``job submit -f job.toml``), validated.
+
+    A relative ``script_url`` ("train.py") is resolved against ``base_url`` when given: the
+    demo serves examples/jobs over HTTP and loads their job.toml this way.
+    """
+    file = Path(path)
+    try:
+        raw: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EngineError("job_file", f"cannot read {file}: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise EngineError("job_file", f"{file} is not valid TOML: {exc}") from exc
+    url = raw.get("script_url")
+    if isinstance(url, str) and not urlsplit(url).scheme:
+        if base_url is None:
+            raise EngineError(
+                "job_file",
+                f"{file}: script_url {url!r} is relative: give a full http(s) URL",
+            )
+        raw["script_url"] = urljoin(base_url, url)
+    try:
+        spec = msgspec.convert(raw, JobSpec)
+    except msgspec.ValidationError as exc:
+        raise EngineError("job_file", f"{file}: {exc}") from exc
+    validate_spec(spec).raise_if_failed("invalid_job")
+    return spec
+
+
+def fetch_script(url: str, max_bytes: int = MAX_SCRIPT_BYTES, *, timeout: float = 15.0) -> bytes:
+    """Download a job script: bounded size, and a clear error for each way it can fail."""
+    import httpx
+
+    if why := check_script_url(url):
+        raise EngineError("script_url", why)
+    try:
+        with (
+            httpx.Client(follow_redirects=True, timeout=timeout, max_redirects=5) as client,
+            client.stream("GET", url) as response,
+        ):
+            if response.status_code == 404:
+                raise EngineError("script_fetch", f"no script at {url} (404 not found)")
+            if response.status_code >= 400:
+                raise EngineError(
+                    "script_fetch",
+                    f"{url} answered {response.status_code} {response.reason_phrase}",
+                )
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                raise EngineError("script_fetch", _too_big(url, int(declared), max_bytes))
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise EngineError("script_fetch", _too_big(url, len(body), max_bytes))
+    except httpx.TimeoutException as exc:
+        raise EngineError("script_fetch", f"{url} did not answer within {timeout:g} s") from exc
+    except httpx.HTTPError as exc:
+        raise EngineError("script_fetch", f"cannot reach {url}: {exc}") from exc
+    if not body.strip():
+        raise EngineError("script_fetch", f"the script at {url} is empty")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise EngineError(
+            "script_fetch", f"{url} is not a text (UTF-8) Python script: binary content"
+        ) from exc
+    if "\x00" in text:
+        raise EngineError("script_fetch", f"{url} is not a text Python script: NUL bytes")
+    return bytes(body)
+
+
+def _too_big(url: str, size: int, limit: int) -> str:
+    return f"the script at {url} is too big ({size} bytes; the limit is {limit})"

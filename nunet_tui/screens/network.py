@@ -1,0 +1,237 @@
+"""``n``: NuNet's network-status dashboard for this node's channel.
+
+From the heartbeats this node has heard (GetNetworkStatus): how many providers, how much CPU,
+RAM, GPUs and VRAM they onboarded and how much of it is free, the load as bars, and one row
+per peer with its latest heartbeat. Refreshed every few seconds and when a peer changes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import DataTable, Footer, Static
+
+from engine.api import GetNetworkStatus, NetworkStatus, Peer, PeerChanged
+from nunet_tui.format import (
+    DASH,
+    ago,
+    plural,
+    safe,
+    short_addr,
+    short_peer_id,
+    table_cell,
+    thousands,
+)
+from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.widgets.key_table import KeyTable
+from nunet_tui.widgets.meter import Meter
+from nunet_tui.widgets.node_header import NodeHeader
+
+REFRESH_S = 3.0
+
+
+class NetworkScreen(CapabilityScreen):
+    CSS_PATH = "network.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("r", "reload", "Refresh", tooltip="Read the network status again"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status: NetworkStatus | None = None
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader(getattr(self.app, "mode", None))
+        with VerticalScroll(id="network-body", can_focus=False):
+            with Vertical(id="totals", classes="panel") as panel:
+                panel.border_title = "Channel"
+                yield KeyTable(id="channel-facts")
+                yield Meter("CPU", "MHz in use", id="net-cpu", label_width=6, value_width=26)
+                yield Meter("RAM", "MB in use", id="net-ram", label_width=6, value_width=26)
+                yield Meter("GPUs", "in use", id="net-gpu", label_width=6, value_width=26)
+                yield Meter("VRAM", "MB in use", id="net-vram", label_width=6, value_width=26)
+                yield Static(id="network-note", markup=False)
+            with Vertical(id="beats", classes="panel") as panel:
+                panel.border_title = "Recent heartbeats"
+                table: DataTable[Text] = DataTable(
+                    id="beats-table", cursor_type="row", zebra_stripes=True
+                )
+                for key, label in (
+                    ("peer", "Peer"),
+                    ("cpu", "CPU MHz free/total"),
+                    ("ram", "RAM MB free/total"),
+                    ("gpu", "GPUs free/total"),
+                    ("vram", "VRAM MB free"),
+                    ("jobs", "Jobs"),
+                    ("up", "Uptime"),
+                    ("beat", "Heartbeat"),
+                ):
+                    table.add_column(label, key=key)
+                yield table
+                yield Static(id="beats-note", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(REFRESH_S, self._tick)
+
+    def _tick(self) -> None:
+        if self.is_current:
+            self.load()
+
+    def reload(self) -> None:
+        self.load()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    @work(exclusive=True, group="refresh")
+    async def load(self) -> None:
+        status = await self.nunet.call(GetNetworkStatus(), title="Network")
+        if status is not None:
+            self.status = status
+            self.show(status)
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        if isinstance(message.event, PeerChanged):
+            self.load()
+
+    def show(self, status: NetworkStatus) -> None:
+        totals = status.totals
+        now = self.nunet.clock()
+        self.query_one("#totals").border_title = (
+            f"Channel · {safe(status.channel)}" if status.channel else "Channel"
+        )
+        network_off = getattr(self.app, "network", None) is not None and (
+            self.nunet.network.state == "off"
+        )
+        if status.online:
+            state = Content.assemble(("● ", "$success"), "online")
+        elif network_off:
+            state = Content.assemble(("○ ", "$text-muted"), "network off")
+        else:
+            state = Content.assemble(("○ ", "$warning"), "offline")
+        listen = short_addr(status.listen_addrs[0]) if status.listen_addrs else DASH
+        self.query_one("#channel-facts", KeyTable).set_rows(
+            [
+                ("Network", Content.assemble(state, f" · {status.connected_peers} connected")),
+                ("Listening", Content(listen)),
+                (
+                    "Providers",
+                    Content(
+                        f"{totals.providers} onboarded · {totals.running_jobs} job"
+                        f"{'s' if totals.running_jobs != 1 else ''} running"
+                    ),
+                ),
+                (
+                    "Free now",
+                    Content(
+                        f"{thousands(totals.free_cpu_mhz)} MHz · "
+                        f"{thousands(totals.free_memory_mb)} MB RAM · "
+                        f"{totals.free_gpus} GPU{'s' if totals.free_gpus != 1 else ''} · "
+                        f"{thousands(totals.free_vram_mb)} MB VRAM"
+                    ),
+                ),
+            ]
+        )
+        self.query_one("#net-cpu", Meter).set_values(
+            totals.cpu_mhz - totals.free_cpu_mhz, totals.cpu_mhz
+        )
+        self.query_one("#net-ram", Meter).set_values(
+            totals.memory_mb - totals.free_memory_mb, totals.memory_mb
+        )
+        self.query_one("#net-gpu", Meter).set_values(totals.gpus - totals.free_gpus, totals.gpus)
+        self.query_one("#net-vram", Meter).set_values(
+            totals.vram_mb - totals.free_vram_mb, totals.vram_mb
+        )
+        note = self.query_one("#network-note", Static)
+        note.display = not status.online or totals.providers == 0
+        if network_off:
+            note.update(
+                Content.assemble(
+                    ("This engine runs without the network. ", "bold"),
+                    "It was started for one command, or for tests, and hears no heartbeats. "
+                    "Open nunet-tui normally (or start `nunet-tui daemon`) to see the channel.",
+                )
+            )
+        elif not status.online:
+            note.update(
+                Content.assemble(
+                    ("Not on the network. ", "bold $text-warning"),
+                    "The totals come from the heartbeats this node hears on its channel; "
+                    "they appear once the node is online (see the header).",
+                )
+            )
+        elif totals.providers == 0:
+            note.update(
+                Content.styled(
+                    "No provider has sent a heartbeat on this channel yet.", "$text-muted"
+                )
+            )
+
+        table: DataTable[Text] = self.query_one("#beats-table", DataTable)
+        table.clear()
+        beating = [p for p in status.peers if p.last_heartbeat is not None]
+        for peer in beating:
+            table.add_row(*map(table_cell, _beat_row(peer, now)), key=peer.peer_id)
+        table.display = bool(beating)
+        beats_note = self.query_one("#beats-note", Static)
+        beats_note.display = not beating
+        beats_note.update(
+            Content.styled("No heartbeats heard yet.", "$text-muted") if not beating else ""
+        )
+        self.query_one("#beats").border_subtitle = plural(len(beating), "peer") if beating else ""
+
+
+def _beat_row(peer: Peer, now: float) -> tuple[Content, ...]:
+    res = peer.resources
+    if res is None:
+        blank = Content.styled(DASH, "$text-muted")
+        return (
+            Content(short_peer_id(peer.peer_id)),
+            blank,
+            blank,
+            blank,
+            blank,
+            blank,
+            blank,
+            Content(ago(peer.last_heartbeat, now)),
+        )
+
+    def pair(free: int | None, total: int) -> Content:
+        left = "?" if free is None else thousands(free)
+        return Content.assemble(left, ("/", "$text-muted"), thousands(total))
+
+    uptime = res.uptime_s
+    return (
+        Content.styled(short_peer_id(peer.peer_id), "bold"),
+        pair(res.free_cpu_mhz, res.cpu_mhz),
+        pair(res.free_memory_mb, res.memory_mb),
+        pair(res.free_gpus, len(res.gpus)),
+        Content("?" if res.free_vram_mb is None else thousands(res.free_vram_mb)),
+        Content("?" if res.running_jobs is None else str(res.running_jobs)),
+        Content(_duration(uptime) if uptime is not None else DASH),
+        Content(ago(peer.last_heartbeat, now)),
+    )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86_400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86_400} d {seconds % 86_400 // 3600} h"
+
+
+__all__ = ["NetworkScreen"]

@@ -1,0 +1,288 @@
+"""``p``: the peers this node knows on its channel, with what they offer and how they are.
+
+One row per peer: short id, first address, direct or relayed, latency, channel, CPU/RAM/GPU
+offered (signed advert) and free (last heartbeat), last seen. ``/`` filters on any column's
+text; rows change live as PeerChanged events arrive; Enter opens a chat with the peer; ``d``
+asks the DHT for the channel's providers first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import DataTable, Footer, Input, Static
+
+from engine.api import ListPeers, Peer, PeerChanged, PeerList
+from engine.errors import EngineError
+from nunet_tui.format import (
+    DASH,
+    ago,
+    latency,
+    plural,
+    safe,
+    short_addr,
+    short_peer_id,
+    table_cell,
+    thousands,
+)
+from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.widgets.node_header import NodeHeader
+
+COLUMNS = (
+    ("peer", "Peer"),
+    ("addr", "Address"),
+    ("route", "Route"),
+    ("latency", "Latency"),
+    ("channel", "Channel"),
+    ("cpu", "CPU MHz"),
+    ("ram", "RAM MB"),
+    ("gpu", "GPUs"),
+    ("seen", "Last seen"),
+)
+
+
+class PeersScreen(CapabilityScreen):
+    CSS_PATH = "peers.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter by any column"),
+        Binding("enter", "chat", "Chat", tooltip="Chat with the selected peer"),
+        Binding("d", "lookup", "DHT lookup", tooltip="Ask the DHT for the channel's providers"),
+        Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.peers: dict[str, Peer] = {}
+        self.channel: str | None = None
+        self.problem: Content | None = None
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader(getattr(self.app, "mode", None))
+        with Vertical(id="peers-panel", classes="panel") as panel:
+            panel.border_title = "Peers"
+            yield Input(placeholder="filter: any text in a row (Esc clears)", id="filter")
+            yield Static(id="peers-note", markup=False)
+            table: DataTable[Text] = DataTable(
+                id="peers-table", cursor_type="row", zebra_stripes=True
+            )
+            for key, label in COLUMNS:
+                table.add_column(label, key=key)
+            yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#filter", Input).display = False
+        self.query_one("#peers-table", DataTable).focus()
+        self.set_interval(1.0, self._tick_ages)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        self.load(dht=False)
+
+    @work(exclusive=True, group="refresh")
+    async def load(self, dht: bool = False) -> None:
+        try:
+            reply: PeerList = await self.nunet.client.call(ListPeers(dht=dht))
+        except EngineError as exc:
+            self.problem = _explain(exc)
+            self.peers = {}
+        except OSError as exc:
+            self.problem = Content(safe(f"lost the engine: {exc}"))
+            self.peers = {}
+        else:
+            self.problem = None
+            self.channel = reply.channel
+            self.peers = {peer.peer_id: peer for peer in reply.peers}
+        self.loaded = True
+        self.show()
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        event = message.event
+        if isinstance(event, PeerChanged):
+            if event.peer is None:
+                self.peers.pop(event.peer_id, None)
+            else:
+                self.peers[event.peer_id] = event.peer
+            if self.loaded and self.problem is None:
+                self.show()
+
+    # --- showing -------------------------------------------------------------------------
+
+    def show(self) -> None:
+        table: DataTable[Text] = self.query_one("#peers-table", DataTable)
+        note = self.query_one("#peers-note", Static)
+        panel = self.query_one("#peers-panel")
+        query = self.query_one("#filter", Input).value.strip().lower()
+        now = self.nunet.clock()
+        rows = [(peer, _row(peer, now)) for peer in _ordered(self.peers.values())]
+        shown = [(p, r) for p, r in rows if not query or query in _text(p, r).lower()]
+
+        selected = _selected_key(table)
+        table.clear()
+        for peer, row in shown:
+            table.add_row(*map(table_cell, row), key=peer.peer_id)
+        if selected is not None and selected in {p.peer_id for p, _ in shown}:
+            table.move_cursor(row=table.get_row_index(selected))
+
+        panel.border_title = f"Peers · {safe(self.channel)}" if self.channel else "Peers"
+        panel.border_subtitle = (
+            f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer")
+        ) + " · CPU, RAM, GPUs: free/offered"
+        table.display = bool(shown)
+        note.display = not shown
+        if self.problem is not None:
+            note.update(self.problem)
+        elif not rows:
+            note.update(
+                Content.assemble(
+                    ("No peers yet. ", "bold"),
+                    "Peers appear as they announce themselves on this channel (adverts and "
+                    "heartbeats). Press ",
+                    ("d", "bold $text-accent"),
+                    " to ask the DHT now.",
+                )
+            )
+        elif not shown:
+            note.update(Content.assemble("No peer matches ", (repr(query), "bold"), "."))
+
+    def _tick_ages(self) -> None:
+        """Keep "last seen" honest without re-reading anything."""
+        if not self.is_current or not self.peers:
+            return
+        table: DataTable[Text] = self.query_one("#peers-table", DataTable)
+        now = self.nunet.clock()
+        for peer_id, peer in self.peers.items():
+            if peer_id in table.rows:
+                table.update_cell(peer_id, "seen", table_cell(Content(ago(peer.last_seen, now))))
+
+    # --- actions -------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        field = self.query_one("#filter", Input)
+        if field.display:
+            field.value = ""
+            field.display = False
+            self.query_one("#peers-table", DataTable).focus()
+            self.show()
+            return
+        self.app.pop_screen()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.show()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self.query_one("#peers-table", DataTable).focus()
+
+    def action_reload(self) -> None:
+        self.load(dht=False)
+
+    def action_lookup(self) -> None:
+        self.notify("Asking the DHT for this channel's providers…", title="Peers")
+        self.load(dht=True)
+
+    def action_chat(self) -> None:
+        peer_id = _selected_key(self.query_one("#peers-table", DataTable))
+        if peer_id is not None:
+            self.nunet.open_screen("chat", peer_id=peer_id)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.nunet.open_screen("chat", peer_id=event.row_key.value)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "chat":
+            return bool(self.peers)
+        return True
+
+
+def _ordered(peers: Iterable[Peer]) -> list[Peer]:
+    return sorted(peers, key=lambda p: (-(p.last_seen or 0), p.peer_id))
+
+
+def _row(peer: Peer, now: float) -> tuple[Content, ...]:
+    res = peer.resources
+    muted = "$text-muted"
+    if res is None:
+        cpu = ram = Content.styled(DASH, muted)
+        gpus = Content.styled(DASH, muted)
+    else:
+        cpu = _free_of(res.free_cpu_mhz, res.cpu_mhz)
+        ram = _free_of(res.free_memory_mb, res.memory_mb)
+        if res.gpus:
+            models = ", ".join(sorted({safe(g.model) for g in res.gpus}))
+            free = "?" if res.free_gpus is None else str(res.free_gpus)
+            gpus = Content(f"{free}/{len(res.gpus)} {models}")
+        else:
+            gpus = Content.styled("none", muted)
+    return (
+        Content.styled(short_peer_id(peer.peer_id), "bold"),
+        Content(short_addr(peer.addrs[0]) if peer.addrs else DASH),
+        Content.styled("relayed", "$text-warning") if peer.relayed else Content("direct"),
+        Content(latency(peer.latency_ms)),
+        Content(safe(peer.channel) or DASH),
+        cpu,
+        ram,
+        gpus,
+        Content(ago(peer.last_seen, now)),
+    )
+
+
+def _free_of(free: int | None, offered: int) -> Content:
+    if not offered:
+        return Content.styled(DASH, "$text-muted")
+    left = "?" if free is None else thousands(free)
+    return Content.assemble(left, ("/", "$text-muted"), thousands(offered))
+
+
+def _text(peer: Peer, row: tuple[Content, ...]) -> str:
+    """What ``/`` searches: every column as shown, plus the full peer id and addresses."""
+    return " ".join([peer.peer_id, *peer.addrs, *(cell.plain for cell in row)])
+
+
+def _selected_key(table: DataTable[Text]) -> str | None:
+    if not table.row_count:
+        return None
+    try:
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    except Exception:
+        return None
+    return key.value
+
+
+def _explain(exc: EngineError) -> Content:
+    if exc.code == "no_network":
+        return Content.assemble(
+            ("This engine runs without the network. ", "bold"),
+            "It was started for one command, or for tests, and does not join a channel. "
+            "Open nunet-tui normally (or start `nunet-tui daemon`) to see peers.",
+        )
+    if exc.code == "offline":
+        return Content.assemble(
+            ("Not on the network yet. ", "bold $text-warning"),
+            "The node is still starting its network or cannot listen; the header says when it "
+            "is online. Press r to try again.",
+        )
+    return Content(safe(exc.message))
+
+
+__all__ = ["PeersScreen"]

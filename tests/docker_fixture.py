@@ -1,0 +1,66 @@
+"""A real Docker engine for the tests that need one (import the fixtures into a test module).
+
+``docker_host``: DOCKER_HOST when it answers, else a private dockerd from scripts/dockerd.sh
+(started once per session, stopped at the end only if this session started it); the tests are
+skipped with the reason when no engine can be started. ``sklearn_image``: the jobs' test image
+(python3, numpy, scikit-learn from Debian packages), built by scripts/build_test_image.sh when
+missing. The CI's test command runs both scripts first; these fixtures make plain `pytest` work.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from engine.resources.readiness import probe_docker
+from tests.conftest import REPO
+
+SKLEARN_IMAGE = "nunet/python-sklearn:test"
+
+
+def _ping(url: str) -> bool:
+    return probe_docker({"DOCKER_HOST": url}).reachable
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> Iterator[str]:
+    """A reachable Docker engine: DOCKER_HOST if it answers, else a private dockerd."""
+    existing = os.environ.get("DOCKER_HOST")
+    if existing and _ping(existing):
+        yield existing
+        return
+    script = REPO / "scripts" / "dockerd.sh"
+    done = subprocess.run(
+        ["bash", str(script), "status"], capture_output=True, text=True, timeout=30
+    )
+    started = done.returncode != 0
+    if started:
+        done = subprocess.run(
+            ["bash", str(script), "start"], capture_output=True, text=True, timeout=600
+        )
+    if done.returncode != 0:
+        pytest.skip(f"no Docker engine could be started here: {done.stderr.strip()[-400:]}")
+    url = done.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    try:
+        yield url
+    finally:
+        if started:
+            subprocess.run(["bash", str(script), "stop"], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def sklearn_image(docker_host: str) -> str:
+    """The jobs' test image, built from Debian packages when it is not there yet."""
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "build_test_image.sh"), SKLEARN_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "DOCKER_HOST": docker_host},
+    )
+    if done.returncode != 0:
+        pytest.skip(f"the test image could not be built: {done.stderr.strip()[-400:]}")
+    return SKLEARN_IMAGE

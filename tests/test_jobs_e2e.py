@@ -1,0 +1,196 @@
+"""Jobs end to end with real processes: consumer and provider daemons on 127.0.0.1, the job
+protocol over libp2p, the process executor, scripts served by a real HTTP server."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, TEST_ADDRESS, run_cli
+from tests.daemons import Daemon, daemons, wait_for
+
+__all__ = ["daemons"]
+
+PROCESS_JOBS = """
+[jobs]
+executors = ["process"]
+checkpoint_interval_s = 1
+"""
+
+SLOW = """
+import time
+for i in range(600):
+    print(f"tick {i}", flush=True)
+    time.sleep(0.1)
+"""
+
+FAILING = """
+print("about to fail", flush=True)
+raise RuntimeError("The size of tensor a (5) must match the size of tensor b (3)")
+"""
+
+# Keeps an epoch counter in /workspace, as NuNet's checkpointed examples do.
+CHECKPOINTED = """
+import json, pathlib, time
+state = pathlib.Path("state.json")
+epoch = json.loads(state.read_text())["epoch"] if state.exists() else 0
+print(f"starting at epoch {epoch}", flush=True)
+for e in range(epoch, 16):
+    time.sleep(0.5)
+    state.write_text(json.dumps({"epoch": e + 1}))
+    print(f"epoch {e + 1}", flush=True)
+pathlib.Path("outputs").mkdir(exist_ok=True)
+pathlib.Path("outputs/done.json").write_text(json.dumps({"epochs": 16}))
+"""
+
+
+@pytest.fixture
+def scripts(tmp_path: Path) -> Iterator[str]:
+    root = tmp_path / "www"
+    root.mkdir()
+    for name in ("iris",):
+        (root / f"{name}.py").write_text(
+            (REPO / "examples" / "jobs" / name / "train.py").read_text()
+        )
+    (root / "slow.py").write_text(SLOW)
+    (root / "failing.py").write_text(FAILING)
+    (root / "checkpointed.py").write_text(CHECKPOINTED)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[assignment, attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _pair(daemons: Callable[..., Daemon], slots: int = 1) -> tuple[Daemon, Daemon]:
+    # The consumer is the bootstrap peer: a provider that restarts (on a new port) dials
+    # back in, as providers on a real network rejoin through their bootstrap peers.
+    consumer = daemons("consumer", 31)
+    provider = daemons(
+        "provider",
+        30,
+        bootstrap=consumer.addrs()[0],
+        extra_toml=PROCESS_JOBS + f"slots = {slots}\n",
+    )
+    provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    provider_id = provider.peer_id
+    wait_for(
+        lambda: any(p["peer_id"] == provider_id for p in consumer.cli("peer", "list")["peers"]),
+        "the consumer never saw the provider",
+    )
+    return provider, consumer
+
+
+def _submit(consumer: Daemon, url: str, **extra: str) -> dict[str, Any]:
+    args = ["job", "submit", "--url", url, "--framework", "scikit-learn", "--expected-minutes", "1"]
+    for key, value in extra.items():
+        args += [f"--{key}", value]
+    return consumer.cli(*args)
+
+
+def _state(daemon: Daemon, job_id: str) -> str:
+    return str(daemon.cli("job", "show", job_id)["state"])
+
+
+def test_iris_runs_logs_arrive_and_results_are_verified(
+    daemons: Callable[..., Daemon], scripts: str, tmp_path: Path
+) -> None:
+    provider, consumer = _pair(daemons)
+    job = _submit(consumer, f"{scripts}/iris.py", name="iris")
+    assert job["state"] == "accepted" and job["provider"] == provider.peer_id
+    job_id = job["job_id"]
+    wait_for(lambda: _state(consumer, job_id) == "completed", "iris never completed", 60)
+    shown = consumer.cli("job", "show", job_id)
+    assert shown["exit_code"] == 0 and shown["metering"]["wall_s"] > 0
+    logs = run_cli("job", "logs", job_id, home=consumer.home)
+    assert "accuracy" in logs.stdout and "confusion matrix" in logs.stdout
+    # The provider keeps the same log and sees the job from its side.
+    assert provider.cli("job", "show", job_id)["role"] == "provider"
+    first = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "out"))
+    second = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "out"))
+    assert first["directory"] != second["directory"]  # runs never overwrite each other
+    metrics = json.loads((Path(first["directory"]) / "outputs" / "metrics.json").read_text())
+    assert metrics["accuracy"] > 0.8
+
+
+def test_failure_cancel_and_busy_are_distinct_outcomes(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    provider, consumer = _pair(daemons)
+    failing = _submit(consumer, f"{scripts}/failing.py")["job_id"]
+    wait_for(lambda: _state(consumer, failing) == "failed", "the failing job did not fail", 60)
+    shown = consumer.cli("job", "show", failing)
+    assert shown["exit_code"] == 1 and "The size of tensor a (5)" in shown["reason"]
+    logs = run_cli("job", "logs", failing, home=consumer.home)
+    assert "Traceback" in logs.stdout + logs.stderr
+
+    slow = _submit(consumer, f"{scripts}/slow.py")["job_id"]
+    wait_for(lambda: _state(consumer, slow) == "running", "the slow job never ran", 60)
+    # One slot: a second job is refused with the reason, not queued behind the first.
+    busy = run_cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/slow.py",
+        "--framework",
+        "scikit-learn",
+        home=consumer.home,
+    )
+    assert busy.returncode == 1 and "busy" in busy.stderr
+    started = time.monotonic()
+    cancelled = consumer.cli("job", "cancel", slow)
+    assert cancelled["state"] == "cancelled"
+    assert time.monotonic() - started < 10
+    assert _state(provider, slow) == "cancelled"
+
+
+def test_provider_killed_mid_run_resumes_from_checkpoint(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    provider, consumer = _pair(daemons)
+    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]
+
+    def epochs_done() -> int:
+        lines = run_cli("job", "logs", job_id, home=consumer.home).stdout.splitlines()
+        return max((int(ln.split()[1]) for ln in lines if ln.startswith("epoch ")), default=0)
+
+    wait_for(lambda: epochs_done() >= 4, "the job never got going", 60)
+    provider.stop(kill=True)
+    provider.start()
+    wait_for(lambda: _state(consumer, job_id) == "completed", "the job did not resume", 90)
+    shown = consumer.cli("job", "show", job_id)
+    assert shown["resumed_from"] and shown["resumed_from"] >= 1
+    log_text = run_cli("job", "logs", job_id, home=consumer.home).stdout
+    restarts = [ln for ln in log_text.splitlines() if ln.startswith("starting at epoch")]
+    assert restarts[0] == "starting at epoch 0"
+    assert len(restarts) == 2 and restarts[1] != "starting at epoch 0"
+    assert f"resumed from checkpoint {shown['resumed_from']}" in log_text
+
+
+def test_bad_submissions_get_clear_errors(daemons: Callable[..., Daemon], scripts: str) -> None:
+    _, consumer = _pair(daemons)
+    cases = [
+        (["--url", "ftp://x/y.py", "--framework", "pytorch"], "http"),
+        (["--url", f"{scripts}/iris.py", "--framework", "scikit-learn", "--device", "gpu"], "gpu"),
+        (
+            ["--url", f"{scripts}/iris.py", "--framework", "pytorch", "--dep", "not a req!"],
+            "pip requirement",
+        ),
+    ]
+    for args, needle in cases:
+        result = run_cli("job", "submit", *args, home=consumer.home)
+        assert result.returncode == 1, (args, result.stdout)
+        assert needle in result.stderr.lower(), (args, result.stderr)
+    missing = run_cli("job", "show", "nope", home=consumer.home)
+    assert missing.returncode == 1 and "no job" in missing.stderr

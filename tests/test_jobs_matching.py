@@ -1,0 +1,152 @@
+"""Tiers, NTX estimates and matching: every excluded peer says why; the rest are ranked."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine.api import Peer, PeerGpu, PeerResources
+from engine.errors import EngineError
+from engine.jobs.executors.base import limits_for
+from engine.jobs.matching import NoMatch, match
+from engine.jobs.spec import JobSpec
+from engine.jobs.tiers import TABLE, estimate_resource, provider_cost, static_ntx
+
+ALL = ("pytorch", "tensorflow", "scikit-learn")
+PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
+
+
+def job(**fields: object) -> JobSpec:
+    values: dict[str, object] = {"framework": "pytorch", "script_url": "https://h/x.py"}
+    values.update(fields)
+    return JobSpec(**values)  # type: ignore[arg-type]
+
+
+def peer(pid: str, **fields: object) -> Peer:
+    values: dict[str, object] = {
+        "cpu_mhz": 8000,
+        "memory_mb": 16384,
+        "prices": PRICES,
+        "executors": ("docker",),
+        "frameworks": ALL,
+    }
+    values.update(fields)
+    latency = values.pop("latency", None)
+    return Peer(peer_id=pid, latency_ms=latency, resources=PeerResources(**values))  # type: ignore[arg-type]
+
+
+def test_tier_table_is_complete_and_ordered() -> None:
+    assert len(TABLE) == 6
+    for device in ("cpu", "gpu"):
+        low, moderate, high = (estimate_resource(t, device) for t in ("low", "moderate", "high"))
+        assert low.max_ram_mb <= moderate.min_ram_mb <= moderate.max_ram_mb <= high.min_ram_mb
+        assert low.min_cpu_mhz < moderate.min_cpu_mhz < high.min_cpu_mhz
+    assert estimate_resource("low", "cpu").min_vram_mb == 0
+    assert estimate_resource("High", "GPU").max_vram_mb == 24576
+    with pytest.raises(EngineError):
+        estimate_resource("extreme", "cpu")
+
+
+def test_static_ntx_cpu_and_gpu() -> None:
+    assert static_ntx("low", "cpu", 60) == (0.375, 0.75)
+    assert static_ntx("low", "cpu", 30) == (0.1875, 0.375)
+    low, high = static_ntx("low", "gpu", 60)
+    assert (low, high) == (0.725, 1.65)  # CPU + RAM, plus VRAM and the GPU's power level
+    assert static_ntx("high", "gpu", 60)[1] > static_ntx("high", "cpu", 60)[1]
+    assert provider_cost(PRICES, "moderate", 90) == 3.75
+    assert provider_cost(PRICES, "extreme", 90) is None
+
+
+def test_limits_follow_the_tier() -> None:
+    limits = limits_for(job(tier="moderate", expected_minutes=10))
+    assert (limits.memory_mb, limits.cpu_cores, limits.timeout_s) == (8192, 4.0, 1200.0)
+    assert limits_for(job(expected_minutes=0.1)).timeout_s == 60.0  # never below a minute
+
+
+def test_every_exclusion_says_why() -> None:
+    peers = [
+        Peer(peer_id="silent"),
+        peer("small", memory_mb=1024, cpu_mhz=1000),
+        peer("noframework", frameworks=("scikit-learn",)),
+        peer("process-only", executors=("process",)),
+        peer("pricey", prices={"moderate": 500.0}),
+        peer("notier", prices={"low": 1.0}),
+        peer("busy", running_jobs=1),
+        peer("good"),
+    ]
+    result = match(job(tier="moderate", budget_ntx=5), peers, executors=("docker",))
+    reasons = dict(result.excluded)
+    assert [c.peer_id for c in result.candidates] == ["good"]
+    assert reasons["silent"] == "no advert yet (resources unknown)"
+    assert reasons["small"] == (
+        "not enough RAM: 1024 MB, the moderate tier needs 2048 MB; "
+        "not enough CPU: 1000 MHz, the moderate tier needs 2000 MHz"
+    )
+    assert reasons["noframework"] == "framework pytorch not offered"
+    assert reasons["process-only"] == "executor missing: offers process, accepted docker"
+    assert reasons["pricey"] == "price above budget: 500 NTX/h x 10 min = 83.333 NTX > 5 NTX"
+    assert reasons["notier"] == "offers no price for the moderate tier"
+    assert reasons["busy"] == "busy: 1 job(s) running, 1 slot(s)"
+
+
+def test_gpu_needs() -> None:
+    gpu_job = job(device="gpu", gpu_vendor="nvidia", tier="moderate")
+    peers = [
+        peer("cpu-only"),
+        peer("amd", gpus=(PeerGpu(vendor="amd", model="MI100", vram_mb=32768),)),
+        peer("small-vram", gpus=(PeerGpu(vendor="nvidia", model="GTX 1050", vram_mb=2048),)),
+        peer("taken", gpus=(PeerGpu(vendor="nvidia", model="A100", vram_mb=40960),), free_gpus=0),
+        peer("ok", gpus=(PeerGpu(vendor="nvidia", model="RTX 3090", vram_mb=24576),)),
+    ]
+    result = match(gpu_job, peers)
+    reasons = dict(result.excluded)
+    assert reasons == {
+        "cpu-only": "no GPU",
+        "amd": "no nvidia GPU (has amd)",
+        "small-vram": "VRAM too small: 2048 MB, needs 6144 MB",
+        "taken": "busy: no free GPU",
+    }
+    assert [c.peer_id for c in result.candidates] == ["ok"]
+
+
+def test_ranking_price_then_free_capacity_then_latency() -> None:
+    peers = [
+        peer("expensive", prices={"low": 3.0}, latency=1.0),
+        peer("cheap-far", prices={"low": 1.0}, latency=90.0),
+        peer("cheap-near", prices={"low": 1.0}, latency=5.0),
+        peer("cheap-roomy", prices={"low": 1.0}, latency=200.0, memory_mb=65536),
+    ]
+    result = match(job(expected_minutes=30), peers)
+    assert [c.peer_id for c in result.candidates] == [
+        "cheap-roomy",
+        "cheap-near",
+        "cheap-far",
+        "expensive",
+    ]
+    assert result.best().cost_ntx == 0.5
+    fast = match(job(), peers, latency=lambda p: 0.0 if p.peer_id == "cheap-far" else 50.0)
+    assert [c.peer_id for c in fast.candidates][1] == "cheap-far"
+
+
+def test_no_match_lists_the_reasons() -> None:
+    result = match(job(device="gpu"), [peer("a"), peer("b", frameworks=())])
+    with pytest.raises(NoMatch) as info:
+        result.best()
+    assert info.value.code == "no_match"
+    assert info.value.message == (
+        "no matching peer: a: no GPU; b: framework pytorch not offered; no GPU"
+    )
+    with pytest.raises(NoMatch, match="no provider is known"):
+        match(job(), []).best()
+
+
+def test_ten_thousand_adverts_quickly() -> None:
+    peers = [
+        peer(f"p{i}", memory_mb=1024 if i % 3 else 16384, running_jobs=i % 2) for i in range(10_000)
+    ]
+    began = time.perf_counter()
+    result = match(job(tier="moderate"), peers)
+    elapsed = time.perf_counter() - began
+    assert len(result.candidates) + len(result.excluded) == 10_000
+    assert elapsed < 0.5  # the goal is 50 ms (bench/jobs_matching.py); this guards regressions

@@ -1,0 +1,308 @@
+"""The process executor with real processes: iris, live logs, failures, limits, checkpoints.
+
+Also the shared helpers of the executor tests (the Docker ones import them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import zipfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits, LogLine, running
+from engine.jobs.executors.process import ProcessExecutor
+from engine.jobs.results import safe_unpack
+from engine.jobs.spec import JobSpec
+from tests.conftest import REPO
+
+EXAMPLES = REPO / "examples" / "jobs"
+LIMITS = Limits(memory_mb=1024, cpu_cores=1.0, timeout_s=120.0, pids=128)
+HAS_SKLEARN = importlib.util.find_spec("sklearn") is not None
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+LIVE = """
+import time
+for i in range(4):
+    print(f"line {i} {time.time()!r}")
+    time.sleep(0.4)
+import sys
+print(f"to stderr {time.time()!r}", file=sys.stderr)
+"""
+FAIL = """
+print("about to fail")
+def inner():
+    raise ValueError("shapes (5, 2) and (3, 2) do not add up")
+inner()
+"""
+FOREVER = """
+import time
+print("started", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+HOG = """
+print("allocating", flush=True)
+blocks = [bytearray(50 << 20) for _ in range(40)]  # 2 GB, far above the limit
+print("allocated", len(blocks))
+"""
+EPOCHS = """
+import os, time
+from pathlib import Path
+state = Path("state"); state.mkdir(exist_ok=True)
+counter = state / "epoch.txt"
+start = int(counter.read_text()) if counter.exists() else 0
+print(f"resuming from epoch {start}" if start else "starting fresh")
+for epoch in range(start, 6):
+    time.sleep(float(os.environ.get("PAUSE", "0.3")))
+    counter.write_text(str(epoch + 1))
+    print(f"epoch {epoch + 1} done")
+Path("outputs/final.txt").write_text(f"trained from {start} to 6")
+"""
+
+
+def spec(framework: str = "scikit-learn", **fields: Any) -> JobSpec:
+    return JobSpec(framework=framework, script_url="http://127.0.0.1/job.py", **fields)
+
+
+def new_run(tmp_path: Path, job: JobSpec, limits: Limits = LIMITS, job_id: str = "job-1") -> JobRun:
+    workspace = tmp_path / job_id / "workspace"
+    return JobRun(job_id=job_id, spec=job, workspace=workspace, limits=limits, node_id="node-t")
+
+
+async def collect(executor: BaseExecutor, run: JobRun) -> tuple[ExitStatus, list[LogLine]]:
+    lines = [line async for line in executor.logs(run)]
+    return await executor.wait(run), lines
+
+
+def run_job(
+    executor: BaseExecutor,
+    run: JobRun,
+    script: str | bytes,
+    during: Callable[[BaseExecutor, JobRun], Awaitable[None]] | None = None,
+) -> tuple[ExitStatus, list[LogLine]]:
+    """prepare + start + every log line + the exit status; ``during`` runs alongside."""
+    data = script.encode() if isinstance(script, str) else script
+
+    async def main() -> tuple[ExitStatus, list[LogLine]]:
+        async with running(executor), trio.open_nursery() as nursery:
+            await executor.prepare(run, data)
+            await executor.start(run)
+            if during is not None:
+                nursery.start_soon(during, executor, run)
+            return await collect(executor, run)
+
+    return trio.run(main)
+
+
+def texts(lines: list[LogLine], stream: str = "stdout") -> list[str]:
+    return [line.text for line in lines if line.stream == stream]
+
+
+def make_wheel(folder: Path) -> Path:
+    """A tiny pure-Python wheel, so installing a dependency needs no index and no build."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "nunetdep-1.0-py3-none-any.whl"
+    files = {
+        "nunetdep/__init__.py": "ANSWER = 42\n",
+        "nunetdep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: nunetdep\nVersion: 1.0\n",
+        "nunetdep-1.0.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{name},,\n" for name in files) + "nunetdep-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        archive.writestr("nunetdep-1.0.dist-info/RECORD", record)
+    return wheel
+
+
+@pytest.mark.skipif(
+    not HAS_SKLEARN, reason="scikit-learn is not installed (pip install -e .[test])"
+)
+def test_iris_runs_and_results_come_back(tmp_path: Path) -> None:
+    executor = ProcessExecutor()
+    run = new_run(tmp_path, spec())
+    script = (EXAMPLES / "iris" / "train.py").read_bytes()
+    status, lines = run_job(executor, run, script)
+    assert status == ExitStatus(0, "completed", "")
+    out = texts(lines)
+    assert any(line.startswith("accuracy: 0.9") for line in out)
+    assert "confusion matrix:" in out and "classification report:" in out
+    usage = executor.usage(run)
+    assert usage.wall_s > 0 and usage.cpu_s > 0 and usage.mticks > 0 and usage.samples >= 1
+
+    async def results() -> Path:
+        archive = await executor.collect_results(run, tmp_path / "archives")
+        return safe_unpack(archive.path, tmp_path / "results", run.job_id)
+
+    unpacked = trio.run(results)
+    assert '"accuracy"' in (unpacked / "outputs" / "metrics.json").read_text()
+
+
+def test_log_lines_arrive_as_they_are_printed(tmp_path: Path) -> None:
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec()), LIVE)
+    assert status.outcome == "completed"
+    printed = [line for line in lines if line.stream in ("stdout", "stderr")]
+    assert [line.text.rsplit(" ", 1)[0] for line in printed] == [
+        "line 0",
+        "line 1",
+        "line 2",
+        "line 3",
+        "to stderr",
+    ]
+    for line in printed:
+        delay = line.at - float(line.text.rsplit(" ", 1)[1])
+        assert 0 <= delay < 1.0, f"{line.text!r} arrived {delay:.3f} s after it was printed"
+    assert [line.seq for line in lines] == list(range(len(lines)))
+
+
+def test_a_failing_script_keeps_its_traceback_and_exit_code(tmp_path: Path) -> None:
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec()), FAIL)
+    assert status.outcome == "failed" and status.exit_code == 1
+    assert status.reason == "exit code 1: ValueError: shapes (5, 2) and (3, 2) do not add up"
+    stderr = texts(lines, "stderr")
+    assert stderr[0] == "Traceback (most recent call last):"
+    assert any("in inner" in line for line in stderr)
+
+
+def test_cancel_ends_the_job_and_its_children(tmp_path: Path) -> None:
+    async def cancel_after_first_line(executor: BaseExecutor, run: JobRun) -> None:
+        async for line in executor.logs(run):
+            if line.text == "started":
+                await executor.cancel(run)
+                return
+
+    began = time.monotonic()
+    status, _ = run_job(
+        ProcessExecutor(), new_run(tmp_path, spec()), FOREVER, cancel_after_first_line
+    )
+    assert status.outcome == "cancelled" and status.reason == "cancelled by the consumer"
+    assert time.monotonic() - began < 10
+
+
+def test_timeout(tmp_path: Path) -> None:
+    limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=1.5)
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec(), limits), FOREVER)
+    assert status.outcome == "timeout"
+    assert status.reason == "ran past its time limit of 2 s (expected 10 min)"
+    assert texts(lines) == ["started"]
+
+
+def test_memory_limit(tmp_path: Path) -> None:
+    limits = Limits(memory_mb=300, cpu_cores=1.0, timeout_s=60)
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec(), limits), HOG)
+    assert status.outcome == "oom", (status, lines)
+    assert status.reason == "out of memory: the limit is 300 MB"
+    assert "allocated" not in " ".join(texts(lines))
+
+
+def test_the_environment_is_stripped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NUNET_SECRET", "do-not-leak")
+    monkeypatch.setenv("KEYRING_CRYPTFILE_PASSWORD", "hunter2")
+    script = "import os\nfor k in sorted(os.environ): print(k, os.environ[k])\n"
+    run = new_run(tmp_path, spec(env={"EPOCHS": "3"}))
+    status, lines = run_job(ProcessExecutor(), run, script)
+    env = dict(line.split(" ", 1) for line in texts(lines))
+    assert status.outcome == "completed"
+    assert "do-not-leak" not in str(env) and "hunter2" not in str(env)
+    assert env["HOME"] == env["WORKSPACE"] == str(run.workspace)
+    assert env["EPOCHS"] == "3" and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_dependencies_install_into_the_job_venv(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "wheels")
+    job = spec(deps=(f"nunetdep @ {wheel.as_uri()}",))
+    status, lines = run_job(
+        ProcessExecutor(), new_run(tmp_path, job), "import nunetdep\nprint(nunetdep.ANSWER)\n"
+    )
+    assert status.outcome == "completed", lines
+    assert texts(lines) == ["42"]
+    assert not importlib.util.find_spec("nunetdep")  # not in the provider's own environment
+
+
+def test_checkpoint_and_restore_resume_the_epoch_counter(tmp_path: Path) -> None:
+    executor = ProcessExecutor()
+    store = tmp_path / "checkpoints"
+    first = new_run(tmp_path, spec(env={"PAUSE": "0.3"}))
+    taken: list[Any] = []
+
+    async def checkpoint_then_crash(executor: BaseExecutor, run: JobRun) -> None:
+        executor.start_checkpoints(run, store, 0.2, taken.append)
+        async for line in executor.logs(run):
+            if line.text == "epoch 3 done":
+                await executor.checkpoint(run, store)
+                await executor.cancel(run, "provider killed")
+                return
+
+    status, _ = run_job(executor, first, EPOCHS, checkpoint_then_crash)
+    assert status.outcome == "cancelled"
+    numbers = [c.number for c in taken]  # periodic ones, numbered with the manual one
+    assert numbers and numbers == sorted(set(numbers)) and numbers[0] == 1
+
+    from engine.jobs.checkpoints import latest
+
+    checkpoint = latest(store)
+    assert checkpoint is not None and checkpoint.number >= max(numbers)
+    # A fresh workspace, as after a provider restart on the same or another disk.
+    second = new_run(tmp_path / "restart", spec(env={"PAUSE": "0"}))
+
+    async def resume() -> tuple[ExitStatus, list[LogLine]]:
+        async with running(executor):
+            await executor.restore(second, checkpoint)
+            await executor.prepare(second, EPOCHS.encode())
+            await executor.start(second)
+            return await collect(executor, second)
+
+    status, lines = trio.run(resume)
+    assert status.outcome == "completed"
+    assert lines[0].text == f"resumed from checkpoint {checkpoint.number}"
+    resumed_at = int(texts(lines)[0].rsplit(" ", 1)[1])
+    assert resumed_at >= 3
+    assert texts(lines)[-1] == "epoch 6 done"
+    assert (
+        second.workspace / "outputs" / "final.txt"
+    ).read_text() == f"trained from {resumed_at} to 6"
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed: pip install torch==2.13.0")
+def test_pytorch_examples_for_real(tmp_path: Path) -> None:
+    executor = ProcessExecutor()
+    failing = new_run(tmp_path, spec("pytorch"), job_id="shape")
+    status, lines = run_job(
+        executor, failing, (EXAMPLES / "tensor_shape_error" / "fail.py").read_bytes()
+    )
+    assert status.outcome == "failed" and status.exit_code == 1
+    assert status.reason.startswith(
+        "exit code 1: RuntimeError: The size of tensor a (5) must match the size of tensor b (3)"
+    )
+    assert "Traceback (most recent call last):" in texts(lines, "stderr")
+
+    training = new_run(
+        tmp_path, spec("pytorch", env={"EPOCHS": "3", "EPOCH_SECONDS": "0"}), job_id="train"
+    )
+    script = (EXAMPLES / "pytorch_checkpoint" / "train.py").read_bytes()
+    status, lines = run_job(executor, training, script)
+    assert status.outcome == "completed", texts(lines, "stderr")
+    out = texts(lines)
+    assert out[0] == "starting a new training on cpu"
+    assert [line.split(" loss")[0] for line in out[1:4]] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    assert (training.workspace / "checkpoint" / "epoch.txt").read_text() == "3"
+    # Started again with more epochs, it resumes from its own counter file.
+    more = JobRun(
+        job_id="train",
+        spec=spec("pytorch", env={"EPOCHS": "4", "EPOCH_SECONDS": "0"}),
+        workspace=training.workspace,
+        limits=LIMITS,
+    )
+    status, lines = run_job(executor, more, script)
+    assert status.outcome == "completed"
+    assert texts(lines)[:2][0] == "resuming from epoch 3"
+    assert os.path.getsize(training.workspace / "outputs" / "model.pt") > 0
