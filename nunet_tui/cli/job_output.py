@@ -20,6 +20,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     job_sub = job.add_subparsers(dest="job_command", metavar="JOB_COMMAND", required=True)
     submit = job_sub.add_parser("submit", parents=[common], help="run a job on a matching peer")
     submit.add_argument("-f", "--file", help="job.toml describing the job")
+    submit.add_argument(
+        "--base-url", metavar="URL", help="resolve a relative script_url in the file against URL"
+    )
     submit.add_argument("--url", help="the Python script (http/https)")
     submit.add_argument("--framework", choices=("pytorch", "tensorflow", "scikit-learn"))
     submit.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -44,7 +47,7 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         from engine.jobs.spec import load_job_file
 
-        return api.to_builtins(load_job_file(args.file))
+        return api.to_builtins(load_job_file(args.file, base_url=args.base_url))
     if not args.url or not args.framework:
         raise SystemExit("nunet-tui job submit: give -f FILE, or --url and --framework")
     spec: dict[str, Any] = {

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from engine import api
@@ -56,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
+    demo = sub.add_parser("demo", help="a sandbox market on 127.0.0.1, then the app")
+    demo.add_argument("--no-tui", action="store_true", help="print the sandbox as JSON and wait")
+    demo.add_argument("--root", metavar="DIR", help="keep the sandbox's nodes in DIR")
 
     capacity = sub.add_parser("capacity", parents=[common], help="what this machine offers")
     views = capacity.add_mutually_exclusive_group()
@@ -208,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command is None:
             return _run_tui(paths, attach=args.attach)
+        if args.command == "demo":
+            from nunet_tui.cli.demo import run_demo
+
+            return run_demo(tui=not args.no_tui, root=Path(args.root) if args.root else None)
         if args.command == "daemon":
             from engine.daemon import run_daemon
 
@@ -221,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `nunet-tui … | head`: the reader left; say nothing more, as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: str) -> int:

@@ -1,0 +1,61 @@
+"""`nunet-tui demo --no-tui`: the sandbox a user (and the README) starts with."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine.config import Paths
+from tests.conftest import REPO, run_cli
+from tests.daemons import wait_for
+
+
+def test_demo_sandbox_runs_the_examples_and_stops_cleanly(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nunet_tui", "demo", "--no-tui", "--root", str(tmp_path / "demo")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("NUNET_")},
+    )
+    try:
+        assert proc.stdout is not None
+        described = json.loads(proc.stdout.readline())
+        consumer = Paths.for_home(described["consumer_home"])
+        assert len(described["provider_homes"]) == 3
+
+        def listed() -> int:
+            result = run_cli("peer", "list", "--json", home=consumer)
+            return len(json.loads(result.stdout)["peers"]) if result.returncode == 0 else 0
+
+        wait_for(lambda: listed() == 3, "the consumer did not see the three providers", 30)
+        jobs = {}
+        for name in ("iris", "tensor_shape_error"):
+            command = described["examples"][name].split()
+            result = run_cli(*command[3:], "--json", home=consumer)
+            assert result.returncode == 0, result.stderr
+            jobs[name] = json.loads(result.stdout)["job_id"]
+
+        def state(job_id: str) -> str:
+            result = run_cli("job", "show", job_id, "--json", home=consumer)
+            return str(json.loads(result.stdout)["state"])
+
+        wait_for(lambda: state(jobs["iris"]) == "completed", "iris did not complete", 90)
+        wait_for(lambda: state(jobs["tensor_shape_error"]) == "failed", "no failure", 90)
+        shown = json.loads(
+            run_cli("job", "show", jobs["tensor_shape_error"], "--json", home=consumer).stdout
+        )
+        assert "size of tensor a (5)" in shown["reason"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    # Every node of the sandbox is gone with it.
+    time.sleep(0.5)
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path / "demo")], capture_output=True)
+    assert leftover.stdout.strip() == b""
