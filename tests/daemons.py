@@ -79,12 +79,17 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
     def spawn(
-        name: str, seed: int, bootstrap: str | None = None, channel: str = "", extra_toml: str = ""
+        name: str,
+        seed: int,
+        bootstrap: str | None = None,
+        channel: str = "",
+        extra_toml: str = "",
+        env: dict[str, str] | None = None,
     ) -> Daemon:
         home = make_home(
             tmp_path / name, seed=bytes([seed]) * 32, machine_toml=MACHINE_TOML + extra_toml
         )
-        env = dict(HEARTBEAT_ENV)
+        env = {**HEARTBEAT_ENV, **(env or {})}
         if bootstrap:
             env["NUNET_NETWORK_BOOTSTRAP"] = bootstrap
         if channel:

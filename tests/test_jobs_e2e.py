@@ -16,8 +16,9 @@ import pytest
 
 from tests.conftest import REPO, TEST_ADDRESS, run_cli
 from tests.daemons import Daemon, daemons, wait_for
+from tests.docker_fixture import docker_host, sklearn_image
 
-__all__ = ["daemons"]
+__all__ = ["daemons", "docker_host", "sklearn_image"]
 
 PROCESS_JOBS = """
 [jobs]
@@ -73,7 +74,12 @@ def scripts(tmp_path: Path) -> Iterator[str]:
     server.server_close()
 
 
-def _pair(daemons: Callable[..., Daemon], slots: int = 1) -> tuple[Daemon, Daemon]:
+def _pair(
+    daemons: Callable[..., Daemon],
+    slots: int = 1,
+    jobs_toml: str = PROCESS_JOBS,
+    env: dict[str, str] | None = None,
+) -> tuple[Daemon, Daemon]:
     # The consumer is the bootstrap peer: a provider that restarts (on a new port) dials
     # back in, as providers on a real network rejoin through their bootstrap peers.
     consumer = daemons("consumer", 31)
@@ -81,7 +87,8 @@ def _pair(daemons: Callable[..., Daemon], slots: int = 1) -> tuple[Daemon, Daemo
         "provider",
         30,
         bootstrap=consumer.addrs()[0],
-        extra_toml=PROCESS_JOBS + f"slots = {slots}\n",
+        extra_toml=jobs_toml + f"slots = {slots}\n",
+        env=env,
     )
     provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
     provider_id = provider.peer_id
@@ -194,3 +201,16 @@ def test_bad_submissions_get_clear_errors(daemons: Callable[..., Daemon], script
         assert needle in result.stderr.lower(), (args, result.stderr)
     missing = run_cli("job", "show", "nope", home=consumer.home)
     assert missing.returncode == 1 and "no job" in missing.stderr
+
+
+def test_iris_in_a_docker_container_through_the_network(
+    daemons: Callable[..., Daemon], scripts: str, docker_host: str, sklearn_image: str
+) -> None:
+    docker_jobs = '\n[jobs]\nexecutors = ["docker"]\ncheckpoint_interval_s = 0\n'
+    _, consumer = _pair(daemons, jobs_toml=docker_jobs, env={"DOCKER_HOST": docker_host})
+    # The provider fetches the script from the consumer's server, then runs it with no network.
+    job = _submit(consumer, f"{scripts}/iris.py", name="iris in docker")
+    assert job["executor"] == "docker"
+    wait_for(lambda: _state(consumer, job["job_id"]) == "completed", "no completion", 120)
+    logs = run_cli("job", "logs", job["job_id"], home=consumer.home).stdout
+    assert "accuracy" in logs
