@@ -21,5 +21,16 @@ echo "== ruff"
 .venv/bin/ruff format --check engine nunet_tui oracle_client tests scripts bench
 echo "== mypy"
 .venv/bin/mypy
+echo "== docker engine and test image"
+# A private dockerd (installed with apt when missing) and the jobs' image built from Debian
+# packages: the container tests run against the real thing. Stopped again on exit if we
+# started it.
+if ! bash scripts/dockerd.sh status >/dev/null 2>&1; then
+  started_dockerd=1
+  trap 'bash scripts/dockerd.sh stop >/dev/null 2>&1 || true' EXIT
+fi
+export "$(bash scripts/dockerd.sh start | tail -n 1)"
+bash scripts/build_test_image.sh >/dev/null
+echo "DOCKER_HOST=$DOCKER_HOST${started_dockerd:+ (started for this run)}"
 echo "== pytest"
 .venv/bin/python -m pytest "$@"
