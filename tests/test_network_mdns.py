@@ -32,9 +32,7 @@ def service(*, local: bool, interfaces: list[str] | None = None) -> NetworkServi
         heartbeat_interval_s=0.5,
         mdns_interfaces=["lo"] if interfaces is None else interfaces,
     )
-    return NetworkService(
-        Identity(SigningKey.generate()), settings, "ch-mdns", Hooks(), mdns=local
-    )
+    return NetworkService(Identity(SigningKey.generate()), settings, "ch-mdns", Hooks(), mdns=local)
 
 
 def listed(node: NetworkService) -> set[str]:
