@@ -49,18 +49,26 @@ from engine.errors import EngineError
 from nunet_tui.commands import NodeCommands
 from nunet_tui.format import mb, mhz, safe, short_peer_id
 from nunet_tui.messages import EngineEvent, EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen, NetworkState, NetworkView, NodeView
+from nunet_tui.screens.base import (
+    CapabilityScreen,
+    NetworkState,
+    NetworkView,
+    NodeScreen,
+    NodeView,
+)
 from nunet_tui.screens.chat import ChatScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
 from nunet_tui.screens.gpus import GpuScreen
 from nunet_tui.screens.help import HelpScreen
+from nunet_tui.screens.jobs import JobsScreen
 from nunet_tui.screens.mode_chooser import ModeChooserScreen
 from nunet_tui.screens.network import NetworkScreen
 from nunet_tui.screens.onboarding import OnboardingScreen
 from nunet_tui.screens.peers import PeersScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from nunet_tui.screens.start import StartScreen
+from nunet_tui.screens.submit import SubmitScreen
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key; GPUs only in provider mode.
@@ -69,6 +77,8 @@ CAPABILITY_SCREENS: dict[str, type[CapabilityScreen]] = {
     "chat": ChatScreen,
     "network": NetworkScreen,
     "gpus": GpuScreen,
+    "jobs": JobsScreen,
+    "submit": SubmitScreen,
 }
 
 
@@ -91,6 +101,8 @@ class NunetApp(App[None]):
         Binding("p", "open('peers')", "Peers", tooltip="Peers on this channel and their offers"),
         Binding("c", "open('chat')", "Chat", tooltip="Chat with peers"),
         Binding("n", "open('network')", "Network", tooltip="The channel's resources and load"),
+        Binding("j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run"),
+        Binding("s", "open('submit')", "Submit", tooltip="Submit an ML job (consumer mode)"),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)
@@ -106,11 +118,14 @@ class NunetApp(App[None]):
         *,
         ansi_color: bool = False,
         clock: Callable[[], float] = time.time,
+        examples: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(ansi_color=ansi_color)
         self.client = client
         self.clock = clock
         """What "now" is for "3 s ago" (tests may pin it)."""
+        self.examples = examples
+        """The demo sandbox (``Sandbox.describe()``): the submit form offers its example jobs."""
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
@@ -246,7 +261,7 @@ class NunetApp(App[None]):
                     title=f"Message from {short_peer_id(event.message.peer_id)}",
                     markup=False,
                 )
-        if isinstance(self.screen, CapabilityScreen):
+        if isinstance(self.screen, NodeScreen):  # dashboards too: their job panels
             self.screen.post_message(EngineUpdate(event))
 
     # --- calling the engine ----------------------------------------------------------------
@@ -417,6 +432,8 @@ class NunetApp(App[None]):
                 return False
             if name == "gpus":
                 return self.mode == "provider"
+            if name == "submit":
+                return self.mode == "consumer"
             return True
         if action == "onboard":
             return self.node is not None and onboarding is None

@@ -104,3 +104,21 @@ class LogBuffer:
             if self._closed:
                 return
             await self._changed.wait()
+
+    async def follow_batches(
+        self, from_seq: int = 0, max_batch: int = 5000
+    ) -> AsyncIterator[list[LogLine]]:
+        """Like ``follow``, but everything already there in one list: a reader that writes
+        lines somewhere pays its per-write cost per batch, not per line."""
+        seq = from_seq
+        while True:
+            seq = max(seq, self._first)
+            if seq < self._next:
+                start = seq - self._first
+                batch = self._lines[start : start + max_batch]
+                seq += len(batch)
+                yield batch
+                continue
+            if self._closed:
+                return
+            await self._changed.wait()

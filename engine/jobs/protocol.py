@@ -20,7 +20,8 @@ from engine.network import wire
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"
 MAX_MESSAGE_BYTES = 1 << 20  # an Update carries at most a few thousand log lines
-MAX_LINES_PER_UPDATE = 2000
+MAX_LINES_PER_UPDATE = 20_000
+UPDATE_BUDGET_BYTES = 768 * 1024  # of log text per Update: well inside MAX_MESSAGE_BYTES
 MAX_LINE_CHARS = 8192
 RESULT_CHUNK = 256 * 1024
 

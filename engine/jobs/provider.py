@@ -81,7 +81,12 @@ class ProviderJobs:
 
     def _save(self, job: api.JobInfo) -> api.JobInfo:
         job = msgspec.structs.replace(job, updated_at=time.time())
+        before = self.node.store.get_job(job.job_id)
         self.node.store.save_job(job)
+        if before is None or before.state != job.state:
+            service = self.node.network().service if self.node.network_enabled else None
+            if service is not None:
+                service.beat_now()  # free slots and resources changed: say so at once
         self._changed.setdefault(job.job_id, trio.Event()).set()
         self._changed[job.job_id] = trio.Event()
         self.node.emit(api.JobChanged(at=job.updated_at, job=job))
@@ -306,39 +311,19 @@ class ProviderJobs:
             self._save(msgspec.structs.replace(job, checkpoint=number))
 
     async def _pump_logs(self, executor: Executor, run: JobRun) -> None:
-        """Executor lines to the job's log file, in batches that form by themselves: whatever
-        arrived while the last batch was written goes in the next one."""
+        """Executor lines to the job's log file, in batches of whatever arrived meanwhile."""
         joblog = self.job_log(run.job_id)
         # Each run (the first, or one resumed after a restart) numbers its lines from 0; the
         # job's log goes on from where the last run's ended.
         base = joblog.last_seq + 1
-        send, receive = trio.open_memory_channel[Any](10_000)
-
-        async def read() -> None:
-            async with send:
-                async for line in executor.logs(run, 0):
-                    await send.send(line)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read)
-            async with receive:
-                while True:
-                    try:
-                        batch = [await receive.receive()]
-                    except trio.EndOfChannel:
-                        break
-                    while len(batch) < p.MAX_LINES_PER_UPDATE:
-                        try:
-                            batch.append(receive.receive_nowait())
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                    joblog.append(
-                        api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
-                        for ln in batch
-                    )
-                    self._changed.setdefault(run.job_id, trio.Event()).set()
-                    self._changed[run.job_id] = trio.Event()
-                    await trio.sleep(0)
+        async for batch in executor.log_batches(run, 0):
+            joblog.append(
+                api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
+                for ln in batch
+            )
+            self._changed.setdefault(run.job_id, trio.Event()).set()
+            self._changed[run.job_id] = trio.Event()
+            await trio.sleep(0)  # a job that never stops printing must not starve the node
 
     def _finish(
         self,
@@ -421,7 +406,7 @@ class ProviderJobs:
         while True:
             changed = self._changed.setdefault(follow.job_id, trio.Event())
             job = self.node.store.get_job(follow.job_id) or job
-            lines = joblog.read(after, p.MAX_LINES_PER_UPDATE)
+            lines = _within_budget(joblog.read(after, p.MAX_LINES_PER_UPDATE))
             state = (job.state, job.checkpoint, job.resumed_from, job.reason)
             if lines or state != last_state:
                 update = _update(job, lines)
@@ -429,7 +414,7 @@ class ProviderJobs:
                 if lines:
                     after = lines[-1].seq
                 last_state = state
-                if len(lines) == p.MAX_LINES_PER_UPDATE:
+                if lines and joblog.read(after, 1):
                     continue  # more backlog waiting
             if job.state in api.TERMINAL_STATES and not joblog.read(after, 1):
                 return
@@ -457,6 +442,16 @@ class ProviderJobs:
         with Path(job.results_dir).open("rb") as handle:
             while chunk := handle.read(p.RESULT_CHUNK):
                 await stream.write(chunk)
+
+
+def _within_budget(lines: list[api.JobLogLine]) -> list[api.JobLogLine]:
+    """As many lines as fit one Update frame (long lines count by their size)."""
+    used = 0
+    for count, line in enumerate(lines):
+        used += min(len(line.text), p.MAX_LINE_CHARS) * 4 + 48  # worst-case UTF-8 + framing
+        if used > p.UPDATE_BUDGET_BYTES:
+            return lines[: max(count, 1)]
+    return lines
 
 
 def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:

@@ -58,6 +58,7 @@ class Heartbeats:
         self.table = table
         self.interval_s = interval_s
         self.figures = figures
+        self._wake = trio.Event()
         self.on_heartbeat = on_heartbeat
         self.topic = topic_name(channel, "heartbeats")
         self.started = time.monotonic()
@@ -108,7 +109,13 @@ class Heartbeats:
                     self.sent += 1
                 except Exception as exc:
                     log.info("heartbeat publish failed: %s", exc)
-            await trio.sleep(self.interval_s)
+            with trio.move_on_after(self.interval_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    def beat_soon(self) -> None:
+        """Send the next heartbeat now (a job started or ended: peers should know at once)."""
+        self._wake.set()
 
     async def _receive(self, subscription: Any) -> None:
         while True:

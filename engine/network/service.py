@@ -38,6 +38,7 @@ log = logging.getLogger("nunet.network")
 
 PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
+ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
 
 
@@ -149,6 +150,11 @@ class NetworkService:
                     await stream.close()
         self.table.on_latency(peer_id, round(rtt_ms, 3))
         return rtt_ms
+
+    def beat_now(self) -> None:
+        """Publish a heartbeat now rather than at the next interval."""
+        if self.heartbeats is not None:
+            self.heartbeats.beat_soon()
 
     def republish_advert(self) -> None:
         """Re-read the advert provider now (onboarding changed, paused, resumed)."""
@@ -320,12 +326,27 @@ class NetworkService:
         """
         ping_every = max(PING_INTERVAL_S, self.settings.heartbeat_interval_s)
         next_ping = trio.current_time() + PING_INTERVAL_S
+        # A peer without the DHT (a light client, another implementation) is refused every
+        # time: back off per peer instead of retrying it every half second forever.
+        retry: dict[Any, tuple[float, float]] = {}  # peer -> (next attempt, backoff)
         while True:
             await trio.sleep(0.5)
-            for peer in self.host.get_connected_peers():
-                if not self.dht.routing_table.peer_in_table(peer):
-                    with contextlib.suppress(Exception):
-                        await self.dht.add_peer(peer)
+            now = trio.current_time()
+            connected = self.host.get_connected_peers()
+            for peer in connected:
+                if self.dht.routing_table.peer_in_table(peer):
+                    retry.pop(peer, None)
+                    continue
+                at, backoff = retry.get(peer, (0.0, 0.5))
+                if now < at:
+                    continue
+                added = False
+                with contextlib.suppress(Exception):
+                    added = bool(await self.dht.add_peer(peer))
+                if not added:
+                    retry[peer] = (now + backoff, min(backoff * 2, ROUTING_RETRY_MAX_S))
+            for peer in set(retry) - set(connected):
+                del retry[peer]
             if trio.current_time() >= next_ping:
                 next_ping = trio.current_time() + ping_every
                 for info in self.table.snapshot():

@@ -214,7 +214,7 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
         client = open_client(sandbox.consumer)
         try:
             client.call_blocking(api.SetMode(mode="consumer"))
-            NunetApp(client=client).run()
+            NunetApp(client=client, examples=sandbox.describe()).run()
         finally:
             client.close()
         return 0

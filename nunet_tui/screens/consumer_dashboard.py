@@ -10,9 +10,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
-from engine.api import DEFAULT_CHANNEL
+from engine.api import DEFAULT_CHANNEL, JobChanged
 from nunet_tui.format import mb, mhz, safe
+from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.widgets.job_panels import RecentJobs
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -29,7 +31,15 @@ class ConsumerDashboard(NodeScreen):
             with Vertical(id="next", classes="panel") as panel:
                 panel.border_title = "What you can do now"
                 yield KeyTable(id="next-detail", keys=True)
+            yield RecentJobs(id="recent")
         yield Footer()
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        if isinstance(message.event, JobChanged):
+            self.query_one(RecentJobs).job_changed(message.event.job)
+
+    def on_screen_resume(self) -> None:
+        self.query_one(RecentJobs).reload()
 
     def show_node(self, node: NodeView) -> None:
         info = node.info
@@ -69,6 +79,8 @@ class ConsumerDashboard(NodeScreen):
             else "switch to provider mode and onboard this machine to earn NTX"
         )
         actions: list[tuple[str, str]] = [
+            ("s", "submit an ML job: see its price and who can run it as you type"),
+            ("j", "your jobs: live logs, results, cancel"),
             ("m", provide),
             ("ctrl+p", "command palette: every command by name"),
             ("?", "all keys"),

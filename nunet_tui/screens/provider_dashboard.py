@@ -14,7 +14,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from engine.api import Onboarding
+from engine.api import JobChanged, Onboarding
 from nunet_tui.format import (
     TIMES,
     check_row,
@@ -24,8 +24,10 @@ from nunet_tui.format import (
     safe,
     short_peer_id,
 )
+from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen, NodeView
 from nunet_tui.widgets.gpu_card import GpuSummary
+from nunet_tui.widgets.job_panels import RunningJob
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
@@ -56,6 +58,7 @@ class ProviderDashboard(NodeScreen):
                 panel.border_title = "GPUs"
                 panel.border_subtitle = "g for detail"
                 yield GpuSummary(id="gpu-summary")
+            yield RunningJob(id="running")
             with Vertical(id="offer", classes="panel") as panel:
                 panel.border_title = "Onboarding"
                 yield Static(id="offer-hint", markup=False)
@@ -64,6 +67,13 @@ class ProviderDashboard(NodeScreen):
                 panel.border_title = "ML readiness"
                 yield KeyTable(id="readiness-checks")
         yield Footer()
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        if isinstance(message.event, JobChanged):
+            self.query_one(RunningJob).job_changed(message.event.job)
+
+    def on_screen_resume(self) -> None:
+        self.query_one(RunningJob).reload()
 
     def show_node(self, node: NodeView) -> None:
         info, full, onboarded = node.info, node.full, node.onboarded

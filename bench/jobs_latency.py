@@ -1,0 +1,119 @@
+"""Submit -> first log line at the consumer, and the consumer's log throughput.
+
+Real daemons on 127.0.0.1 (a provider with the process executor, a consumer) and a local HTTP
+server for the scripts; the consumer is watched through its control socket's JobLogEvents,
+the way the TUI sees them. Goals: first line < 1 s with the process executor; >= 50,000
+lines/s arriving at the consumer.
+Usage: python bench/jobs_latency.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine import api
+from engine.config import Paths
+from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
+
+HELLO = 'print("hello", flush=True)\n'
+FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(200_000):\n    w(f'line {i}\\n')\n"
+
+
+def serve(root: Path) -> str:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    root = Path(tempfile.mkdtemp(prefix="nunet-bench-jobs-"))
+    (root / "www").mkdir()
+    (root / "www" / "hello.py").write_text(HELLO)
+    (root / "www" / "flood.py").write_text(FLOOD)
+    url = serve(root / "www")
+    procs = []
+    try:
+        provider = Paths.for_home(root / "provider")
+        provider.ensure()
+        provider.config_file.write_text(_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0)))
+        procs.append(_daemon(provider, root / "provider.log"))
+        pclient = _client(provider, procs[-1])
+        boot = _listening(pclient)
+        pclient.call_blocking(
+            api.OnboardRequest(
+                memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel="nunet-demo-test"
+            )
+        )
+        consumer = Paths.for_home(root / "consumer")
+        consumer.ensure()
+        consumer.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
+        procs.append(_daemon(consumer, root / "consumer.log"))
+        client = _client(consumer, procs[-1])
+        _listening(client)
+        while not client.call_blocking(api.ListPeers()).peers:
+            time.sleep(0.1)
+        first_lines: dict[str, float] = {}
+        counts: dict[str, list[float]] = {}
+
+        def on_event(event: api.Event) -> None:
+            if isinstance(event, api.JobLogEvent):
+                now = time.perf_counter()
+                first_lines.setdefault(event.job_id, now)
+                counts.setdefault(event.job_id, []).extend([now] * len(event.lines))
+
+        client.subscribe(on_event)
+
+        def run(script: str, wait_lines: int) -> tuple[str, float]:
+            began = time.perf_counter()
+            spec = {"script_url": f"{url}/{script}", "framework": "scikit-learn"}
+            job = client.call_blocking(api.SubmitJob(spec=spec), timeout=60)
+            deadline = time.monotonic() + 120
+            while len(counts.get(job.job_id, [])) < wait_lines:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"job {job.job_id} stalled")
+                time.sleep(0.01)
+            while client.call_blocking(api.GetJob(job_id=job.job_id)).state not in (
+                api.TERMINAL_STATES
+            ):
+                time.sleep(0.05)
+            return job.job_id, began
+
+        latencies = []
+        for _ in range(rounds):
+            job_id, began = run("hello.py", 1)
+            latencies.append(first_lines[job_id] - began)
+        print(
+            f"submit -> first log line at the consumer (process executor): median "
+            f"{statistics.median(latencies):.3f} s, min {min(latencies):.3f}, "
+            f"max {max(latencies):.3f} (n={rounds}; goal < 1 s)"
+        )
+        job_id, _ = run("flood.py", 200_000)
+        stamps = counts[job_id]
+        span = stamps[-1] - stamps[0]
+        print(
+            f"consumer log throughput: {len(stamps):,} lines in {span:.2f} s = "
+            f"{len(stamps) / span:,.0f} lines/s (goal >= 50,000)"
+        )
+        client.close()
+        pclient.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

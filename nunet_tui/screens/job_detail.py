@@ -1,0 +1,457 @@
+"""One job, live: its timeline, what it runs and costs, why it failed, and its log.
+
+The log is a ``JobLogView`` (Textual's line-virtualised ``Log``): the backlog comes in pages
+of ``GetJobLogs``, then live lines arrive as ``JobLogEvent``s. Those come from the engine's
+thread through ``post_message``, possibly hundreds a second; this screen only collects their
+lines and writes them to the log in one batch per frame (``FLUSH_S``), so the UI does the
+same small amount of work whether a job prints ten lines a second or ten thousand. Lines are
+numbered by the provider: a gap (events missed while a dialog was on top) is filled from the
+engine, and nothing is shown twice. A provider's node gets no log events for the jobs it
+runs, so there the screen reads new lines twice a second instead.
+
+Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
+first), ``o`` fetch the results into a folder and view them, Esc back.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Footer, Input, Static
+
+from engine.api import (
+    CancelJob,
+    FetchJobResults,
+    GetJob,
+    GetJobLogs,
+    JobChanged,
+    JobInfo,
+    JobLogEvent,
+    JobLogLine,
+    JobLogs,
+    JobResults,
+)
+from engine.errors import EngineError
+from nunet_tui.format import safe, short_peer_id, thousands
+from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.confirm import ConfirmScreen
+from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
+from nunet_tui.widgets.job_state import (
+    FAILED_STATES,
+    duration,
+    hms,
+    is_terminal,
+    job_name,
+    ntx,
+    runs_as,
+    state_text,
+    timeline,
+)
+from nunet_tui.widgets.key_table import KeyTable
+from nunet_tui.widgets.node_header import NodeHeader
+
+FLUSH_S = 1 / 30  # live lines are written at most this often
+PAGE = 20_000  # lines per GetJobLogs call
+POLL_S = 0.5  # provider side: how often to read new lines
+TAIL_LINES = 8  # of a traceback, under the facts
+
+
+def log_text(line: JobLogLine) -> str:
+    return f"» {line.text}" if line.stream == "system" else line.text
+
+
+class JobDetailScreen(CapabilityScreen):
+    CSS_PATH = "job_detail.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", tooltip="Back to the list"),
+        Binding("f", "follow", "Follow/pause", tooltip="Follow new lines, or hold the view"),
+        Binding("slash", "search", "Search", key_display="/", tooltip="Find text in the log"),
+        Binding("n", "find(False)", "Next", show=False),
+        Binding("N", "find(True)", "Previous", show=False),
+        Binding("x", "cancel_job", "Cancel job", tooltip="Stop the job (asks first)"),
+        Binding("o", "results", "Results", tooltip="Fetch the results into a folder"),
+    ]
+
+    def __init__(self, job_id: str, *, job: JobInfo | None = None) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.job = job
+        self.last_seq = -1
+        self.pending: list[JobLogLine] = []
+        self.loaded = False  # the backlog is in: live lines may be written
+        self.catching_up = False
+        self.flush_scheduled = False
+        self.tail: list[str] = []  # the newest lines (for the traceback panel)
+        self.problem: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader(getattr(self.app, "mode", None))
+        with Vertical(id="job-top"):
+            yield Static(id="job-title", markup=False)
+            yield Static(id="job-timeline", markup=False)
+            yield KeyTable(id="job-facts")
+            yield Static(id="job-failure", markup=False)
+        with Vertical(id="log-panel") as panel:
+            panel.border_title = "Log"
+            yield JobLogView(id="job-log")
+            yield Input(placeholder="search the log (Enter: done, Esc: clear)", id="log-search")
+        yield Footer()
+
+    @property
+    def log_view(self) -> JobLogView:
+        return self.query_one("#job-log", JobLogView)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#log-search", Input).display = False
+        self.query_one("#job-failure").display = False
+        self.log_view.focus()
+        if self.job is not None:
+            self.show_job()
+        self.set_interval(1.0, self._tick)
+        self.set_interval(POLL_S, self._poll)
+        self.load()
+
+    # --- reading -------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Back on top (a dialog closed): read the job again and any lines missed meanwhile."""
+        self.load()
+
+    @work(group="job-load")
+    async def load(self) -> None:
+        try:
+            self.job = await self.nunet.client.call(GetJob(job_id=self.job_id))
+            self.problem = None
+        except (EngineError, OSError) as exc:
+            self.problem = _message(exc)
+        self.show_job()
+        await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Read the lines after ``last_seq`` in pages (the backlog, or a gap)."""
+        if self.catching_up:
+            return
+        self.catching_up = True
+        try:
+            after = self.last_seq
+            if not self.loaded and self.job is not None and self.job.log_lines > MAX_LINES:
+                # Only the newest lines fit: start there (the CLI prints the whole log).
+                after = self.job.log_lines - MAX_LINES - 1
+                self.log_view.dropped = after + 1
+                self.log_view.total = after + 1
+            while True:
+                try:
+                    page: JobLogs = await self.nunet.client.call(
+                        GetJobLogs(job_id=self.job_id, after_seq=after, limit=PAGE)
+                    )
+                except (EngineError, OSError) as exc:
+                    if not self.loaded:
+                        self.problem = _message(exc)
+                        self.show_job()
+                    break
+                self._write(page.lines)
+                after = max(after, page.next_seq)
+                if len(page.lines) < PAGE:
+                    break
+        finally:
+            self.catching_up = False
+            self.loaded = True
+        self._flush()
+
+    def _poll(self) -> None:
+        """Provider side (no log events there): read new lines while the job runs."""
+        job = self.job
+        if job is None or job.role != "provider" or not self.loaded or self.catching_up:
+            return
+        if not is_terminal(job) or job.log_lines > self.last_seq + 1:
+            self.poll_lines()
+
+    @work(group="job-poll", exclusive=True)
+    async def poll_lines(self) -> None:
+        await self.catch_up()
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        event = message.event
+        if isinstance(event, JobLogEvent) and event.job_id == self.job_id:
+            self.pending.extend(event.lines)
+            if not self.flush_scheduled:
+                self.flush_scheduled = True
+                self.set_timer(FLUSH_S, self._flush)
+        elif isinstance(event, JobChanged) and event.job.job_id == self.job_id:
+            ended = is_terminal(event.job) and (self.job is None or not is_terminal(self.job))
+            self.job = event.job
+            self.show_job()
+            if ended:
+                self.poll_lines()  # the last lines, for sure
+
+    # --- writing the log -----------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if not self.loaded or self.catching_up or not self.pending:
+            return
+        lines, self.pending = self.pending, []
+        if lines[0].seq != self.last_seq + 1:
+            lines = [line for line in lines if line.seq > self.last_seq]
+            if lines and lines[0].seq > self.last_seq + 1:
+                self.pending = lines
+                self.poll_lines()  # a gap: read it from the engine, then these
+                return
+        self._write(lines)
+
+    def _write(self, lines: tuple[JobLogLine, ...] | list[JobLogLine]) -> None:
+        last = self.last_seq
+        if lines and lines[0].seq <= last:
+            lines = [line for line in lines if line.seq > last]
+        if not lines:
+            return
+        self.last_seq = lines[-1].seq
+        texts = [log_text(line) for line in lines]
+        self.log_view.add_lines(texts)
+        self.tail = (self.tail + texts[-200:])[-200:]
+        self._show_log_state()
+        if self.job is not None and self.job.state in FAILED_STATES:
+            self._show_failure(self.job)
+
+    # --- showing -------------------------------------------------------------------------
+
+    def show_job(self) -> None:
+        job = self.job
+        title = self.query_one("#job-title", Static)
+        if job is None:
+            title.update(Content.styled(self.problem or f"job {self.job_id}", "bold"))
+            return
+        now = self.nunet.clock()
+        where = "on" if job.role == "consumer" else "for"
+        who = job.provider if job.role == "consumer" else job.consumer
+        parts: list[Content | str | tuple[str, str]] = [
+            (f"job {job.job_id}", "bold"),
+            " · ",
+            (job_name(job), "bold $text-accent"),
+            " · ",
+            state_text(job.state, mark=False),
+            f" {where} {short_peer_id(who)}",
+        ]
+        if job.started_at is not None:
+            parts.append(f" · {hms(duration(job, now))}")
+        if job.resumed_from:
+            parts.append((f" · resumed from checkpoint {job.resumed_from}", "$text-warning"))
+        title.update(Content.assemble(*parts))
+        self.query_one("#job-timeline", Static).update(timeline(job))
+        self.query_one("#job-facts", KeyTable).set_rows(_facts(job))
+        self._show_failure(job)
+        self._show_log_state()
+        self.refresh_bindings()
+
+    def _show_failure(self, job: JobInfo) -> None:
+        panel = self.query_one("#job-failure", Static)
+        failed = job.state in FAILED_STATES
+        panel.display = failed
+        if not failed:
+            return
+        tail = traceback_tail(self.tail)
+        head = Content.assemble(
+            ("✗ ", "bold $text-error"),
+            (f"exit code {job.exit_code}" if job.exit_code is not None else job.state, "bold"),
+            ("  " + safe(job.reason) if job.reason else "", "$text-error"),
+        )
+        panel.update(
+            Content("\n").join([head, *(Content.styled(line, "$text-muted") for line in tail)])
+        )
+
+    def _show_log_state(self) -> None:
+        view = self.log_view
+        panel = self.query_one("#log-panel", Vertical)
+        count = thousands(view.total)
+        if view.dropped:
+            count += f" (newest {thousands(len(view.lines))})"
+        mode = "following" if view.following else "paused · f to follow"
+        panel.border_title = f"Log · {mode}"
+        panel.border_subtitle = f"{count} lines"
+        if view.search:
+            panel.border_subtitle += f" · /{safe(view.search)}"
+
+    def _tick(self) -> None:
+        if self.job is not None and not is_terminal(self.job) and self.is_current:
+            self.show_job()
+
+    # --- actions -------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        field = self.query_one("#log-search", Input)
+        if field.display:
+            self._close_search(clear=True)
+            return
+        self.app.pop_screen()
+
+    def action_follow(self) -> None:
+        view = self.log_view
+        view.following = not view.following
+        self._show_log_state()
+
+    def action_search(self) -> None:
+        field = self.query_one("#log-search", Input)
+        field.display = True
+        field.focus()
+
+    def action_find(self, backwards: bool) -> None:
+        view = self.log_view
+        if view.search and view.find(view.search, backwards=backwards, again=True) is None:
+            self.notify(f"no more {view.search!r}", title="Search", markup=False)
+        self._show_log_state()
+
+    @on(Input.Changed, "#log-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.log_view.find(event.value)
+        self._show_log_state()
+
+    @on(Input.Submitted, "#log-search")
+    def _search_done(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._close_search(clear=False)
+
+    def _close_search(self, *, clear: bool) -> None:
+        field = self.query_one("#log-search", Input)
+        if clear:
+            field.value = ""
+            self.log_view.find("")
+        field.display = False
+        self.log_view.focus()
+        self._show_log_state()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        job = self.job
+        if action == "cancel_job":
+            return job is not None and job.role == "consumer" and not is_terminal(job)
+        if action == "results":
+            return job is not None and job.role == "consumer" and bool(job.results_dir)
+        return True
+
+    @work(group="job-op", exclusive=True)
+    async def action_cancel_job(self) -> None:
+        job = self.job
+        if job is None:
+            return
+        confirmed = await self.app.push_screen_wait(
+            ConfirmScreen(
+                f"Cancel job {job.job_id}?",
+                Content.assemble(
+                    "The provider stops ",
+                    (job_name(job), "bold"),
+                    " now. What it has printed and metered so far is kept.",
+                ),
+                confirm_label="Cancel job",
+                danger=True,
+            )
+        )
+        if not confirmed:
+            return
+        self.notify(f"Cancelling {job.job_id}…", title="Cancel")
+        try:
+            self.job = await self.nunet.client.call(CancelJob(job_id=job.job_id))
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Cancel", severity="error", markup=False)
+            return
+        self.show_job()
+        self.notify(f"Job {job.job_id}: {self.job.state}", title="Cancel", markup=False)
+
+    @work(group="job-op", exclusive=True)
+    async def action_results(self) -> None:
+        from nunet_tui.screens.job_results import (
+            DEFAULT_RESULTS_DIR,
+            ResultsDirScreen,
+            ResultsScreen,
+        )
+
+        job = self.job
+        if job is None:
+            return
+        folder = await self.app.push_screen_wait(ResultsDirScreen(DEFAULT_RESULTS_DIR))
+        if not folder:
+            return
+        try:
+            results: JobResults = await self.nunet.client.call(
+                FetchJobResults(job_id=job.job_id, out_dir=folder)
+            )
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Results", severity="error", markup=False)
+            return
+        self.notify(
+            f"{len(results.files)} file(s) in {safe(results.directory)}",
+            title="Results",
+            markup=False,
+        )
+        await self.app.push_screen(ResultsScreen(results))
+
+
+def traceback_tail(lines: list[str], limit: int = TAIL_LINES) -> list[str]:
+    """The end of the last Python traceback in ``lines`` (else the last lines)."""
+    start = None
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("Traceback (most recent call last)"):
+            start = index
+            break
+    chosen = lines[start:] if start is not None else lines
+    return [clean_line(line) for line in chosen[-limit:]]
+
+
+def _facts(job: JobInfo) -> list[tuple[str, Content | str]]:
+    rows: list[tuple[str, Content | str]] = []
+    if job.role == "consumer":
+        rows.append(("Provider", safe(job.provider) or "not chosen yet"))
+    else:
+        rows.append(("Consumer", safe(job.consumer)))
+    rows.append(("Runs as", runs_as(job)))
+    script = job.spec.get("script_url") or (job.spec.get("git") or {}).get("url", "")
+    rows.append(("Script", safe(script)))
+    if job.quoted_ntx is not None:
+        price = f" ({job.price_ntx_hour:g} NTX/h)" if job.price_ntx_hour is not None else ""
+        rows.append(("Price", f"{ntx(job.quoted_ntx)} quoted{price}"))
+    m = job.metering
+    if m is not None:
+        rows.append(
+            (
+                "Metering",
+                f"{m.wall_s:.1f} s wall · {m.mticks:,.0f} MTicks CPU ({m.cpu_s:.1f} s) · "
+                f"{m.ram_mb_s:,.0f} MB·s RAM (peak {m.peak_ram_mb:,.0f} MB) · "
+                f"cost {ntx(m.cost_ntx)}",
+            )
+        )
+    if job.state not in FAILED_STATES:
+        if job.reason:
+            rows.append(("Reason", safe(job.reason)))
+        if job.exit_code is not None and job.state != "completed":
+            rows.append(("Exit code", str(job.exit_code)))
+    if job.results_sha256:
+        where = (
+            Content.assemble("fetched · ", ("o", "bold $text-accent"), " to unpack and view")
+            if job.results_dir
+            else Content("on the provider, being fetched")
+        )
+        rows.append(
+            (
+                "Results",
+                Content.assemble(
+                    f"{thousands(job.results_size)} bytes · sha256 {job.results_sha256[:12]}… · ",
+                    where,
+                ),
+            )
+        )
+    return rows
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, EngineError):
+        return safe(exc.message)
+    return safe(f"lost the engine: {exc}")
+
+
+__all__ = ["JobDetailScreen", "log_text", "traceback_tail"]

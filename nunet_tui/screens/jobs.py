@@ -1,0 +1,237 @@
+"""``j``: every job of this node, both roles: the ones it bought and the ones it runs.
+
+One row per job: id, role, state (coloured), the peer on the other side, name, when it
+started, how long it ran, what it cost. Rows change live as ``JobChanged`` events arrive;
+``/`` filters on any column; Enter opens the job.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import DataTable, Footer, Input, Static
+
+from engine.api import JobChanged, JobInfo, JobList, ListJobs
+from engine.errors import EngineError
+from nunet_tui.format import ago, plural, safe, table_cell
+from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.widgets.job_state import (
+    cost,
+    duration,
+    hms,
+    is_terminal,
+    job_name,
+    other_party,
+    peer_short,
+    state_text,
+)
+from nunet_tui.widgets.node_header import NodeHeader
+
+COLUMNS = (
+    ("job", "Job"),
+    ("role", "Role"),
+    ("state", "State"),
+    ("peer", "Peer"),
+    ("name", "Name"),
+    ("started", "Started"),
+    ("duration", "Duration"),
+    ("cost", "Cost"),
+)
+
+
+class JobsScreen(CapabilityScreen):
+    CSS_PATH = "jobs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter by any column"),
+        Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
+        Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[str, JobInfo] = {}
+        self.problem: str | None = None
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield NodeHeader(getattr(self.app, "mode", None))
+        with Vertical(id="jobs-panel") as panel:
+            panel.border_title = "Jobs"
+            yield Input(placeholder="filter: any text in a row (Esc clears)", id="filter")
+            yield Static(id="jobs-note", markup=False)
+            table: DataTable[Text] = DataTable(
+                id="jobs-table", cursor_type="row", zebra_stripes=True
+            )
+            for key, label in COLUMNS:
+                table.add_column(label, key=key)
+            yield table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#filter", Input).display = False
+        self.query_one("#jobs-table", DataTable).focus()
+        self.set_interval(1.0, self._tick)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        self.load()
+
+    @work(exclusive=True, group="refresh")
+    async def load(self) -> None:
+        try:
+            reply: JobList = await self.nunet.client.call(ListJobs())
+        except (EngineError, OSError) as exc:
+            self.problem = safe(exc.message if isinstance(exc, EngineError) else str(exc))
+        else:
+            self.problem = None
+            self.jobs = {job.job_id: job for job in reply.jobs}
+        self.loaded = True
+        self.show()
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        event = message.event
+        if isinstance(event, JobChanged):
+            self.jobs[event.job.job_id] = event.job
+            if self.loaded:
+                self.show()
+
+    # --- showing -------------------------------------------------------------------------
+
+    def show(self) -> None:
+        table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
+        note = self.query_one("#jobs-note", Static)
+        panel = self.query_one("#jobs-panel", Vertical)
+        query = self.query_one("#filter", Input).value.strip().lower()
+        now = self.nunet.clock()
+        ordered = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
+        rows = [(job, job_row(job, now)) for job in ordered]
+        shown = [(j, r) for j, r in rows if not query or query in _text(j, r).lower()]
+        selected = _selected_key(table)
+        table.clear()
+        for job, row in shown:
+            table.add_row(*map(table_cell, row), key=job.job_id)
+        if selected is not None and selected in {j.job_id for j, _ in shown}:
+            table.move_cursor(row=table.get_row_index(selected))
+        running = sum(1 for job in self.jobs.values() if not is_terminal(job))
+        panel.border_subtitle = (
+            f"{len(shown)} of {len(rows)} shown"
+            if query
+            else plural(len(rows), "job") + (f" · {running} active" if running else "")
+        )
+        table.display = bool(shown)
+        note.display = not shown
+        if self.problem is not None:
+            note.update(self.problem)
+        elif not rows:
+            mode = getattr(self.app, "mode", None)
+            note.update(
+                Content.assemble(
+                    ("No jobs yet. ", "bold"),
+                    "Press s to submit one."
+                    if mode == "consumer"
+                    else "The jobs this machine runs for others appear here.",
+                )
+            )
+        elif not shown:
+            note.update(Content.assemble("No job matches ", (repr(query), "bold"), "."))
+
+    def _tick(self) -> None:
+        """Running jobs' durations move on."""
+        if not self.is_current:
+            return
+        table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
+        now = self.nunet.clock()
+        for job in self.jobs.values():
+            if not is_terminal(job) and job.started_at is not None and job.job_id in table.rows:
+                table.update_cell(
+                    job.job_id, "duration", table_cell(Content(hms(duration(job, now))))
+                )
+
+    # --- actions -------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        field = self.query_one("#filter", Input)
+        if field.display:
+            field.value = ""
+            field.display = False
+            self.query_one("#jobs-table", DataTable).focus()
+            self.show()
+            return
+        self.app.pop_screen()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.show()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self.query_one("#jobs-table", DataTable).focus()
+
+    def action_reload(self) -> None:
+        self.load()
+
+    def action_open_job(self) -> None:
+        job_id = _selected_key(self.query_one("#jobs-table", DataTable))
+        if job_id is not None:
+            self.open_job(job_id)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.open_job(event.row_key.value)
+
+    def open_job(self, job_id: str) -> None:
+        from nunet_tui.screens.job_detail import JobDetailScreen
+
+        self.app.push_screen(JobDetailScreen(job_id, job=self.jobs.get(job_id)))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "open_job":
+            return bool(self.jobs)
+        return True
+
+
+def job_row(job: JobInfo, now: float) -> tuple[Content, ...]:
+    started = job.started_at or job.created_at
+    return (
+        Content.styled(safe(job.job_id), "bold"),
+        Content.styled(job.role, "$text-muted"),
+        state_text(job.state),
+        Content(peer_short(other_party(job))),
+        Content(job_name(job, 28)),
+        Content(ago(started, now)),
+        Content(hms(duration(job, now))),
+        cost(job),
+    )
+
+
+def _text(job: JobInfo, row: tuple[Content, ...]) -> str:
+    return " ".join([job.job_id, job.provider, job.consumer, *(cell.plain for cell in row)])
+
+
+def _selected_key(table: DataTable[Text]) -> str | None:
+    if not table.row_count:
+        return None
+    try:
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    except Exception:
+        return None
+    return key.value
+
+
+__all__ = ["JobsScreen", "job_row"]

@@ -1,0 +1,176 @@
+"""The dashboards' job panels: recent jobs (consumer) and the running job (provider).
+
+Each reads ``ListJobs`` when it appears (``reload``) and then follows ``JobChanged`` events
+that its screen hands it (``job_changed``). A ``clock`` gives "now" (the app's, so pictures
+can pin it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from engine.api import JobInfo, JobList, ListJobs
+from engine.errors import EngineError
+from nunet_tui.format import safe, short_peer_id
+from nunet_tui.widgets.job_state import (
+    FAILED_STATES,
+    cost,
+    duration,
+    hms,
+    is_terminal,
+    job_name,
+    ntx,
+    runs_as,
+    state_text,
+)
+from nunet_tui.widgets.key_table import KeyTable
+
+RECENT = 5
+
+
+class _JobsPanel(Vertical):
+    """A dashboard panel fed with the node's jobs."""
+
+    role: str = "consumer"
+
+    def __init__(self, *, id: str | None = None, classes: str | None = "panel") -> None:
+        super().__init__(id=id, classes=classes)
+        self.jobs: dict[str, JobInfo] = {}
+
+    def _now(self) -> float:
+        clock: Callable[[], float] | None = getattr(self.app, "clock", None)
+        return clock() if clock is not None else 0.0
+
+    def on_mount(self) -> None:
+        self.reload()
+        self.set_interval(1.0, self._tick)
+
+    @work(exclusive=True, group="refresh")
+    async def reload(self) -> None:
+        client: Any = getattr(self.app, "client", None)
+        if client is None:
+            return
+        try:
+            reply: JobList = await client.call(ListJobs())
+        except (EngineError, OSError):
+            return
+        self.jobs = {job.job_id: job for job in reply.jobs if job.role == self.role}
+        self.show()
+
+    def job_changed(self, job: JobInfo) -> None:
+        if job.role == self.role:
+            self.jobs[job.job_id] = job
+            self.show()
+
+    def _tick(self) -> None:
+        if any(not is_terminal(job) for job in self.jobs.values()):
+            self.show()
+
+    def show(self) -> None:
+        """Redraw; the subclasses say how."""
+
+
+class RecentJobs(_JobsPanel):
+    """Consumer dashboard: the last five jobs with their state; ``j`` for all."""
+
+    role = "consumer"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="recent-note", markup=False)
+        yield KeyTable(id="recent-jobs")
+
+    def on_mount(self) -> None:
+        self.border_title = "Recent jobs"
+        super().on_mount()
+        self.show()
+
+    def show(self) -> None:
+        note = self.query_one("#recent-note", Static)
+        table = self.query_one("#recent-jobs", KeyTable)
+        recent = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))[:RECENT]
+        note.display = not recent
+        table.display = bool(recent)
+        self.border_subtitle = "j for all" if recent else ""
+        if not recent:
+            note.update(
+                Content.assemble(
+                    "No jobs yet. Press ", ("s", "bold $text-accent"), " to submit one."
+                )
+            )
+            return
+        now = self._now()
+        rows: list[tuple[str | Content, str | Content]] = []
+        for job in recent:
+            detail: list[Content | str | tuple[str, str]] = [
+                state_text(job.state),
+                f"  {hms(duration(job, now))}  ",
+            ]
+            if job.state in FAILED_STATES and job.reason:
+                reason = safe(job.reason)
+                detail.append((reason if len(reason) <= 40 else reason[:39] + "…", "$text-error"))
+            else:
+                detail.append(cost(job))
+            rows.append(
+                (
+                    Content.assemble((job.job_id[:6], "bold"), f" {job_name(job, 18)}"),
+                    Content.assemble(*detail),
+                )
+            )
+        table.set_rows(rows)
+
+
+class RunningJob(_JobsPanel):
+    """Provider dashboard: the job this machine runs now (hidden when there is none)."""
+
+    role = "provider"
+
+    def compose(self) -> ComposeResult:
+        yield KeyTable(id="running-job")
+
+    def on_mount(self) -> None:
+        self.border_title = "Running job"
+        super().on_mount()
+        self.show()
+
+    def show(self) -> None:
+        running = sorted(
+            (job for job in self.jobs.values() if not is_terminal(job)),
+            key=lambda j: -j.created_at,
+        )
+        self.display = bool(running)
+        if not running:
+            return
+        job = running[0]
+        now = self._now()
+        self.border_subtitle = f"{len(running)} active · j for all" if len(running) > 1 else "j"
+        rows: list[tuple[str | Content, str | Content]] = [
+            ("Job", Content.assemble((job.job_id, "bold"), f" · {job_name(job, 30)}")),
+            ("Runs as", runs_as(job)),
+            (
+                "Consumer",
+                f"{short_peer_id(job.consumer)} · {ntx(job.quoted_ntx)} quoted",
+            ),
+            (
+                "State",
+                Content.assemble(
+                    state_text(job.state),
+                    f"  {hms(duration(job, now))}",
+                    (f"  checkpoint {job.checkpoint}" if job.checkpoint else "", "$text-muted"),
+                    (
+                        f"  resumed from checkpoint {job.resumed_from}" if job.resumed_from else "",
+                        "$text-warning",
+                    ),
+                ),
+            ),
+        ]
+        self.query_one("#running-job", KeyTable).set_rows(rows)
+
+
+__all__ = ["RecentJobs", "RunningJob"]
