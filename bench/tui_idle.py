@@ -18,7 +18,7 @@ from engine.config import Paths
 from engine.connect import open_client
 from nunet_tui.app import NunetApp
 
-client = open_client(Paths.for_home(sys.argv[1]))
+client = open_client(Paths.for_home(sys.argv[1]), defer_network=True)
 try:
     NunetApp(client=client).run(headless=True, size=(160, 48))
 finally:

@@ -23,7 +23,7 @@ class Timed(NunetApp):
         print(f"{time.time() - float(os.environ['BENCH_T0']):.4f}")
         self.exit()
 
-client = open_client(Paths.for_home(sys.argv[1]))
+client = open_client(Paths.for_home(sys.argv[1]), defer_network=True)
 try:
     Timed(client=client).run(headless=True, size=(160, 48))
 finally:

@@ -371,6 +371,12 @@ class GetPeerSelf(Command, tag="peer_self", frozen=True):
     reply = PeerSelf
 
 
+class StartNetwork(Command, tag="start_network", frozen=True):
+    """Bring a node started with a deferred network online (the TUI, after its first frame)."""
+
+    reply = Done
+
+
 class SetMode(Command, tag="set_mode", frozen=True):
     reply = Done
     mode: Mode

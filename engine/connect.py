@@ -18,9 +18,15 @@ from engine.homelock import HomeLock
 
 
 def open_client(
-    paths: Paths, *, attach: bool = False, network: bool = True, wait: float = 5.0
+    paths: Paths,
+    *,
+    attach: bool = False,
+    network: bool = True,
+    defer_network: bool = False,
+    wait: float = 5.0,
 ) -> EngineClient:
-    """``network=False`` for one-shot commands: an embedded engine then skips libp2p."""
+    """``network=False`` for one-shot commands: an embedded engine then skips libp2p.
+    ``defer_network``: the network starts on ``StartNetwork`` (the TUI sends it once painted)."""
     paths.ensure()
     lock = HomeLock(paths.lock_file)
     if lock.try_acquire():
@@ -31,7 +37,9 @@ def open_client(
                 f"no nunet-tui daemon is running for {paths.label}; start one with "
                 f"`nunet-tui --home {paths.label} daemon` or drop --attach",
             )
-        return Engine(paths, lock=lock, network=network).start()
+        return Engine(
+            paths, lock=lock, network=network, autostart_network=not defer_network
+        ).start()
     deadline = time.monotonic() + wait
     while True:
         try:

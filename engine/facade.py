@@ -40,8 +40,10 @@ class Engine:
         network: bool = True,
         lock: HomeLock | None = None,
         probes: HostProbes | None = None,
+        autostart_network: bool = True,
     ) -> None:
         self._probes = probes
+        self._autostart_network = autostart_network
         self.paths = paths
         self._network = network
         self._settings = settings
@@ -96,6 +98,7 @@ class Engine:
                 daemon=self._daemon,
                 network=self._network,
                 probes=self._probes,
+                autostart_network=self._autostart_network,
             )
             await node.prepare()
             node.add_sink(self._fan_out)

@@ -76,6 +76,7 @@ class Node:
         daemon: bool,
         network: bool = True,
         probes: HostProbes | None = None,
+        autostart_network: bool = True,
     ) -> None:
         self.paths = paths
         self.settings = settings
@@ -86,6 +87,9 @@ class Node:
         self.version = version()
         # One-shot CLI commands run without the network: it would only join to leave again.
         self.network_enabled = network
+        self._autostart_network = autostart_network
+        self._services: trio.Nursery | None = None
+        self._network_started = False
         self._network: NodeNetwork | None = None
         self._sinks: list[EventSink] = []
         self.probes = probes or HostProbes()
@@ -103,6 +107,7 @@ class Node:
             api.GetInfo: self._info,
             api.GetPeerSelf: self._peer_self,
             api.SetMode: self._set_mode,
+            api.StartNetwork: self._start_network,
         }
         self._handlers.update(gpu_handlers(self))  # GPU status, doctor, capabilities, images
         for command_type in NETWORK_COMMANDS:
@@ -118,12 +123,26 @@ class Node:
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Long-running services live here: the network now, jobs and payments later."""
         async with trio.open_nursery() as nursery:
-            if self.network_enabled:
-                # Not awaited: the engine is usable (and the TUI paints) while libp2p starts.
-                nursery.start_soon(self.network().run)
-                nursery.start_soon(self.jobs().serve)
+            self._services = nursery
+            if self._autostart_network:
+                self._start_services()
             task_status.started()
             await trio.sleep_forever()
+
+    def _start_services(self) -> bool:
+        if not self.network_enabled or self._network_started or self._services is None:
+            return False
+        self._network_started = True
+        # Not awaited: the engine answers commands while py-libp2p loads and starts.
+        self._services.start_soon(self.network().run)
+        self._services.start_soon(self.jobs().serve)
+        return True
+
+    async def _start_network(self, command: api.StartNetwork) -> api.Done:
+        if not self.network_enabled:
+            return api.Done(message="this engine runs without the network")
+        started = self._start_services()
+        return api.Done(message="network starting" if started else "network already started")
 
     def network(self) -> NodeNetwork:
         if self._network is None:

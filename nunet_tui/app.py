@@ -12,8 +12,10 @@ screen stack. The first run asks which one; ``m`` and the command palette switch
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import work
@@ -43,6 +45,7 @@ from engine.api import (
     PeerChanged,
     Resume,
     SetMode,
+    StartNetwork,
 )
 from engine.client import EngineClient
 from engine.errors import EngineError
@@ -86,7 +89,8 @@ class NunetApp(App[None]):
     """nunet-tui: onboard this machine and earn NTX, or buy compute for ML jobs."""
 
     TITLE = "nunet-tui"
-    CSS_PATH = "app.tcss"
+    # Absolute: Textual resolves a relative path against the file of the (sub)class using it.
+    CSS_PATH = Path(__file__).parent / "app.tcss"
     MODES: ClassVar[dict[str, Any]] = {
         "provider": ProviderDashboard,
         "consumer": ConsumerDashboard,
@@ -138,6 +142,16 @@ class NunetApp(App[None]):
     def on_mount(self) -> None:
         self._unsubscribe = self.client.subscribe(self._deliver_event)
         self.start_up()
+
+    def on_ready(self) -> None:
+        # First frame is up: now bring the node online. Loading py-libp2p takes about a second
+        # of CPU, which would otherwise hold back the first paint.
+        self._start_network()
+
+    @work(group="network-start")
+    async def _start_network(self) -> None:
+        with contextlib.suppress(EngineError, OSError):
+            await self.client.call(StartNetwork())
 
     def on_unmount(self) -> None:
         if self._unsubscribe is not None:
@@ -261,7 +275,7 @@ class NunetApp(App[None]):
                     title=f"Message from {short_peer_id(event.message.peer_id)}",
                     markup=False,
                 )
-        if isinstance(self.screen, NodeScreen):  # dashboards too: their job panels
+        if self.screen_stack and isinstance(self.screen, NodeScreen):  # dashboards: job panels
             self.screen.post_message(EngineUpdate(event))
 
     # --- calling the engine ----------------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import libp2p.pubsub.pubsub as _libp2p_pubsub
 import trio
 
 from engine.identity import Identity
@@ -24,6 +25,17 @@ log = logging.getLogger("nunet.network.heartbeat")
 
 # A well-behaved peer sends one heartbeat per interval; allow bursts (restarts, republish).
 _BURST = 5.0
+
+# py-libp2p hands a topic's messages to its subscriber through a 32-slot channel and drops
+# (logs "fail to deliver message to subscription") what does not fit. 50 peers' beats come
+# in bursts (one forwarder relays them back to back, and peers started together beat
+# together), so 32 lost heartbeats (tests/test_network_scale.py). Subscriptions made after
+# this import get room for several rounds of a large channel; validators rate-limit each
+# origin, so a flood cannot fill it.
+SUBSCRIPTION_QUEUE = 4096
+_libp2p_pubsub.SUBSCRIPTION_CHANNEL_SIZE = max(
+    _libp2p_pubsub.SUBSCRIPTION_CHANNEL_SIZE, SUBSCRIPTION_QUEUE
+)
 
 
 class HeartbeatFigures(wire.Schema, frozen=True):

@@ -261,7 +261,7 @@ def _run_tui(paths: Paths, attach: bool) -> int:
     from engine.logsetup import configure
 
     configure(paths, load_settings(paths).log_level)
-    client = open_client(paths, attach=attach)
+    client = open_client(paths, attach=attach, defer_network=True)
     try:
         from nunet_tui.app import NunetApp
 
