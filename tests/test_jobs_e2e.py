@@ -214,3 +214,41 @@ def test_iris_in_a_docker_container_through_the_network(
     wait_for(lambda: _state(consumer, job["job_id"]) == "completed", "no completion", 120)
     logs = run_cli("job", "logs", job["job_id"], home=consumer.home).stdout
     assert "accuracy" in logs
+
+
+def test_two_consumers_race_for_one_slot(daemons: Callable[..., Daemon], scripts: str) -> None:
+    provider, first = _pair(daemons)
+    second = daemons("consumer-2", 32, bootstrap=first.addrs()[0])
+    provider_id = provider.peer_id
+    wait_for(
+        lambda: any(p["peer_id"] == provider_id for p in second.cli("peer", "list")["peers"]),
+        "the second consumer never saw the provider",
+    )
+    results: dict[str, Any] = {}
+
+    def submit(name: str, consumer: Daemon) -> None:
+        results[name] = run_cli(
+            "job",
+            "submit",
+            "--url",
+            f"{scripts}/slow.py",
+            "--framework",
+            "scikit-learn",
+            "--json",
+            home=consumer.home,
+        )
+
+    threads = [
+        threading.Thread(target=submit, args=(name, consumer))
+        for name, consumer in (("first", first), ("second", second))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    accepted = [r for r in results.values() if r.returncode == 0]
+    refused = [r for r in results.values() if r.returncode != 0]
+    assert len(accepted) == 1 and len(refused) == 1, {k: r.stderr for k, r in results.items()}
+    assert "busy" in refused[0].stderr
+    running = [j for j in provider.cli("job", "list")["jobs"] if j["state"] != "refused"]
+    assert len(running) == 1  # the provider started exactly one job
