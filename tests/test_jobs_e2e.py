@@ -252,3 +252,45 @@ def test_two_consumers_race_for_one_slot(daemons: Callable[..., Daemon], scripts
     assert "busy" in refused[0].stderr
     running = [j for j in provider.cli("job", "list")["jobs"] if j["state"] != "refused"]
     assert len(running) == 1  # the provider started exactly one job
+
+
+def test_only_the_consumer_can_follow_cancel_or_fetch(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    """A third peer that learnt a job id gets refusals, not the job's logs or results."""
+    import trio
+
+    from engine.identity import Identity
+    from engine.jobs import protocol as p
+    from engine.network.host import peer_id_of
+    from tests.test_network_service import service
+
+    provider, consumer = _pair(daemons)
+    job_id = _submit(consumer, f"{scripts}/iris.py")["job_id"]
+    wait_for(lambda: _state(consumer, job_id) == "completed", "iris never completed", 60)
+    provider_id, boot = provider.peer_id, provider.addrs()[0]
+    answers: list[Any] = []
+
+    async def intrude() -> None:
+        intruder = service([boot])
+        identity: Identity = intruder.identity
+        async with trio.open_nursery() as nursery:
+            await nursery.start(intruder.run)
+            for message in (
+                p.Follow(job_id=job_id),
+                p.Cancel(job_id=job_id),
+                p.FetchResults(job_id=job_id),
+            ):
+                with trio.fail_after(10):
+                    stream = await intruder.host.new_stream(
+                        peer_id_of(provider_id), [p.JOB_PROTOCOL]
+                    )
+                    await p.send(stream, identity, message)
+                    answers.append(await p.receive(stream, provider_id))
+            nursery.cancel_scope.cancel()
+
+    trio.run(intrude)
+    kinds = [type(answer[0]).__name__ if answer else None for answer in answers]
+    assert kinds == ["Refusal", "Refusal", "Refusal"]
+    assert all("no such job of yours" in answer[0].reason for answer in answers)
+    assert _state(provider, job_id) == "completed"
