@@ -20,6 +20,7 @@ from tests.docker_fixture import docker_host, sklearn_image
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
 
+TERMINAL = ("completed", "failed", "oom", "timeout", "cancelled", "interrupted", "refused")
 PROCESS_JOBS = """
 [jobs]
 executors = ["process"]
@@ -99,8 +100,10 @@ def _pair(
     return provider, consumer
 
 
-def _submit(consumer: Daemon, url: str, **extra: str) -> dict[str, Any]:
-    args = ["job", "submit", "--url", url, "--framework", "scikit-learn", "--expected-minutes", "1"]
+def _submit(
+    consumer: Daemon, url: str, framework: str = "scikit-learn", **extra: str
+) -> dict[str, Any]:
+    args = ["job", "submit", "--url", url, "--framework", framework, "--expected-minutes", "1"]
     for key, value in extra.items():
         args += [f"--{key}", value]
     return consumer.cli(*args)
@@ -294,3 +297,19 @@ def test_only_the_consumer_can_follow_cancel_or_fetch(
     assert kinds == ["Refusal", "Refusal", "Refusal"]
     assert all("no such job of yours" in answer[0].reason for answer in answers)
     assert _state(provider, job_id) == "completed"
+
+
+def test_tensorflow_job_runs_for_real(
+    daemons: Callable[..., Daemon], scripts: str, tmp_path: Path
+) -> None:
+    provider, consumer = _pair(daemons)
+    source = REPO / "examples" / "jobs" / "tensorflow_regression" / "train.py"
+    (tmp_path / "www" / "tf.py").write_text(source.read_text())  # the scripts server's folder
+    job = _submit(consumer, f"{scripts}/tf.py", framework="tensorflow")
+    wait_for(lambda: _state(consumer, job["job_id"]) in TERMINAL, "the TF job never ended", 180)
+    shown = consumer.cli("job", "show", job["job_id"])
+    assert shown["state"] == "completed", shown["reason"]
+    out = consumer.cli("job", "results", job["job_id"], "-o", str(tmp_path / "out"))
+    metrics = json.loads((Path(out["directory"]) / "outputs" / "metrics.json").read_text())
+    assert abs(metrics["weight"] - 3) < 0.1 and abs(metrics["bias"] + 2) < 0.1
+    assert provider.cli("job", "show", job["job_id"])["state"] == "completed"
