@@ -80,3 +80,36 @@ def test_kill_9_leaves_the_home_usable(daemon: subprocess.Popen[str], node_home:
     daemon.wait(10)
     info = json.loads(run_cli("info", "--json", home=node_home).stdout)
     assert info["daemon"] is False
+
+
+def test_daemon_executor_flag_sets_what_runs_jobs(node_home: Paths) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nunet_tui",
+            "--home",
+            str(node_home.home),
+            "daemon",
+            "--executor",
+            "process",
+            "--executor",
+            "docker",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not node_home.control_socket.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        run_cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home)
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=15)
+        assert "process executor runs jobs as local processes" in stderr  # the warning
+    finally:
+        if proc.poll() is None:
+            proc.kill()

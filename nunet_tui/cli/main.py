@@ -56,7 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
+    daemon = sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
+    daemon.add_argument(
+        "--executor",
+        action="append",
+        choices=("docker", "process"),
+        help="what runs jobs here (repeatable; config jobs.executors; process: trusted "
+        "local networks only)",
+    )
     demo = sub.add_parser("demo", help="a sandbox market on 127.0.0.1, then the app")
     demo.add_argument("--no-tui", action="store_true", help="print the sandbox as JSON and wait")
     demo.add_argument("--root", metavar="DIR", help="keep the sandbox's nodes in DIR")
@@ -216,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from nunet_tui.cli.demo import run_demo
 
             return run_demo(tui=not args.no_tui, root=Path(args.root) if args.root else None)
+        if args.command == "daemon" and args.executor:
+            os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
         if args.command == "daemon":
             from engine.daemon import run_daemon
 
