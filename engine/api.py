@@ -218,6 +218,12 @@ class NetworkStatus(Record, frozen=True):
     cpu_utilisation_percent: float | None = None
     memory_utilisation_percent: float | None = None
     peers: tuple[Peer, ...] = ()
+    # This node's own jobs, from their metering: what it ran and earned, what it bought.
+    jobs_run: int = 0
+    cpu_mticks_run: float = 0.0
+    ntx_earned: float = 0.0
+    jobs_bought: int = 0
+    ntx_spent: float = 0.0
 
 
 # --- jobs data (issue 5) ------------------------------------------------------------------

@@ -132,6 +132,10 @@ def test_iris_runs_logs_arrive_and_results_are_verified(
     assert first["directory"] != second["directory"]  # runs never overwrite each other
     metrics = json.loads((Path(first["directory"]) / "outputs" / "metrics.json").read_text())
     assert metrics["accuracy"] > 0.8
+    # Metering reaches the network status on both sides.
+    assert provider.cli("network", "status")["jobs_run"] == 1
+    bought = consumer.cli("network", "status")
+    assert bought["jobs_bought"] == 1 and bought["ntx_spent"] > 0
 
 
 def test_failure_cancel_and_busy_are_distinct_outcomes(

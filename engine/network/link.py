@@ -374,8 +374,9 @@ class NodeNetwork:
 
     async def _network_status(self, command: api.GetNetworkStatus) -> api.NetworkStatus:
         service = self.service
+        jobs = self._job_totals()
         if service is None:
-            return api.NetworkStatus(channel=self.channel(), online=False)
+            return api.NetworkStatus(channel=self.channel(), online=False, **jobs)
         peers = [to_api_peer(info) for info in service.peers()]
         rows = [p.resources for p in peers if p.resources is not None and p.resources.cpu_mhz]
         mine = self.heartbeat()
@@ -406,7 +407,28 @@ class NodeNetwork:
             cpu_utilisation_percent=_used_percent(totals.cpu_mhz, totals.free_cpu_mhz),
             memory_utilisation_percent=_used_percent(totals.memory_mb, totals.free_memory_mb),
             peers=tuple(sorted(peers, key=lambda p: p.last_seen, reverse=True)),
+            **jobs,
         )
+
+    def _job_totals(self) -> dict[str, Any]:
+        totals: dict[str, Any] = {
+            "jobs_run": 0,
+            "cpu_mticks_run": 0.0,
+            "ntx_earned": 0.0,
+            "jobs_bought": 0,
+            "ntx_spent": 0.0,
+        }
+        for job in self.node.store.list_jobs(states=api.TERMINAL_STATES, limit=100_000):
+            if job.metering is None:
+                continue
+            if job.role == "provider":
+                totals["jobs_run"] += 1
+                totals["cpu_mticks_run"] += job.metering.mticks
+                totals["ntx_earned"] += job.metering.cost_ntx
+            else:
+                totals["jobs_bought"] += 1
+                totals["ntx_spent"] += job.metering.cost_ntx
+        return totals
 
 
 def to_api_peer(info: PeerInfo) -> api.Peer:

@@ -196,5 +196,8 @@ def _network(status: api.NetworkStatus) -> str:
             f"  gpus    {t.free_gpus} of {t.gpus} free, "
             f"{t.free_vram_mb:,} of {t.vram_mb:,} MB VRAM",
             f"  jobs    {t.running_jobs} running",
+            f"  this node ran {status.jobs_run} job(s) ({status.cpu_mticks_run:,.0f} MTicks, "
+            f"{status.ntx_earned:.4f} NTX) and bought {status.jobs_bought} "
+            f"({status.ntx_spent:.4f} NTX)",
         ]
     )
