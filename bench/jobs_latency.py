@@ -4,7 +4,9 @@ Real daemons on 127.0.0.1 (a provider with the process executor, a consumer) and
 server for the scripts; the consumer is watched through its control socket's JobLogEvents,
 the way the TUI sees them. Goals: first line < 1 s with the process executor; >= 50,000
 lines/s arriving at the consumer.
-Usage: python bench/jobs_latency.py [ROUNDS]
+Usage: python bench/jobs_latency.py [ROUNDS] [--docker]   (--docker: DOCKER_HOST must answer and
+the test image be present: `bash scripts/dockerd.sh start`, `bash scripts/build_test_image.sh`;
+goal < 2 s)
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ def serve(root: Path) -> str:
 
 
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    docker = "--docker" in sys.argv
+    numbers = [a for a in sys.argv[1:] if a.isdigit()]
+    rounds = int(numbers[0]) if numbers else 5
     root = Path(tempfile.mkdtemp(prefix="nunet-bench-jobs-"))
     (root / "www").mkdir()
     (root / "www" / "hello.py").write_text(HELLO)
@@ -47,7 +51,10 @@ def main() -> None:
     try:
         provider = Paths.for_home(root / "provider")
         provider.ensure()
-        provider.config_file.write_text(_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0)))
+        config = _config(4, 3000, 16_000, None, (1.0, 2.0, 4.0))
+        if docker:
+            config = config.replace('executors = ["process"]', 'executors = ["docker"]')
+        provider.config_file.write_text(config)
         procs.append(_daemon(provider, root / "provider.log"))
         pclient = _client(provider, procs[-1])
         boot = _listening(pclient)
@@ -95,9 +102,10 @@ def main() -> None:
             job_id, began = run("hello.py", 1)
             latencies.append(first_lines[job_id] - began)
         print(
-            f"submit -> first log line at the consumer (process executor): median "
+            f"submit -> first log line at the consumer ({'docker' if docker else 'process'} "
+            "executor): median "
             f"{statistics.median(latencies):.3f} s, min {min(latencies):.3f}, "
-            f"max {max(latencies):.3f} (n={rounds}; goal < 1 s)"
+            f"max {max(latencies):.3f} (n={rounds}; goal < {2 if docker else 1} s)"
         )
         job_id, _ = run("flood.py", 200_000)
         stamps = counts[job_id]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,7 @@ LABEL_NODE = "nunet.node"
 LABEL_STEP = "nunet.step"
 TEST_IMAGE = "nunet/python-sklearn:test"  # scripts/build_test_image.sh: offline, from .debs
 # scikit-learn has no official image; the locally built one works offline (the demo, tests).
+log = logging.getLogger("nunet.jobs.docker")
 DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 5
@@ -296,6 +299,9 @@ class DockerExecutor(BaseExecutor):
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
             state.logs.flush()
             self._finish(state, self._status(state, exit_code, timed_out, oom))
+        except Exception:
+            log.exception("supervising job %s failed", run.job_id)
+            raise
         finally:
             self._containers.pop(run.job_id, None)
             with trio.CancelScope(shield=True):
@@ -335,12 +341,37 @@ class DockerExecutor(BaseExecutor):
                 text = chunk.decode("utf-8", "replace")
                 state.stderr_tail = (state.stderr_tail + text.splitlines())[-50:]
 
+        # Docker sends one frame per line: crossing into trio once per frame (and waiting for
+        # it) capped a chatty job at a few thousand lines a second. The reader thread queues
+        # frames and asks trio, without waiting, to drain whatever has gathered.
+        pending: list[bytes] = []
+        lock = threading.Lock()
+        scheduled = False
+
+        def drain() -> None:
+            nonlocal scheduled
+            with lock:
+                batch = pending[:]
+                pending.clear()
+                scheduled = False
+            for chunk in batch:
+                feed(chunk)
+
         def read() -> None:
+            nonlocal scheduled
             chunks = self._stream_client.api.logs(
                 cid, stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True
             )
-            for chunk in chunks:
-                trio.from_thread.run_sync(feed, chunk, trio_token=token)
+            try:
+                for chunk in chunks:
+                    with lock:
+                        pending.append(chunk)
+                        wake = not scheduled
+                        scheduled = True
+                    if wake:
+                        token.run_sync_soon(drain)
+            finally:
+                trio.from_thread.run_sync(drain, trio_token=token)  # the tail, before we end
 
         with scope:
             try:
