@@ -283,6 +283,9 @@ def test_only_the_consumer_can_follow_cancel_or_fetch(
         identity: Identity = intruder.identity
         async with trio.open_nursery() as nursery:
             await nursery.start(intruder.run)
+            with trio.fail_after(15):  # connected to the provider through bootstrapping
+                while provider_id not in intruder.connected_peers():
+                    await trio.sleep(0.05)
             for message in (
                 p.Follow(job_id=job_id),
                 p.Cancel(job_id=job_id),
