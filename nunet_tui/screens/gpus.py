@@ -22,6 +22,8 @@ from engine.api import GetGpuStatus, GpuStatusReply
 from engine.errors import EngineError
 from nunet_tui.format import safe, table_cell, thousands
 from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.gpu_doctor import GpuDoctorScreen
+from nunet_tui.screens.ml_images import MlImagesScreen
 from nunet_tui.widgets.gpu_card import GpuCard, GpuFeed
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -30,6 +32,8 @@ class GpuScreen(CapabilityScreen):
     CSS_PATH = "gpus.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("d", "doctor", "Doctor", tooltip="GPU doctor: what is missing and how to fix it"),
+        Binding("i", "ml_images", "ML images", tooltip="Pre-pull the ML framework images"),
     ]
 
     def __init__(self) -> None:
@@ -61,6 +65,12 @@ class GpuScreen(CapabilityScreen):
                     table.add_column(label, key=key)
                 yield table
         yield Footer()
+
+    def action_doctor(self) -> None:
+        self.app.push_screen(GpuDoctorScreen())
+
+    def action_ml_images(self) -> None:
+        self.app.push_screen(MlImagesScreen())
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -21,6 +21,8 @@ EVERYWHERE: tuple[tuple[str, str], ...] = (
     ("p", "peers on this channel"),
     ("c", "chat with peers"),
     ("n", "network status: the channel's resources and load"),
+    ("j", "jobs: the ones you bought and the ones this machine runs"),
+    ("s", "submit an ML job (consumer mode)"),
     ("tab", "next field or button · shift+tab previous"),
     ("esc", "back / close"),
     ("q", "quit (ctrl+q also quits, even inside a text field)"),
@@ -75,6 +77,12 @@ def _screen_title(screen: Screen[Any]) -> str:
         "ChatScreen": "the chat",
         "NetworkScreen": "the network status",
         "GpuScreen": "the GPU view",
+        "JobsScreen": "the jobs list",
+        "JobDetailScreen": "the job",
+        "SubmitScreen": "the submit form",
+        "ResultsScreen": "the job's results",
+        "GpuDoctorScreen": "the GPU doctor",
+        "MlImagesScreen": "the ML images",
     }
     return titles.get(type(screen).__name__, "this screen")
 
