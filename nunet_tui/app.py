@@ -13,6 +13,7 @@ screen stack. The first run asks which one; ``m`` and the command palette switch
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -180,6 +181,9 @@ class NunetApp(App[None]):
             mode = chosen
         self.switch_mode(mode)
         await self._read_network()
+        # What is alive now lives as long as the app: keep it out of the collector's full
+        # passes, so a job printing thousands of lines a second never stalls the UI on one.
+        gc.freeze()
 
     async def _read_network(self) -> None:
         """The network's state now; later changes arrive as NetworkChanged and PeerChanged."""

@@ -60,6 +60,17 @@ class NodeCommands(Provider):
                 "The channel's resources, load and heartbeats (n)",
                 partial(app.action_open, "network"),
             )
+            yield (
+                "Jobs",
+                "Jobs you bought and jobs this machine runs: logs, results (j)",
+                partial(app.action_open, "jobs"),
+            )
+            if mode == "consumer":
+                yield (
+                    "Submit a job",
+                    "Describe an ML job, see its price and who can run it (s)",
+                    partial(app.action_open, "submit"),
+                )
         yield ("Help", "Show every key (?)", app.action_help)
         yield ("Quit", "Leave nunet-tui (q)", app.action_quit)
 

@@ -29,6 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import msgspec  # noqa: E402
 from nacl.signing import SigningKey  # noqa: E402
 from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Input  # noqa: E402
@@ -37,6 +38,7 @@ from engine.api import (  # noqa: E402
     ChatSend,
     GetCapacity,
     GetPeerSelf,
+    JobLogLine,
     ListPeers,
     OnboardRequest,
     SetMode,
@@ -44,9 +46,12 @@ from engine.api import (  # noqa: E402
 from engine.config import Paths  # noqa: E402
 from engine.facade import Engine  # noqa: E402
 from engine.identity import Identity, save  # noqa: E402
+from engine.jobs.joblog import JobLog  # noqa: E402
+from engine.store import Store  # noqa: E402
 from nunet_tui.app import NunetApp  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
+from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW  # noqa: E402
 
 MACHINE_TOML = """\
 [machine]
@@ -152,7 +157,7 @@ async def shoot(pilot: Pilot[Any], out: Path, name: str, size: tuple[int, int]) 
 async def tour(
     engine: Engine, bob: Engine, nvml: FakeNvml, out: Path, size: tuple[int, int]
 ) -> None:
-    app = NunetApp(client=engine)
+    app = NunetApp(client=engine, examples=EXAMPLES)
     moving = asyncio.create_task(wobble(nvml))
     async with app.run_test(size=size) as pilot:
         await until(pilot, on(pilot, "ModeChooserScreen"))
@@ -234,15 +239,64 @@ async def tour(
         await pilot.press(*"consumer", "enter")
         await until(pilot, on(pilot, "ConsumerDashboard"))
         await shoot(pilot, out, "consumer-dashboard", size)
+
+        # Jobs: the submit form with the demo's iris example (bob in "Who can run it"),
+        # then the jobs stored in this node (see store_jobs) and two of them in detail.
+        await pilot.press("s")
+        await until(pilot, on(pilot, "SubmitScreen"))
+        await pilot.press("f1")
+        await until(pilot, lambda: bool(app.screen.peers))  # type: ignore[attr-defined]
+        await shoot(pilot, out, "submit", size)
+        await pilot.press("escape")
+        await until(pilot, on(pilot, "ConsumerDashboard"))
+        await pilot.press("j")
+        await until(pilot, on(pilot, "JobsScreen"))
+        await until(pilot, lambda: len(app.screen.jobs) == len(JOBS))  # type: ignore[attr-defined]
+        await shoot(pilot, out, "jobs", size)
+        await pilot.press("enter")
+        await until(pilot, on(pilot, "JobDetailScreen"))
+        await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 8)  # type: ignore[attr-defined]
+        await shoot(pilot, out, "job-detail", size)
+        await pilot.press("escape", "down", "enter")
+        await until(pilot, on(pilot, "JobDetailScreen"))
+        await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 7)  # type: ignore[attr-defined]
+        await shoot(pilot, out, "job-detail-failed", size)
     moving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await moving
 
 
+def store_jobs(home: Paths) -> None:
+    """The snapshot tests' jobs (tests/test_snapshots_jobs.py), moved to the present."""
+    shift = time.time() - NOW
+    store = Store(home.database)
+    for job, lines in JOBS:
+        moved = msgspec.structs.replace(
+            job,
+            created_at=job.created_at + shift,
+            updated_at=job.updated_at + shift,
+            started_at=None if job.started_at is None else job.started_at + shift,
+            finished_at=None if job.finished_at is None else job.finished_at + shift,
+        )
+        store.save_job(moved)
+        JobLog(home.state_dir / "jobs" / job.job_id / "log.jsonl").append(
+            JobLogLine(
+                seq=seq,
+                stream="system" if text.startswith("resumed") else "stdout",
+                text=text,
+                at=time.time(),
+            )
+            for seq, text in enumerate(lines)
+        )
+    store.close()
+
+
 def shoot_size(out: Path, size: tuple[int, int]) -> None:
     with tempfile.TemporaryDirectory(prefix="nunet-shots-") as tmp:
         host = fixed_host(Path(tmp) / "host", gpus=RIG_GPUS, clock=time.time)
-        engine = Engine(make_home(Path(tmp) / "home"), probes=host.probes).start()
+        home = make_home(Path(tmp) / "home")
+        store_jobs(home)
+        engine = Engine(home, probes=host.probes).start()
         bob: Engine | None = None
         try:
             addrs = wait(lambda: engine.call_blocking(GetPeerSelf()).addrs, "listening")

@@ -21,6 +21,7 @@ from textual.widgets import Input, OptionList, Static
 from engine.api import JobLogLine, SetMode
 from engine.control import ControlClient
 from nunet_tui.app import NunetApp
+from nunet_tui.format import DASH
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.job_detail import JobDetailScreen, traceback_tail
 from nunet_tui.screens.job_results import ResultsDirScreen, ResultsScreen, pretty_json
@@ -65,7 +66,7 @@ def scripts(tmp_path: Path) -> Iterator[str]:
     (root / "slow.py").write_text(SLOW)
     (root / "failing.py").write_text(FAILING)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[assignment, attr-defined]
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -148,7 +149,7 @@ async def test_submit_iris_follow_it_and_view_its_results(
         assert "CPU only" in text_of(form, "#device-hint")
         estimate = text_of(form, "#estimate-text")
         assert "Static estimate" in estimate and "NTX for 1 min" in estimate
-        assert "▸ Low      1     1–2" in text_of(form, "#tier-table")
+        assert f"▸ Low      1     1{DASH}2" in text_of(form, "#tier-table")
         await until(pilot, lambda: provider_id[-4:] in who(form))
         assert who(form).startswith("✓") and "NTX" in who(form)
         assert not any(form.problems.values()), form.problems
@@ -257,6 +258,43 @@ async def test_live_log_search_and_cancel(
         assert "cancelled" in text_of(detail, "#job-timeline")
 
 
+async def test_a_provider_sees_the_job_it_runs(
+    market: tuple[Daemon, Daemon, ControlClient], scripts: str
+) -> None:
+    provider, consumer, _ = market
+    job = consumer.cli(
+        "job", "submit", "--url", f"{scripts}/slow.py", "--framework", "scikit-learn"
+    )
+    client = ControlClient(provider.home.control_socket)
+    try:
+        client.call_blocking(SetMode(mode="provider"))
+        app = NunetApp(client=client)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+            running = app.screen.query_one("#running")
+            await until(pilot, lambda: running.display)
+            assert job["job_id"] in running.query_one(KeyTable).plain_text()
+            await pilot.press("j")
+            await until(pilot, lambda: type(app.screen).__name__ == "JobsScreen")
+            jobs: Any = app.screen
+            await until(pilot, lambda: job["job_id"] in jobs.jobs)
+            table = jobs.query_one("#jobs-table")
+            assert str(table.get_row_at(0)[1]) == "provider"
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
+            detail: JobDetailScreen = app.screen  # type: ignore[assignment]
+            view = detail.query_one(JobLogView)
+            await until(pilot, lambda: view.total >= 3)
+            seen = view.total
+            await until(pilot, lambda: view.total > seen)  # read as the job prints
+            # Cancelling and fetching results are the consumer's.
+            assert not detail.check_action("cancel_job", ())
+            assert not detail.check_action("results", ())
+    finally:
+        consumer.cli("job", "cancel", job["job_id"])
+        client.close()
+
+
 # --- pieces, on real inputs ------------------------------------------------------------
 
 
@@ -289,7 +327,7 @@ def test_presets_come_from_the_example_job_files() -> None:
 
 def test_the_tier_table_is_the_engine_one() -> None:
     text = tier_table("gpu", "moderate").plain
-    assert "▸ Moderate" in text and "VRAM GB" in text and "12–24" in text
+    assert "▸ Moderate" in text and "VRAM GB" in text and f"12{DASH}24" in text
 
 
 def test_json_results_are_pretty_printed() -> None:

@@ -188,14 +188,14 @@ class ConsumerJobs:
                 job = self.node.store.get_job(job_id)
                 if job is None:
                     return
-                if job.state in api.TERMINAL_STATES:
-                    if self._results_missing(job):
-                        await self._fetch_results(job)
-                    return
                 try:
+                    if job.state in api.TERMINAL_STATES:
+                        if self._results_missing(job):
+                            await self._fetch_results(job)
+                        return
                     await self._follow_once(job)
                     attempt = 0
-                except Exception as exc:
+                except Exception as exc:  # the provider away, a bad stream: retry, never crash
                     log.info("following job %s: %s; retrying", job_id, exc)
                     await trio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
                     attempt += 1
@@ -247,9 +247,13 @@ class ConsumerJobs:
             results_size=update.results_size,
             log_lines=len(joblog),
         )
-        if changed != job:
-            return self._save(changed)
-        return job
+        if changed == job:
+            return job
+        if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:
+            # Only the line count moved: keep it, but the JobLogEvent already told everyone.
+            self.node.store.save_job(changed)
+            return changed
+        return self._save(changed)
 
     # --- results -----------------------------------------------------------------------
 

@@ -57,8 +57,10 @@ from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 
 FLUSH_S = 1 / 30  # live lines are written at most this often
+FRAME_LINES = 10_000  # at most this many per write: each frame's work stays small
 PAGE = 20_000  # lines per GetJobLogs call
 POLL_S = 0.5  # provider side: how often to read new lines
+REDRAW_S = 0.25  # the facts of a running job are redrawn at most this often
 TAIL_LINES = 8  # of a traceback, under the facts
 
 
@@ -89,6 +91,8 @@ class JobDetailScreen(CapabilityScreen):
         self.flush_scheduled = False
         self.tail: list[str] = []  # the newest lines (for the traceback panel)
         self.problem: str | None = None
+        self.redraw_scheduled = False
+        self._bindings_for: tuple[object, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -185,11 +189,21 @@ class JobDetailScreen(CapabilityScreen):
                 self.flush_scheduled = True
                 self.set_timer(FLUSH_S, self._flush)
         elif isinstance(event, JobChanged) and event.job.job_id == self.job_id:
-            ended = is_terminal(event.job) and (self.job is None or not is_terminal(self.job))
+            previous = self.job
             self.job = event.job
-            self.show_job()
-            if ended:
-                self.poll_lines()  # the last lines, for sure
+            if previous is None or previous.state != event.job.state:
+                self.show_job()
+                if is_terminal(event.job):
+                    self.poll_lines()  # the last lines, for sure
+            elif not self.redraw_scheduled:
+                # A running job changes with every batch of lines (its line count): redraw
+                # a few times a second, not once per batch.
+                self.redraw_scheduled = True
+                self.set_timer(REDRAW_S, self._redraw)
+
+    def _redraw(self) -> None:
+        self.redraw_scheduled = False
+        self.show_job()
 
     # --- writing the log -----------------------------------------------------------------
 
@@ -197,11 +211,22 @@ class JobDetailScreen(CapabilityScreen):
         self.flush_scheduled = False
         if not self.loaded or self.catching_up or not self.pending:
             return
-        lines, self.pending = self.pending, []
+        pending = self.pending
+        if len(pending) > MAX_LINES:
+            # Far behind (the UI was starved): only the newest lines could be kept anyway.
+            skipped = len(pending) - MAX_LINES
+            self.log_view.dropped += skipped
+            self.log_view.total += skipped
+            self.last_seq = pending[skipped - 1].seq
+            del pending[:skipped]
+        lines, self.pending = pending[:FRAME_LINES], pending[FRAME_LINES:]
+        if self.pending:
+            self.flush_scheduled = True
+            self.set_timer(FLUSH_S, self._flush)
         if lines[0].seq != self.last_seq + 1:
             lines = [line for line in lines if line.seq > self.last_seq]
             if lines and lines[0].seq > self.last_seq + 1:
-                self.pending = lines
+                self.pending = lines + self.pending
                 self.poll_lines()  # a gap: read it from the engine, then these
                 return
         self._write(lines)
@@ -213,7 +238,7 @@ class JobDetailScreen(CapabilityScreen):
         if not lines:
             return
         self.last_seq = lines[-1].seq
-        texts = [log_text(line) for line in lines]
+        texts = [ln.text if ln.stream != "system" else f"» {ln.text}" for ln in lines]
         self.log_view.add_lines(texts)
         self.tail = (self.tail + texts[-200:])[-200:]
         self._show_log_state()
@@ -248,7 +273,11 @@ class JobDetailScreen(CapabilityScreen):
         self.query_one("#job-facts", KeyTable).set_rows(_facts(job))
         self._show_failure(job)
         self._show_log_state()
-        self.refresh_bindings()
+        # The footer is rebuilt on refresh_bindings: only when what x and o do changes.
+        bindings_for = (job.role, is_terminal(job), bool(job.results_dir))
+        if bindings_for != self._bindings_for:
+            self._bindings_for = bindings_for
+            self.refresh_bindings()
 
     def _show_failure(self, job: JobInfo) -> None:
         panel = self.query_one("#job-failure", Static)
@@ -256,11 +285,14 @@ class JobDetailScreen(CapabilityScreen):
         panel.display = failed
         if not failed:
             return
-        tail = traceback_tail(self.tail)
+        # A short terminal keeps room for the log: fewer traceback lines there.
+        tail = traceback_tail(self.tail, TAIL_LINES if self.app.size.height >= 32 else 3)
+        reason = safe(job.reason)
+        shown = reason and not any(reason[:40] in line for line in tail)
         head = Content.assemble(
             ("✗ ", "bold $text-error"),
             (f"exit code {job.exit_code}" if job.exit_code is not None else job.state, "bold"),
-            ("  " + safe(job.reason) if job.reason else "", "$text-error"),
+            (f"  {reason}" if shown else "", "$text-error"),
         )
         panel.update(
             Content("\n").join([head, *(Content.styled(line, "$text-muted") for line in tail)])

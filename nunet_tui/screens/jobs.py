@@ -60,6 +60,7 @@ class JobsScreen(CapabilityScreen):
         self.jobs: dict[str, JobInfo] = {}
         self.problem: str | None = None
         self.loaded = False
+        self.show_scheduled = False
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -102,12 +103,15 @@ class JobsScreen(CapabilityScreen):
         event = message.event
         if isinstance(event, JobChanged):
             self.jobs[event.job.job_id] = event.job
-            if self.loaded:
-                self.show()
+            # Running jobs change with every batch of log lines: redraw a few times a second.
+            if self.loaded and not self.show_scheduled:
+                self.show_scheduled = True
+                self.set_timer(0.25, self.show)
 
     # --- showing -------------------------------------------------------------------------
 
     def show(self) -> None:
+        self.show_scheduled = False
         table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
         note = self.query_one("#jobs-note", Static)
         panel = self.query_one("#jobs-panel", Vertical)
@@ -210,7 +214,7 @@ def job_row(job: JobInfo, now: float) -> tuple[Content, ...]:
     started = job.started_at or job.created_at
     return (
         Content.styled(safe(job.job_id), "bold"),
-        Content.styled(job.role, "$text-muted"),
+        Content(job.role),
         state_text(job.state),
         Content(peer_short(other_party(job))),
         Content(job_name(job, 28)),

@@ -141,13 +141,7 @@ class SubmitScreen(CapabilityScreen):
                 if self.presets:
                     with Horizontal(id="presets"):
                         yield Label("Examples", classes="field-label")
-                        for index, preset in enumerate(self.presets):
-                            yield Button(
-                                f"F{index + 1} {preset.name}",
-                                id=f"preset-{index}",
-                                compact=True,
-                                disabled=preset.spec is None,
-                            )
+                        yield Static(_preset_keys(self.presets), id="preset-keys")
                 yield from self._field(
                     "script_url",
                     "Script",
@@ -592,7 +586,9 @@ class SubmitScreen(CapabilityScreen):
             title="Submit",
             markup=False,
         )
-        self.app.switch_screen(JobDetailScreen(job.job_id, job=job))
+        # Not from inside this worker: switching removes this screen, which cancels its
+        # workers, and the new screen must not be mounted by a task being cancelled.
+        self.app.call_later(self.app.switch_screen, JobDetailScreen(job.job_id, job=job))
 
 
 def tier_table(device: str, selected: str) -> Content:
@@ -616,6 +612,19 @@ def tier_table(device: str, selected: str) -> Content:
         )
     rows[0] = Content.assemble("  ", rows[0])
     return Content("\n").join(rows)
+
+
+def _preset_keys(presets: Sequence[Preset]) -> Content:
+    """``F1 iris · F2 pytorch_checkpoint · …``: the example jobs, one key each."""
+    parts = [
+        Content.assemble(
+            (f"F{index + 1}", "bold $text-accent"),
+            " ",
+            (preset.name, "" if preset.spec is not None else "strike $text-muted"),
+        )
+        for index, preset in enumerate(presets)
+    ]
+    return Content(" · ").join(parts)
 
 
 def span(low: float, high: float) -> str:

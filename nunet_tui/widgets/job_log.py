@@ -131,11 +131,13 @@ class JobLogView(Log):
         else:
             origin = int(self.scroll_y) + (self.size.height if backwards else -1)
             origin = len(lines) if backwards and self.following else origin
-        order = (
-            range(min(origin - 1, len(lines) - 1), -1, -1)
-            if backwards
-            else range(max(origin + 1, 0), len(lines))
-        )
+        count = len(lines)
+        if backwards:
+            start = min(origin - 1, count - 1)
+            order = [*range(start, -1, -1), *range(count - 1, start, -1)]  # wraps around
+        else:
+            start = max(origin + 1, 0)
+            order = [*range(start, count), *range(0, min(start, count))]
         for index in order:
             if needle in lines[index].lower():
                 self.match = index + self.dropped
@@ -145,6 +147,7 @@ class JobLogView(Log):
                 )
                 self.refresh()
                 return self.match
+        self.match = None
         self.refresh()
         return None
 

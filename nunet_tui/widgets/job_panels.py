@@ -43,6 +43,7 @@ class _JobsPanel(Vertical):
     def __init__(self, *, id: str | None = None, classes: str | None = "panel") -> None:
         super().__init__(id=id, classes=classes)
         self.jobs: dict[str, JobInfo] = {}
+        self.show_scheduled = False
 
     def _now(self) -> float:
         clock: Callable[[], float] | None = getattr(self.app, "clock", None)
@@ -67,7 +68,13 @@ class _JobsPanel(Vertical):
     def job_changed(self, job: JobInfo) -> None:
         if job.role == self.role:
             self.jobs[job.job_id] = job
-            self.show()
+            if not self.show_scheduled:  # a running job changes with every batch of lines
+                self.show_scheduled = True
+                self.set_timer(0.25, self._show_now)
+
+    def _show_now(self) -> None:
+        self.show_scheduled = False
+        self.show()
 
     def _tick(self) -> None:
         if any(not is_terminal(job) for job in self.jobs.values()):
@@ -81,10 +88,12 @@ class RecentJobs(_JobsPanel):
     """Consumer dashboard: the last five jobs with their state; ``j`` for all."""
 
     role = "consumer"
+    DEFAULT_CSS = """
+    RecentJobs #recent-jobs { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
 
     def compose(self) -> ComposeResult:
-        yield Static(id="recent-note", markup=False)
-        yield KeyTable(id="recent-jobs")
+        yield Static(id="recent-jobs", markup=False)
 
     def on_mount(self) -> None:
         self.border_title = "Recent jobs"
@@ -92,38 +101,37 @@ class RecentJobs(_JobsPanel):
         self.show()
 
     def show(self) -> None:
-        note = self.query_one("#recent-note", Static)
-        table = self.query_one("#recent-jobs", KeyTable)
+        lines = self.query_one("#recent-jobs", Static)
         recent = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))[:RECENT]
-        note.display = not recent
-        table.display = bool(recent)
         self.border_subtitle = "j for all" if recent else ""
         if not recent:
-            note.update(
+            lines.update(
                 Content.assemble(
                     "No jobs yet. Press ", ("s", "bold $text-accent"), " to submit one."
                 )
             )
             return
         now = self._now()
-        rows: list[tuple[str | Content, str | Content]] = []
+        rows: list[Content] = []
         for job in recent:
-            detail: list[Content | str | tuple[str, str]] = [
-                state_text(job.state),
-                f"  {hms(duration(job, now))}  ",
-            ]
+            state = state_text(job.state)
             if job.state in FAILED_STATES and job.reason:
-                reason = safe(job.reason)
-                detail.append((reason if len(reason) <= 40 else reason[:39] + "…", "$text-error"))
+                last = Content.styled(safe(job.reason), "$text-error")
             else:
-                detail.append(cost(job))
+                last = cost(job)
             rows.append(
-                (
-                    Content.assemble((job.job_id[:6], "bold"), f" {job_name(job, 18)}"),
-                    Content.assemble(*detail),
+                Content.assemble(
+                    (job.job_id[:6], "bold"),
+                    "  ",
+                    f"{job_name(job, 20):<20}",
+                    "  ",
+                    state,
+                    " " * max(12 - len(state.plain), 1),
+                    f"{hms(duration(job, now))}  ",
+                    last,
                 )
             )
-        table.set_rows(rows)
+        lines.update(Content("\n").join(rows))
 
 
 class RunningJob(_JobsPanel):

@@ -113,7 +113,7 @@ def cost(job: JobInfo) -> Content:
     if job.metering is not None and (job.metering.cost_ntx or is_terminal(job)):
         return Content(ntx(job.metering.cost_ntx))
     if job.quoted_ntx is not None:
-        return Content.styled(f"≈{ntx(job.quoted_ntx)}", "$text-muted")
+        return Content.styled(f"≈{ntx(job.quoted_ntx)}", "italic")  # quoted, not metered
     return Content.styled(DASH, "$text-muted")
 
 
