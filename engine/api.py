@@ -93,6 +93,7 @@ class NodeInfo(Record, frozen=True):
     readiness: Readiness
     daemon: bool
     started_at: float
+    channel: str = DEFAULT_CHANNEL  # the onboarding's, or the one a consumer watches
 
 
 class PeerSelf(Record, frozen=True):

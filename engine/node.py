@@ -385,16 +385,18 @@ class Node:
 
     async def _info(self, command: api.GetInfo) -> api.NodeInfo:
         readiness = await trio.to_thread.run_sync(self.probes.check_readiness, self.gpus)
+        onboarded = self.store.get_onboarding()
         return api.NodeInfo(
             peer_id=self.identity.peer_id,
             version=self.version,
             home=self.paths.label,
             mode=self.mode(),
             machine=self.machine,
-            onboarded=self.store.get_onboarding(),
+            onboarded=onboarded,
             readiness=readiness,
             daemon=self.daemon,
             started_at=self.started_at,
+            channel=onboarded.channel if onboarded else self.settings.network.channel,
         )
 
     async def _peer_self(self, command: api.GetPeerSelf) -> api.PeerSelf:

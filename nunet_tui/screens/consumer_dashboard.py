@@ -10,7 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer
 
-from engine.api import DEFAULT_CHANNEL, JobChanged
+from engine.api import JobChanged
 from nunet_tui.format import mb, mhz, safe
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen, NodeView
@@ -44,7 +44,7 @@ class ConsumerDashboard(NodeScreen):
     def show_node(self, node: NodeView) -> None:
         info = node.info
         onboarding = node.onboarding
-        channel = onboarding.channel if onboarding is not None else DEFAULT_CHANNEL
+        channel = onboarding.channel if onboarding is not None else info.channel
         rows: list[tuple[str, Content]] = [
             ("Peer id", Content(safe(info.peer_id))),
             ("Channel", Content(safe(channel))),
