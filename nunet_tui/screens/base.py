@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from textual.screen import Screen
+from textual.widgets import DataTable, Input
 
 from engine.api import Capacity, NodeInfo, Onboarding
 
@@ -73,3 +74,39 @@ class CapabilityScreen(NodeScreen):
 
     def reload(self) -> None:
         """Read again from the engine; screens override this (usually a worker)."""
+
+
+class FilteredTableScreen(CapabilityScreen):
+    """A capability screen with one table and a ``/`` filter box (ids ``#filter`` and
+    ``TABLE_ID``): Esc first clears and hides the filter, then goes back."""
+
+    TABLE_ID: ClassVar[str] = ""
+
+    def show(self) -> None:
+        """Fill the table from what the screen holds, honouring the filter."""
+
+    def _table(self) -> DataTable[Any]:
+        return self.query_one(f"#{self.TABLE_ID}", DataTable)
+
+    def action_back(self) -> None:
+        field = self.query_one("#filter", Input)
+        if field.display:
+            field.value = ""
+            field.display = False
+            self._table().focus()
+            self.show()
+            return
+        self.app.pop_screen()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.display = True
+        field.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.show()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            self._table().focus()

@@ -21,7 +21,7 @@ from engine.api import JobChanged, JobInfo, JobList, ListJobs
 from engine.errors import EngineError
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FilteredTableScreen
 from nunet_tui.widgets.job_state import (
     cost,
     duration,
@@ -46,7 +46,8 @@ COLUMNS = (
 )
 
 
-class JobsScreen(CapabilityScreen):
+class JobsScreen(FilteredTableScreen):
+    TABLE_ID = "jobs-table"
     CSS_PATH = "jobs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
@@ -162,29 +163,6 @@ class JobsScreen(CapabilityScreen):
                 )
 
     # --- actions -------------------------------------------------------------------------
-
-    def action_back(self) -> None:
-        field = self.query_one("#filter", Input)
-        if field.display:
-            field.value = ""
-            field.display = False
-            self.query_one("#jobs-table", DataTable).focus()
-            self.show()
-            return
-        self.app.pop_screen()
-
-    def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.display = True
-        field.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "filter":
-            self.show()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            self.query_one("#jobs-table", DataTable).focus()
 
     def action_reload(self) -> None:
         self.load()

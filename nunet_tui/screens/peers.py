@@ -33,7 +33,7 @@ from nunet_tui.format import (
     thousands,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
 
 COLUMNS = (
@@ -49,7 +49,8 @@ COLUMNS = (
 )
 
 
-class PeersScreen(CapabilityScreen):
+class PeersScreen(FilteredTableScreen):
+    TABLE_ID = "peers-table"
     CSS_PATH = "peers.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
@@ -168,29 +169,6 @@ class PeersScreen(CapabilityScreen):
                 table.update_cell(peer_id, "seen", table_cell(Content(ago(peer.last_seen, now))))
 
     # --- actions -------------------------------------------------------------------------
-
-    def action_back(self) -> None:
-        field = self.query_one("#filter", Input)
-        if field.display:
-            field.value = ""
-            field.display = False
-            self.query_one("#peers-table", DataTable).focus()
-            self.show()
-            return
-        self.app.pop_screen()
-
-    def action_filter(self) -> None:
-        field = self.query_one("#filter", Input)
-        field.display = True
-        field.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "filter":
-            self.show()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            self.query_one("#peers-table", DataTable).focus()
 
     def action_reload(self) -> None:
         self.load(dht=False)
