@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 import trio
 
-from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits, LogLine, running
+from engine.jobs.executors.base import (
+    BaseExecutor,
+    ExitStatus,
+    JobRun,
+    Limits,
+    LogLine,
+    StderrTail,
+    failure_reason,
+    running,
+)
 from engine.jobs.executors.process import ProcessExecutor
 from engine.jobs.results import safe_unpack
 from engine.jobs.spec import JobSpec
@@ -171,6 +180,20 @@ def test_a_failing_script_keeps_its_traceback_and_exit_code(tmp_path: Path) -> N
     stderr = texts(lines, "stderr")
     assert stderr[0] == "Traceback (most recent call last):"
     assert any("in inner" in line for line in stderr)
+
+
+def test_the_failure_reason_survives_a_pipe_chunk_that_ends_inside_a_line() -> None:
+    # The CI run that found this: "ValueError" arrived in one chunk, ": shapes ..." in the next.
+    tail = StderrTail(keep=3)
+    for chunk in [
+        b'Traceback (most recent call last):\n  File "x", line 1\nValue',
+        b"Err",
+        b"or: bad\n",
+    ]:
+        tail.feed(chunk)
+    assert failure_reason(1, tail.lines) == "exit code 1: ValueError: bad"
+    tail.feed(b"no newline at the end")
+    assert tail.lines[-1] == "no newline at the end" and len(tail.lines) == 4
 
 
 def test_cancel_ends_the_job_and_its_children(tmp_path: Path) -> None:

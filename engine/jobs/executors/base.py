@@ -103,6 +103,30 @@ class Executor(Protocol):
     def usage(self, run: JobRun) -> Usage: ...
 
 
+class StderrTail:
+    """The last lines of a job's stderr, for the failure reason.
+
+    Chunks from a pipe end anywhere, also inside a line: the unfinished end is kept until
+    its newline arrives, so "ValueError: ..." is never cut into two lines.
+    """
+
+    def __init__(self, keep: int = 50) -> None:
+        self._keep = keep
+        self._lines: list[str] = []
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> None:
+        text = self._partial + chunk.decode("utf-8", "replace")
+        *complete, self._partial = text.split("\n")
+        self._partial = self._partial[-4096:]
+        if complete:
+            self._lines = (self._lines + [line.rstrip("\r") for line in complete])[-self._keep :]
+
+    @property
+    def lines(self) -> list[str]:
+        return self._lines + ([self._partial] if self._partial else [])
+
+
 @dataclass
 class RunState:
     """What an executor knows about one run (in the trio thread only)."""
@@ -116,7 +140,7 @@ class RunState:
     status: ExitStatus | None = None
     stop: tuple[Outcome, str] | None = None  # why we stopped it (cancel, shutdown)
     checkpoints: int = 0
-    stderr_tail: list[str] = field(default_factory=list)
+    stderr_tail: StderrTail = field(default_factory=StderrTail)
 
 
 def script_name(url: str) -> str:

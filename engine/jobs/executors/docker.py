@@ -327,10 +327,10 @@ class DockerExecutor(BaseExecutor):
             return ExitStatus(
                 137, "oom", f"killed (exit 137), most likely out of memory ({limit} MB)"
             )
-        if any("MemoryError" in line for line in state.stderr_tail):
+        if any("MemoryError" in line for line in state.stderr_tail.lines):
             return ExitStatus(exit_code, "oom", f"out of memory: the limit is {limit} MB")
         code = exit_code if exit_code is not None else -1
-        return ExitStatus(exit_code, "failed", failure_reason(code, state.stderr_tail))
+        return ExitStatus(exit_code, "failed", failure_reason(code, state.stderr_tail.lines))
 
     async def _read_logs(
         self, state: RunState, cid: str, stream: str, token: Any, scope: trio.CancelScope
@@ -338,8 +338,7 @@ class DockerExecutor(BaseExecutor):
         def feed(chunk: bytes) -> None:
             state.logs.feed(stream, chunk)  # type: ignore[arg-type]
             if stream == "stderr":
-                text = chunk.decode("utf-8", "replace")
-                state.stderr_tail = (state.stderr_tail + text.splitlines())[-50:]
+                state.stderr_tail.feed(chunk)
 
         # Docker sends one frame per line: crossing into trio once per frame (and waiting for
         # it) capped a chatty job at a few thousand lines a second. The reader thread queues

@@ -219,17 +219,16 @@ class ProcessExecutor(BaseExecutor):
             return ExitStatus(0, "completed", "")
         if returncode == -signal.SIGXCPU:
             return ExitStatus(code, "timeout", "used up its CPU time limit")
-        if any(marker in line for line in state.stderr_tail for marker in _OOM_MARKERS):
+        if any(marker in line for line in state.stderr_tail.lines for marker in _OOM_MARKERS):
             limit = state.run.limits.memory_mb
             return ExitStatus(code, "oom", f"out of memory: the limit is {limit} MB")
-        return ExitStatus(code, "failed", failure_reason(code, state.stderr_tail))
+        return ExitStatus(code, "failed", failure_reason(code, state.stderr_tail.lines))
 
     async def _pump(self, state: RunState, stream: str, pipe: trio.abc.ReceiveStream) -> None:
         while chunk := await pipe.receive_some(65536):
             state.logs.feed(stream, chunk)  # type: ignore[arg-type]
             if stream == "stderr":
-                text = chunk.decode("utf-8", "replace")
-                state.stderr_tail = (state.stderr_tail + text.splitlines())[-50:]
+                state.stderr_tail.feed(chunk)
 
     async def _sample(
         self, state: RunState, process: trio.Process, scope: trio.CancelScope
