@@ -1,0 +1,27 @@
+"""The NTX escrow contract: validator source, compiled artifact, datum and oracle message."""
+
+from oracle_client.contract.artifact import escrow_address, escrow_script, escrow_script_hash
+from oracle_client.contract.datum import (
+    Claim,
+    EscrowDatum,
+    OracleKind,
+    Refund,
+    base_to_ntx,
+    format_ntx,
+    ntx_to_base,
+    oracle_message,
+)
+
+__all__ = [
+    "Claim",
+    "EscrowDatum",
+    "OracleKind",
+    "Refund",
+    "base_to_ntx",
+    "escrow_address",
+    "escrow_script",
+    "escrow_script_hash",
+    "format_ntx",
+    "ntx_to_base",
+    "oracle_message",
+]

@@ -1,0 +1,138 @@
+"""The escrow's datum, redeemers and the oracle's release message (docs/payments.md).
+
+These classes are the off-chain twins of the ones in escrow_validator.py: same constructor
+ids, same field order. `oracle_message` builds the exact bytes the validator builds with
+`serialise_data`, so a signature made here verifies on-chain (tests/test_escrow_contract.py
+checks both the bytes and the signature path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Literal
+
+from pycardano import PlutusData
+
+# Must equal ORACLE_DOMAIN in escrow_validator.py: it keeps any other message the oracle key
+# signs (service quotes...) from ever verifying as a release of money.
+ORACLE_DOMAIN = b"nunet-ntx-escrow/v1"
+OracleKind = Literal["withdraw", "refund"]
+ORACLE_KINDS: tuple[OracleKind, ...] = ("withdraw", "refund")
+
+PKH_BYTES = 28
+ORACLE_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
+# Plutus serialises byte strings of up to 64 bytes in one piece, uplc 1.3 (our local
+# evaluator) already chunks a 64-byte one: below 64 both agree on the message bytes.
+JOB_ID_MAX_BYTES = 63
+
+NTX_DECIMALS = 6
+NTX_UNIT = 10**NTX_DECIMALS
+
+
+@dataclass
+class EscrowDatum(PlutusData):
+    """The inline datum of an escrow output (constr 0)."""
+
+    CONSTR_ID = 0
+    consumer: bytes
+    provider: bytes
+    oracle_key: bytes
+    job_id: bytes
+    amount: int
+    deadline: int
+
+    def validate(self) -> None:
+        """Raise ValueError for a datum the validator could never release as intended."""
+        _check_len("consumer", self.consumer, PKH_BYTES)
+        _check_len("provider", self.provider, PKH_BYTES)
+        _check_len("oracle_key", self.oracle_key, ORACLE_KEY_BYTES)
+        _check_job_id(self.job_id)
+        if self.amount <= 0:
+            raise ValueError(f"amount must be positive, got {self.amount}")
+        if self.deadline <= 0:
+            raise ValueError(f"deadline must be POSIX milliseconds, got {self.deadline}")
+
+
+@dataclass
+class Claim(PlutusData):
+    """Provider takes the escrow: `signature` is the oracle's over the withdraw message."""
+
+    CONSTR_ID = 0
+    signature: bytes
+
+
+@dataclass
+class Refund(PlutusData):
+    """Consumer takes it back: oracle's refund signature, or b"" once the deadline passed."""
+
+    CONSTR_ID = 1
+    signature: bytes = b""
+
+
+@dataclass
+class OracleMessage(PlutusData):
+    """What the oracle signs, as CBOR: the validator serialises the same structure."""
+
+    CONSTR_ID = 0
+    domain: bytes
+    kind: bytes
+    job_id: bytes
+    beneficiary: bytes
+    amount: int
+
+
+def oracle_message(
+    kind: OracleKind, job_id: str | bytes, beneficiary_pkh: bytes, amount: int
+) -> bytes:
+    """The bytes the oracle signs to release `amount` base units of job `job_id`'s escrow to
+    `beneficiary_pkh` (the provider for "withdraw", the consumer for "refund")."""
+    if kind not in ORACLE_KINDS:
+        raise ValueError(f"kind must be one of {ORACLE_KINDS}, got {kind!r}")
+    job = job_id.encode("utf-8") if isinstance(job_id, str) else bytes(job_id)
+    _check_job_id(job)
+    _check_len("beneficiary_pkh", beneficiary_pkh, PKH_BYTES)
+    if amount <= 0:
+        raise ValueError(f"amount must be positive, got {amount}")
+    message = OracleMessage(
+        ORACLE_DOMAIN, kind.encode("ascii"), job, bytes(beneficiary_pkh), amount
+    )
+    return message.to_cbor()
+
+
+def ntx_to_base(ntx: Decimal | int | str) -> int:
+    """NTX (e.g. "1.5") to base units (1_500_000); refuses sub-unit precision."""
+    try:
+        value = Decimal(ntx) if not isinstance(ntx, Decimal) else ntx
+    except InvalidOperation as exc:
+        raise ValueError(f"not an NTX amount: {ntx!r}") from exc
+    if not value.is_finite():
+        raise ValueError(f"not an NTX amount: {ntx!r}")
+    base = value * NTX_UNIT
+    if base != base.to_integral_value():
+        raise ValueError(f"{ntx} NTX has more than {NTX_DECIMALS} decimals")
+    return int(base)
+
+
+def base_to_ntx(base: int) -> Decimal:
+    """Base units to NTX, exact."""
+    return Decimal(base) / NTX_UNIT
+
+
+def format_ntx(base: int) -> str:
+    """Base units as a human NTX string: 1_500_000 -> "1.5 NTX"."""
+    text = f"{base_to_ntx(base):f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} NTX"
+
+
+def _check_len(name: str, value: bytes, size: int) -> None:
+    if len(value) != size:
+        raise ValueError(f"{name} must be {size} bytes, got {len(value)}")
+
+
+def _check_job_id(job_id: bytes) -> None:
+    if not 0 < len(job_id) <= JOB_ID_MAX_BYTES:
+        raise ValueError(f"job id must be 1..{JOB_ID_MAX_BYTES} bytes, got {len(job_id)}")
