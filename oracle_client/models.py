@@ -1,0 +1,218 @@
+"""The oracle's HTTP API as typed requests and replies (NuNet's oracle outcomes).
+
+Requests forbid unknown fields (the oracle signs for money: a misspelt field must fail loudly);
+replies accept them, so an older client keeps working against a newer oracle. Every field is
+bounded and checked on decode: sizes and hex lengths by ``oracle_client.fields``, addresses by
+bech32 checksum and network in ``__post_init__`` (msgspec turns its ValueError into a
+ValidationError).
+
+Wire shapes (JSON bodies; see docs/payments.md):
+
+- ``GET /info`` -> ``OracleInfo``
+- ``POST /request-service`` ``ServiceRequest`` -> 200 ``ServiceQuote``; errors ``ErrorReply``:
+  404 no_matching_peer, 400 price_above_budget, 409 provider_busy, 409 job_id_taken
+- ``POST /request-reward`` ``RewardRequest`` -> 200 ``RewardGrant``; 202 ``RewardPending``
+  (NuNet's 102: HTTP clients treat a real 1xx as an interim reply and wait for another, so it
+  travels as 202 with ``code: 102`` in the body); errors 404 job_not_found, 400/403 receipt
+  problems, 409 decision_conflict / lock_not_found, 422 undecidable, 500 internal, 503
+  chain_unavailable
+- ``POST /send-status`` ``StatusReport`` -> 200 ``StatusAck``; 400 bad_request, 404
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import cbor2
+import msgspec
+from msgspec import Meta
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+
+from oracle_client.addresses import AddressError, parse_payment_address
+from oracle_client.fields import (
+    AddressText,
+    Amount,
+    JobId,
+    KeyHashHex,
+    MessageHex,
+    Network,
+    PeerIdText,
+    PosixMs,
+    PublicKeyHex,
+    Reason,
+    RewardType,
+    SignatureHex,
+    TxHashHex,
+)
+from oracle_client.receipt import Receipt
+
+# What a quote signature covers starts with this tag; escrow release messages are CBOR
+# constructors (first byte 0xd8), so a quote can never be replayed as a withdraw or refund.
+QUOTE_DOMAIN = b"nunet-oracle-quote/v1\x00"
+MAX_OFFERS = 64
+
+ErrorKind = Literal[
+    "bad_request",
+    "no_matching_peer",
+    "price_above_budget",
+    "provider_busy",
+    "job_id_taken",
+    "job_not_found",
+    "receipt_mismatch",
+    "receipt_unsigned",
+    "receipt_invalid",
+    "undecidable",
+    "decision_conflict",
+    "lock_not_found",
+    "chain_unavailable",
+    "payload_too_large",
+    "not_found",
+    "internal",
+]
+TxStatus = Literal["submitted", "confirmed", "failed"]
+
+
+def _check_address(field: str, text: str, network: Network) -> None:
+    try:
+        parse_payment_address(text, network)
+    except AddressError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+
+
+class ProviderOffer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A provider the consumer found matching its job's specs, at the price it quoted."""
+
+    peer_id: PeerIdText
+    address: AddressText  # where the provider is paid (its payment key hash goes in the datum)
+    price: Amount  # NTX base units for the whole job
+    slots: Annotated[int, Meta(ge=1, le=1024)] = 1  # jobs it runs at once
+
+
+class ServiceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    job_id: JobId
+    network: Network
+    consumer_peer_id: PeerIdText
+    consumer_address: AddressText
+    budget: Amount  # the most the consumer will lock, NTX base units
+    deadline: PosixMs  # the escrow's deadline: after it the consumer may take the lock back
+    offers: Annotated[list[ProviderOffer], Meta(max_length=MAX_OFFERS)]
+
+    def __post_init__(self) -> None:
+        _check_address("consumer_address", self.consumer_address, self.network)
+        seen: set[str] = set()
+        for offer in self.offers:
+            _check_address(f"offer {offer.peer_id} address", offer.address, self.network)
+            if offer.peer_id == self.consumer_peer_id:
+                raise ValueError("a consumer cannot hire itself")
+            if offer.peer_id in seen:
+                raise ValueError(f"provider {offer.peer_id} is offered twice")
+            seen.add(offer.peer_id)
+
+
+class ServiceQuote(msgspec.Struct, frozen=True, kw_only=True):
+    """The oracle registered the job with this provider at this price and signed the terms."""
+
+    job_id: JobId
+    network: Network
+    consumer_peer_id: PeerIdText
+    consumer_pkh: KeyHashHex
+    provider_peer_id: PeerIdText
+    compute_provider_addr: AddressText
+    provider_pkh: KeyHashHex
+    estimated_price: Amount  # the amount the escrow datum must hold
+    deadline: PosixMs
+    oracle_key: PublicKeyHex
+    oracle_message: MessageHex  # quote_message(...) of the fields above
+    signature: SignatureHex
+
+    def verify(self) -> None:
+        """Raise ValueError unless the message is this quote's and the oracle key signed it:
+        what a provider checks before it runs a job on this quote."""
+        if bytes.fromhex(self.oracle_message) != quote_message(self):
+            raise ValueError("the quote's oracle message does not match its fields")
+        try:
+            VerifyKey(bytes.fromhex(self.oracle_key)).verify(
+                bytes.fromhex(self.oracle_message), bytes.fromhex(self.signature)
+            )
+        except BadSignatureError:
+            raise ValueError("the quote is not signed by its oracle key") from None
+
+
+def quote_message(quote: ServiceQuote) -> bytes:
+    """The bytes the oracle signs for a quote: domain tag + canonical CBOR of the terms."""
+    terms = {
+        "job_id": quote.job_id,
+        "network": quote.network,
+        "consumer_peer_id": quote.consumer_peer_id,
+        "consumer_pkh": quote.consumer_pkh,
+        "provider_peer_id": quote.provider_peer_id,
+        "provider_pkh": quote.provider_pkh,
+        "amount": quote.estimated_price,
+        "deadline": quote.deadline,
+        "oracle_key": quote.oracle_key,
+    }
+    return QUOTE_DOMAIN + cbor2.dumps(terms, canonical=True)
+
+
+class RewardRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Ask for the release signature. Without a receipt: "is it decided yet?" (202/102 until
+    a receipt signed by both peers was accepted, then the decision)."""
+
+    job_id: JobId
+    receipt: Receipt | None = None
+
+    def __post_init__(self) -> None:
+        if self.receipt is not None and self.receipt.job_id != self.job_id:
+            raise ValueError("the receipt is for another job")
+
+
+class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """The oracle's one decision for a job: a signature the beneficiary spends the lock with."""
+
+    job_id: JobId
+    reward_type: RewardType  # withdraw: the provider claims; refund: the consumer takes it back
+    beneficiary_pkh: KeyHashHex
+    amount: Amount
+    oracle_key: PublicKeyHex
+    oracle_message: MessageHex  # contract.datum.oracle_message(reward_type, job, pkh, amount)
+    signature: SignatureHex
+    decided_at: PosixMs
+
+    def verify_signature(self) -> None:
+        try:
+            VerifyKey(bytes.fromhex(self.oracle_key)).verify(
+                bytes.fromhex(self.oracle_message), bytes.fromhex(self.signature)
+            )
+        except BadSignatureError:
+            raise ValueError("the grant is not signed by its oracle key") from None
+
+
+class RewardPending(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: JobId
+    reason: Reason
+    code: Literal[102] = 102
+
+
+class StatusReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    job_id: JobId
+    tx_hash: TxHashHex
+    reward_type: RewardType
+    status: TxStatus
+
+
+class StatusAck(msgspec.Struct, frozen=True, kw_only=True):
+    message: Reason  # "transaction status confirmed acknowledged"
+
+
+class OracleInfo(msgspec.Struct, frozen=True, kw_only=True):
+    oracle_key: PublicKeyHex
+    network: Network
+    escrow_address: AddressText | None = None
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True):
+    code: Annotated[int, Meta(ge=100, le=599)]
+    # One of ErrorKind; typed as text so a client still reads kinds a newer oracle adds.
+    error: Annotated[str, Meta(max_length=64)] = "bad_request"
+    reason: Reason = ""
