@@ -13,7 +13,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import platformdirs
@@ -144,12 +144,27 @@ class MlImagesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
         return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
 
 
+class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[payments]: the wallet's keystore and the chain it reads (engine/payments/)."""
+
+    # none: no chain reads; local: the local ledger at ledger_url; preprod/mainnet: Blockfrost
+    # (its project id is kept in the keystore: `nunet-tui wallet blockfrost`).
+    backend: Literal["none", "local", "preprod", "mainnet"] = "none"
+    ledger_url: str = ""  # the local ledger's Blockfrost base URL (/v0 is appended)
+    # auto: the desktop's Secret Service when usable, else the encrypted file in the keys dir.
+    keystore: Literal["auto", "secretservice", "file"] = "auto"
+    passphrase_file: str = ""  # unlocks the encrypted file; must be 0600 (relative: config dir)
+    ntx_policy_id: str = ""  # hex; empty with backend = "local": the ledger says
+    ntx_asset_name: str = ""  # hex
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
     machine: MachineSettings = msgspec.field(default_factory=MachineSettings)
     network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
     jobs: JobSettings = msgspec.field(default_factory=JobSettings)
+    payments: PaymentsSettings = msgspec.field(default_factory=PaymentsSettings)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -216,6 +231,7 @@ def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
         "jobs": JobSettings,
         "machine": MachineSettings,
         "ml_images": MlImagesSettings,
+        "payments": PaymentsSettings,
     }
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):

@@ -33,6 +33,7 @@ from engine.store import Store
 if TYPE_CHECKING:
     from engine.jobs.service import NodeJobs
     from engine.network.link import NodeNetwork
+    from engine.payments.service import NodePayments
 
 log = logging.getLogger("nunet.node")
 
@@ -53,6 +54,14 @@ JOB_COMMANDS: tuple[type[api.Command], ...] = (
     api.GetJobLogs,
     api.CancelJob,
     api.FetchJobResults,
+)
+PAYMENT_COMMANDS: tuple[type[api.Command], ...] = (
+    api.WalletNew,
+    api.WalletImport,
+    api.WalletShow,
+    api.WalletBalance,
+    api.UnlockKeystore,
+    api.SetBlockfrostProjectId,
 )
 
 EventSink = Callable[[api.Event], None]
@@ -115,6 +124,9 @@ class Node:
         for command_type in JOB_COMMANDS:
             self._handlers[command_type] = self._job_command
         self._jobs: NodeJobs | None = None
+        for command_type in PAYMENT_COMMANDS:
+            self._handlers[command_type] = self._payments_command
+        self._payments: NodePayments | None = None
 
     async def prepare(self) -> None:
         """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
@@ -158,6 +170,17 @@ class Node:
 
             self._jobs = NodeJobs(self)
         return self._jobs
+
+    def payments(self) -> NodePayments:
+        if self._payments is None:
+            # Imported here: pycardano and the keyring backends load on the first use.
+            from engine.payments.service import NodePayments
+
+            self._payments = NodePayments(self)
+        return self._payments
+
+    async def _payments_command(self, command: api.Command) -> Any:
+        return await self.payments().handlers()[type(command)](command)
 
     async def _job_command(self, command: api.Command) -> Any:
         return await self.jobs().handlers()[type(command)](command)

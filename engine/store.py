@@ -11,6 +11,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -92,9 +93,31 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX job_messages_job ON job_messages (job_id, id);
     """,
+    # v4, payments: the wallet's public half. The mnemonic lives in the keystore; the key
+    # hashes here let `wallet show` answer without unlocking it or loading pycardano.
+    """
+    CREATE TABLE wallet (
+        id               INTEGER PRIMARY KEY CHECK (id = 1),
+        chain            TEXT NOT NULL CHECK (chain = 'cardano'),
+        payment_key_hash TEXT NOT NULL,
+        stake_key_hash   TEXT NOT NULL,
+        origin           TEXT NOT NULL CHECK (origin IN ('new', 'import')),
+        created_at       REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class WalletRow(NamedTuple):
+    """The wallet's public half, as the ``wallet`` table keeps it (hashes in hex)."""
+
+    chain: str
+    payment_key_hash: str
+    stake_key_hash: str
+    origin: str  # "new" or "import"
+    created_at: float
 
 
 class Store:
@@ -392,6 +415,37 @@ class Store:
             (job_id,),
         ).fetchall()
         return [(r["direction"], r["kind"], bytes(r["body"])) for r in rows]
+
+    # --- wallet (payments) ------------------------------------------------------------------
+
+    def get_wallet(self) -> WalletRow | None:
+        row = self._db.execute("SELECT * FROM wallet WHERE id = 1").fetchone()
+        if row is None:
+            return None
+        return WalletRow(
+            chain=row["chain"],
+            payment_key_hash=row["payment_key_hash"],
+            stake_key_hash=row["stake_key_hash"],
+            origin=row["origin"],
+            created_at=row["created_at"],
+        )
+
+    def save_wallet(self, wallet: WalletRow) -> None:
+        """Insert or replace the one wallet (``wallet new --force`` replaces it)."""
+        self._db.execute(
+            "INSERT INTO wallet (id, chain, payment_key_hash, stake_key_hash, origin, created_at)"
+            " VALUES (1, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET chain = excluded.chain,"
+            " payment_key_hash = excluded.payment_key_hash,"
+            " stake_key_hash = excluded.stake_key_hash, origin = excluded.origin,"
+            " created_at = excluded.created_at",
+            (
+                wallet.chain,
+                wallet.payment_key_hash,
+                wallet.stake_key_hash,
+                wallet.origin,
+                wallet.created_at,
+            ),
+        )
 
     def _history(self, action: str, onboarding: Onboarding | None) -> None:
         detail = (

@@ -82,14 +82,27 @@ def networked_engine(node_home: Paths) -> Iterator[Engine]:
 
 
 def run_cli(
-    *args: str, home: Paths | None = None, timeout: float = 60.0, env: dict[str, str] | None = None
+    *args: str,
+    home: Paths | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real command line in a fresh process, as a user's shell would."""
+    """Run the real command line in a fresh process, as a user's shell would.
+
+    ``input`` is piped to its stdin (a secret such as a mnemonic; never a terminal, so no
+    prompt waits for a person)."""
     argv = [sys.executable, "-m", "nunet_tui"]
     if home is not None:
         argv += ["--home", str(home.home)]
     full_env = {**os.environ, **(env or {})}
     full_env.pop("NUNET_HOME", None)
     return subprocess.run(
-        argv + list(args), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO
+        argv + list(args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=REPO,
+        input=input,
     )
