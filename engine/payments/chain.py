@@ -5,8 +5,8 @@ subset at ``ledger_url``), ``preprod`` or ``mainnet`` (Blockfrost, with the proj
 the keystore). Every call here blocks on HTTP: run it in a thread.
 
 NTX is the native token ``ntx_policy_id`` + ``ntx_asset_name`` (hex) from config. With the
-local ledger and no policy configured, the ledger is asked: ``GET {ledger_url}/nunet/ntx``
-answers ``{"policy_id": hex, "asset_name": hex}`` (the token its faucet mints).
+local ledger and no policy configured, the ledger says (``GET {ledger_url}/v0/ledger/info``,
+``{"ntx": {"policy_id": hex, "asset_name_hex": hex, ...}}``: the token its faucet mints).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ BACKEND_NETWORK: dict[str, Network] = {
     "preprod": "testnet",
     "mainnet": "mainnet",
 }
-LOCAL_NTX_PATH = "/nunet/ntx"
+LOCAL_INFO_PATH = "/v0/ledger/info"  # ledger_url ends in /api, like Blockfrost's
 # The local ledger takes any project id; Blockfrost's client insists on sending one.
 LOCAL_PROJECT_ID = "local"
 NTX_DECIMALS = 6
@@ -104,7 +104,7 @@ def ntx_unit(settings: PaymentsSettings) -> NtxUnit | None:
         return None
     import httpx
 
-    url = settings.ledger_url.rstrip("/") + LOCAL_NTX_PATH
+    url = settings.ledger_url.rstrip("/") + LOCAL_INFO_PATH
     try:
         response = httpx.get(url, timeout=10.0)
     except httpx.HTTPError as exc:
@@ -113,8 +113,8 @@ def ntx_unit(settings: PaymentsSettings) -> NtxUnit | None:
         return None
     try:
         response.raise_for_status()
-        data = response.json()
-        return _checked_unit(str(data["policy_id"]).lower(), str(data.get("asset_name", "")), url)
+        ntx = response.json()["ntx"]
+        return _checked_unit(str(ntx["policy_id"]).lower(), str(ntx["asset_name_hex"]), url)
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         raise EngineError(
             "chain", f"the local ledger's NTX unit at {url} is unusable: {exc}"
