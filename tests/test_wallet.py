@@ -196,13 +196,36 @@ def test_mainnet_channel_gives_a_mainnet_address(
 ) -> None:
     monkeypatch.setenv(PASSPHRASE_ENV, PASSPHRASE)
     toml = MACHINE_TOML.replace("[network]\n", '[network]\nchannel = "nunet"\n')
-    home = make_home(tmp_path / "home", machine_toml=toml)
+    home = make_home(tmp_path / "home", machine_toml=toml + '[payments]\nbackend = "preprod"\n')
     with Engine(home, network=False) as engine:
         imported = engine.call_blocking(api.WalletImport(mnemonic=VECTOR), timeout=60)
         assert (imported.wallet.address, imported.wallet.network) == (VECTOR_MAINNET, "mainnet")
         with pytest.raises(EngineError) as err:
             engine.call_blocking(api.WalletBalance())
-        assert err.value.code == "no_chain"
+        assert err.value.code == "network_mismatch" and "mainnet backend" in err.value.message
+
+
+def test_blockfrost_project_id_is_kept_in_the_keystore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSPHRASE_ENV, PASSPHRASE)
+    toml = MACHINE_TOML + '[payments]\nbackend = "preprod"\n'
+    home = make_home(tmp_path / "home", machine_toml=toml)
+    project_id = "preprodAbC123dEf456gHi789"
+    with Engine(home, network=False) as engine:
+        engine.call_blocking(api.WalletImport(mnemonic=VECTOR), timeout=60)
+        with pytest.raises(EngineError) as err:
+            engine.call_blocking(api.WalletBalance(), timeout=60)
+        assert err.value.code == "no_blockfrost_key" and "wallet blockfrost" in err.value.message
+        with pytest.raises(EngineError) as err:
+            engine.call_blocking(api.SetBlockfrostProjectId(project_id="two words"))
+        assert err.value.code == "invalid"
+        done = engine.call_blocking(api.SetBlockfrostProjectId(project_id=project_id))
+        assert str(home.keys_dir / FILE_NAME) in done.message and project_id not in done.message
+        assert project_id not in repr(api.SetBlockfrostProjectId(project_id=project_id))
+        keystore = engine._require_thread().call_blocking(engine.node.payments().keystore)
+        assert keystore.get("blockfrost-project-id") == project_id
+    assert project_id not in (home.keys_dir / FILE_NAME).read_text()
 
 
 # --- the command line -------------------------------------------------------------------
