@@ -1,0 +1,120 @@
+"""``nunet-oracle serve``: run the reference oracle.
+
+    nunet-oracle serve --db PATH --key-file PATH --ledger-url URL [--host 127.0.0.1] [--port N]
+
+When it listens it prints one JSON line on stdout: {"url", "oracle_key", "network",
+"escrow_address"}; scripts and tests read it to find the oracle (``--port 0`` picks a free
+port). SIGTERM and SIGINT stop it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from oracle_client.fields import Network
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nunet-oracle", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the oracle's HTTP API")
+    serve.add_argument("--db", type=Path, required=True, help="SQLite store (created if absent)")
+    serve.add_argument(
+        "--key-file", type=Path, required=True, help="Ed25519 key, 0600 (created on first start)"
+    )
+    serve.add_argument(
+        "--ledger-url", required=True, help="Blockfrost-compatible API base URL (chain backend)"
+    )
+    serve.add_argument("--project-id", default="local", help="Blockfrost project id")
+    serve.add_argument("--network", choices=["testnet", "mainnet"], default="testnet")
+    serve.add_argument(
+        "--ntx-asset",
+        default=None,
+        metavar="POLICY.NAME",
+        help="NTX as hex policy id and asset name; locks must then hold the amount",
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0)
+    serve.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    # pycardano dumps whole builder states at WARNING; the oracle only reads UTxOs.
+    logging.getLogger("PyCardano").setLevel(logging.ERROR)
+    try:
+        return _serve(args)
+    except Exception as exc:  # a one-line reason, not a traceback, for startup problems
+        print(f"nunet-oracle: {exc}", file=sys.stderr)
+        return 1
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Imported here so `nunet-oracle --help` does not pay for pycardano.
+    from pycardano import BlockFrostChainContext
+    from pycardano import Network as CardanoNetwork
+
+    from oracle_client.contract.artifact import escrow_address
+    from oracle_client.oracle.keys import load_or_create_key
+    from oracle_client.oracle.locks import ChainLockChecker
+    from oracle_client.oracle.server import OracleServer
+    from oracle_client.oracle.service import Oracle
+    from oracle_client.oracle.store import Store
+
+    network: Network = args.network
+    address = str(
+        escrow_address(CardanoNetwork.MAINNET if network == "mainnet" else CardanoNetwork.TESTNET)
+    )
+    key = load_or_create_key(args.key_file)
+    store = Store(args.db)
+    checker = ChainLockChecker(
+        lambda: BlockFrostChainContext(project_id=args.project_id, base_url=args.ledger_url),
+        address,
+        _ntx_asset(args.ntx_asset),
+    )
+    oracle = Oracle(key, store, checker, network, escrow_address=address)
+    server = OracleServer(oracle, args.host, args.port)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    ready = {
+        "url": server.url,
+        "oracle_key": oracle.oracle_key,
+        "network": network,
+        "escrow_address": address,
+    }
+    print(json.dumps(ready), flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.close()
+        store.close()
+    return 0
+
+
+def _ntx_asset(text: str | None) -> tuple[bytes, bytes] | None:
+    if text is None:
+        return None
+    policy, _, name = text.partition(".")
+    try:
+        policy_id, asset_name = bytes.fromhex(policy), bytes.fromhex(name)
+    except ValueError:
+        raise ValueError("--ntx-asset must be POLICY.NAME in hex") from None
+    if len(policy_id) != 28 or len(asset_name) > 32:
+        raise ValueError("--ntx-asset: the policy id is 28 bytes, the name at most 32")
+    return policy_id, asset_name
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Is the job's escrow lock on chain, with the terms the oracle registered?
+
+The oracle signs a release only for money that is really locked for this job, to these
+parties, under its own key, for the quoted amount: otherwise a signature could pay out of some
+other lock, or a provider could be told "paid" for a lock that never existed. The check is an
+interface (``LockChecker``) so the service logic does not care where the chain comes from;
+``ChainLockChecker`` is the real one over any pycardano ``ChainContext`` (Blockfrost, or the
+local ledger in tests and demos).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pycardano import Address, AssetName, ChainContext, ScriptHash, UTxO
+
+from oracle_client.contract.datum import EscrowDatum
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExpectedLock:
+    job_id: str
+    consumer_pkh: bytes
+    provider_pkh: bytes
+    oracle_key: bytes
+    amount: int  # the quoted price, NTX base units
+
+
+class LockNotFound(Exception):
+    """No UTxO at the escrow address carries a datum with the expected terms."""
+
+
+class ChainUnavailable(Exception):
+    """The chain backend could not be asked; try again later."""
+
+
+class LockChecker(Protocol):
+    def check_lock(self, expected: ExpectedLock) -> str:
+        """The matching lock's output reference ("txhash#index"), or raise LockNotFound /
+        ChainUnavailable."""
+        ...
+
+
+class ChainLockChecker:
+    """Looks through the UTxOs at the escrow address for a matching inline datum.
+
+    ``context`` may be a factory: pycardano's BlockFrostChainContext calls the backend in its
+    constructor, and the oracle must start (and answer request-service) while the chain is
+    down; the factory is called again on each check until it succeeds.
+    ``ntx_asset`` (policy id, asset name): when given, the lock must also hold ``amount`` of it,
+    so a datum that names an amount the output does not carry is not a lock.
+    """
+
+    def __init__(
+        self,
+        context: ChainContext | Callable[[], ChainContext],
+        escrow_address: Address | str,
+        ntx_asset: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        # Duck-typed: anything with utxos() is a context (pycardano's, the local ledger's).
+        is_context = hasattr(context, "utxos")
+        self._context: ChainContext | None = context if is_context else None
+        self._factory: Callable[[], ChainContext] | None = None if is_context else context
+        self.escrow_address = str(escrow_address)
+        self.ntx_asset = ntx_asset
+
+    def check_lock(self, expected: ExpectedLock) -> str:
+        try:
+            utxos = self._chain().utxos(self.escrow_address)
+        except ChainUnavailable:
+            raise
+        except Exception as exc:  # any backend failure means "cannot tell now", never "no"
+            raise ChainUnavailable(f"cannot read {self.escrow_address}: {exc}") from exc
+        for utxo in utxos:
+            if self._matches(utxo, expected):
+                return f"{utxo.input.transaction_id.payload.hex()}#{utxo.input.index}"
+        raise LockNotFound(
+            f"no escrow lock for job {expected.job_id} at {self.escrow_address} with "
+            f"amount {expected.amount}, these parties and this oracle key"
+        )
+
+    def _chain(self) -> ChainContext:
+        if self._context is None:
+            assert self._factory is not None
+            try:
+                self._context = self._factory()
+            except Exception as exc:
+                raise ChainUnavailable(f"cannot connect to the chain backend: {exc}") from exc
+        return self._context
+
+    def _matches(self, utxo: UTxO, expected: ExpectedLock) -> bool:
+        datum = _escrow_datum(utxo)
+        if datum is None:
+            return False
+        terms_match = (
+            datum.job_id == expected.job_id.encode("utf-8")
+            and datum.consumer == expected.consumer_pkh
+            and datum.provider == expected.provider_pkh
+            and datum.oracle_key == expected.oracle_key
+            and datum.amount == expected.amount
+        )
+        if not terms_match:
+            return False
+        if self.ntx_asset is None:
+            return True
+        policy, name = self.ntx_asset
+        assets = utxo.output.amount.multi_asset.get(ScriptHash(policy))
+        held = assets.get(AssetName(name), 0) if assets is not None else 0
+        return held >= expected.amount
+
+
+def _escrow_datum(utxo: UTxO) -> EscrowDatum | None:
+    """The output's inline datum as an EscrowDatum; None for anything else (anyone can send
+    any output to a script address, so foreign datums are normal, not errors)."""
+    datum = utxo.output.datum
+    if datum is None:
+        return None
+    try:
+        if isinstance(datum, EscrowDatum):
+            return datum
+        raw = getattr(datum, "cbor", None)  # RawCBOR, what BlockFrostChainContext returns
+        cbor = raw if isinstance(raw, bytes) else datum.to_cbor()
+        return EscrowDatum.from_cbor(cbor)
+    except Exception:
+        log.debug("ignoring a non-escrow datum at the escrow address", exc_info=True)
+        return None

@@ -1,0 +1,250 @@
+"""The oracle's logic, without HTTP: register quotes, decide rewards, record transactions.
+
+Every refusal is an ``OracleRefusal`` with the HTTP status and error kind the API documents
+(oracle_client/models.py), so the server only translates, and tests can drive this directly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import msgspec
+from nacl.signing import SigningKey
+
+from oracle_client.addresses import parse_payment_address
+from oracle_client.contract.datum import format_ntx, oracle_message
+from oracle_client.fields import Network, RewardType
+from oracle_client.models import (
+    ErrorKind,
+    OracleInfo,
+    ProviderOffer,
+    RewardGrant,
+    RewardPending,
+    RewardRequest,
+    ServiceQuote,
+    ServiceRequest,
+    StatusAck,
+    StatusReport,
+    quote_message,
+)
+from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, LockChecker, LockNotFound
+from oracle_client.oracle.rules import UndecidableReceipt, decide
+from oracle_client.oracle.store import Store
+from oracle_client.receipt import InvalidSignature, MissingSignature, Receipt, verify
+
+# A quote holds a provider slot until it is decided or its deadline passes; a deadline far in
+# the future would let one consumer block a provider for that long.
+MAX_DEADLINE_MS = 30 * 24 * 3600 * 1000
+
+
+class OracleRefusal(Exception):
+    def __init__(self, status: int, error: ErrorKind, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+class Oracle:
+    def __init__(
+        self,
+        signing_key: SigningKey,
+        store: Store,
+        locks: LockChecker,
+        network: Network,
+        *,
+        escrow_address: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._key = signing_key
+        self.store = store
+        self.locks = locks
+        self.network = network
+        self.escrow_address = escrow_address
+        self._clock = clock
+
+    @property
+    def oracle_key(self) -> str:
+        return bytes(self._key.verify_key).hex()
+
+    def info(self) -> OracleInfo:
+        return OracleInfo(
+            oracle_key=self.oracle_key, network=self.network, escrow_address=self.escrow_address
+        )
+
+    def request_service(self, request: ServiceRequest) -> ServiceQuote:
+        now = self._now_ms()
+        if request.network != self.network:
+            raise OracleRefusal(400, "bad_request", f"this oracle settles on {self.network}")
+        if not now < request.deadline <= now + MAX_DEADLINE_MS:
+            raise OracleRefusal(
+                400, "bad_request", "the deadline must be in the future and within 30 days"
+            )
+        if not request.offers:
+            raise OracleRefusal(
+                404, "no_matching_peer", f"no peer with matching specs for job {request.job_id}"
+            )
+        with self.store.transaction():
+            known = self.store.job(request.job_id)
+            if known is not None:
+                if known[0] == request:
+                    return known[1]  # a retried request: the same quote, not a second job
+                raise OracleRefusal(
+                    409, "job_id_taken", f"job id {request.job_id} is registered with other terms"
+                )
+            offer = self._choose(request, now)
+            quote = self._quote(request, offer)
+            self.store.add_job(request, quote)
+        return quote
+
+    def request_reward(self, request: RewardRequest) -> RewardGrant | RewardPending:
+        known = self.store.job(request.job_id)
+        if known is None:
+            raise OracleRefusal(404, "job_not_found", f"no job {request.job_id} to claim")
+        quote = known[1]
+        decided = self.store.decision(request.job_id)
+        if request.receipt is None:
+            if decided is not None:
+                return decided
+            return RewardPending(
+                job_id=request.job_id,
+                reason=f"job {request.job_id} is still running: no final receipt signed by "
+                "both peers yet",
+            )
+        kind = self._judge(request.receipt, quote)
+        if decided is not None:
+            return _same_decision(decided, kind)
+        try:
+            lock_ref = self.locks.check_lock(
+                ExpectedLock(
+                    job_id=quote.job_id,
+                    consumer_pkh=bytes.fromhex(quote.consumer_pkh),
+                    provider_pkh=bytes.fromhex(quote.provider_pkh),
+                    oracle_key=bytes.fromhex(quote.oracle_key),
+                    amount=quote.estimated_price,
+                )
+            )
+        except LockNotFound as exc:
+            raise OracleRefusal(409, "lock_not_found", str(exc)) from None
+        except ChainUnavailable as exc:
+            raise OracleRefusal(503, "chain_unavailable", str(exc)) from None
+        with self.store.transaction():
+            # Checked again under the write lock: a concurrent request may have decided first.
+            decided = self.store.decision(request.job_id)
+            if decided is not None:
+                return _same_decision(decided, kind)
+            grant = self._grant(quote, kind)
+            self.store.add_decision(grant, msgspec.json.encode(request.receipt), lock_ref)
+        return grant
+
+    def send_status(self, report: StatusReport) -> StatusAck:
+        if self.store.job(report.job_id) is None:
+            raise OracleRefusal(404, "job_not_found", f"no job {report.job_id}")
+        self.store.add_tx_report(report)
+        return StatusAck(message=f"transaction status {report.status} acknowledged")
+
+    def _choose(self, request: ServiceRequest, now: int) -> ProviderOffer:
+        """The cheapest offer within budget whose provider has a free slot (ties: the
+        consumer's order)."""
+        affordable = sorted(
+            (o for o in request.offers if o.price <= request.budget), key=lambda o: o.price
+        )
+        if not affordable:
+            cheapest = min(o.price for o in request.offers)
+            raise OracleRefusal(
+                400,
+                "price_above_budget",
+                f"estimated price {format_ntx(cheapest)} is above the budget "
+                f"{format_ntx(request.budget)}",
+            )
+        for offer in affordable:
+            if self.store.open_jobs(offer.peer_id, now) < offer.slots:
+                return offer
+        raise OracleRefusal(
+            409, "provider_busy", "every provider within budget is busy with open jobs"
+        )
+
+    def _quote(self, request: ServiceRequest, offer: ProviderOffer) -> ServiceQuote:
+        consumer = parse_payment_address(request.consumer_address, self.network)
+        provider = parse_payment_address(offer.address, self.network)
+        unsigned = ServiceQuote(
+            job_id=request.job_id,
+            network=self.network,
+            consumer_peer_id=request.consumer_peer_id,
+            consumer_pkh=consumer.payment_key_hash.hex(),
+            provider_peer_id=offer.peer_id,
+            compute_provider_addr=offer.address,
+            provider_pkh=provider.payment_key_hash.hex(),
+            estimated_price=offer.price,
+            deadline=request.deadline,
+            oracle_key=self.oracle_key,
+            oracle_message="00",
+            signature="00" * 64,
+        )
+        message = quote_message(unsigned)
+        return msgspec.structs.replace(
+            unsigned,
+            oracle_message=message.hex(),
+            signature=self._key.sign(message).signature.hex(),
+        )
+
+    def _judge(self, receipt: Receipt, quote: ServiceQuote) -> RewardType:
+        """The decision this receipt asks for, once it is shown to be this job's and signed."""
+        mismatched = [
+            name
+            for name, ours, theirs in (
+                ("consumer_peer_id", quote.consumer_peer_id, receipt.consumer_peer_id),
+                ("provider_peer_id", quote.provider_peer_id, receipt.provider_peer_id),
+                ("consumer_pkh", quote.consumer_pkh, receipt.consumer_pkh),
+                ("provider_pkh", quote.provider_pkh, receipt.provider_pkh),
+                ("amount", quote.estimated_price, receipt.amount),
+            )
+            if ours != theirs
+        ]
+        if mismatched:
+            raise OracleRefusal(
+                400,
+                "receipt_mismatch",
+                f"the receipt's {', '.join(mismatched)} differ from the registered job",
+            )
+        try:
+            verify(receipt)
+        except MissingSignature as exc:
+            raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
+        except InvalidSignature as exc:
+            raise OracleRefusal(403, "receipt_invalid", str(exc)) from None
+        try:
+            return decide(receipt)
+        except UndecidableReceipt as exc:
+            raise OracleRefusal(422, "undecidable", str(exc)) from None
+
+    def _grant(self, quote: ServiceQuote, kind: RewardType) -> RewardGrant:
+        beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh
+        message = oracle_message(
+            kind, quote.job_id, bytes.fromhex(beneficiary), quote.estimated_price
+        )
+        return RewardGrant(
+            job_id=quote.job_id,
+            reward_type=kind,
+            beneficiary_pkh=beneficiary,
+            amount=quote.estimated_price,
+            oracle_key=self.oracle_key,
+            oracle_message=message.hex(),
+            signature=self._key.sign(message).signature.hex(),
+            decided_at=self._now_ms(),
+        )
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _same_decision(decided: RewardGrant, asked: RewardType) -> RewardGrant:
+    if decided.reward_type != asked:
+        raise OracleRefusal(
+            409,
+            "decision_conflict",
+            f"job {decided.job_id} was already decided: {decided.reward_type}; "
+            f"the oracle never signs a {asked} as well",
+        )
+    return decided

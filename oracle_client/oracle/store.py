@@ -1,0 +1,159 @@
+"""The oracle's SQLite store: registered jobs, the one decision per job, reported transactions.
+
+The decisions table is what makes the oracle safe to run: its primary key is the job id, and a
+decision is written in the same IMMEDIATE transaction that checked there was none, so even two
+oracle processes on one database can never sign twice for a job, let alone a withdraw and a
+refund. Writes are synchronous=FULL: a signature handed out must survive a power cut.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+from oracle_client.models import RewardGrant, ServiceQuote, ServiceRequest, StatusReport
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    provider_peer_id TEXT NOT NULL,
+    deadline INTEGER NOT NULL,
+    request TEXT NOT NULL,   -- the ServiceRequest, JSON
+    quote TEXT NOT NULL,     -- the signed ServiceQuote, JSON
+    registered_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_provider ON jobs (provider_peer_id, deadline);
+CREATE TABLE IF NOT EXISTS decisions (
+    job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+    reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund')),
+    grant_json TEXT NOT NULL,    -- the signed RewardGrant, JSON
+    receipt TEXT NOT NULL,       -- the receipt it was decided on, JSON
+    lock_ref TEXT NOT NULL,      -- the escrow UTxO seen on chain
+    decided_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tx_reports (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL REFERENCES jobs (job_id),
+    tx_hash TEXT NOT NULL,
+    reward_type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reported_at INTEGER NOT NULL
+);
+"""
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared by the server's threads, serialised by a lock: the oracle's
+        # load is a few requests a second, and one writer keeps the transactions obvious.
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """An IMMEDIATE transaction: it takes the write lock before the first read, so a check
+        and the write that depends on it cannot interleave with another process."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def job(self, job_id: str) -> tuple[ServiceRequest, ServiceQuote] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT request, quote FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        return (
+            msgspec.json.decode(row[0], type=ServiceRequest),
+            msgspec.json.decode(row[1], type=ServiceQuote),
+        )
+
+    def open_jobs(self, provider_peer_id: str, now_ms: int) -> int:
+        """Jobs of this provider not decided yet whose deadline has not passed."""
+        with self._lock:
+            (count,) = self._db.execute(
+                "SELECT COUNT(*) FROM jobs LEFT JOIN decisions USING (job_id) "
+                "WHERE provider_peer_id = ? AND deadline > ? AND decisions.job_id IS NULL",
+                (provider_peer_id, now_ms),
+            ).fetchone()
+        return int(count)
+
+    def add_job(self, request: ServiceRequest, quote: ServiceQuote) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    request.job_id,
+                    quote.provider_peer_id,
+                    quote.deadline,
+                    msgspec.json.encode(request).decode(),
+                    msgspec.json.encode(quote).decode(),
+                    _now_ms(),
+                ),
+            )
+
+    def decision(self, job_id: str) -> RewardGrant | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT grant_json FROM decisions WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return None if row is None else msgspec.json.decode(row[0], type=RewardGrant)
+
+    def add_decision(self, grant: RewardGrant, receipt_json: bytes, lock_ref: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO decisions VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    grant.job_id,
+                    grant.reward_type,
+                    msgspec.json.encode(grant).decode(),
+                    receipt_json.decode(),
+                    lock_ref,
+                    grant.decided_at,
+                ),
+            )
+
+    def add_tx_report(self, report: StatusReport) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO tx_reports (job_id, tx_hash, reward_type, status, reported_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (report.job_id, report.tx_hash, report.reward_type, report.status, _now_ms()),
+            )
+
+    def tx_reports(self, job_id: str) -> list[StatusReport]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT tx_hash, reward_type, status FROM tx_reports WHERE job_id = ? ORDER BY id",
+                (job_id,),
+            ).fetchall()
+        return [
+            StatusReport(job_id=job_id, tx_hash=tx, reward_type=kind, status=status)
+            for tx, kind, status in rows
+        ]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

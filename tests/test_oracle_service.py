@@ -1,0 +1,408 @@
+"""The reference oracle: receipts it refuses, one decision per job (also under races and
+across restarts), the decision rules, the lock check over a ChainContext, its key file, and
+`nunet-oracle serve` as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+import trio
+from nacl.signing import VerifyKey
+from pycardano import (
+    Address,
+    Asset,
+    AssetName,
+    MultiAsset,
+    Network,
+    RawCBOR,
+    ScriptHash,
+    TransactionInput,
+    TransactionOutput,
+    UTxO,
+    Value,
+)
+
+from oracle_client.client import (
+    DecisionConflict,
+    LockNotFound,
+    OracleClient,
+    OracleUnavailable,
+    ReceiptRejected,
+    Undecidable,
+)
+from oracle_client.contract.datum import EscrowDatum
+from oracle_client.models import RewardGrant, RewardRequest, ServiceQuote
+from oracle_client.oracle.keys import KeyFileError, load_or_create_key
+from oracle_client.oracle.locks import ChainLockChecker, ChainUnavailable, ExpectedLock
+from oracle_client.oracle.locks import LockNotFound as ChainLockNotFound
+from oracle_client.oracle.rules import UndecidableReceipt, decide
+from oracle_client.oracle.server import OracleServer
+from oracle_client.receipt import Fault, Outcome
+from tests.doubles.oracle import (
+    CONSUMER,
+    PROVIDER,
+    LockCheckerDouble,
+    lock_for,
+    receipt_for,
+    running_oracle,
+    service_request,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def checker() -> LockCheckerDouble:
+    return LockCheckerDouble()
+
+
+@pytest.fixture
+def server(tmp_path: Path, checker: LockCheckerDouble) -> Iterator[OracleServer]:
+    with running_oracle(tmp_path / "oracle", checker) as server:
+        yield server
+
+
+def _client(server: OracleServer) -> OracleClient:
+    return OracleClient(server.url, timeout=5, retries=0)
+
+
+def _registered(server: OracleServer, checker: LockCheckerDouble, job_id: str) -> ServiceQuote:
+    """A job registered with the oracle and locked on "chain"."""
+
+    async def main() -> ServiceQuote:
+        async with _client(server) as oracle:
+            return await oracle.request_service(service_request(job_id))
+
+    quote = trio.run(main)
+    checker.add(lock_for(quote))
+    return quote
+
+
+def _reward(server: OracleServer, request: RewardRequest) -> object:
+    async def main() -> object:
+        async with _client(server) as oracle:
+            return await oracle.request_reward(request)
+
+    return trio.run(main)
+
+
+def test_tampered_receipt_is_refused(server: OracleServer, checker: LockCheckerDouble) -> None:
+    quote = _registered(server, checker, "job-t")
+    signed = receipt_for(quote, "failed", "provider")
+    tampered = msgspec.structs.replace(signed, fault="consumer")  # refund turned into withdraw
+    with pytest.raises(ReceiptRejected) as refused:
+        _reward(server, RewardRequest(job_id="job-t", receipt=tampered))
+    assert refused.value.status == 403 and refused.value.error == "receipt_invalid"
+    other_terms = receipt_for(quote)
+    other_terms = msgspec.structs.replace(other_terms, amount=quote.estimated_price * 2)
+    with pytest.raises(ReceiptRejected, match="amount differ from the registered job"):
+        _reward(server, RewardRequest(job_id="job-t", receipt=other_terms))
+    assert server.oracle.store.decision("job-t") is None
+    assert checker.lookups == 0  # refused before the chain was even asked
+
+
+def test_receipt_signed_by_one_peer_is_refused(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-1p")
+    for signer, missing in ((PROVIDER, "consumer"), (CONSUMER, "provider")):
+        receipt = receipt_for(quote, signers=(signer,))
+        with pytest.raises(ReceiptRejected, match=f"not signed by the {missing}") as refused:
+            _reward(server, RewardRequest(job_id="job-1p", receipt=receipt))
+        assert refused.value.error == "receipt_unsigned"
+    assert server.oracle.store.decision("job-1p") is None
+
+
+def test_double_request_returns_the_same_decision(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-d")
+    first = _reward(server, RewardRequest(job_id="job-d", receipt=receipt_for(quote)))
+    again = _reward(server, RewardRequest(job_id="job-d", receipt=receipt_for(quote)))
+    bare = _reward(server, RewardRequest(job_id="job-d"))
+    assert isinstance(first, RewardGrant)
+    assert first == again == bare  # same signature, same decided_at: signed once
+    assert checker.lookups == 1
+
+
+def test_withdraw_after_refund_is_refused(server: OracleServer, checker: LockCheckerDouble) -> None:
+    quote = _registered(server, checker, "job-wr")
+    refund = _reward(
+        server, RewardRequest(job_id="job-wr", receipt=receipt_for(quote, "timeout", "provider"))
+    )
+    assert isinstance(refund, RewardGrant) and refund.reward_type == "refund"
+    with pytest.raises(DecisionConflict, match="already decided: refund") as conflict:
+        _reward(server, RewardRequest(job_id="job-wr", receipt=receipt_for(quote)))
+    assert conflict.value.status == 409
+    assert server.oracle.store.decision("job-wr") == refund
+
+
+def test_concurrent_withdraw_and_refund_sign_only_one(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-race")
+    receipts = [receipt_for(quote), receipt_for(quote, "failed", "provider")] * 4
+    results: list[tuple[int, dict[str, Any]]] = []
+    barrier = threading.Barrier(len(receipts))
+
+    def ask(index: int) -> None:
+        barrier.wait()
+        body = msgspec.json.encode(RewardRequest(job_id="job-race", receipt=receipts[index]))
+        reply = httpx.post(f"{server.url}/request-reward", content=body, timeout=10)
+        results.append((reply.status_code, reply.json()))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(receipts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    granted = [body for status, body in results if status == 200]
+    refused = [body for status, body in results if status == 409]
+    assert len(granted) == 4 and len(refused) == 4
+    assert len({g["signature"] for g in granted}) == 1
+    kinds = {g["reward_type"] for g in granted}
+    assert len(kinds) == 1 and all(r["error"] == "decision_conflict" for r in refused)
+
+
+def test_no_lock_on_chain_means_no_signature(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    async def register() -> ServiceQuote:
+        async with _client(server) as oracle:
+            return await oracle.request_service(service_request("job-nl"))
+
+    quote = trio.run(register)
+    checker.add(lock_for(quote, amount=quote.estimated_price - 1))  # not the quoted price
+    request = RewardRequest(job_id="job-nl", receipt=receipt_for(quote))
+    with pytest.raises(LockNotFound) as missing:
+        _reward(server, request)
+    assert missing.value.status == 409
+    assert server.oracle.store.decision("job-nl") is None
+    checker.add(lock_for(quote))  # the lock lands on chain
+    assert isinstance(_reward(server, request), RewardGrant)
+
+
+def test_undecidable_receipt_gets_no_signature(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-u")
+    with pytest.raises(Undecidable) as undecidable:
+        _reward(server, RewardRequest(job_id="job-u", receipt=receipt_for(quote, "failed")))
+    assert undecidable.value.status == 422
+    assert "blames neither peer" in undecidable.value.reason
+
+
+@pytest.mark.parametrize(
+    ("outcome", "fault", "started", "decision"),
+    [
+        ("completed", "none", True, "withdraw"),
+        ("failed", "provider", True, "refund"),
+        ("oom", "provider", True, "refund"),
+        ("timeout", "provider", True, "refund"),
+        ("interrupted", "provider", True, "refund"),
+        ("cancelled", "consumer", False, "refund"),  # cancelled before it started
+        ("failed", "none", False, "refund"),  # never started: nothing to pay for
+        ("failed", "consumer", True, "withdraw"),  # the consumer's script failed
+        ("timeout", "consumer", True, "withdraw"),  # the job overran its own limit
+        ("cancelled", "consumer", True, "withdraw"),  # cancelled while running
+        ("cancelled", "none", True, None),
+    ],
+)
+def test_decision_rules(outcome: Outcome, fault: Fault, started: bool, decision: str) -> None:
+    quote = ServiceQuote(
+        job_id="job-rules",
+        network="testnet",
+        consumer_peer_id=CONSUMER.peer_id,
+        consumer_pkh=CONSUMER.pkh,
+        provider_peer_id=PROVIDER.peer_id,
+        compute_provider_addr=PROVIDER.address(),
+        provider_pkh=PROVIDER.pkh,
+        estimated_price=1,
+        deadline=2_000_000_000_000,
+        oracle_key="00" * 32,
+        oracle_message="00",
+        signature="00" * 64,
+    )
+    receipt = receipt_for(quote, outcome, fault, started=started, signers=())
+    if decision is None:
+        with pytest.raises(UndecidableReceipt):
+            decide(receipt)
+    else:
+        assert decide(receipt) == decision
+
+
+def test_decisions_survive_a_restart(tmp_path: Path) -> None:
+    checker = LockCheckerDouble()
+    root = tmp_path / "oracle"
+    with running_oracle(root, checker) as server:
+        oracle_key = server.oracle.oracle_key
+        quote = _registered(server, checker, "job-p")
+        refund = _reward(
+            server, RewardRequest(job_id="job-p", receipt=receipt_for(quote, "oom", "provider"))
+        )
+    assert stat.S_IMODE((root / "oracle.key").stat().st_mode) == 0o600
+    with running_oracle(root, checker) as server:
+        assert server.oracle.oracle_key == oracle_key  # the key is kept, not regenerated
+        assert _reward(server, RewardRequest(job_id="job-p")) == refund
+        with pytest.raises(DecisionConflict):
+            _reward(server, RewardRequest(job_id="job-p", receipt=receipt_for(quote)))
+        assert checker.lookups == 1  # decided before the restart: never looked up again
+
+
+def test_key_file_refuses_loose_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "oracle.key"
+    key = load_or_create_key(path)
+    assert load_or_create_key(path).encode() == key.encode()
+    path.chmod(0o644)
+    with pytest.raises(KeyFileError, match="readable by others"):
+        load_or_create_key(path)
+    path.chmod(0o600)
+    path.write_text("not a key\n")
+    with pytest.raises(KeyFileError, match="32-byte Ed25519 seed"):
+        load_or_create_key(path)
+
+
+# ------------------------------------------------------------------ the lock check on a chain
+
+
+class ChainContextDouble:
+    """Answers ``utxos(address)`` from a list, as a pycardano ChainContext would: the only
+    call ChainLockChecker makes. (The local ledger replaces this once it is available.)"""
+
+    def __init__(self, utxos: list[UTxO], fail: bool = False) -> None:
+        self._utxos = utxos
+        self.fail = fail
+
+    def utxos(self, address: str) -> list[UTxO]:
+        if self.fail:
+            raise ConnectionError("connection refused")
+        return list(self._utxos)
+
+
+POLICY = bytes(range(28))
+NTX = b"NTX"
+ESCROW = str(Address(ScriptHash(bytes(28)), network=Network.TESTNET))
+
+
+def _utxo(index: int, datum: object, ntx: int) -> UTxO:
+    assets = MultiAsset({ScriptHash(POLICY): Asset({AssetName(NTX): ntx})})
+    output = TransactionOutput(Address.from_primitive(ESCROW), Value(2_000_000, assets))
+    output.datum = datum
+    return UTxO(TransactionInput.from_primitive([bytes([index]) * 32, 0]), output)
+
+
+def test_chain_lock_checker_matches_the_inline_datum() -> None:
+    expected = ExpectedLock(
+        job_id="job-c",
+        consumer_pkh=bytes.fromhex(CONSUMER.pkh),
+        provider_pkh=bytes.fromhex(PROVIDER.pkh),
+        oracle_key=bytes(32),
+        amount=5_000_000,
+    )
+
+    def datum(**change: object) -> EscrowDatum:
+        fields: dict[str, object] = {
+            "consumer": expected.consumer_pkh,
+            "provider": expected.provider_pkh,
+            "oracle_key": expected.oracle_key,
+            "job_id": b"job-c",
+            "amount": expected.amount,
+            "deadline": 2_000_000_000_000,
+        }
+        fields.update(change)
+        return EscrowDatum(**fields)  # type: ignore[arg-type]
+
+    decoys = [
+        _utxo(1, None, 5_000_000),
+        _utxo(2, RawCBOR(b"\x01"), 5_000_000),  # someone's unrelated datum
+        _utxo(3, RawCBOR(datum(amount=4_999_999).to_cbor()), 5_000_000),
+        _utxo(4, RawCBOR(datum(job_id=b"job-x").to_cbor()), 5_000_000),
+        _utxo(5, RawCBOR(datum(oracle_key=bytes([1]) * 32).to_cbor()), 5_000_000),
+        _utxo(6, RawCBOR(datum().to_cbor()), 4_000_000),  # datum says 5 NTX, holds 4
+    ]
+    context = ChainContextDouble(decoys)
+    checker = ChainLockChecker(context, ESCROW, (POLICY, NTX))
+    with pytest.raises(ChainLockNotFound):
+        checker.check_lock(expected)
+    context._utxos.append(_utxo(7, RawCBOR(datum().to_cbor()), 5_000_000))
+    assert checker.check_lock(expected) == f"{'07' * 32}#0"
+    context.fail = True
+    with pytest.raises(ChainUnavailable, match="connection refused"):
+        checker.check_lock(expected)
+
+    # A backend that cannot even be constructed yet is "unavailable", and is retried later.
+    attempts: list[int] = []
+
+    def connect() -> ChainContextDouble:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("ledger not up")
+        return ChainContextDouble([_utxo(8, datum(), 5_000_000)])
+
+    lazy = ChainLockChecker(connect, ESCROW)
+    with pytest.raises(ChainUnavailable, match="ledger not up"):
+        lazy.check_lock(expected)
+    assert lazy.check_lock(expected) == f"{'08' * 32}#0"
+
+
+# ------------------------------------------------------------------ nunet-oracle serve
+
+
+def test_cli_serves_and_prints_its_address(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    command = [
+        sys.executable,
+        "-m",
+        "oracle_client.oracle.cli",
+        "serve",
+        "--db",
+        str(tmp_path / "oracle.db"),
+        "--key-file",
+        str(key_file),
+        "--ledger-url",
+        "http://127.0.0.1:9",  # no ledger: serving must not need the chain until a reward
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["url"].startswith("http://127.0.0.1:")
+        assert ready["escrow_address"].startswith("addr_test1w")
+        seed = bytes.fromhex(key_file.read_text().strip())
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        info = httpx.get(f"{ready['url']}/info").json()
+        assert info["oracle_key"] == ready["oracle_key"]
+        assert bytes(VerifyKey(bytes.fromhex(info["oracle_key"]))) != seed
+
+        async def main() -> None:
+            async with OracleClient(ready["url"], timeout=5, retries=0) as oracle:
+                quote = await oracle.request_service(service_request("job-cli"))
+                reward = RewardRequest(job_id="job-cli", receipt=receipt_for(quote))
+                with pytest.raises(OracleUnavailable, match="503") as down:
+                    await oracle.request_reward(reward)
+                assert "cannot connect to the chain backend" in str(down.value)
+
+        trio.run(main)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
