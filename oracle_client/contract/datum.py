@@ -43,8 +43,9 @@ class EscrowDatum(PlutusData):
     amount: int
     deadline: int
 
-    def validate(self) -> None:
-        """Raise ValueError for a datum the validator could never release as intended."""
+    def check(self) -> None:
+        """Raise ValueError for a datum the validator could never release as intended: call
+        before locking. (Not named `validate`: pycardano calls that on every serialisation.)"""
         _check_len("consumer", self.consumer, PKH_BYTES)
         _check_len("provider", self.provider, PKH_BYTES)
         _check_len("oracle_key", self.oracle_key, ORACLE_KEY_BYTES)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import cbor2
@@ -181,8 +182,6 @@ class TxContext:
         self.datums: dict[bytes, Any] = {
             datum_hash(d).payload: d for d in (self.witnesses.plutus_data or [])
         }
-        self._refuse_unsupported()
-        self.tx_info = self._tx_info()
 
     # -- the parts of TxInfo -------------------------------------------------------------
     def _refuse_unsupported(self) -> None:
@@ -245,7 +244,10 @@ class TxContext:
             upper = _constr(0, _constr(1, _int(self.slot_config.slot_to_posix_ms(ttl))), FALSE)
         return _constr(0, lower, upper)
 
-    def _tx_info(self) -> PlutusData:
+    @cached_property
+    def tx_info(self) -> PlutusData:
+        """TxInfo, built once (and only when a script needs it)."""
+        self._refuse_unsupported()
         body = self.body
         signers = sorted(body.required_signers or [], key=lambda h: h.payload)
         withdrawals = PlutusMap({_credential(c): _int(n) for c, n in self._withdrawals()})

@@ -131,6 +131,8 @@ def evaluate_tx(
 ) -> list[ScriptResult]:
     """Run every redeemer's script of `tx` (see the module docstring)."""
     ctx = TxContext(tx, resolved_utxos, slot_config)
+    if not ctx.redeemers:
+        return []  # nothing to run: certificates or unresolved inputs are the ledger's business
     scripts = ctx.scripts()
     results = []
     for redeemer in ctx.redeemers:
@@ -189,6 +191,8 @@ def _explain(exc: Exception) -> str:
         return "exhausted its execution budget"
     if text == "Execution called Error":
         return "the script failed (error)"
+    # A failing builtin's message carries all its arguments (whole messages, keys...).
+    text = text if len(text) <= 240 else text[:240] + "…"
     return f"{type(exc).__name__}: {text}"
 
 

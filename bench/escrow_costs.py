@@ -1,0 +1,64 @@
+"""What the NTX escrow costs on-chain: script size, and execution units and fee of each path.
+
+Runs the committed compiled script (oracle_client/contract/build/escrow.json) with uplc on
+signed transactions, as tests/test_escrow_contract.py does, and prints the figures against
+the per-tx limits. Usage: python bench/escrow_costs.py [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from oracle_client.contract.artifact import load_artifact
+from oracle_client.contract.datum import Claim, Refund
+from oracle_client.plutus import MAX_TX_EX_UNITS, ScriptResult
+from tests.escrow_world import CONSUMER, DEADLINE_SLOT, PROVIDER, oracle_sign, run_spend
+
+CASES: dict[str, tuple[Any, dict[str, Any]]] = {
+    "claim (provider + oracle withdraw signature)": (
+        Claim(oracle_sign("withdraw", PROVIDER)),
+        {"payer": PROVIDER},
+    ),
+    "refund after the deadline (consumer)": (
+        Refund(b""),
+        {"payer": CONSUMER, "validity_start": DEADLINE_SLOT + 1, "ttl": None},
+    ),
+    "refund before the deadline (consumer + oracle refund signature)": (
+        Refund(oracle_sign("refund", CONSUMER)),
+        {"payer": CONSUMER},
+    ),
+}
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    artifact = load_artifact()
+    print(f"escrow script: {artifact.size_bytes} bytes, hash {artifact.script_hash}")
+    print(f"limits per tx: cpu {MAX_TX_EX_UNITS.steps:,} mem {MAX_TX_EX_UNITS.mem:,}")
+    for label, (redeemer, kwargs) in CASES.items():
+        timings = []
+        result: ScriptResult | None = None
+        for _ in range(rounds):
+            start = time.perf_counter()
+            result = run_spend(redeemer, **kwargs)
+            timings.append(time.perf_counter() - start)
+        assert result is not None and result.ok, result and result.describe()
+        cpu_share = 100 * result.cpu / MAX_TX_EX_UNITS.steps
+        mem_share = 100 * result.mem / MAX_TX_EX_UNITS.mem
+        print(f"{label}")
+        print(
+            f"  cpu {result.cpu:>12,} ({cpu_share:.2f}%)  mem {result.mem:>9,} ({mem_share:.2f}%)"
+            f"  script fee {result.fee_lovelace / 1e6:.6f} ADA"
+            f"  built+evaluated in {1000 * statistics.median(timings):.0f} ms (median of {rounds})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
