@@ -103,6 +103,10 @@ def test_peer_id_decoding_matches_py_libp2p() -> None:
     signed = sign(receipt, pair.private_key.to_bytes())  # raw 32-byte seed
     assert signed.consumer_signature and not signed.provider_signature
     assert sign(receipt, pair.private_key.serialize()) == signed  # libp2p protobuf key file
+    seed_and_public = pair.private_key.to_bytes() + pair.public_key.to_bytes()  # Go's raw form
+    assert sign(receipt, seed_and_public) == signed
+    with pytest.raises(ReceiptError, match="public half"):
+        sign(receipt, pair.private_key.to_bytes() + bytes(32))
     verify_signature(signed, "consumer")
 
 

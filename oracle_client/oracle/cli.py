@@ -36,10 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--project-id", default="local", help="Blockfrost project id")
     serve.add_argument("--network", choices=["testnet", "mainnet"], default="testnet")
     serve.add_argument(
-        "--ntx-asset",
+        "--ntx-unit",
         default=None,
-        metavar="POLICY.NAME",
-        help="NTX as hex policy id and asset name; locks must then hold the amount",
+        metavar="UNIT",
+        help="NTX in Blockfrost's spelling (policy id hex + asset name hex, as nunet-ledger "
+        "prints it); locks must then hold the amount they name",
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0)
@@ -76,7 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
     checker = ChainLockChecker(
         lambda: BlockFrostChainContext(project_id=args.project_id, base_url=args.ledger_url),
         address,
-        _ntx_asset(args.ntx_asset),
+        _ntx_asset(args.ntx_unit),
     )
     oracle = Oracle(key, store, checker, network, escrow_address=address)
     server = OracleServer(oracle, args.host, args.port)
@@ -103,17 +104,16 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ntx_asset(text: str | None) -> tuple[bytes, bytes] | None:
-    if text is None:
+def _ntx_asset(unit: str | None) -> tuple[bytes, bytes] | None:
+    if unit is None:
         return None
-    policy, _, name = text.partition(".")
     try:
-        policy_id, asset_name = bytes.fromhex(policy), bytes.fromhex(name)
+        raw = bytes.fromhex(unit)
     except ValueError:
-        raise ValueError("--ntx-asset must be POLICY.NAME in hex") from None
-    if len(policy_id) != 28 or len(asset_name) > 32:
-        raise ValueError("--ntx-asset: the policy id is 28 bytes, the name at most 32")
-    return policy_id, asset_name
+        raw = b""
+    if not 28 <= len(raw) <= 28 + 32:
+        raise ValueError("--ntx-unit is the 28-byte policy id and the asset name (<= 32), in hex")
+    return raw[:28], raw[28:]
 
 
 if __name__ == "__main__":
