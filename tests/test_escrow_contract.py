@@ -211,11 +211,11 @@ def test_oracle_message_refuses_bad_fields(
 
 
 def test_datum_validation_and_ntx_units() -> None:
-    make_datum().check()
+    make_datum().validate()
     with pytest.raises(ValueError, match="provider"):
-        make_datum(provider=bytes(27)).check()
+        make_datum(provider=bytes(27)).validate()
     with pytest.raises(ValueError, match="oracle_key"):
-        make_datum(oracle_key=bytes(28)).check()
+        make_datum(oracle_key=bytes(28)).to_cbor()  # serialising validates
     assert ntx_to_base("1.5") == 1_500_000
     assert ntx_to_base(25) == AMOUNT
     assert base_to_ntx(1) == base_to_ntx(1_000_000) / 1_000_000

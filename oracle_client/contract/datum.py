@@ -43,9 +43,11 @@ class EscrowDatum(PlutusData):
     amount: int
     deadline: int
 
-    def check(self) -> None:
-        """Raise ValueError for a datum the validator could never release as intended: call
-        before locking. (Not named `validate`: pycardano calls that on every serialisation.)"""
+    def validate(self) -> None:
+        """Raise ValueError for a datum the validator could never release as intended.
+        pycardano also calls this whenever it serialises the datum, so a bad one can't be
+        locked; decoding does not call it, so call it on datums read from the chain."""
+        super().validate()
         _check_len("consumer", self.consumer, PKH_BYTES)
         _check_len("provider", self.provider, PKH_BYTES)
         _check_len("oracle_key", self.oracle_key, ORACLE_KEY_BYTES)
