@@ -22,6 +22,7 @@ SignatureHex = Annotated[str, Meta(min_length=128, max_length=128, pattern=r"^[0
 # A signature slot that may still be empty (a receipt signed by one peer so far).
 MaybeSignatureHex = Annotated[str, Meta(max_length=128, pattern=r"^([0-9a-f]{128})?$")]
 TxHashHex = Annotated[str, Meta(min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$")]
+UtxoRef = Annotated[str, Meta(max_length=70, pattern=r"^[0-9a-f]{64}#[0-9]{1,5}$")]
 # The messages the oracle signs are small CBOR/byte strings; 1 KiB of hex is plenty.
 MessageHex = Annotated[str, Meta(min_length=2, max_length=2048, pattern=r"^([0-9a-f]{2})+$")]
 # libp2p peer ids in base58btc; an Ed25519 one is 52 characters ("12D3KooW...").

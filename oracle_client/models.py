@@ -44,6 +44,7 @@ from oracle_client.fields import (
     RewardType,
     SignatureHex,
     TxHashHex,
+    UtxoRef,
 )
 from oracle_client.receipt import Receipt
 
@@ -178,6 +179,9 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
     oracle_message: MessageHex  # contract.datum.oracle_message(reward_type, job, pkh, amount)
     signature: SignatureHex
     decided_at: PosixMs
+    # The escrow output the oracle saw ("txhash#index"): the one to spend, when a job id has
+    # more than one lock at the script address (only one holds the signed amount).
+    escrow_utxo: UtxoRef | None = None
 
     def verify_signature(self) -> None:
         try:

@@ -134,7 +134,7 @@ class Oracle:
             decided = self.store.decision(request.job_id)
             if decided is not None:
                 return _same_decision(decided, kind)
-            grant = self._grant(quote, kind)
+            grant = self._grant(quote, kind, lock_ref)
             self.store.add_decision(grant, msgspec.json.encode(request.receipt), lock_ref)
         return grant
 
@@ -219,7 +219,7 @@ class Oracle:
         except UndecidableReceipt as exc:
             raise OracleRefusal(422, "undecidable", str(exc)) from None
 
-    def _grant(self, quote: ServiceQuote, kind: RewardType) -> RewardGrant:
+    def _grant(self, quote: ServiceQuote, kind: RewardType, lock_ref: str) -> RewardGrant:
         beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh
         message = oracle_message(
             kind, quote.job_id, bytes.fromhex(beneficiary), quote.estimated_price
@@ -233,6 +233,7 @@ class Oracle:
             oracle_message=message.hex(),
             signature=self._key.sign(message).signature.hex(),
             decided_at=self._now_ms(),
+            escrow_utxo=lock_ref,
         )
 
     def _now_ms(self) -> int:
