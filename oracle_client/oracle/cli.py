@@ -89,6 +89,12 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        # The API has no TLS or authentication of its own: say so where an operator looks.
+        print(
+            f"nunet-oracle: listening on {args.host}: put it behind a TLS proxy to be public",
+            file=sys.stderr,
+        )
     ready = {
         "url": server.url,
         "oracle_key": oracle.oracle_key,
