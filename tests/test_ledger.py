@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pycardano import (
     Address,
     BlockFrostChainContext,
@@ -34,6 +36,7 @@ from pycardano.exception import TransactionFailedException
 
 from oracle_client.ledger import LedgerServer, cli, start_server
 from oracle_client.ledger.params import ParamsContext
+from oracle_client.ledger.validate import TxRejected
 from tests.conftest import REPO
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
@@ -261,6 +264,34 @@ def test_bad_bodies_never_crash_the_server(ledger: LedgerServer) -> None:
     # Development endpoints are off unless asked for.
     assert httpx.post(f"{ledger.url}/v0/ledger/clock", json={"advance_s": 5}).status_code == 404
     assert httpx.get(f"{ledger.url}/v0/health").json() == {"is_healthy": True}
+
+
+_VALID_TX: dict[int, bytes] = {}  # one real tx per ledger: building one costs ~0.2 s
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_mangled_transactions_are_refused_never_crash(
+    ledger: LedgerServer, ctx: BlockFrostChainContext, data: st.DataObject
+) -> None:
+    """Random bytes and bit-flipped real transactions: a TxRejected reason, never an error."""
+    if id(ledger) not in _VALID_TX:
+        alice = Wallet()
+        ledger.faucet(alice.address, ada=50)
+        _VALID_TX[id(ledger)] = pay(ctx, alice, Wallet().address, 2_000_000).to_cbor()
+    raw = bytearray(_VALID_TX[id(ledger)])
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] ^= 1 << data.draw(st.integers(0, 7))
+    for candidate in (bytes(raw), data.draw(st.binary(max_size=300))):
+        try:
+            ledger.ledger.submit(candidate)
+        except TxRejected as exc:
+            assert str(exc)
 
 
 def test_project_id_is_enforced_when_configured(tmp_path: Path) -> None:

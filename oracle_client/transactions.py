@@ -1,0 +1,459 @@
+"""Escrow transactions: lock NTX, claim it (provider), refund it (consumer).
+
+Each builder works against any pycardano ChainContext (BlockFrostChainContext on the local
+ledger, preprod or mainnet), returns the signed Transaction, and leaves submitting to
+`submit(context, tx)`. Errors say what is missing and by how much: `InsufficientFunds`,
+`EscrowNotFound`, `OracleSignatureInvalid`, `DeadlineNotReached`, `SubmitRejected`.
+
+    tx = lock(ctx, signing_key=sk, address=addr, datum=datum, ntx=ntx_unit)
+    submit(ctx, tx)
+    tx = claim(ctx, signing_key=provider_sk, address=provider_addr, job_id="job-1",
+               oracle_signature=sig)
+    tx = refund(ctx, signing_key=consumer_sk, address=consumer_addr, job_id="job-1")
+
+Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the ledger runs the
+script); passing `ex_units` skips that, which is how tests get a doomed transaction as far as
+the ledger's own submit checks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
+from pycardano import (
+    Address,
+    Asset,
+    AssetName,
+    ChainContext,
+    ExecutionUnits,
+    MultiAsset,
+    PaymentSigningKey,
+    PlutusData,
+    RawPlutusData,
+    Redeemer,
+    ScriptHash,
+    Transaction,
+    TransactionBuilder,
+    TransactionOutput,
+    UTxO,
+    Value,
+    VerificationKeyHash,
+    min_lovelace_post_alonzo,
+)
+from pycardano.exception import (
+    PyCardanoException,
+    TransactionFailedException,
+    UTxOSelectionException,
+)
+from pycardano.serialization import RawCBOR
+from pycardano.utils import max_tx_fee
+
+from oracle_client.contract import (
+    Claim,
+    EscrowDatum,
+    Refund,
+    escrow_address,
+    escrow_script,
+    format_ntx,
+    oracle_message,
+)
+from oracle_client.plutus import MAINNET, PREPROD, PREVIEW, SlotConfig
+
+# The builder logs its whole state at WARNING on any error; our exceptions carry the reason.
+logging.getLogger("PyCardano").setLevel(logging.ERROR)
+
+NTX_ASSET_NAME = b"NTX"
+DEFAULT_TTL_S = 600  # a signed tx that has not landed in 10 minutes is dead, not pending
+# What a lock needs beyond the escrow output's min ADA: fee (~0.2 ADA) plus the min ADA of a
+# change output that carries the remaining NTX (~1.2 ADA).
+LOCK_ADA_MARGIN = 2_000_000
+_MAGIC_SLOT_CONFIGS = {764824073: MAINNET, 1: PREPROD, 2: PREVIEW}
+
+
+class TxError(Exception):
+    """An escrow transaction cannot be built; str() says why."""
+
+
+class InsufficientFunds(TxError):
+    def __init__(
+        self,
+        message: str,
+        *,
+        needed_lovelace: int = 0,
+        has_lovelace: int = 0,
+        needed_ntx: int = 0,
+        has_ntx: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.needed_lovelace = needed_lovelace
+        self.has_lovelace = has_lovelace
+        self.needed_ntx = needed_ntx
+        self.has_ntx = has_ntx
+
+
+class EscrowNotFound(TxError):
+    pass
+
+
+class OracleSignatureInvalid(TxError):
+    pass
+
+
+class DeadlineNotReached(TxError):
+    pass
+
+
+class SubmitRejected(TxError):
+    """The chain (or local ledger) refused the transaction; the message is its reason."""
+
+
+@dataclass(frozen=True)
+class NtxUnit:
+    """The NTX token: policy id and asset name (the local ledger serves its own)."""
+
+    policy_id: bytes
+    asset_name: bytes = NTX_ASSET_NAME
+
+    @classmethod
+    def parse(cls, unit: str | NtxUnit) -> NtxUnit:
+        """From Blockfrost's unit string: policy id hex + asset name hex."""
+        if isinstance(unit, NtxUnit):
+            return unit
+        try:
+            raw = bytes.fromhex(unit)
+        except ValueError as exc:
+            raise ValueError(f"not an asset unit (hex): {unit!r}") from exc
+        if not 28 < len(raw) <= 28 + 32:
+            raise ValueError(f"an asset unit is a 28-byte policy id and a name, got {unit!r}")
+        return cls(raw[:28], raw[28:])
+
+    @property
+    def unit(self) -> str:
+        return self.policy_id.hex() + self.asset_name.hex()
+
+    def multi_asset(self, amount: int) -> MultiAsset:
+        return MultiAsset({ScriptHash(self.policy_id): Asset({AssetName(self.asset_name): amount})})
+
+    def amount_in(self, value: Value) -> int:
+        assets = value.multi_asset.get(ScriptHash(self.policy_id))
+        if not assets:
+            return 0
+        return int(assets.get(AssetName(self.asset_name), 0))
+
+
+@dataclass(frozen=True)
+class Escrow:
+    """An escrow output on chain and its decoded datum."""
+
+    utxo: UTxO
+    datum: EscrowDatum
+
+    @property
+    def ref(self) -> str:
+        return f"{self.utxo.input.transaction_id.payload.hex()}#{self.utxo.input.index}"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _key_hash(signing_key: PaymentSigningKey) -> VerificationKeyHash:
+    return signing_key.to_verification_key().hash()
+
+
+def _check_owner(signing_key: PaymentSigningKey, address: Address) -> bytes:
+    """The signing key must be the address's payment key: it pays, signs and receives."""
+    pkh = _key_hash(signing_key)
+    if address.payment_part != pkh:
+        raise TxError(f"the signing key (key hash {pkh.payload.hex()}) does not own {address}")
+    return bytes(pkh.payload)
+
+
+def slot_config_for(context: ChainContext) -> SlotConfig:
+    """Slot <-> POSIX time for the context's network: the known public networks by magic,
+    otherwise (the local ledger) slot 0 at the genesis system start."""
+    genesis = context.genesis_param
+    known = _MAGIC_SLOT_CONFIGS.get(int(genesis.network_magic))
+    if known is not None:
+        return known
+    return SlotConfig(
+        zero_time_ms=int(genesis.system_start) * 1000,
+        zero_slot=0,
+        slot_length_ms=int(Decimal(str(genesis.slot_length)) * 1000),
+    )
+
+
+def _balance(utxos: Sequence[UTxO], ntx: NtxUnit | None) -> tuple[int, int]:
+    """(lovelace, NTX base units) held by key-locked UTxOs."""
+    lovelace = sum(int(u.output.amount.coin) for u in utxos)
+    tokens = sum(ntx.amount_in(u.output.amount) for u in utxos) if ntx else 0
+    return lovelace, tokens
+
+
+def _ada(lovelace: int) -> str:
+    return f"{Decimal(lovelace) / 1_000_000:f} ADA"
+
+
+def decode_escrow_datum(datum: object) -> EscrowDatum | None:
+    """The EscrowDatum of an output's inline datum, or None for anything else."""
+    try:
+        if isinstance(datum, EscrowDatum):
+            return datum
+        if isinstance(datum, RawCBOR):
+            found = EscrowDatum.from_cbor(datum.cbor)
+        elif isinstance(datum, RawPlutusData | PlutusData):
+            found = EscrowDatum.from_cbor(datum.to_cbor())
+        else:
+            return None
+        found.validate()
+        return found
+    except Exception:  # foreign outputs at the script address: not an escrow of ours
+        return None
+
+
+def find_escrows(
+    context: ChainContext, job_id: str | bytes, *, script_address: Address | None = None
+) -> list[Escrow]:
+    """Every output at the escrow address whose inline datum names `job_id`."""
+    job = job_id.encode("utf-8") if isinstance(job_id, str) else bytes(job_id)
+    where = script_address or escrow_address(context.network)
+    found = []
+    for utxo in context.utxos(where):
+        datum = decode_escrow_datum(utxo.output.datum)
+        if datum is not None and datum.job_id == job:
+            found.append(Escrow(utxo, datum))
+    return found
+
+
+def _pick_escrow(
+    context: ChainContext,
+    job_id: str | bytes,
+    party: bytes,
+    role: str,
+    escrow_utxo: UTxO | None,
+    script_address: Address | None,
+    ntx: NtxUnit | None,
+) -> Escrow:
+    if escrow_utxo is not None:
+        datum = decode_escrow_datum(escrow_utxo.output.datum)
+        if datum is None:
+            raise EscrowNotFound("the given UTxO carries no escrow datum")
+        candidates = [Escrow(escrow_utxo, datum)]
+    else:
+        candidates = find_escrows(context, job_id, script_address=script_address)
+    if not candidates:
+        where = script_address or escrow_address(context.network)
+        raise EscrowNotFound(f"no escrow UTxO for job {job_id!r} at {where}")
+    mine = [e for e in candidates if getattr(e.datum, role) == party]
+    if not mine:
+        raise EscrowNotFound(
+            f"the escrow of job {job_id!r} names another {role} than key hash {party.hex()}"
+        )
+    if ntx is not None:
+        # An output whose datum promises more NTX than it holds is not the real lock.
+        funded = [e for e in mine if ntx.amount_in(e.utxo.output.amount) >= e.datum.amount]
+        if not funded:
+            raise EscrowNotFound(f"the escrow of job {job_id!r} holds less NTX than its datum says")
+        mine = funded
+    return mine[0]
+
+
+def _verify_oracle(datum: EscrowDatum, kind: str, beneficiary: bytes, signature: bytes) -> None:
+    message = oracle_message(kind, datum.job_id, beneficiary, datum.amount)  # type: ignore[arg-type]
+    try:
+        VerifyKey(datum.oracle_key).verify(message, signature)
+    except (BadSignatureError, ValueError, TypeError) as exc:
+        raise OracleSignatureInvalid(
+            f"the oracle signature does not verify for a {kind} of {format_ntx(datum.amount)}"
+            f" of job {datum.job_id.decode(errors='replace')!r} under the escrow's oracle key"
+        ) from exc
+
+
+def _require_fee_funds(context: ChainContext, address: Address, role: str) -> None:
+    """Script spends need a key-locked collateral UTxO (>2 ADA, pycardano's rule) besides fees."""
+    lovelace, _ = _balance(context.utxos(address), None)
+    collateral = max_tx_fee(context) * context.protocol_param.collateral_percent // 100
+    need = collateral + 1_000_000
+    if lovelace < need:
+        raise InsufficientFunds(
+            f"the {role} needs about {_ada(need)} at {address} for collateral and fees;"
+            f" it has {_ada(lovelace)}",
+            needed_lovelace=need,
+            has_lovelace=lovelace,
+        )
+
+
+def _build(
+    builder: TransactionBuilder, signing_key: PaymentSigningKey, address: Address, what: str
+) -> Transaction:
+    try:
+        return builder.build_and_sign([signing_key], change_address=address)
+    except UTxOSelectionException as exc:
+        raise InsufficientFunds(f"{what}: {address} cannot cover it: {exc}") from exc
+    except TransactionFailedException as exc:
+        # Raised by context.evaluate_tx: the script refused the transaction.
+        raise TxError(f"{what}: script evaluation failed: {exc}") from exc
+    except (PyCardanoException, ValueError) as exc:
+        raise TxError(f"{what}: {exc}") from exc
+
+
+# -- the three transactions ------------------------------------------------------------------
+
+
+def lock(
+    context: ChainContext,
+    *,
+    signing_key: PaymentSigningKey,
+    address: Address,
+    datum: EscrowDatum,
+    ntx: NtxUnit | str,
+    script_address: Address | None = None,
+    ttl_s: int = DEFAULT_TTL_S,
+) -> Transaction:
+    """Lock `datum.amount` NTX (plus the output's min ADA) at the escrow with an inline datum."""
+    datum.validate()
+    unit = NtxUnit.parse(ntx)
+    _check_owner(signing_key, address)
+    where = script_address or escrow_address(context.network)
+    out = TransactionOutput(where, Value(0, unit.multi_asset(datum.amount)), datum=datum)
+    out.amount.coin = min_lovelace_post_alonzo(out, context)
+    lovelace, tokens = _balance(context.utxos(address), unit)
+    need_ada = int(out.amount.coin) + LOCK_ADA_MARGIN
+    if tokens < datum.amount or lovelace < need_ada:
+        raise InsufficientFunds(
+            f"locking {format_ntx(datum.amount)} needs {format_ntx(datum.amount)} and about"
+            f" {_ada(need_ada)}; {address} has {format_ntx(tokens)} and {_ada(lovelace)}",
+            needed_lovelace=need_ada,
+            has_lovelace=lovelace,
+            needed_ntx=datum.amount,
+            has_ntx=tokens,
+        )
+    builder = TransactionBuilder(context)
+    builder.add_input_address(address)
+    builder.add_output(out)
+    builder.ttl = context.last_block_slot + ttl_s
+    return _build(builder, signing_key, address, "lock")
+
+
+def claim(
+    context: ChainContext,
+    *,
+    signing_key: PaymentSigningKey,
+    address: Address,
+    job_id: str | bytes,
+    oracle_signature: bytes,
+    escrow_utxo: UTxO | None = None,
+    ntx: NtxUnit | str | None = None,
+    script_address: Address | None = None,
+    ex_units: ExecutionUnits | None = None,
+    verify_locally: bool = True,
+    ttl_s: int = DEFAULT_TTL_S,
+) -> Transaction:
+    """The provider takes the escrow of `job_id` with the oracle's "withdraw" signature.
+
+    Everything in the escrow output (NTX and its ADA) goes to `address`, the provider's.
+    """
+    provider = _check_owner(signing_key, address)
+    unit = NtxUnit.parse(ntx) if ntx is not None else None
+    escrow = _pick_escrow(context, job_id, provider, "provider", escrow_utxo, script_address, unit)
+    if verify_locally:
+        _verify_oracle(escrow.datum, "withdraw", provider, oracle_signature)
+    _require_fee_funds(context, address, "provider")
+    slot = context.last_block_slot
+    builder = TransactionBuilder(context)
+    builder.add_script_input(
+        escrow.utxo, script=escrow_script(), redeemer=Redeemer(Claim(oracle_signature), ex_units)
+    )
+    builder.add_input_address(address)
+    builder.required_signers = [VerificationKeyHash(provider)]
+    builder.validity_start = slot
+    builder.ttl = slot + ttl_s
+    return _build(builder, signing_key, address, "claim")
+
+
+def refund(
+    context: ChainContext,
+    *,
+    signing_key: PaymentSigningKey,
+    address: Address,
+    job_id: str | bytes,
+    oracle_signature: bytes = b"",
+    escrow_utxo: UTxO | None = None,
+    ntx: NtxUnit | str | None = None,
+    script_address: Address | None = None,
+    ex_units: ExecutionUnits | None = None,
+    valid_from_slot: int | None = None,
+    check_deadline: bool = True,
+    verify_locally: bool = True,
+    slot_config: SlotConfig | None = None,
+    ttl_s: int = DEFAULT_TTL_S,
+) -> Transaction:
+    """The consumer takes the escrow of `job_id` back.
+
+    With the oracle's "refund" signature at any time; without one (b"") only after the datum's
+    deadline: the validity interval then starts at the first slot after the deadline, and
+    `DeadlineNotReached` is raised while that slot is in the future (unless `check_deadline`
+    is False, which lets the ledger be the one that refuses).
+    """
+    consumer = _check_owner(signing_key, address)
+    unit = NtxUnit.parse(ntx) if ntx is not None else None
+    escrow = _pick_escrow(context, job_id, consumer, "consumer", escrow_utxo, script_address, unit)
+    slot = context.last_block_slot
+    start = slot
+    if oracle_signature:
+        if verify_locally:
+            _verify_oracle(escrow.datum, "refund", consumer, oracle_signature)
+    else:
+        slots = slot_config or slot_config_for(context)
+        # The validator wants the interval's lower bound strictly after the deadline.
+        start = slots.posix_ms_to_slot(escrow.datum.deadline) + 1
+        if check_deadline and start > slot:
+            raise DeadlineNotReached(
+                f"the escrow of job {job_id!r} can be refunded without the oracle from slot"
+                f" {start}, in {(start - slot) * slots.slot_length_ms // 1000} s"
+                f" (the chain is at slot {slot})"
+            )
+    if valid_from_slot is not None:
+        start = valid_from_slot
+    _require_fee_funds(context, address, "consumer")
+    builder = TransactionBuilder(context)
+    builder.add_script_input(
+        escrow.utxo, script=escrow_script(), redeemer=Redeemer(Refund(oracle_signature), ex_units)
+    )
+    builder.add_input_address(address)
+    builder.required_signers = [VerificationKeyHash(consumer)]
+    builder.validity_start = start
+    builder.ttl = max(start, slot) + ttl_s
+    return _build(builder, signing_key, address, "refund")
+
+
+def submit(context: ChainContext, tx: Transaction) -> str:
+    """Submit through `context.submit_tx`; the tx hash, or SubmitRejected with the reason."""
+    try:
+        context.submit_tx(tx)
+    except TransactionFailedException as exc:
+        raise SubmitRejected(str(exc)) from exc
+    return str(tx.id)
+
+
+__all__ = [
+    "DeadlineNotReached",
+    "Escrow",
+    "EscrowNotFound",
+    "InsufficientFunds",
+    "NtxUnit",
+    "OracleSignatureInvalid",
+    "SubmitRejected",
+    "TxError",
+    "claim",
+    "decode_escrow_datum",
+    "find_escrows",
+    "lock",
+    "refund",
+    "slot_config_for",
+    "submit",
+]

@@ -1,0 +1,277 @@
+"""Lock, claim and refund NTX through the real escrow script on the local ledger.
+
+The ledger is the real server on 127.0.0.1; the chain context is pycardano's real
+BlockFrostChainContext; the oracle is a PyNaCl key made here. Refusals are checked where the
+ledger makes them: the transactions that must fail are still built and submitted, either with
+the builder's local checks switched off or with fixed ex-units (so no evaluation step stops
+them before the ledger's own submit checks run the script).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from nacl.signing import SigningKey
+from pycardano import (
+    Address,
+    BlockFrostChainContext,
+    ExecutionUnits,
+    Network,
+    PaymentSigningKey,
+    Transaction,
+    VerificationKeyWitness,
+)
+
+from oracle_client import transactions as T
+from oracle_client.contract import Claim, EscrowDatum, escrow_address, oracle_message
+from oracle_client.ledger import LedgerServer, start_server
+
+logging.getLogger("PyCardano").setLevel(logging.ERROR)
+
+JOB = "job-7f3a"
+AMOUNT = 25_000_000  # 25 NTX
+HOUR_MS = 3_600_000
+# Enough for the escrow script (~100M steps / ~0.2M mem), given when no evaluation is wanted.
+FIXED_UNITS = ExecutionUnits(mem=2_000_000, steps=1_000_000_000)
+
+
+class Wallet:
+    def __init__(self) -> None:
+        self.sk = PaymentSigningKey.generate()
+        self.pkh = self.sk.to_verification_key().hash()
+        self.address = Address(self.pkh, network=Network.TESTNET)
+
+
+@dataclass
+class World:
+    ledger: LedgerServer
+    ctx: BlockFrostChainContext
+    consumer: Wallet
+    provider: Wallet
+    oracle: SigningKey
+    datum: EscrowDatum
+
+    def balance(self, wallet: Wallet) -> dict[str, int]:
+        return self.ledger.state.balance(str(wallet.address))
+
+    def ntx(self, wallet: Wallet) -> int:
+        return self.balance(wallet).get(self.ledger.ntx_unit, 0)
+
+    def signature(self, kind: str, beneficiary: Wallet) -> bytes:
+        message = oracle_message(kind, JOB, beneficiary.pkh.payload, AMOUNT)  # type: ignore[arg-type]
+        return bytes(self.oracle.sign(message).signature)
+
+    def lock(self) -> str:
+        tx = T.lock(
+            self.ctx,
+            signing_key=self.consumer.sk,
+            address=self.consumer.address,
+            datum=self.datum,
+            ntx=self.ledger.ntx_unit,
+        )
+        return T.submit(self.ctx, tx)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    ledger = start_server(tmp_path / "ledger.db")
+    try:
+        ctx = BlockFrostChainContext("local", base_url=ledger.url)
+        consumer, provider, oracle = Wallet(), Wallet(), SigningKey.generate()
+        ledger.faucet(consumer.address, ada=100, ntx=100)
+        ledger.faucet(provider.address, ada=20)
+        datum = EscrowDatum(
+            consumer=consumer.pkh.payload,
+            provider=provider.pkh.payload,
+            oracle_key=bytes(oracle.verify_key),
+            job_id=JOB.encode(),
+            amount=AMOUNT,
+            deadline=ledger.clock.now_ms() + HOUR_MS,
+        )
+        yield World(ledger, ctx, consumer, provider, oracle, datum)
+    finally:
+        ledger.stop()
+
+
+def test_lock_then_claim_with_the_oracle_signature(world: World) -> None:
+    world.lock()
+    [escrow] = T.find_escrows(world.ctx, JOB)
+    assert escrow.datum == world.datum
+    assert escrow.utxo.output.address == escrow_address(Network.TESTNET)
+    assert world.ntx(world.consumer) == 100_000_000 - AMOUNT
+
+    tx = T.claim(
+        world.ctx,
+        signing_key=world.provider.sk,
+        address=world.provider.address,
+        job_id=JOB,
+        oracle_signature=world.signature("withdraw", world.provider),
+        ntx=world.ledger.ntx_unit,
+    )
+    T.submit(world.ctx, tx)
+
+    assert world.ntx(world.provider) == AMOUNT
+    assert T.find_escrows(world.ctx, JOB) == []
+    assert tx.transaction_body.required_signers == [world.provider.pkh]
+    assert tx.transaction_body.collateral  # scripts ran: collateral was posted, not taken
+    assert world.balance(world.provider)["lovelace"] > 20_000_000 - 1_000_000
+
+
+def test_claim_with_a_tampered_signature_is_rejected_by_the_ledger(world: World) -> None:
+    world.lock()
+    good = world.signature("withdraw", world.provider)
+    tampered = bytes([good[0] ^ 1]) + good[1:]
+    common = dict(signing_key=world.provider.sk, address=world.provider.address, job_id=JOB)
+    # The client's own check comes first...
+    with pytest.raises(T.OracleSignatureInvalid):
+        T.claim(world.ctx, oracle_signature=tampered, **common)  # type: ignore[arg-type]
+    # ...without it, the ledger's evaluation endpoint refuses to price the script...
+    with pytest.raises(T.TxError, match="script evaluation failed"):
+        T.claim(world.ctx, oracle_signature=tampered, verify_locally=False, **common)  # type: ignore[arg-type]
+    # ...and with fixed ex-units the ledger's submit runs the script and refuses the tx.
+    tx = T.claim(
+        world.ctx,
+        oracle_signature=tampered,
+        verify_locally=False,
+        ex_units=FIXED_UNITS,
+        **common,  # type: ignore[arg-type]
+    )
+    with pytest.raises(T.SubmitRejected, match="script spend:0 failed"):
+        T.submit(world.ctx, tx)
+    # A signature over the refund message does not release a withdrawal either.
+    wrong_kind = world.signature("refund", world.provider)
+    tx = T.claim(
+        world.ctx,
+        oracle_signature=wrong_kind,
+        verify_locally=False,
+        ex_units=FIXED_UNITS,
+        **common,  # type: ignore[arg-type]
+    )
+    with pytest.raises(T.SubmitRejected, match="failed"):
+        T.submit(world.ctx, tx)
+    assert world.ntx(world.provider) == 0
+    assert len(T.find_escrows(world.ctx, JOB)) == 1
+
+
+def test_ledger_checks_units_collateral_and_script_data_hash(world: World) -> None:
+    world.lock()
+    sig = world.signature("withdraw", world.provider)
+    common = dict(
+        signing_key=world.provider.sk,
+        address=world.provider.address,
+        job_id=JOB,
+        oracle_signature=sig,
+    )
+    # The right signature, but the redeemer declares fewer units than the script uses.
+    stingy = T.claim(world.ctx, ex_units=ExecutionUnits(1_000, 1_000), **common)  # type: ignore[arg-type]
+    with pytest.raises(T.SubmitRejected, match="more than the 1000 / 1000 its redeemer declares"):
+        T.submit(world.ctx, stingy)
+
+    good = T.claim(world.ctx, **common)  # type: ignore[arg-type]
+    # Redeemers live in the witness set: changing one leaves the signature valid, but not the
+    # body's script data hash.
+    swapped = Transaction.from_cbor(good.to_cbor())
+    redeemers = swapped.transaction_witness_set.redeemer  # a map, as pycardano builds it
+    [key] = list(redeemers)
+    redeemers[key].data = Claim(bytes(64))
+    with pytest.raises(T.SubmitRejected, match="script data hash is"):
+        T.submit(world.ctx, swapped)
+
+    bare = Transaction.from_cbor(good.to_cbor())
+    body = bare.transaction_body
+    body.collateral, body.collateral_return, body.total_collateral = None, None, None
+    bare.transaction_witness_set.vkey_witnesses = [
+        VerificationKeyWitness(
+            world.provider.sk.to_verification_key(), world.provider.sk.sign(body.hash())
+        )
+    ]
+    with pytest.raises(T.SubmitRejected, match="runs scripts but has no collateral"):
+        T.submit(world.ctx, bare)
+
+    T.submit(world.ctx, good)  # none of the refusals spent anything
+    assert world.ntx(world.provider) == AMOUNT
+
+
+def test_refund_before_the_deadline_rejected_after_it_accepted(world: World) -> None:
+    world.lock()
+    common = dict(signing_key=world.consumer.sk, address=world.consumer.address, job_id=JOB)
+    with pytest.raises(T.DeadlineNotReached, match="can be refunded without the oracle"):
+        T.refund(world.ctx, **common)  # type: ignore[arg-type]
+
+    # Valid only after the deadline: the script accepts it, the ledger says "not yet".
+    early = T.refund(world.ctx, check_deadline=False, **common)  # type: ignore[arg-type]
+    with pytest.raises(T.SubmitRejected, match="not valid yet"):
+        T.submit(world.ctx, early)
+
+    # Claiming "after the deadline" with a validity range that starts now: the script refuses.
+    now = world.ctx.last_block_slot
+    lying = T.refund(
+        world.ctx,
+        check_deadline=False,
+        valid_from_slot=now,
+        ex_units=FIXED_UNITS,
+        **common,  # type: ignore[arg-type]
+    )
+    with pytest.raises(T.SubmitRejected, match="script spend:0 failed"):
+        T.submit(world.ctx, lying)
+
+    world.ledger.clock.advance(HOUR_MS / 1000 + 5)  # past the deadline, without sleeping
+    T.submit(world.ctx, early)  # the same signed tx is valid now
+    assert world.ntx(world.consumer) == 100_000_000
+    assert T.find_escrows(world.ctx, JOB) == []
+
+
+def test_refund_with_the_oracle_signature_before_the_deadline(world: World) -> None:
+    world.lock()
+    tx = T.refund(
+        world.ctx,
+        signing_key=world.consumer.sk,
+        address=world.consumer.address,
+        job_id=JOB,
+        oracle_signature=world.signature("refund", world.consumer),
+    )
+    T.submit(world.ctx, tx)
+    assert world.ntx(world.consumer) == 100_000_000
+
+
+def test_clear_errors(world: World) -> None:
+    poor = Wallet()
+    world.ledger.faucet(poor.address, ada=3, ntx=5)
+    datum = replace(world.datum, consumer=poor.pkh.payload)
+    with pytest.raises(T.InsufficientFunds, match=r"needs 25 NTX .* has 5 NTX") as info:
+        T.lock(
+            world.ctx,
+            signing_key=poor.sk,
+            address=poor.address,
+            datum=datum,
+            ntx=world.ledger.ntx_unit,
+        )
+    assert info.value.needed_ntx == AMOUNT and info.value.has_ntx == 5_000_000
+
+    sig = world.signature("withdraw", world.provider)
+    claim = dict(job_id=JOB, oracle_signature=sig)
+    with pytest.raises(T.EscrowNotFound, match="no escrow UTxO for job"):
+        T.claim(world.ctx, signing_key=world.provider.sk, address=world.provider.address, **claim)  # type: ignore[arg-type]
+    world.lock()
+    with pytest.raises(T.EscrowNotFound, match="names another provider"):
+        T.claim(world.ctx, signing_key=poor.sk, address=poor.address, **claim)  # type: ignore[arg-type]
+    with pytest.raises(T.TxError, match="does not own"):
+        T.claim(world.ctx, signing_key=poor.sk, address=world.provider.address, **claim)  # type: ignore[arg-type]
+
+    # A provider with 1 ADA cannot post collateral for the script spend.
+    broke = Wallet()
+    world.ledger.faucet(broke.address, ada=1)
+    world.datum = replace(world.datum, provider=broke.pkh.payload)
+    world.lock()
+    with pytest.raises(T.InsufficientFunds, match="for collateral and fees"):
+        T.claim(
+            world.ctx,
+            signing_key=broke.sk,
+            address=broke.address,
+            job_id=JOB,
+            oracle_signature=world.signature("withdraw", broke),
+        )
