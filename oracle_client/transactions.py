@@ -317,7 +317,13 @@ def lock(
     """Lock `datum.amount` NTX (plus the output's min ADA) at the escrow with an inline datum."""
     datum.validate()
     unit = NtxUnit.parse(ntx)
-    _check_owner(signing_key, address)
+    payer = _check_owner(signing_key, address)
+    if datum.consumer != payer:
+        # Only the datum's consumer can ever take a refund: a lock paid by another key would
+        # leave the payer no way back.
+        raise TxError(
+            f"the datum's consumer ({datum.consumer.hex()}) is not the paying key ({payer.hex()})"
+        )
     where = script_address or escrow_address(context.network)
     out = TransactionOutput(where, Value(0, unit.multi_asset(datum.amount)), datum=datum)
     out.amount.coin = min_lovelace_post_alonzo(out, context)
@@ -351,11 +357,14 @@ def claim(
     script_address: Address | None = None,
     ex_units: ExecutionUnits | None = None,
     verify_locally: bool = True,
+    script_utxo: UTxO | None = None,
     ttl_s: int = DEFAULT_TTL_S,
 ) -> Transaction:
     """The provider takes the escrow of `job_id` with the oracle's "withdraw" signature.
 
     Everything in the escrow output (NTX and its ADA) goes to `address`, the provider's.
+    `script_utxo`: an output carrying the escrow script as a reference script; without it the
+    script travels in the witness set (~2.2 kB, ~0.1 ADA more fee).
     """
     provider = _check_owner(signing_key, address)
     unit = NtxUnit.parse(ntx) if ntx is not None else None
@@ -366,7 +375,9 @@ def claim(
     slot = context.last_block_slot
     builder = TransactionBuilder(context)
     builder.add_script_input(
-        escrow.utxo, script=escrow_script(), redeemer=Redeemer(Claim(oracle_signature), ex_units)
+        escrow.utxo,
+        script=script_utxo or escrow_script(),
+        redeemer=Redeemer(Claim(oracle_signature), ex_units),
     )
     builder.add_input_address(address)
     builder.required_signers = [VerificationKeyHash(provider)]
@@ -390,6 +401,7 @@ def refund(
     check_deadline: bool = True,
     verify_locally: bool = True,
     slot_config: SlotConfig | None = None,
+    script_utxo: UTxO | None = None,
     ttl_s: int = DEFAULT_TTL_S,
 ) -> Transaction:
     """The consumer takes the escrow of `job_id` back.
@@ -422,7 +434,9 @@ def refund(
     _require_fee_funds(context, address, "consumer")
     builder = TransactionBuilder(context)
     builder.add_script_input(
-        escrow.utxo, script=escrow_script(), redeemer=Redeemer(Refund(oracle_signature), ex_units)
+        escrow.utxo,
+        script=script_utxo or escrow_script(),
+        redeemer=Redeemer(Refund(oracle_signature), ex_units),
     )
     builder.add_input_address(address)
     builder.required_signers = [VerificationKeyHash(consumer)]

@@ -23,11 +23,21 @@ from pycardano import (
     Network,
     PaymentSigningKey,
     Transaction,
+    TransactionBuilder,
+    TransactionOutput,
+    Value,
     VerificationKeyWitness,
+    min_lovelace_post_alonzo,
 )
 
 from oracle_client import transactions as T
-from oracle_client.contract import Claim, EscrowDatum, escrow_address, oracle_message
+from oracle_client.contract import (
+    Claim,
+    EscrowDatum,
+    escrow_address,
+    escrow_script,
+    oracle_message,
+)
 from oracle_client.ledger import LedgerServer, start_server
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
@@ -119,6 +129,33 @@ def test_lock_then_claim_with_the_oracle_signature(world: World) -> None:
     assert tx.transaction_body.required_signers == [world.provider.pkh]
     assert tx.transaction_body.collateral  # scripts ran: collateral was posted, not taken
     assert world.balance(world.provider)["lovelace"] > 20_000_000 - 1_000_000
+
+
+def test_claim_with_a_reference_script(world: World) -> None:
+    world.lock()
+    # Publish the escrow script once, in an output of its own (any address will do).
+    builder = TransactionBuilder(world.ctx)
+    builder.add_input_address(world.consumer.address)
+    holder = TransactionOutput(world.consumer.address, Value(0), script=escrow_script())
+    holder.amount.coin = min_lovelace_post_alonzo(holder, world.ctx)
+    builder.add_output(holder)
+    publish = builder.build_and_sign([world.consumer.sk], change_address=world.consumer.address)
+    T.submit(world.ctx, publish)
+    [ref] = [u for u in world.ctx.utxos(world.consumer.address) if u.output.script is not None]
+    assert ref.output.script == escrow_script()  # served back through /scripts/{hash}/cbor
+
+    tx = T.claim(
+        world.ctx,
+        signing_key=world.provider.sk,
+        address=world.provider.address,
+        job_id=JOB,
+        oracle_signature=world.signature("withdraw", world.provider),
+        script_utxo=ref,
+    )
+    assert not tx.transaction_witness_set.plutus_v3_script
+    assert tx.transaction_body.reference_inputs
+    T.submit(world.ctx, tx)
+    assert world.ntx(world.provider) == AMOUNT
 
 
 def test_claim_with_a_tampered_signature_is_rejected_by_the_ledger(world: World) -> None:
@@ -251,6 +288,15 @@ def test_clear_errors(world: World) -> None:
             ntx=world.ledger.ntx_unit,
         )
     assert info.value.needed_ntx == AMOUNT and info.value.has_ntx == 5_000_000
+
+    with pytest.raises(T.TxError, match="is not the paying key"):
+        T.lock(
+            world.ctx,
+            signing_key=world.consumer.sk,
+            address=world.consumer.address,
+            datum=datum,
+            ntx=world.ledger.ntx_unit,
+        )
 
     sig = world.signature("withdraw", world.provider)
     claim = dict(job_id=JOB, oracle_signature=sig)
