@@ -228,12 +228,12 @@ class LedgerState:
         with self._write() as db:
             have = {r["key"] for r in db.execute("SELECT key FROM meta")}
             if "ntx_policy_id" not in have:
-                # The NTX policy is this ledger's own: a native script over a fresh key. Only
-                # the faucet creates NTX, so the key is kept for a future real minting path.
+                # The NTX policy is this ledger's own: the hash of a native script over a fresh
+                # key. Only the faucet creates NTX (transactions may not mint), so the key
+                # itself is not kept: nobody can mint NTX on this ledger any other way.
                 skey = PaymentSigningKey.generate()
                 policy = script_hash(ScriptPubkey(skey.to_verification_key().hash()))
                 db.execute("INSERT INTO meta VALUES('ntx_policy_id', ?)", (policy.payload.hex(),))
-                db.execute("INSERT INTO meta VALUES('ntx_policy_skey', ?)", (skey.to_cbor_hex(),))
             if "system_start" not in have:
                 db.execute("INSERT INTO meta VALUES('system_start', ?)", (str(SYSTEM_START),))
             if "genesis_hash" not in have:
