@@ -49,6 +49,7 @@ from oracle_client.oracle.locks import ChainLockChecker, ChainUnavailable, Expec
 from oracle_client.oracle.locks import LockNotFound as ChainLockNotFound
 from oracle_client.oracle.rules import UndecidableReceipt, decide
 from oracle_client.oracle.server import OracleServer
+from oracle_client.oracle.service import Oracle
 from oracle_client.receipt import Fault, Outcome
 from tests.doubles.oracle import (
     CONSUMER,
@@ -406,3 +407,105 @@ def test_cli_serves_and_prints_its_address(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+# ------------------------------------------------------------------ on the local ledger
+
+
+def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_path: Path) -> None:
+    """The whole money path on the real local ledger: a job is quoted, nothing is released
+    before its lock is on chain (nor for a lock of another amount), then the provider claims
+    with the oracle's withdraw signature and another job's consumer is refunded with its
+    refund signature; the ledger runs the escrow script on both."""
+    from pycardano import BlockFrostChainContext, PaymentSigningKey
+
+    from oracle_client.contract import escrow_address
+    from oracle_client.ledger import start_server
+    from oracle_client.oracle.store import Store
+    from oracle_client.transactions import claim, lock, refund, submit
+
+    ledger = start_server(tmp_path / "ledger.db")
+    store = Store(tmp_path / "oracle.db")
+    try:
+        context = BlockFrostChainContext("local", base_url=ledger.url)
+        unit = bytes.fromhex(ledger.ntx_unit)
+        checker = ChainLockChecker(context, escrow_address(Network.TESTNET), (unit[:28], unit[28:]))
+        oracle = Oracle(load_or_create_key(tmp_path / "oracle.key"), store, checker, "testnet")
+        server = OracleServer(oracle, poll_interval=0.05).start()
+        keys = {p: PaymentSigningKey(bytes(p.payment_key)) for p in (CONSUMER, PROVIDER)}
+        address = {p: Address.from_primitive(p.address()) for p in (CONSUMER, PROVIDER)}
+        ledger.faucet(address[CONSUMER], ada=40, ntx=50)
+        ledger.faucet(address[PROVIDER], ada=10)
+
+        def lock_job(quote: ServiceQuote, amount: int) -> None:
+            datum = EscrowDatum(
+                consumer=bytes.fromhex(quote.consumer_pkh),
+                provider=bytes.fromhex(quote.provider_pkh),
+                oracle_key=bytes.fromhex(quote.oracle_key),
+                job_id=quote.job_id.encode(),
+                amount=amount,
+                deadline=quote.deadline,
+            )
+            tx = lock(
+                context,
+                signing_key=keys[CONSUMER],
+                address=address[CONSUMER],
+                datum=datum,
+                ntx=ledger.ntx_unit,
+            )
+            submit(context, tx)
+
+        async def main() -> tuple[RewardGrant, RewardGrant]:
+            async with OracleClient(server.url, timeout=10, retries=0) as client:
+                quote = await client.request_service(service_request("job-l1", slots=2))
+                done = RewardRequest(job_id="job-l1", receipt=receipt_for(quote))
+                with pytest.raises(LockNotFound):  # not locked yet
+                    await client.request_reward(done)
+                lock_job(quote, quote.estimated_price - 1)
+                with pytest.raises(LockNotFound):  # locked, but not the quoted price
+                    await client.request_reward(done)
+                lock_job(quote, quote.estimated_price)
+                withdraw = await client.request_reward(done)
+
+                other = await client.request_service(service_request("job-l2", slots=2))
+                lock_job(other, other.estimated_price)
+                failed = receipt_for(other, "failed", "provider")
+                refunded = await client.request_reward(
+                    RewardRequest(job_id="job-l2", receipt=failed)
+                )
+            assert isinstance(withdraw, RewardGrant) and isinstance(refunded, RewardGrant)
+            return withdraw, refunded
+
+        withdraw, refunded = trio.run(main)
+        escrows = {
+            f"{u.input.transaction_id.payload.hex()}#{u.input.index}": u
+            for u in context.utxos(escrow_address(Network.TESTNET))
+        }
+        claim_tx = claim(
+            context,
+            signing_key=keys[PROVIDER],
+            address=address[PROVIDER],
+            job_id="job-l1",
+            oracle_signature=bytes.fromhex(withdraw.signature),
+            escrow_utxo=escrows[withdraw.escrow_utxo or ""],  # not the decoy of 1 less
+            ntx=ledger.ntx_unit,
+        )
+        submit(context, claim_tx)
+        refund_tx = refund(
+            context,
+            signing_key=keys[CONSUMER],
+            address=address[CONSUMER],
+            job_id="job-l2",
+            oracle_signature=bytes.fromhex(refunded.signature),
+            ntx=ledger.ntx_unit,
+        )
+        submit(context, refund_tx)
+        provider_ntx = sum(
+            u.output.amount.multi_asset.get(ScriptHash(unit[:28]), {}).get(AssetName(unit[28:]), 0)
+            for u in context.utxos(address[PROVIDER])
+        )
+        assert provider_ntx == withdraw.amount
+        server.close()
+    finally:
+        store.close()
+        ledger.stop()
