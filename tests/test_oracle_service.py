@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -361,8 +362,7 @@ def test_chain_lock_checker_matches_the_inline_datum() -> None:
 # ------------------------------------------------------------------ nunet-oracle serve
 
 
-def test_cli_serves_and_prints_its_address(tmp_path: Path) -> None:
-    key_file = tmp_path / "key"
+def _serve_cli(tmp_path: Path, ledger_url: str) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     command = [
         sys.executable,
         "-m",
@@ -371,35 +371,26 @@ def test_cli_serves_and_prints_its_address(tmp_path: Path) -> None:
         "--db",
         str(tmp_path / "oracle.db"),
         "--key-file",
-        str(key_file),
+        str(tmp_path / "key"),
         "--ledger-url",
-        "http://127.0.0.1:9",  # no ledger: serving must not need the chain until a reward
+        ledger_url,
         "--port",
         "0",
     ]
     proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        ready = json.loads(proc.stdout.readline())
-        assert ready["url"].startswith("http://127.0.0.1:")
-        assert ready["escrow_address"].startswith("addr_test1w")
-        seed = bytes.fromhex(key_file.read_text().strip())
-        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-        info = httpx.get(f"{ready['url']}/info").json()
-        assert info["oracle_key"] == ready["oracle_key"]
-        assert bytes(VerifyKey(bytes.fromhex(info["oracle_key"]))) != seed
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=10)
+        raise AssertionError(proc.stderr.read().decode() if proc.stderr else "no output")
+    return proc, json.loads(line)
 
-        async def main() -> None:
-            async with OracleClient(ready["url"], timeout=5, retries=0) as oracle:
-                quote = await oracle.request_service(service_request("job-cli"))
-                reward = RewardRequest(job_id="job-cli", receipt=receipt_for(quote))
-                with pytest.raises(OracleUnavailable, match="503") as down:
-                    await oracle.request_reward(reward)
-                assert "cannot connect to the chain backend" in str(down.value)
 
-        trio.run(main)
+def _stop_cli(proc: subprocess.Popen[bytes]) -> int | None:
+    if proc.poll() is None:
         os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+    try:
+        return proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -407,6 +398,53 @@ def test_cli_serves_and_prints_its_address(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_cli_serves_before_the_ledger_is_up_and_survives_a_restart(tmp_path: Path) -> None:
+    from oracle_client.ledger import start_server
+
+    with socket.socket() as probe:  # the port the ledger will listen on, later
+        probe.bind(("127.0.0.1", 0))
+        ledger_port = probe.getsockname()[1]
+    ledger_url = f"http://127.0.0.1:{ledger_port}/api"
+    request = service_request("job-cli")
+    proc, ready = _serve_cli(tmp_path, ledger_url)
+    ledger = None
+    try:
+        assert ready["url"].startswith("http://127.0.0.1:")
+        assert ready["escrow_address"].startswith("addr_test1w")
+        key_file = tmp_path / "key"
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        info = httpx.get(f"{ready['url']}/info").json()
+        assert info["oracle_key"] == ready["oracle_key"]
+        seed = bytes.fromhex(key_file.read_text().strip())
+        assert bytes(VerifyKey(bytes.fromhex(info["oracle_key"]))) != seed  # seed, not key
+
+        async def ask(url: str) -> ServiceQuote:
+            async with OracleClient(url, timeout=10, retries=0) as oracle:
+                quote = await oracle.request_service(request)
+                reward = RewardRequest(job_id="job-cli", receipt=receipt_for(quote))
+                if ledger is None:
+                    with pytest.raises(OracleUnavailable, match="503") as down:
+                        await oracle.request_reward(reward)
+                    assert "cannot connect to the chain backend" in str(down.value)
+                else:  # reachable now: the real Blockfrost path finds no lock
+                    with pytest.raises(LockNotFound, match="no escrow lock for job job-cli"):
+                        await oracle.request_reward(reward)
+                return quote
+
+        first = trio.run(ask, ready["url"])
+        ledger = start_server(tmp_path / "ledger.db", port=ledger_port)
+        assert trio.run(ask, ready["url"]) == first
+        assert _stop_cli(proc) == 0
+
+        proc, again = _serve_cli(tmp_path, ledger_url)  # same db and key file
+        assert again["oracle_key"] == ready["oracle_key"]
+        assert trio.run(ask, again["url"]) == first  # the registration was kept
+    finally:
+        _stop_cli(proc)
+        if ledger is not None:
+            ledger.stop()
 
 
 # ------------------------------------------------------------------ on the local ledger
