@@ -287,6 +287,8 @@ class JobInfo(Record, frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     results_dir: str = ""
+    # Paid jobs, once ended: the receipt (JSON) with the signatures gathered so far.
+    receipt: str = ""
 
 
 class JobList(Record, frozen=True):
@@ -612,6 +614,7 @@ class GetJobLogs(Command, tag="job_logs", frozen=True):
     job_id: str
     after_seq: int = -1
     limit: int = 10_000
+    newest: bool = False  # the last ``limit`` lines after ``after_seq`` (a live tail)
 
 
 class CancelJob(Command, tag="job_cancel", frozen=True):
@@ -750,6 +753,70 @@ class SetBlockfrostProjectId(Command, tag="wallet_blockfrost", frozen=True):
         yield "project_id", _HIDDEN
 
 
+# --- payments: escrow and rewards (issue 6) ------------------------------------------------
+# One row per paid job on each side (engine/payments/escrow.py). Amounts are NTX base units
+# (6 decimals) so nothing is ever rounded; `ntx` fields are for display.
+
+EscrowState = Literal[
+    "locking",  # consumer: lock tx built and kept, not yet accepted by the chain
+    "locked",  # consumer: the chain holds the lock
+    "verified",  # provider: the lock was found on the chain and matches the quote
+    "receipt",  # both peers signed the job's receipt
+    "claiming",  # provider: claim tx built and kept (resubmitted after a restart)
+    "claimed",
+    "refunding",  # consumer: refund tx built and kept
+    "refunded",
+    "paid_out",  # consumer: the provider claimed the lock
+    "undecided",  # the oracle would not decide: the deadline refund is the way out
+]
+ESCROW_OPEN_STATES = ("locking", "locked", "verified", "receipt", "claiming", "refunding")
+
+
+class EscrowInfo(Record, frozen=True):
+    job_id: str
+    role: Literal["consumer", "provider"]
+    state: EscrowState
+    amount: int  # NTX base units
+    ntx: float
+    deadline_ms: int
+    consumer_pkh: str
+    provider_pkh: str
+    oracle_key: str
+    lock_tx: str = ""
+    claim_tx: str = ""  # the claim's or the refund's tx hash
+    reward_type: Literal["", "withdraw", "refund"] = ""
+    outcome: str = ""  # the job's outcome as the receipt says
+    error: str = ""  # the last problem (oracle down, tx refused...): retried or shown
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class EscrowList(Record, frozen=True):
+    escrows: tuple[EscrowInfo, ...] = ()
+    earned_ntx: float = 0.0  # claimed as provider
+    spent_ntx: float = 0.0  # paid out to providers as consumer
+    locked_ntx: float = 0.0  # in open locks (either side)
+    refunded_ntx: float = 0.0
+
+
+class RewardList(Command, tag="reward_list", frozen=True):
+    reply = EscrowList
+
+
+class RewardClaim(Command, tag="reward_claim", frozen=True):
+    """Provider: ask the oracle for the withdraw signature and claim the job's escrow."""
+
+    reply = EscrowInfo
+    job_id: str
+
+
+class RewardRefund(Command, tag="reward_refund", frozen=True):
+    """Consumer: take the lock back (oracle refund signature, or after the deadline)."""
+
+    reply = EscrowInfo
+    job_id: str
+
+
 AnyCommand = (
     GetCapacity
     | OnboardRequest
@@ -785,6 +852,9 @@ AnyCommand = (
     | WalletBalance
     | UnlockKeystore
     | SetBlockfrostProjectId
+    | RewardList
+    | RewardClaim
+    | RewardRefund
 )
 
 
@@ -843,6 +913,10 @@ class JobChanged(Event, tag="job_changed", frozen=True):
     job: JobInfo
 
 
+class EscrowChanged(Event, tag="escrow_changed", frozen=True):
+    escrow: EscrowInfo
+
+
 class JobLogEvent(Event, tag="job_log", frozen=True):
     job_id: str
     lines: tuple[JobLogLine, ...]
@@ -850,6 +924,7 @@ class JobLogEvent(Event, tag="job_log", frozen=True):
 
 AnyEvent = (
     JobChanged
+    | EscrowChanged
     | JobLogEvent
     | OnboardingChanged
     | ModeChanged

@@ -13,7 +13,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import platformdirs
@@ -156,6 +156,12 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     passphrase_file: str = ""  # unlocks the encrypted file; must be 0600 (relative: config dir)
     ntx_policy_id: str = ""  # hex; empty with backend = "local": the ledger says
     ntx_asset_name: str = ""  # hex
+    # The oracle that signs escrow releases; its key (from its /info) is what the datum names.
+    oracle_url: str = ""
+    # Provider: run only jobs whose NTX is locked in escrow (when a backend is configured).
+    require_payment: bool = True
+    # Consumer: the escrow deadline is twice the expected duration plus this margin.
+    deadline_margin_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 3600
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -62,6 +62,9 @@ PAYMENT_COMMANDS: tuple[type[api.Command], ...] = (
     api.WalletBalance,
     api.UnlockKeystore,
     api.SetBlockfrostProjectId,
+    api.RewardList,
+    api.RewardClaim,
+    api.RewardRefund,
 )
 
 EventSink = Callable[[api.Event], None]
@@ -148,7 +151,15 @@ class Node:
         # Not awaited: the engine answers commands while py-libp2p loads and starts.
         self._services.start_soon(self.network().run)
         self._services.start_soon(self.jobs().serve)
+        if self.payments_enabled:
+            self._services.start_soon(self.payments().escrows.serve)
         return True
+
+    @property
+    def payments_enabled(self) -> bool:
+        """Paid jobs: a chain backend and an oracle are configured."""
+        payments = self.settings.payments
+        return payments.backend != "none" and bool(payments.oracle_url)
 
     async def _start_network(self, command: api.StartNetwork) -> api.Done:
         if not self.network_enabled:

@@ -105,6 +105,17 @@ MIGRATIONS: tuple[str, ...] = (
         created_at       REAL NOT NULL
     );
     """,
+    # v5, payments: one escrow row per paid job and side; the receipt and the kept claim or
+    # refund tx travel in it so that a restart mid-claim resubmits the very same tx.
+    """
+    CREATE TABLE escrows (
+        job_id     TEXT PRIMARY KEY,
+        state      TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        info       TEXT NOT NULL
+    );
+    CREATE INDEX escrows_state ON escrows (state);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -446,6 +457,30 @@ class Store:
                 wallet.created_at,
             ),
         )
+
+    # --- escrows (payments) -----------------------------------------------------------------
+    # The row is a JSON document whose type belongs to engine/payments/escrow.py.
+
+    def save_escrow(self, job_id: str, state: str, document: bytes) -> None:
+        self._db.execute(
+            "INSERT INTO escrows (job_id, state, updated_at, info) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(job_id) DO UPDATE SET state = excluded.state, "
+            "updated_at = excluded.updated_at, info = excluded.info",
+            (job_id, state, time.time(), document.decode()),
+        )
+
+    def get_escrow(self, job_id: str) -> bytes | None:
+        row = self._db.execute("SELECT info FROM escrows WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else str(row["info"]).encode()
+
+    def list_escrows(self, states: tuple[str, ...] | None = None) -> list[bytes]:
+        query = "SELECT info FROM escrows"
+        args: tuple[object, ...] = ()
+        if states:
+            query += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = states
+        rows = self._db.execute(query + " ORDER BY updated_at DESC", args).fetchall()
+        return [str(r["info"]).encode() for r in rows]
 
     def _history(self, action: str, onboarding: Onboarding | None) -> None:
         detail = (

@@ -134,12 +134,33 @@ class ConsumerJobs:
                     created_at=time.time(),
                 )
             )
-            # The payment issue locks quote.total_ntx in escrow here and sends its tx id.
+            terms, lock_tx = "", ""
+            if self.node.payments_enabled and quote.total_ntx > 0:
+                try:
+                    terms, lock_tx = await self.node.payments().escrows.lock(
+                        job_id,
+                        provider,
+                        quote.payment_address,
+                        quote.total_ntx,
+                        spec.expected_minutes,
+                    )
+                except EngineError as exc:
+                    self._save(msgspec.structs.replace(job, state="refused", reason=exc.message))
+                    raise
             answer = await self._ask(
-                service, provider, p.Confirm(job_id=job_id, total_ntx=quote.total_ntx)
+                service,
+                provider,
+                p.Confirm(
+                    job_id=job_id,
+                    total_ntx=quote.total_ntx,
+                    escrow_tx=lock_tx,
+                    escrow_terms=terms,
+                ),
             )
             if not isinstance(answer, p.Accepted):
                 reason = answer.reason if isinstance(answer, p.Refusal) else "no answer"
+                if lock_tx:
+                    reason += " (the locked NTX come back after the escrow's deadline)"
                 self._save(msgspec.structs.replace(job, state="refused", reason=reason))
                 refusals.append((provider, reason))
                 job_id = secrets.token_hex(6)
@@ -190,6 +211,9 @@ class ConsumerJobs:
                     return
                 try:
                     if job.state in api.TERMINAL_STATES:
+                        if self._receipt_missing(job):
+                            # Ended while we were away: the last Update brings the receipt.
+                            await self._follow_once(job)
                         if self._results_missing(job):
                             await self._fetch_results(job)
                         return
@@ -225,6 +249,8 @@ class ConsumerJobs:
                 if not isinstance(update, p.Update):
                     raise p.ProtocolError(f"unexpected {type(update).__name__} while following")
                 job = self._apply(job, update, joblog)
+                if update.receipt and job.state in api.TERMINAL_STATES:
+                    await self._countersign(job, update.receipt)
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
@@ -254,6 +280,29 @@ class ConsumerJobs:
             self.node.store.save_job(changed)
             return changed
         return self._save(changed)
+
+    def _receipt_missing(self, job: api.JobInfo) -> bool:
+        if not self.node.payments_enabled:
+            return False
+        record = self.node.payments().escrows.get(job.job_id)
+        return record is not None and record.info.state == "locked"
+
+    async def _countersign(self, job: api.JobInfo, receipt: str) -> None:
+        """Sign the provider's receipt (if it says what we saw) and send it back."""
+        if not self.node.payments_enabled:
+            return
+        try:
+            signed = await self.node.payments().escrows.countersign(job, receipt)
+        except EngineError as exc:
+            log.warning("job %s: not countersigning the receipt: %s", job.job_id, exc.message)
+            return
+        if job.receipt != signed:
+            self._save(msgspec.structs.replace(job, receipt=signed))
+        answer = await self._ask(
+            self._service(), job.provider, p.Countersign(job_id=job.job_id, receipt=signed)
+        )
+        if isinstance(answer, p.Refusal):
+            log.warning("job %s: the provider refused our receipt: %s", job.job_id, answer.reason)
 
     # --- results -----------------------------------------------------------------------
 

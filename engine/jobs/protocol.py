@@ -3,9 +3,11 @@
 Consumer -> provider: ``Offer`` (answered by a signed ``Quote`` or a ``Refusal``),
 ``Confirm`` (the escrow lock goes between quote and confirm; answered by ``Accepted``),
 ``Follow`` (the provider streams ``Update`` frames: state, log lines, metering, until the job
-ends), ``Cancel``, and ``FetchResults`` (a signed ``ResultsHeader``, then raw chunks whose
-sha256 the header fixes). Every frame is length-prefixed, size-bounded and signed by its
-sender; the receiver checks that the signer is the peer at the other end of the stream.
+ends; a paid job's last one carries the provider's signed receipt), ``Countersign`` (the
+consumer's signature on that receipt), ``Cancel``, and ``FetchResults`` (a signed
+``ResultsHeader``, then raw chunks whose sha256 the header fixes). Every frame is
+length-prefixed, size-bounded and signed by its sender; the receiver checks that the signer
+is the peer at the other end of the stream.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Quote(JobMessage, tag="quote", frozen=True):
     total_ntx: float
     expires_at: float
     executor: str
+    payment_address: str = ""  # the provider's wallet: what the escrow pays (paid jobs)
 
 
 class Refusal(JobMessage, tag="refusal", frozen=True):
@@ -50,7 +53,8 @@ class Refusal(JobMessage, tag="refusal", frozen=True):
 
 class Confirm(JobMessage, tag="confirm", frozen=True):
     total_ntx: float
-    escrow_tx: str = ""  # the payment issue puts the lock's transaction id here
+    escrow_tx: str = ""  # the lock's transaction id (paid jobs)
+    escrow_terms: str = ""  # the oracle's signed terms (ServiceQuote JSON) the lock follows
 
 
 class Accepted(JobMessage, tag="accepted", frozen=True):
@@ -77,6 +81,13 @@ class Update(JobMessage, tag="update", frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     lines: tuple[JobLogLine, ...] = ()
+    receipt: str = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
+
+
+class Countersign(JobMessage, tag="countersign", frozen=True):
+    """The consumer's signature added to the provider's receipt (answered ``Accepted``)."""
+
+    receipt: str
 
 
 class FetchResults(JobMessage, tag="fetch_results", frozen=True):
@@ -99,6 +110,7 @@ AnyJobMessage = (
     | Update
     | FetchResults
     | ResultsHeader
+    | Countersign
 )
 
 _encoder = msgspec.msgpack.Encoder()

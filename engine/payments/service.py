@@ -56,6 +56,9 @@ class NodePayments:
         self._context: ChainContext | None = None
         # One wallet change at a time: new/import each read, then replace, the one wallet.
         self._changing = trio.Lock()
+        from engine.payments.escrow import Escrows
+
+        self.escrows = Escrows(node)
 
     def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
@@ -65,7 +68,33 @@ class NodePayments:
             api.WalletBalance: self._balance,
             api.UnlockKeystore: self._unlock,
             api.SetBlockfrostProjectId: self._set_blockfrost,
+            api.RewardList: self._reward_list,
+            api.RewardClaim: self._reward_claim,
+            api.RewardRefund: self._reward_refund,
         }
+
+    # --- rewards (the escrow of paid jobs) ----------------------------------------------------
+
+    async def _reward_list(self, command: api.RewardList) -> api.EscrowList:
+        return self.escrows.listing()
+
+    async def _reward_claim(self, command: api.RewardClaim) -> api.EscrowInfo:
+        return await self._settle(command.job_id, "provider", "claim")
+
+    async def _reward_refund(self, command: api.RewardRefund) -> api.EscrowInfo:
+        return await self._settle(command.job_id, "consumer", "refund")
+
+    async def _settle(self, job_id: str, role: str, verb: str) -> api.EscrowInfo:
+        job_id = job_id.strip()
+        record = self.escrows.get(job_id)
+        if record is None:
+            raise EngineError("not_found", f"no escrow for job {job_id!r}; `nunet-tui reward list`")
+        if record.info.role != role:
+            raise EngineError(
+                "invalid",
+                f"this node is job {job_id}'s {record.info.role}: only its {role} can {verb}",
+            )
+        return await self.escrows.settle(job_id)
 
     # --- for other engine code (the escrow flow) -------------------------------------------
 

@@ -19,7 +19,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
-from nunet_tui.cli import gpu_output, job_output, output, wallet_output
+from nunet_tui.cli import gpu_output, job_output, output, reward_output, wallet_output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 
@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     gpu_output.add_parsers(sub, common)
     job_output.add_parsers(sub, common)
     wallet_output.add_parsers(sub, common)
+    reward_output.add_parsers(sub, common)
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -206,6 +207,7 @@ RUNNERS: dict[str, Runner] = {
     "mode": _mode,
     **gpu_output.RUNNERS,
     **wallet_output.RUNNERS,
+    **reward_output.RUNNERS,
 }
 
 

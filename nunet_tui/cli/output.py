@@ -41,9 +41,11 @@ def _ago(at: float) -> str:
 
 
 def to_text(key: str, result: Any) -> str:
-    from nunet_tui.cli import job_output
+    from nunet_tui.cli import job_output, reward_output
 
     if key.startswith("job ") and (text := job_output.to_text(result)) is not None:
+        return text
+    if key.startswith("reward ") and (text := reward_output.to_text(result)) is not None:
         return text
     if key.startswith("gpu ") or key == "onboard-ml":
         return gpu_output.to_text(key, result)

@@ -1,0 +1,469 @@
+"""A paid job's money, on both sides: lock, check, receipt, claim, refund.
+
+The steps, and where the job protocol calls them:
+
+- consumer, between the provider's quote and the confirm: the oracle registers the terms
+  (``request-service``) and signs them; the consumer locks the amount at the escrow script
+  with an inline datum naming both parties, the oracle's key, the job and a deadline, and sends
+  the signed terms and the lock's tx id in ``Confirm``;
+- provider, on ``Confirm``: it checks the oracle's signature on the terms, that the oracle is
+  the one it trusts and that the chain holds exactly that lock, before it runs anything;
+- provider, when the job ends: a receipt of the outcome and the metering, signed with its peer
+  key, travels in the last ``Update``; the consumer checks it against what it saw, countersigns
+  it and sends it back (``Countersign``);
+- then whoever the oracle's rules pay asks it for the release signature and spends the lock:
+  the provider claims, the consumer takes a refund. Without a decision (oracle down, a peer
+  that never countersigns) the consumer can take the lock back after the deadline.
+
+Every step is written to the store before it is acted on. A claim or refund transaction is
+kept (CBOR) before it is submitted, so after a restart the same transaction is sent again or
+found spent: a claim is never lost and never made twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import msgspec
+import trio
+
+from engine import api
+from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from engine.node import Node
+    from oracle_client.client import OracleClient
+
+log = logging.getLogger("nunet.payments.escrow")
+T = TypeVar("T")
+
+LOCK_WAIT_S = 60.0  # how long a provider waits for the consumer's lock to show on chain
+LOCK_POLL_S = 1.0
+SETTLE_RETRY_S = 15.0  # open escrows are retried this often (oracle down, tx refused...)
+Role = Literal["consumer", "provider"]
+
+
+class EscrowRecord(msgspec.Struct, kw_only=True):
+    """The store's escrow row: what the API shows, plus the evidence kept for settling."""
+
+    info: api.EscrowInfo
+    consumer_peer: str
+    provider_peer: str
+    quote: str = ""  # the oracle's signed ServiceQuote, JSON
+    receipt: str = ""  # the job receipt, JSON, with the signatures gathered so far
+    grant: str = ""  # the oracle's RewardGrant, JSON
+    tx_cbor: str = ""  # the claim or refund tx kept before submitting (hex)
+
+
+def to_base(ntx: float) -> int:
+    """A quoted NTX figure to base units; quotes are rounded to 6 decimals already."""
+    from oracle_client.contract.datum import ntx_to_base
+
+    return ntx_to_base(Decimal(f"{ntx:.6f}"))
+
+
+def to_ntx(base: int) -> float:
+    return base / 1_000_000
+
+
+def fault_of(state: str, exit_code: int | None, started: bool) -> str:
+    """Whose fault a job's end was, as both peers can work out from what they both saw."""
+    if state == "completed":
+        return "none"
+    if state in ("cancelled",):
+        return "consumer"
+    if state in ("oom", "timeout") or (state == "failed" and exit_code is not None and started):
+        return "consumer"  # the job's own code or its declared limits ended it
+    return "provider"  # could not start it, or stopped it (restart without a checkpoint)
+
+
+class Escrows:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._locks: dict[str, trio.Lock] = {}
+        self._oracle_key: str | None = None
+        self._wake = trio.Event()
+
+    # --- configuration -------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        settings = self.node.settings.payments
+        return settings.backend != "none" and bool(settings.oracle_url)
+
+    def _oracle(self) -> OracleClient:
+        from oracle_client.client import OracleClient
+
+        return OracleClient(self.node.settings.payments.oracle_url, timeout=10.0, retries=2)
+
+    async def oracle_key(self) -> str:
+        """The key of the oracle this node trusts: the one at its configured URL."""
+        if self._oracle_key is None:
+            async with self._oracle() as oracle:
+                info = await _oracle_call(oracle.info)
+            self._oracle_key = info.oracle_key
+        return self._oracle_key
+
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        """pycardano and Blockfrost block on HTTP: off the trio thread."""
+        return await trio.to_thread.run_sync(fn)
+
+    def _lock_for(self, job_id: str) -> trio.Lock:
+        return self._locks.setdefault(job_id, trio.Lock())
+
+    # --- the book --------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> EscrowRecord | None:
+        raw = self.node.store.get_escrow(job_id)
+        return None if raw is None else msgspec.json.decode(raw, type=EscrowRecord)
+
+    def save(self, record: EscrowRecord, **changes: Any) -> EscrowRecord:
+        info = msgspec.structs.replace(record.info, updated_at=time.time(), **changes)
+        record = msgspec.structs.replace(record, info=info)
+        self.node.store.save_escrow(info.job_id, info.state, msgspec.json.encode(record))
+        self.node.emit(api.EscrowChanged(at=info.updated_at, escrow=info))
+        return record
+
+    def keep(self, record: EscrowRecord, **evidence: str) -> EscrowRecord:
+        record = msgspec.structs.replace(record, **evidence)
+        return self.save(record)
+
+    def listing(self) -> api.EscrowList:
+        escrows = tuple(
+            msgspec.json.decode(raw, type=EscrowRecord).info
+            for raw in self.node.store.list_escrows()
+        )
+
+        def total(role: str, states: tuple[str, ...]) -> float:
+            return to_ntx(sum(e.amount for e in escrows if e.role == role and e.state in states))
+
+        return api.EscrowList(
+            escrows=escrows,
+            earned_ntx=total("provider", ("claimed",)),
+            spent_ntx=total("consumer", ("paid_out",)),
+            locked_ntx=to_ntx(sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES)),
+            refunded_ntx=total("consumer", ("refunded",)),
+        )
+
+    # --- consumer: lock before confirming --------------------------------------------------
+
+    async def lock(
+        self,
+        job_id: str,
+        provider_peer: str,
+        provider_address: str,
+        total_ntx: float,
+        expected_minutes: float,
+    ) -> tuple[str, str]:
+        """Register the terms with the oracle and lock the amount: (signed terms, lock tx id)."""
+        from oracle_client.models import ProviderOffer, ServiceRequest
+
+        payments = self.node.payments()
+        wallet = payments.wallet()
+        amount = to_base(total_ntx)
+        margin = self.node.settings.payments.deadline_margin_s
+        deadline_ms = int((time.time() + expected_minutes * 120 + margin) * 1000)
+        if not provider_address:
+            raise EngineError("payment", "the provider quoted no payment address: it has no wallet")
+        request = ServiceRequest(
+            job_id=job_id,
+            network=wallet.network,
+            consumer_peer_id=self.node.identity.peer_id,
+            consumer_address=wallet.address,
+            budget=amount,
+            deadline=deadline_ms,
+            offers=[ProviderOffer(peer_id=provider_peer, address=provider_address, price=amount)],
+        )
+        async with self._oracle() as oracle:
+            quote = await _oracle_call(lambda: oracle.request_service(request))
+        if quote.oracle_key != await self.oracle_key():
+            raise EngineError("payment", "the oracle answered with a key it does not advertise")
+        if quote.provider_peer_id != provider_peer or quote.estimated_price != amount:
+            raise EngineError("payment", "the oracle registered other terms than the quote's")
+        record = EscrowRecord(
+            info=api.EscrowInfo(
+                job_id=job_id,
+                role="consumer",
+                state="locking",
+                amount=amount,
+                ntx=to_ntx(amount),
+                deadline_ms=quote.deadline,
+                consumer_pkh=quote.consumer_pkh,
+                provider_pkh=quote.provider_pkh,
+                oracle_key=quote.oracle_key,
+                created_at=time.time(),
+            ),
+            consumer_peer=self.node.identity.peer_id,
+            provider_peer=provider_peer,
+            quote=msgspec.json.encode(quote).decode(),
+        )
+        record = self.save(record)
+        tx_id = await self._submit_lock(record)
+        return record.quote, tx_id
+
+    async def _submit_lock(self, record: EscrowRecord) -> str:
+        from pycardano import Address
+
+        from oracle_client import transactions as txs
+        from oracle_client.contract.datum import EscrowDatum
+
+        payments = self.node.payments()
+        context = await payments.chain_context()
+        key = await payments.payment_signing_key()
+        info = record.info
+        datum = EscrowDatum(
+            consumer=bytes.fromhex(info.consumer_pkh),
+            provider=bytes.fromhex(info.provider_pkh),
+            oracle_key=bytes.fromhex(info.oracle_key),
+            job_id=info.job_id.encode(),
+            amount=info.amount,
+            deadline=info.deadline_ms,
+        )
+        unit = await self._ntx_unit()
+        address = Address.from_primitive(payments.wallet().address)
+
+        def build_and_submit() -> str:
+            tx = txs.lock(context, signing_key=key, address=address, datum=datum, ntx=unit)
+            return txs.submit(context, tx)
+
+        try:
+            tx_id = await self._blocking(build_and_submit)
+        except txs.TxError as exc:
+            self.save(record, state="refunded", error=f"lock failed: {exc}")
+            raise EngineError("payment", f"could not lock {info.ntx:g} NTX: {exc}") from None
+        self.save(record, state="locked", lock_tx=tx_id, error="")
+        log.info("job %s: locked %s NTX in escrow (tx %s)", info.job_id, info.ntx, tx_id)
+        return tx_id
+
+    async def _ntx_unit(self) -> str:
+        from engine.payments import chain
+
+        unit = await self._blocking(lambda: chain.ntx_unit(self.node.settings.payments))
+        if unit is None:
+            raise EngineError("config", "the NTX token is not known: set [payments] ntx_policy_id")
+        return unit.unit
+
+    # --- provider: check the lock before running ---------------------------------------------
+
+    async def verify_lock(
+        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+    ) -> str:
+        """ "" when the chain holds the lock these terms promise; otherwise why not."""
+        from oracle_client.models import ServiceQuote
+
+        if not terms or not lock_tx:
+            return "this provider runs paid jobs only: lock the quoted NTX in escrow first"
+        try:
+            quote = msgspec.json.decode(terms.encode(), type=ServiceQuote)
+            quote.verify()
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+            return f"the escrow terms are not valid: {exc}"
+        wallet = self.node.payments().wallet()
+        problems = [
+            (quote.oracle_key != await self.oracle_key(), "the terms are signed by another oracle"),
+            (quote.job_id != job_id, "the terms are for another job"),
+            (quote.provider_peer_id != self.node.identity.peer_id, "the terms name another peer"),
+            (quote.provider_pkh != wallet.payment_key_hash, "the terms pay another wallet"),
+            (quote.consumer_peer_id != consumer_peer, "the terms name another consumer"),
+            (quote.estimated_price != to_base(total_ntx), "the terms differ from the quote"),
+            (quote.deadline < (time.time() + 60) * 1000, "the escrow's deadline is too close"),
+        ]
+        for bad, reason in problems:
+            if bad:
+                return reason
+        found = await self._wait_for_lock(quote, lock_tx)
+        if not found:
+            return f"no matching escrow lock on the chain (tx {lock_tx[:16]}...)"
+        record = EscrowRecord(
+            info=api.EscrowInfo(
+                job_id=job_id,
+                role="provider",
+                state="verified",
+                amount=quote.estimated_price,
+                ntx=to_ntx(quote.estimated_price),
+                deadline_ms=quote.deadline,
+                consumer_pkh=quote.consumer_pkh,
+                provider_pkh=quote.provider_pkh,
+                oracle_key=quote.oracle_key,
+                lock_tx=lock_tx,
+                created_at=time.time(),
+            ),
+            consumer_peer=consumer_peer,
+            provider_peer=self.node.identity.peer_id,
+            quote=terms,
+        )
+        self.save(record)
+        return ""
+
+    async def _wait_for_lock(self, quote: Any, lock_tx: str) -> bool:
+        from oracle_client import transactions as txs
+
+        context = await self.node.payments().chain_context()
+        unit = txs.NtxUnit.parse(await self._ntx_unit())
+
+        def matching() -> bool:
+            for escrow in txs.find_escrows(context, quote.job_id):
+                datum = escrow.datum
+                if (
+                    escrow.utxo.input.transaction_id.payload.hex() == lock_tx
+                    and datum.consumer.hex() == quote.consumer_pkh
+                    and datum.provider.hex() == quote.provider_pkh
+                    and datum.oracle_key.hex() == quote.oracle_key
+                    and datum.amount == quote.estimated_price
+                    and datum.deadline == quote.deadline
+                    and unit.amount_in(escrow.utxo.output.amount) >= datum.amount
+                ):
+                    return True
+            return False
+
+        with trio.move_on_after(LOCK_WAIT_S):
+            while True:
+                try:
+                    if await self._blocking(matching):
+                        return True
+                except Exception as exc:  # the backend away for a moment: look again
+                    log.info("looking for the lock of job %s: %s", quote.job_id, exc)
+                await trio.sleep(LOCK_POLL_S)
+        return False
+
+    # --- receipts ----------------------------------------------------------------------------
+
+    def provider_receipt(self, job: api.JobInfo) -> str:
+        """The provider's signed receipt for a finished paid job ("" for an unpaid one)."""
+        from oracle_client import receipt as rc
+
+        record = self.get(job.job_id)
+        if record is None or record.info.role != "provider":
+            return ""
+        if record.receipt:
+            return record.receipt
+        started = job.started_at is not None
+        metering = job.metering
+        receipt = rc.Receipt(
+            job_id=job.job_id,
+            consumer_peer_id=record.consumer_peer,
+            provider_peer_id=record.provider_peer,
+            consumer_pkh=record.info.consumer_pkh,
+            provider_pkh=record.info.provider_pkh,
+            amount=record.info.amount,
+            outcome=job.state,  # type: ignore[arg-type]
+            fault=fault_of(job.state, job.exit_code, started),  # type: ignore[arg-type]
+            started=started,
+            metering=rc.Metering(
+                wall_s=metering.wall_s if metering else 0.0,
+                cpu_s=metering.cpu_s if metering else 0.0,
+                gpu_s=metering.gpu_s if metering else 0.0,
+                max_memory_mb=metering.peak_ram_mb if metering else 0.0,
+            ),
+            finished_at=int((job.finished_at or time.time()) * 1000),
+        )
+        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        text = msgspec.json.encode(signed).decode()
+        self.keep(record, receipt=text)
+        self.save(self.get(job.job_id) or record, outcome=job.state)
+        return text
+
+    async def countersign(self, job: api.JobInfo, text: str) -> str:
+        """Consumer: check the provider's receipt against what we saw; our signature added."""
+        from oracle_client import receipt as rc
+
+        record = self.get(job.job_id)
+        if record is None or record.info.role != "consumer":
+            raise EngineError("payment", f"job {job.job_id} has no escrow of ours")
+        if record.receipt:
+            return record.receipt
+        try:
+            receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
+            rc.verify_signature(receipt, "provider")
+        except (msgspec.DecodeError, msgspec.ValidationError, rc.ReceiptError) as exc:
+            raise EngineError("payment", f"the provider's receipt is not valid: {exc}") from None
+        started = job.started_at is not None
+        expected = {
+            "job_id": job.job_id,
+            "consumer_peer_id": record.consumer_peer,
+            "provider_peer_id": record.provider_peer,
+            "consumer_pkh": record.info.consumer_pkh,
+            "provider_pkh": record.info.provider_pkh,
+            "amount": record.info.amount,
+            "outcome": job.state,
+            "fault": fault_of(job.state, job.exit_code, started),
+            "started": started,
+        }
+        for name, value in expected.items():
+            if getattr(receipt, name) != value:
+                raise EngineError(
+                    "payment", f"the provider's receipt says {name} = {getattr(receipt, name)!r}"
+                )
+        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        text = msgspec.json.encode(signed).decode()
+        record = self.keep(record, receipt=text)
+        self.save(record, state="receipt", outcome=job.state)
+        self._wake.set()
+        return text
+
+    def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
+        """Provider: the consumer's countersignature; "" when accepted, else why not."""
+        from oracle_client import receipt as rc
+
+        record = self.get(job_id)
+        if record is None or record.info.role != "provider" or not record.receipt:
+            return "no receipt of this job to countersign"
+        if record.consumer_peer != consumer_peer:
+            return "this job belongs to another consumer"
+        if record.info.state != "verified":
+            return ""  # already countersigned: a repeat
+        try:
+            receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
+            rc.verify(receipt)
+        except (msgspec.DecodeError, msgspec.ValidationError, rc.ReceiptError) as exc:
+            return f"the receipt is not valid: {exc}"
+        ours = msgspec.json.decode(record.receipt.encode(), type=rc.Receipt)
+        if receipt.unsigned() != ours.unsigned():
+            return "the countersigned receipt differs from the one we signed"
+        record = self.keep(record, receipt=text)
+        self.save(record, state="receipt")
+        self._wake.set()
+        return ""
+
+    # --- settling ---------------------------------------------------------------------------
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Settle what is open: after a restart, after the oracle came back, at the deadline."""
+        task_status.started()
+        while True:
+            for raw in self.node.store.list_escrows(api.ESCROW_OPEN_STATES):
+                record = msgspec.json.decode(raw, type=EscrowRecord)
+                try:
+                    await self.settle(record.info.job_id, automatic=True)
+                except EngineError as exc:
+                    log.info("escrow of job %s: %s", record.info.job_id, exc.message)
+            with trio.move_on_after(SETTLE_RETRY_S):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def settle(self, job_id: str, *, automatic: bool = False) -> api.EscrowInfo:
+        """Move one escrow as far as it can go now; the reward commands and the loop call it."""
+        from engine.payments import settle
+
+        async with self._lock_for(job_id):
+            record = self.get(job_id)
+            if record is None:
+                raise EngineError("not_found", f"no escrow for job {job_id}; `reward list`")
+            record = await settle.advance(self, record, automatic=automatic)
+            return record.info
+
+
+async def _oracle_call(call: Callable[[], Any]) -> Any:
+    """The oracle's errors as engine errors a user can act on."""
+    from oracle_client.client import OracleError, OracleUnavailable
+
+    try:
+        return await call()
+    except OracleUnavailable as exc:
+        raise EngineError("oracle_unavailable", str(exc)) from None
+    except OracleError as exc:
+        raise EngineError("oracle", str(exc)) from None

@@ -1,0 +1,73 @@
+"""``nunet-tui reward …``: the escrow of paid jobs, like NuNet's reward commands.
+
+``list`` shows every escrow on both sides with totals; ``claim JOB`` (provider) and
+``refund JOB`` (consumer) settle one now instead of waiting for the engine's own retry loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from engine import api
+from engine.client import EngineClient
+
+# Settling waits for the oracle (with retries) and the chain: well past the default timeout.
+SETTLE_TIMEOUT_S = 120.0
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    reward = sub.add_parser("reward", help="NTX held in escrow for paid jobs: list, claim, refund")
+    reward_sub = reward.add_subparsers(
+        dest="reward_command", metavar="REWARD_COMMAND", required=True
+    )
+    reward_sub.add_parser("list", parents=[common], help="escrows of paid jobs, both roles")
+    reward_sub.add_parser(
+        "claim", parents=[common], help="provider: claim a finished job's NTX"
+    ).add_argument("job_id")
+    reward_sub.add_parser(
+        "refund", parents=[common], help="consumer: take a job's locked NTX back"
+    ).add_argument("job_id")
+
+
+RUNNERS: dict[str, Any] = {
+    "reward list": lambda a, c: c.call_blocking(api.RewardList()),
+    "reward claim": lambda a, c: _settle(c, api.RewardClaim(job_id=a.job_id)),
+    "reward refund": lambda a, c: _settle(c, api.RewardRefund(job_id=a.job_id)),
+}
+
+
+def _settle(client: EngineClient, command: api.Command) -> Any:
+    return client.call_blocking(command, timeout=SETTLE_TIMEOUT_S)
+
+
+def to_text(result: Any) -> str | None:
+    if isinstance(result, api.EscrowList):
+        if not result.escrows:
+            return "no paid jobs yet"
+        lines = [_row(escrow) for escrow in result.escrows]
+        lines.append(
+            f"earned {result.earned_ntx:g} NTX · spent {result.spent_ntx:g} NTX · "
+            f"locked {result.locked_ntx:g} NTX · refunded {result.refunded_ntx:g} NTX"
+        )
+        return "\n".join(lines)
+    if isinstance(result, api.EscrowInfo):
+        lines = [_row(result)]
+        if result.lock_tx:
+            lines.append(f"  lock tx   {result.lock_tx}")
+        if result.claim_tx:
+            verb = "claim tx " if result.role == "provider" else "refund tx"
+            lines.append(f"  {verb} {result.claim_tx}")
+        deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.deadline_ms / 1000))
+        lines.append(f"  deadline  {deadline}")
+        if result.error:
+            lines.append(f"  last problem: {result.error}")
+        return "\n".join(lines)
+    return None
+
+
+def _row(escrow: api.EscrowInfo) -> str:
+    return f"{escrow.job_id}  {escrow.role:<8}  {escrow.state:<9}  {escrow.ntx:>12.6f} NTX" + (
+        f"  {escrow.outcome}" if escrow.outcome else ""
+    )

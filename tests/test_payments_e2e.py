@@ -1,0 +1,241 @@
+"""Paid jobs end to end: real daemons on 127.0.0.1, the real local ledger (Blockfrost subset,
+escrow script run by uplc on every spend) and the reference oracle over HTTP.
+
+The consumer locks the quoted NTX before the provider starts, the provider checks the lock on
+the chain, both sign the receipt, and the oracle's signature releases the lock: to the provider
+for a completed job, back to the consumer for a failed one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TEST_ADDRESS, run_cli
+from tests.daemons import Daemon, daemons, wait_for
+from tests.test_jobs_e2e import PROCESS_JOBS, scripts
+
+__all__ = ["daemons", "scripts"]
+
+PASSPHRASE = {"NUNET_KEYRING_PASSPHRASE": "payments e2e passphrase"}
+PROCESS_JOBS_NO_CHECKPOINTS = PROCESS_JOBS.replace(
+    "checkpoint_interval_s = 1", "checkpoint_interval_s = 0"
+)
+PRICES = "prices = { low = 6.0, moderate = 12.0, high = 30.0 }\n"  # 1 min of low: 0.1 NTX
+
+
+@dataclass
+class Market:
+    ledger: Any
+    oracle_url: str
+    oracle_server: Any
+    spawn: Callable[..., Daemon]
+
+    def toml(self) -> str:
+        return (
+            f'[payments]\nbackend = "local"\nledger_url = "{self.ledger.url}"\n'
+            f'oracle_url = "{self.oracle_url}"\n'
+        )
+
+    def ntx(self, address: str) -> int:
+        from pycardano import AssetName, ScriptHash
+
+        unit = bytes.fromhex(self.ledger.ntx_unit)
+        total = 0
+        for utxo in self.context().utxos(address):
+            assets = utxo.output.amount.multi_asset.get(ScriptHash(unit[:28]), {})
+            total += int(assets.get(AssetName(unit[28:]), 0))
+        return total
+
+    def context(self) -> Any:
+        from pycardano import BlockFrostChainContext
+
+        return BlockFrostChainContext("local", base_url=self.ledger.url)
+
+
+@pytest.fixture
+def market(tmp_path: Path, daemons: Callable[..., Daemon]) -> Iterator[Market]:
+    from pycardano import Network
+
+    from oracle_client.contract import escrow_address
+    from oracle_client.ledger import start_server
+    from oracle_client.oracle.keys import load_or_create_key
+    from oracle_client.oracle.locks import ChainLockChecker
+    from oracle_client.oracle.server import OracleServer
+    from oracle_client.oracle.service import Oracle
+    from oracle_client.oracle.store import Store
+
+    ledger = start_server(tmp_path / "ledger.db")
+    store = Store(tmp_path / "oracle.db")
+    server = None
+    try:
+        from pycardano import BlockFrostChainContext
+
+        unit = bytes.fromhex(ledger.ntx_unit)
+        checker = ChainLockChecker(
+            lambda: BlockFrostChainContext("local", base_url=ledger.url),
+            escrow_address(Network.TESTNET),
+            (unit[:28], unit[28:]),
+        )
+        oracle = Oracle(load_or_create_key(tmp_path / "oracle.key"), store, checker, "testnet")
+        server = OracleServer(oracle, poll_interval=0.05).start()
+        yield Market(ledger, server.url, server, daemons)
+    finally:
+        if server is not None:
+            server.close()
+        store.close()
+        ledger.stop()
+
+
+def _paid_pair(
+    market: Market, consumer_ntx: float = 5, provider_jobs: str = PROCESS_JOBS
+) -> tuple[Daemon, Daemon]:
+    consumer = market.spawn("consumer", 41, extra_toml=market.toml(), env=PASSPHRASE)
+    provider = market.spawn(
+        "provider",
+        40,
+        bootstrap=consumer.addrs()[0],
+        extra_toml=market.toml() + provider_jobs + PRICES,
+        env=PASSPHRASE,
+    )
+    for daemon, ada, ntx in ((consumer, 20, consumer_ntx), (provider, 10, 0)):
+        address = daemon.cli("wallet", "new")["address"]
+        market.ledger.faucet(address, ada=ada, ntx=ntx)
+    provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    provider_id = provider.peer_id
+    wait_for(
+        lambda: any(p["peer_id"] == provider_id for p in consumer.cli("peer", "list")["peers"]),
+        "the consumer never saw the provider",
+    )
+    return provider, consumer
+
+
+def _submit(consumer: Daemon, url: str) -> dict[str, Any]:
+    return consumer.cli(
+        "job", "submit", "--url", url, "--framework", "scikit-learn", "--expected-minutes", "1"
+    )
+
+
+def _escrow(daemon: Daemon, job_id: str) -> dict[str, Any]:
+    listed = daemon.cli("reward", "list")["escrows"]
+    return next((e for e in listed if e["job_id"] == job_id), {})
+
+
+def _address(daemon: Daemon) -> str:
+    return str(daemon.cli("wallet", "show")["address"])
+
+
+def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> None:
+    provider, consumer = _paid_pair(market)
+    before = market.ntx(_address(consumer))
+    job = _submit(consumer, f"{scripts}/iris.py")
+    job_id = job["job_id"]
+    locked = _escrow(consumer, job_id)
+    assert locked["state"] in ("locked", "receipt", "paid_out") and locked["amount"] == 100_000
+    # The consumer's NTX left its wallet before the provider ran anything.
+    assert market.ntx(_address(consumer)) == before - 100_000
+    assert _escrow(provider, job_id)["lock_tx"] == locked["lock_tx"]
+
+    wait_for(
+        lambda: _escrow(provider, job_id).get("state") == "claimed",
+        "the provider never claimed",
+        90,
+    )
+    assert market.ntx(_address(provider)) == 100_000
+    shown = provider.cli("job", "show", job_id)
+    receipt = json.loads(shown["receipt"])
+    assert receipt["consumer_signature"] and receipt["provider_signature"]
+    assert receipt["outcome"] == "completed" and receipt["fault"] == "none"
+    wait_for(
+        lambda: _escrow(consumer, job_id).get("state") == "paid_out",
+        "the consumer never saw the payment",
+        40,
+    )
+    # Claiming again is answered from the book: no second transaction, nothing paid twice.
+    claimed = _escrow(provider, job_id)
+    again = provider.cli("reward", "claim", job_id)
+    assert again["state"] == "claimed" and again["claim_tx"] == claimed["claim_tx"]
+    assert market.ntx(_address(provider)) == 100_000
+    totals = provider.cli("reward", "list")
+    assert totals["earned_ntx"] == pytest.approx(0.1)
+    assert consumer.cli("reward", "list")["spent_ntx"] == pytest.approx(0.1)
+
+
+def test_a_job_that_fails_by_its_own_code_still_pays_the_provider(
+    market: Market, scripts: str
+) -> None:
+    provider, consumer = _paid_pair(market)
+    job_id = _submit(consumer, f"{scripts}/failing.py")["job_id"]
+    wait_for(
+        lambda: _escrow(provider, job_id).get("state") == "claimed",
+        "the provider was never paid for the machine time",
+        90,
+    )
+    receipt = json.loads(provider.cli("job", "show", job_id)["receipt"])
+    assert receipt["outcome"] == "failed" and receipt["fault"] == "consumer"
+    assert market.ntx(_address(provider)) == 100_000
+
+
+def test_provider_crash_refunds_the_consumer_and_cannot_be_claimed(
+    market: Market, scripts: str
+) -> None:
+    # No checkpoints: a provider that restarts cannot resume the job, its fault.
+    provider, consumer = _paid_pair(market, provider_jobs=PROCESS_JOBS_NO_CHECKPOINTS)
+    before = market.ntx(_address(consumer))
+    job_id = _submit(consumer, f"{scripts}/slow.py")["job_id"]
+    wait_for(lambda: provider.cli("job", "show", job_id)["state"] == "running", "never ran", 60)
+    provider.stop(kill=True)
+    provider.start()
+    wait_for(
+        lambda: _escrow(consumer, job_id).get("state") == "refunded",
+        "the consumer was never refunded",
+        90,
+    )
+    assert consumer.cli("job", "show", job_id)["state"] == "interrupted"
+    assert market.ntx(_address(consumer)) == before
+    refused = run_cli("reward", "claim", job_id, "--json", home=provider.home)
+    assert refused.returncode != 0 and "nothing to claim" in refused.stderr
+    assert market.ntx(_address(provider)) == 0
+    # Asking for the refund again changes nothing: the lock was spent once.
+    again = consumer.cli("reward", "refund", job_id)
+    assert again["state"] == "refunded"
+    assert market.ntx(_address(consumer)) == before
+
+
+def test_insufficient_funds_and_oracle_down_are_clear_and_move_nothing(
+    market: Market, scripts: str
+) -> None:
+    provider, consumer = _paid_pair(market, consumer_ntx=0.05)
+    poor = run_cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/iris.py",
+        "--framework",
+        "scikit-learn",
+        "--expected-minutes",
+        "1",
+        home=consumer.home,
+    )
+    assert poor.returncode != 0
+    assert "could not lock 0.1 NTX" in poor.stderr and "has 0.05 NTX" in poor.stderr
+    market.oracle_server.close()
+    down = run_cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/iris.py",
+        "--framework",
+        "scikit-learn",
+        "--expected-minutes",
+        "1",
+        home=consumer.home,
+    )
+    assert down.returncode != 0 and "unreachable" in down.stderr
+    assert market.ntx(_address(consumer)) == 50_000
+    assert provider.cli("job", "list")["jobs"] == []
