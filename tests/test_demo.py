@@ -47,6 +47,15 @@ def test_demo_sandbox_runs_the_examples_and_stops_cleanly(tmp_path: Path) -> Non
             return str(json.loads(result.stdout)["state"])
 
         wait_for(lambda: state(jobs["iris"]) == "completed", "iris did not complete", 90)
+
+        def escrow_state(job_id: str) -> str:
+            listed = json.loads(run_cli("reward", "list", "--json", home=consumer).stdout)
+            return next(e["state"] for e in listed["escrows"] if e["job_id"] == job_id)
+
+        # Paid through the sandbox's ledger and oracle: the provider claimed the escrow.
+        assert described["ledger_url"].startswith("http://127.0.0.1:")
+        assert described["oracle_url"].startswith("http://127.0.0.1:")
+        wait_for(lambda: escrow_state(jobs["iris"]) == "paid_out", "iris was never paid", 60)
         wait_for(lambda: state(jobs["tensor_shape_error"]) == "failed", "no failure", 90)
         shown = json.loads(
             run_cli("job", "show", jobs["tensor_shape_error"], "--json", home=consumer).stdout
