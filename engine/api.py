@@ -143,6 +143,7 @@ class PeerResources(Record, frozen=True):
     free_gpus: int | None = None
     free_vram_mb: int | None = None
     running_jobs: int | None = None
+    ntx_claimed: float | None = None  # NTX the provider has claimed from escrows (heartbeat)
     uptime_s: float | None = None
 
 
@@ -206,6 +207,7 @@ class ChannelTotals(Record, frozen=True):
     vram_mb: int = 0
     free_vram_mb: int = 0
     running_jobs: int = 0
+    ntx_paid: float = 0.0  # NTX providers on the channel have claimed from escrows
 
 
 class NetworkStatus(Record, frozen=True):
@@ -225,6 +227,10 @@ class NetworkStatus(Record, frozen=True):
     ntx_earned: float = 0.0
     jobs_bought: int = 0
     ntx_spent: float = 0.0
+    # This node's NTX that moved on chain through the escrow (paid jobs).
+    ntx_claimed: float = 0.0
+    ntx_paid_out: float = 0.0
+    ntx_locked: float = 0.0
 
 
 # --- jobs data (issue 5) ------------------------------------------------------------------

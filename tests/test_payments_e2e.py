@@ -164,6 +164,13 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> N
     totals = provider.cli("reward", "list")
     assert totals["earned_ntx"] == pytest.approx(0.1)
     assert consumer.cli("reward", "list")["spent_ntx"] == pytest.approx(0.1)
+    # Network status: this node's figures at once, the channel's from the next heartbeats.
+    assert provider.cli("network", "status")["ntx_claimed"] == pytest.approx(0.1)
+    wait_for(
+        lambda: consumer.cli("network", "status")["totals"]["ntx_paid"] == pytest.approx(0.1),
+        "the channel's NTX paid never showed the claim",
+        20,
+    )
 
 
 def test_a_job_that_fails_by_its_own_code_still_pays_the_provider(

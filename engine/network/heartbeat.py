@@ -50,6 +50,7 @@ class HeartbeatFigures(wire.Schema, frozen=True):
     free_gpus: int = 0
     free_vram_mb: int = 0
     running_jobs: int = 0
+    ntx_claimed: int = 0  # NTX base units this provider has claimed from escrows, ever
 
 
 class Heartbeats:

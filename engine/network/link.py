@@ -183,7 +183,14 @@ class NodeNetwork:
             free_gpus=max(len(offered) - used.gpus, 0),
             free_vram_mb=max(vram - used.vram_mb, 0),
             running_jobs=used.jobs,
+            ntx_claimed=self._ntx_claimed(),
         )
+
+    def _ntx_claimed(self) -> int:
+        if not self.node.payments_enabled:
+            return 0
+        listing = self.node.payments().escrows.listing()
+        return sum(e.amount for e in listing.escrows if e.state == "claimed")
 
     def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
         peer = to_api_peer(info) if info is not None else None
@@ -390,6 +397,7 @@ class NodeNetwork:
                     free_gpus=mine.free_gpus,
                     free_vram_mb=mine.free_vram_mb,
                     running_jobs=mine.running_jobs,
+                    ntx_claimed=mine.ntx_claimed / 1_000_000,
                     gpus=tuple(
                         api.PeerGpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
                         for g in self.node.gpus
@@ -418,6 +426,11 @@ class NodeNetwork:
             "jobs_bought": 0,
             "ntx_spent": 0.0,
         }
+        if self.node.payments_enabled:
+            listing = self.node.payments().escrows.listing()
+            totals["ntx_claimed"] = listing.earned_ntx
+            totals["ntx_paid_out"] = listing.spent_ntx
+            totals["ntx_locked"] = listing.locked_ntx
         for job in self.node.store.list_jobs(states=api.TERMINAL_STATES, limit=100_000):
             if job.metering is None:
                 continue
@@ -453,6 +466,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
             free_gpus=beat.free_gpus if beat else None,
             free_vram_mb=beat.free_vram_mb if beat else None,
             running_jobs=beat.running_jobs if beat else None,
+            ntx_claimed=beat.ntx_claimed / 1_000_000 if beat else None,
             uptime_s=beat.uptime_s if beat else None,
         )
     return api.Peer(
@@ -479,6 +493,7 @@ def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:
         vram_mb=sum(g.vram_mb for r in rows for g in r.gpus),
         free_vram_mb=sum(r.free_vram_mb or 0 for r in rows),
         running_jobs=sum(r.running_jobs or 0 for r in rows),
+        ntx_paid=round(sum(r.ntx_claimed or 0.0 for r in rows), 6),
     )
 
 

@@ -203,6 +203,7 @@ class Heartbeat(Schema, frozen=True):
     free_gpus: int = 0
     free_vram_mb: int = 0
     running_jobs: int = 0
+    ntx_claimed: int = 0  # NTX base units (6 decimals) claimed from escrows
     uptime_s: float = 0.0
 
 

@@ -201,5 +201,8 @@ def _network(status: api.NetworkStatus) -> str:
             f"  this node ran {status.jobs_run} job(s) ({status.cpu_mticks_run:,.0f} MTicks, "
             f"{status.ntx_earned:.4f} NTX) and bought {status.jobs_bought} "
             f"({status.ntx_spent:.4f} NTX)",
+            f"  NTX paid through escrow: {t.ntx_paid:,.6f} to providers on the channel; this "
+            f"node claimed {status.ntx_claimed:,.6f}, paid out {status.ntx_paid_out:,.6f}, "
+            f"has {status.ntx_locked:,.6f} locked",
         ]
     )

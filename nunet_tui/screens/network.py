@@ -140,6 +140,13 @@ class NetworkScreen(CapabilityScreen):
                         f"{thousands(totals.free_vram_mb)} MB VRAM"
                     ),
                 ),
+                (
+                    "NTX paid",
+                    Content(
+                        f"{totals.ntx_paid:,.2f} to providers · this node "
+                        f"{status.ntx_claimed:,.2f} earned, {status.ntx_paid_out:,.2f} spent"
+                    ),
+                ),
             ]
         )
         self.query_one("#net-cpu", Meter).set_values(
