@@ -35,6 +35,17 @@ class Market:
     oracle_url: str
     oracle_server: Any
     spawn: Callable[..., Daemon]
+    oracle: Any = None
+
+    def oracle_down(self) -> None:
+        self.oracle_server.close()
+
+    def oracle_up(self) -> None:
+        """The same oracle (key, store) back on the same port, as after a restart."""
+        from oracle_client.oracle.server import OracleServer
+
+        port = int(self.oracle_url.rsplit(":", 1)[1].strip("/"))
+        self.oracle_server = OracleServer(self.oracle, port=port, poll_interval=0.05).start()
 
     def toml(self) -> str:
         return (
@@ -84,10 +95,11 @@ def market(tmp_path: Path, daemons: Callable[..., Daemon]) -> Iterator[Market]:
         )
         oracle = Oracle(load_or_create_key(tmp_path / "oracle.key"), store, checker, "testnet")
         server = OracleServer(oracle, poll_interval=0.05).start()
-        yield Market(ledger, server.url, server, daemons)
+        market = Market(ledger, server.url, server, daemons, oracle)
+        yield market
     finally:
         if server is not None:
-            server.close()
+            market.oracle_server.close()
         store.close()
         ledger.stop()
 
@@ -231,7 +243,7 @@ def test_insufficient_funds_and_oracle_down_are_clear_and_move_nothing(
     )
     assert poor.returncode != 0
     assert "could not lock 0.1 NTX" in poor.stderr and "has 0.05 NTX" in poor.stderr
-    market.oracle_server.close()
+    market.oracle_down()
     down = run_cli(
         "job",
         "submit",
@@ -246,3 +258,44 @@ def test_insufficient_funds_and_oracle_down_are_clear_and_move_nothing(
     assert down.returncode != 0 and "unreachable" in down.stderr
     assert market.ntx(_address(consumer)) == 50_000
     assert provider.cli("job", "list")["jobs"] == []
+
+
+def test_a_restart_in_the_middle_of_a_claim_neither_loses_nor_repeats_it(
+    market: Market, scripts: str
+) -> None:
+    import sqlite3
+
+    provider, consumer = _paid_pair(market)
+    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]  # runs for 8 s
+    market.oracle_down()  # the job ends while nobody can decide: the claim waits
+    waiting = wait_for(
+        lambda: (e := _escrow(provider, job_id)).get("state") == "receipt" and e["error"] and e,
+        "the receipt was never countersigned, or the oracle never missed",
+        90,
+    )
+    assert "unreachable" in waiting["error"] or "unavailable" in waiting["error"]
+    provider.stop(kill=True)
+    market.oracle_up()
+    provider.start()
+    wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "never claimed", 60)
+    assert market.ntx(_address(provider)) == 100_000
+
+    # A crash between submitting the claim and writing it down: the book says "claiming"
+    # again. After the restart the chain shows the lock spent: done, nothing sent twice.
+    claimed = _escrow(provider, job_id)
+    provider.stop(kill=True)
+    db = sqlite3.connect(provider.home.state_dir / "nunet.db")
+    row = json.loads(
+        db.execute("SELECT info FROM escrows WHERE job_id = ?", (job_id,)).fetchone()[0]
+    )
+    row["info"]["state"] = "claiming"
+    db.execute(
+        "UPDATE escrows SET state = 'claiming', info = ? WHERE job_id = ?",
+        (json.dumps(row), job_id),
+    )
+    db.commit()
+    db.close()
+    provider.start()
+    wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "lost the claim", 60)
+    assert _escrow(provider, job_id)["claim_tx"] == claimed["claim_tx"]
+    assert market.ntx(_address(provider)) == 100_000
