@@ -169,15 +169,21 @@ class Escrows:
         deadline_ms = int((time.time() + expected_minutes * 120 + margin) * 1000)
         if not provider_address:
             raise EngineError("payment", "the provider quoted no payment address: it has no wallet")
-        request = ServiceRequest(
-            job_id=job_id,
-            network=wallet.network,
-            consumer_peer_id=self.node.identity.peer_id,
-            consumer_address=wallet.address,
-            budget=amount,
-            deadline=deadline_ms,
-            offers=[ProviderOffer(peer_id=provider_peer, address=provider_address, price=amount)],
-        )
+        try:
+            request = ServiceRequest(
+                job_id=job_id,
+                network=wallet.network,
+                consumer_peer_id=self.node.identity.peer_id,
+                consumer_address=wallet.address,
+                budget=amount,
+                deadline=deadline_ms,
+                offers=[
+                    ProviderOffer(peer_id=provider_peer, address=provider_address, price=amount)
+                ],
+            )
+        except (ValueError, msgspec.ValidationError) as exc:
+            # A provider's address of the other network (addr1 on a test channel...).
+            raise EngineError("payment", f"cannot pay this provider: {exc}") from None
         async with self._oracle() as oracle:
             quote = await _oracle_call(lambda: oracle.request_service(request))
         if quote.oracle_key != await self.oracle_key():
