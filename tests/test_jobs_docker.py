@@ -7,6 +7,7 @@ failed, oom, timeout, cancelled), cleanup by label after a crash, checkpoints an
 
 from __future__ import annotations
 
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import trio
 
 from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits, LogLine, running
 from engine.jobs.executors.docker import LABEL_JOB, LABEL_NODE, DockerExecutor
+from engine.jobs.executors.dockerlogs import FrameParser, merged
 from engine.jobs.results import safe_unpack
 from tests import docker_fixture
 from tests.test_jobs_process import (
@@ -172,6 +174,57 @@ def test_orphans_are_removed_by_label(executor: DockerExecutor, sklearn_image: s
         assert client.containers.get(other.id)  # another node's containers are not ours
     finally:
         other.remove(force=True)
+
+
+def test_a_checkpoint_just_after_the_exit_needs_no_pause(
+    executor: DockerExecutor, sklearn_image: str, tmp_path: Path
+) -> None:
+    # The supervisor reads a container's last lines after it exited; a periodic checkpoint
+    # then could not pause it (409), and the error took the provider's engine down.
+    client = executor.client()
+    container = client.containers.create(
+        sklearn_image, ["python3", "-c", "pass"], labels={LABEL_NODE: NODE}
+    )
+    try:
+        container.start()
+        container.wait()
+        run = new_run(tmp_path, spec(), LIMITS, "exited")
+        run.workspace.mkdir(parents=True)
+        state = executor._new_state(run)
+        state.started = True
+        executor._containers[run.job_id] = container
+
+        async def checkpoint() -> Any:
+            return await executor.checkpoint(run, tmp_path / "checkpoints")
+
+        assert trio.run(checkpoint).number == 1
+    finally:
+        container.remove(force=True)
+
+
+def test_frames_cut_anywhere_come_out_whole() -> None:
+    stream = b"".join(
+        struct.pack(">BxxxL", kind, len(payload)) + payload
+        for kind, payload in [(1, b"out 1\n"), (2, b"err 1\n"), (1, b""), (1, b"out 2\n")]
+    )
+    for cut in range(len(stream) + 1):
+        parser = FrameParser()
+        frames = parser.feed(stream[:cut]) + parser.feed(stream[cut:])
+        assert frames == [("stdout", b"out 1\n"), ("stderr", b"err 1\n"), ("stdout", b"out 2\n")]
+    assert merged([("stdout", b"a\n"), ("stdout", b"b\n"), ("stderr", b"c\n")]) == [
+        ("stdout", b"a\nb\n"),
+        ("stderr", b"c\n"),
+    ]
+
+
+def test_a_flood_of_lines_arrives_whole_and_fast(executor: DockerExecutor, tmp_path: Path) -> None:
+    # Docker sends a frame per line; the reader takes them in bulk from the attached stream.
+    flood = "import sys\nw = sys.stdout.write\nfor i in range(100_000):\n    w(f'{i}\\n')\n"
+    began = time.monotonic()
+    status, lines = run_job(executor, new_run(tmp_path, spec(), LIMITS, "flood"), flood)
+    assert status.outcome == "completed"
+    assert texts(lines) == [str(i) for i in range(100_000)]
+    assert time.monotonic() - began < 20
 
 
 def test_dependencies_install_in_their_own_step(executor: DockerExecutor, tmp_path: Path) -> None:

@@ -295,6 +295,41 @@ def test_checkpoint_and_restore_resume_the_epoch_counter(tmp_path: Path) -> None
     ).read_text() == f"trained from {resumed_at} to 6"
 
 
+class PauseRefused(ProcessExecutor):
+    async def _pause(self, state: Any) -> None:
+        raise RuntimeError("pause refused")
+
+
+def test_a_failing_checkpoint_ends_neither_the_run_nor_the_executor(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Docker checkpoint that came just after the container's exit failed to pause it, and
+    # the error ended the executor's nursery: every run, the provider and the engine with it.
+    executor = PauseRefused()
+    first = new_run(tmp_path, spec(env={"PAUSE": "0.2"}))
+    second = new_run(tmp_path, spec(env={"PAUSE": "0"}), job_id="job-2")
+
+    async def boom() -> None:
+        raise RuntimeError("a background task failed")
+
+    async def main() -> tuple[ExitStatus, ExitStatus]:
+        async with running(executor):
+            executor._spawn(boom)
+            await executor.prepare(first, EPOCHS.encode())
+            await executor.start(first)
+            executor.start_checkpoints(first, tmp_path / "checkpoints", 0.1)
+            status, _ = await collect(executor, first)
+            await executor.prepare(second, EPOCHS.encode())
+            await executor.start(second)
+            return status, (await collect(executor, second))[0]
+
+    first_status, second_status = trio.run(main)
+    assert first_status.outcome == "completed" and second_status.outcome == "completed"
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("checkpoint failed: pause refused" in m for m in messages), messages
+    assert any("boom failed" in m for m in messages), messages
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed: pip install torch==2.13.0")
 def test_pytorch_examples_for_real(tmp_path: Path) -> None:
     executor = ProcessExecutor()

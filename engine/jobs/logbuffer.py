@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 import trio
 
 Stream = Literal["stdout", "stderr", "system"]
 MAX_LINE = 64 * 1024  # a longer line is cut into pieces: one huge line must not stall readers
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(msgspec.Struct, frozen=True, gc=False):
+    # gc=False: a buffer holds up to 400,000 of them, and as tracked objects (a dataclass)
+    # every full collection walked them all: a third of the provider's time in a log flood.
     stream: Stream
     text: str
     at: float  # wall clock (time.time) when the executor read it
@@ -48,19 +49,28 @@ class LogBuffer:
     def append(self, stream: Stream, text: str, at: float | None = None) -> None:
         if self._closed:
             return
-        when = time.time() if at is None else at
-        for start in range(0, max(len(text), 1), MAX_LINE):
-            self._lines.append(LogLine(stream, text[start : start + MAX_LINE], when, self._next))
+        self._add(stream, text, time.time() if at is None else at)
+        self._wake()
+
+    def _add(self, stream: Stream, text: str, when: float) -> None:
+        if len(text) <= MAX_LINE:
+            self._lines.append(LogLine(stream, text, when, self._next))
             self._next += 1
+        else:
+            for start in range(0, len(text), MAX_LINE):
+                self._lines.append(
+                    LogLine(stream, text[start : start + MAX_LINE], when, self._next)
+                )
+                self._next += 1
         if len(self._lines) > 2 * self.max_lines:
             drop = len(self._lines) - self.max_lines  # trim in bulk: amortised O(1) per line
             del self._lines[:drop]
             self._first += drop
-        self._wake()
 
     def feed(self, stream: Stream, data: bytes) -> None:
-        """A chunk of a stream's bytes: every complete line in it is appended."""
-        if not data:
+        """A chunk of a stream's bytes: every complete line in it is appended (and readers
+        woken once per chunk, not per line: a flood arrives in chunks of thousands)."""
+        if not data or self._closed:
             return
         buffered = self._partial.get(stream, b"") + data
         *complete, rest = buffered.split(b"\n")
@@ -68,9 +78,12 @@ class LogBuffer:
             complete.append(rest)
             rest = b""
         self._partial[stream] = rest
+        if not complete:
+            return
         now = time.time()
         for raw in complete:
-            self.append(stream, raw.rstrip(b"\r").decode("utf-8", "replace"), now)
+            self._add(stream, raw.rstrip(b"\r").decode("utf-8", "replace"), now)
+        self._wake()
 
     def flush(self) -> None:
         for stream, rest in list(self._partial.items()):

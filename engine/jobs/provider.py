@@ -407,14 +407,17 @@ class ProviderJobs:
             changed = self._changed.setdefault(follow.job_id, trio.Event())
             job = self.node.store.get_job(follow.job_id) or job
             lines = _within_budget(joblog.read(after, p.MAX_LINES_PER_UPDATE))
-            state = (job.state, job.checkpoint, job.resumed_from, job.reason)
+            more = bool(lines) and bool(joblog.read(lines[-1].seq, 1))
+            # The end goes out with the last line: a consumer that sees "completed" has the
+            # whole log, and it never follows a finished job again.
+            shown = _before_the_end(job) if more and job.state in api.TERMINAL_STATES else job
+            state = (shown.state, shown.checkpoint, shown.resumed_from, shown.reason)
             if lines or state != last_state:
-                update = _update(job, lines)
-                await p.send(stream, self.node.identity, update)
+                await p.send(stream, self.node.identity, _update(shown, lines))
                 if lines:
                     after = lines[-1].seq
                 last_state = state
-                if lines and joblog.read(after, 1):
+                if more:
                     continue  # more backlog waiting
             if job.state in api.TERMINAL_STATES and not joblog.read(after, 1):
                 return
@@ -448,10 +451,27 @@ def _within_budget(lines: list[api.JobLogLine]) -> list[api.JobLogLine]:
     """As many lines as fit one Update frame (long lines count by their size)."""
     used = 0
     for count, line in enumerate(lines):
-        used += min(len(line.text), p.MAX_LINE_CHARS) * 4 + 48  # worst-case UTF-8 + framing
+        chars = min(len(line.text), p.MAX_LINE_CHARS)
+        # Worst-case UTF-8 (4 bytes a character) unless ASCII, which most logs are: 4x for
+        # every line made a flood of short lines take three times the Updates it needs.
+        used += (chars if line.text.isascii() else chars * 4) + 48  # + framing
         if used > p.UPDATE_BUDGET_BYTES:
             return lines[: max(count, 1)]
     return lines
+
+
+def _before_the_end(job: api.JobInfo) -> api.JobInfo:
+    """A finished job as it looked while running: for the updates that carry its backlog."""
+    return msgspec.structs.replace(
+        job,
+        state="running",
+        reason="",
+        exit_code=None,
+        finished_at=None,
+        metering=None,
+        results_sha256="",
+        results_size=0,
+    )
 
 
 def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
@@ -468,7 +488,9 @@ def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
         results_sha256=job.results_sha256,
         results_size=job.results_size,
         lines=tuple(
-            api.JobLogLine(seq=ln.seq, stream=ln.stream, text=ln.text[: p.MAX_LINE_CHARS], at=ln.at)
+            ln
+            if len(ln.text) <= p.MAX_LINE_CHARS
+            else msgspec.structs.replace(ln, text=ln.text[: p.MAX_LINE_CHARS])
             for ln in lines
         ),
     )

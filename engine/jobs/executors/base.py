@@ -13,9 +13,10 @@ running(executor)`` in tests. Leaving ``serve`` stops every run it still has (ou
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -47,6 +48,7 @@ __all__ = [
 Outcome = Literal["completed", "failed", "oom", "timeout", "cancelled", "interrupted"]
 TIMEOUT_FACTOR = 2.0  # a job may run this many times its expected time
 MIN_TIMEOUT_S = 60.0
+log = logging.getLogger("nunet.jobs.executors")
 
 
 @dataclass(frozen=True)
@@ -198,10 +200,19 @@ class BaseExecutor:
     async def _on_serve(self) -> None:
         """Hook: cleanup after a crash (the Docker executor removes orphan containers)."""
 
-    def _spawn(self, fn: Callable[..., object], *args: object) -> None:
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         if self._nursery is None:
             raise EngineError("executor", f"the {self.name} executor is not running (serve)")
-        self._nursery.start_soon(fn, *args)  # type: ignore[arg-type]
+        self._nursery.start_soon(self._guarded, fn, *args)
+
+    async def _guarded(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        # One run's background task failing must not end this nursery: that cancelled every
+        # other run, then the provider, then the whole engine (a periodic checkpoint that
+        # raced a container's exit did exactly that).
+        try:
+            await fn(*args)
+        except Exception:
+            log.exception("%s executor: %s failed", self.name, getattr(fn, "__name__", fn))
 
     def state(self, run: JobRun) -> RunState:
         try:
@@ -328,7 +339,11 @@ class BaseExecutor:
                 await state.done.wait()
             if state.done.is_set():
                 return
-            checkpoint = await self.checkpoint(run, dest_dir)
+            try:
+                checkpoint = await self.checkpoint(run, dest_dir)
+            except Exception as exc:  # the job goes on; the next interval tries again
+                log.warning("job %s: checkpoint failed: %s", run.job_id, exc)
+                continue
             if on_checkpoint is not None:
                 on_checkpoint(checkpoint)
 

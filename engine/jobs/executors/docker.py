@@ -6,7 +6,8 @@ keys as [ml_images]); the job's workspace bind-mounted at /workspace; limits fro
 root with a tmpfs /tmp; no network while the job runs. Dependencies are installed before, by a
 separate container that may use the network, into /workspace/.deps (on the run's PYTHONPATH).
 
-Containers are created detached and removed by us after their logs are read (``run(...,
+Containers are created detached, attached to before they start (their output from the first
+line: executors/dockerlogs.py), removed by us after that stream ends (``run(...,
 remove=True)`` has lost a last unterminated line), and labelled ``nunet.job`` / ``nunet.node``
 so that the ones a crashed provider left behind are found and removed when it starts again.
 Every docker-py call blocks, so each runs in a worker thread.
@@ -18,8 +19,8 @@ import contextlib
 import functools
 import logging
 import os
-import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -33,6 +34,7 @@ from engine.jobs.executors.base import (
     RunState,
     failure_reason,
 )
+from engine.jobs.executors.dockerlogs import LogReader
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
 
 LABEL_JOB = "nunet.job"
@@ -44,6 +46,7 @@ log = logging.getLogger("nunet.jobs.docker")
 DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 5
+LOG_IDLE_S = 10.0  # after the exit, a log stream silent this long is given up
 NOBODY = "65534:65534"
 
 
@@ -69,6 +72,7 @@ class DockerExecutor(BaseExecutor):
         self._client: Any = None
         self._stream_client: Any = None
         self._containers: dict[str, Any] = {}
+        self._paused: set[str] = set()  # job ids whose container a checkpoint froze
 
     # --- docker plumbing -----------------------------------------------------------------
 
@@ -256,10 +260,19 @@ class DockerExecutor(BaseExecutor):
             preflight_gpu_runtime(vendor, status)  # type: ignore[arg-type]
             options.update(gpu_container_options(vendor))  # type: ignore[arg-type]
         container = await self._call(self.client().containers.create, **options)
+        sock = None
         try:
+            # Attached before it starts: the stream then has every line, from the first.
+            sock = await self._call(
+                self._stream_client.api.attach_socket,
+                container.id,
+                params={"stdout": 1, "stderr": 1, "stream": 1},
+            )
             await self._call(container.start)
         except Exception as exc:
             with trio.CancelScope(shield=True):
+                if sock is not None:
+                    sock.close()
                 await self._call(container.remove, force=True)
             raise explain_docker_gpu_error(exc) or EngineError(
                 "docker", f"the job's container did not start: {exc}"
@@ -267,19 +280,20 @@ class DockerExecutor(BaseExecutor):
         self._containers[run.job_id] = container
         state.started = True
         state.meter.start()
-        self._spawn(self._supervise, state, container)
+        self._spawn(self._supervise, state, container, sock)
 
-    async def _supervise(self, state: RunState, container: Any) -> None:
+    async def _supervise(self, state: RunState, container: Any, sock: Any) -> None:
         run = state.run
         token = trio.lowlevel.current_trio_token()
         timed_out = False
         exit_code: int | None = None
         try:
             async with trio.open_nursery() as nursery:
-                readers = {"stdout": trio.CancelScope(), "stderr": trio.CancelScope()}
+                reader = LogReader(sock, self._sink(state), token)
+                read_scope = trio.CancelScope()
+                read_done = trio.Event()
                 sampler = trio.CancelScope()
-                for stream, scope in readers.items():
-                    nursery.start_soon(self._read_logs, state, container.id, stream, token, scope)
+                nursery.start_soon(self._read_logs, state, reader, read_scope, read_done)
                 nursery.start_soon(self._read_stats, state, container.id, token, sampler)
                 wait = functools.partial(
                     self._stream_client.api.wait, container.id, timeout=run.limits.timeout_s + 60
@@ -293,17 +307,14 @@ class DockerExecutor(BaseExecutor):
                     result = await self._call(self._stream_client.api.wait, container.id)
                     exit_code = int(result.get("StatusCode", -1))
                 sampler.cancel()
-                for scope in readers.values():  # the rest of the output, not more
-                    scope.deadline = trio.current_time() + 10
+                await _until_quiet(reader, read_scope, read_done)
             await self._call(container.reload)
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
             state.logs.flush()
             self._finish(state, self._status(state, exit_code, timed_out, oom))
-        except Exception:
-            log.exception("supervising job %s failed", run.job_id)
-            raise
         finally:
             self._containers.pop(run.job_id, None)
+            self._paused.discard(run.job_id)
             with trio.CancelScope(shield=True):
                 # Already gone, or dockerd away: cleanup_orphans catches the rest.
                 with contextlib.suppress(Exception):
@@ -332,51 +343,26 @@ class DockerExecutor(BaseExecutor):
         code = exit_code if exit_code is not None else -1
         return ExitStatus(exit_code, "failed", failure_reason(code, state.stderr_tail.lines))
 
-    async def _read_logs(
-        self, state: RunState, cid: str, stream: str, token: Any, scope: trio.CancelScope
-    ) -> None:
-        def feed(chunk: bytes) -> None:
+    @staticmethod
+    def _sink(state: RunState) -> Callable[[str, bytes], None]:
+        def feed(stream: str, chunk: bytes) -> None:
             state.logs.feed(stream, chunk)  # type: ignore[arg-type]
             if stream == "stderr":
                 state.stderr_tail.feed(chunk)
 
-        # Docker sends one frame per line: crossing into trio once per frame (and waiting for
-        # it) capped a chatty job at a few thousand lines a second. The reader thread queues
-        # frames and asks trio, without waiting, to drain whatever has gathered.
-        pending: list[bytes] = []
-        lock = threading.Lock()
-        scheduled = False
+        return feed
 
-        def drain() -> None:
-            nonlocal scheduled
-            with lock:
-                batch = pending[:]
-                pending.clear()
-                scheduled = False
-            for chunk in batch:
-                feed(chunk)
-
-        def read() -> None:
-            nonlocal scheduled
-            chunks = self._stream_client.api.logs(
-                cid, stdout=stream == "stdout", stderr=stream == "stderr", stream=True, follow=True
-            )
-            try:
-                for chunk in chunks:
-                    with lock:
-                        pending.append(chunk)
-                        wake = not scheduled
-                        scheduled = True
-                    if wake:
-                        token.run_sync_soon(drain)
-            finally:
-                trio.from_thread.run_sync(drain, trio_token=token)  # the tail, before we end
-
-        with scope:
-            try:
-                await trio.to_thread.run_sync(read, abandon_on_cancel=True)
-            except Exception as exc:  # the container vanished under us: say so, don't crash
-                state.logs.append("system", f"log stream ended: {exc}")
+    async def _read_logs(
+        self, state: RunState, reader: LogReader, scope: trio.CancelScope, done: trio.Event
+    ) -> None:
+        try:
+            with scope:
+                await trio.to_thread.run_sync(reader.read, abandon_on_cancel=True)
+        except Exception as exc:  # the container vanished under us: say so, don't crash
+            state.logs.append("system", f"log stream ended: {exc}")
+        finally:
+            reader.close()
+            done.set()
 
     async def _read_stats(
         self, state: RunState, cid: str, token: Any, scope: trio.CancelScope
@@ -406,7 +392,8 @@ class DockerExecutor(BaseExecutor):
         if container is None:
             return
         try:
-            if container.status == "paused":
+            if state.run.job_id in self._paused:  # a frozen job cannot handle SIGTERM
+                self._paused.discard(state.run.job_id)
                 await self._call(container.unpause)
             await self._call(container.stop, timeout=self.grace_s)
         except Exception:  # it ended meanwhile: the supervisor finishes the run either way
@@ -414,9 +401,36 @@ class DockerExecutor(BaseExecutor):
         await state.done.wait()
 
     async def _pause(self, state: RunState) -> None:
-        if container := self._containers.get(state.run.job_id):
+        container = self._containers.get(state.run.job_id)
+        if container is None:
+            return
+        import docker.errors
+
+        try:
             await self._call(container.pause)
+        except docker.errors.APIError as exc:
+            # 409: it has just exited. Its workspace no longer changes, so the snapshot is
+            # consistent without a pause; the supervisor still has its last lines to read.
+            if exc.status_code != 409:
+                raise
+            return
+        self._paused.add(state.run.job_id)
 
     async def _resume(self, state: RunState) -> None:
-        if container := self._containers.get(state.run.job_id):
+        container = self._containers.get(state.run.job_id)
+        if container is not None and state.run.job_id in self._paused:
+            self._paused.discard(state.run.job_id)
             await self._call(container.unpause)
+
+
+async def _until_quiet(reader: LogReader, scope: trio.CancelScope, done: trio.Event) -> None:
+    """Wait for the log stream to end after the container exited. dockerd ends it once every
+    line is sent, which for a job that printed a flood in its last second takes a while: only
+    a stream that has sent nothing for LOG_IDLE_S is given up (a dockerd that never ends it)."""
+    while not done.is_set():
+        quiet = time.monotonic() - reader.last_progress
+        if quiet >= LOG_IDLE_S:
+            scope.cancel()
+            return
+        with trio.move_on_after(LOG_IDLE_S - quiet):
+            await done.wait()

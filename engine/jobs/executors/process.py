@@ -228,7 +228,7 @@ class ProcessExecutor(BaseExecutor):
         while chunk := await pipe.receive_some(65536):
             state.logs.feed(stream, chunk)  # type: ignore[arg-type]
             if stream == "stderr":
-                state.stderr_tail.feed(chunk)
+                state.stderr_tail.feed(bytes(chunk))
 
     async def _sample(
         self, state: RunState, process: trio.Process, scope: trio.CancelScope
