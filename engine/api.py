@@ -774,6 +774,7 @@ EscrowState = Literal[
     "refunded",
     "paid_out",  # consumer: the provider claimed the lock
     "undecided",  # the oracle would not decide: the deadline refund is the way out
+    "void",  # consumer: the lock never reached the chain; nothing was spent
 ]
 ESCROW_OPEN_STATES = ("locking", "locked", "verified", "receipt", "claiming", "refunding")
 

@@ -143,6 +143,7 @@ class ConsumerJobs:
                         quote.payment_address,
                         quote.total_ntx,
                         spec.expected_minutes,
+                        slots=_slots(peers, provider),
                     )
                 except EngineError as exc:
                     self._save(msgspec.structs.replace(job, state="refused", reason=exc.message))
@@ -370,6 +371,14 @@ class ConsumerJobs:
             ):
                 await trio.sleep(0.05)
         return self.node.store.get_job(job.job_id) or job
+
+
+def _slots(peers: list[api.Peer], provider: str) -> int:
+    """The provider's advertised job slots: the oracle counts its open jobs against them."""
+    for peer in peers:
+        if peer.peer_id == provider and peer.resources is not None:
+            return peer.resources.slots
+    return 1
 
 
 def _unpack(job: api.JobInfo, archive: Path, out: Path) -> api.JobResults:

@@ -127,7 +127,9 @@ class ProviderJobs:
             if isinstance(message, p.Offer):
                 await self._reply(stream, message.job_id, self._offer(message, peer))
             elif isinstance(message, p.Confirm):
-                await self._reply(stream, message.job_id, self._confirm(message, peer))
+                await self._reply(stream, message.job_id, await self._confirm(message, peer))
+            elif isinstance(message, p.Countersign):
+                await self._reply(stream, message.job_id, self._countersigned(message, peer))
             elif isinstance(message, p.Cancel):
                 await self._reply(stream, message.job_id, await self._cancel(message, peer))
             elif isinstance(message, p.Follow):
@@ -176,6 +178,15 @@ class ProviderJobs:
                 job_id=offer.job_id,
                 reason=f"price {total:.2f} NTX is above the budget of {spec.budget_ntx:.2f} NTX",
             )
+        payment_address = ""
+        if self.node.payments_enabled and total > 0:
+            try:
+                payment_address = self.node.payments().wallet().address
+            except EngineError:
+                return p.Refusal(
+                    job_id=offer.job_id,
+                    reason="this provider has no wallet to be paid into yet",
+                )
         quote = p.Quote(
             job_id=offer.job_id,
             provider=self.node.identity.peer_id,
@@ -183,6 +194,7 @@ class ProviderJobs:
             total_ntx=total,
             expires_at=time.time() + QUOTE_TTL_S,
             executor=self._executor_for(spec) or "",
+            payment_address=payment_address,
         )
         self._quotes[offer.job_id] = (quote, spec, consumer)
         return quote
@@ -217,7 +229,7 @@ class ProviderJobs:
                 return name
         return None
 
-    def _confirm(self, confirm: p.Confirm, consumer: str) -> p.Accepted | p.Refusal:
+    async def _confirm(self, confirm: p.Confirm, consumer: str) -> p.Accepted | p.Refusal:
         existing = self.node.store.get_job(confirm.job_id)
         if existing is not None:
             if existing.consumer != consumer:
@@ -233,7 +245,23 @@ class ProviderJobs:
             return p.Refusal(job_id=confirm.job_id, reason="quote expired (ask again)")
         if abs(confirm.total_ntx - quote.total_ntx) > 1e-9:
             return p.Refusal(job_id=confirm.job_id, reason="confirmed amount differs from quote")
-        # The payment issue verifies the escrow lock (confirm.escrow_tx) on chain here.
+        if self.node.payments_enabled and quote.total_ntx > 0:
+            paid = confirm.escrow_tx or self.node.settings.payments.require_payment
+            reason = (
+                await self.node.payments().escrows.verify_lock(
+                    confirm.job_id,
+                    consumer,
+                    quote.total_ntx,
+                    confirm.escrow_terms,
+                    confirm.escrow_tx,
+                )
+                if paid
+                else ""
+            )
+            if reason:
+                return p.Refusal(job_id=confirm.job_id, reason=reason)
+            if self.node.store.get_job(confirm.job_id) is not None:
+                return p.Accepted(job_id=confirm.job_id)  # a repeat answered while we looked
         if self.running_jobs() >= self.node.settings.jobs.slots:
             return p.Refusal(job_id=confirm.job_id, reason="busy: another consumer was first")
         now = time.time()
@@ -254,6 +282,18 @@ class ProviderJobs:
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, None)
         return p.Accepted(job_id=confirm.job_id)
+
+    def _countersigned(self, message: p.Countersign, consumer: str) -> p.Accepted | p.Refusal:
+        if not self.node.payments_enabled:
+            return p.Refusal(job_id=message.job_id, reason="this provider takes no payments")
+        escrows = self.node.payments().escrows
+        reason = escrows.accept_countersigned(message.job_id, consumer, message.receipt)
+        if reason:
+            return p.Refusal(job_id=message.job_id, reason=reason)
+        job = self.node.store.get_job(message.job_id)
+        if job is not None and job.receipt != message.receipt:
+            self._save(msgspec.structs.replace(job, receipt=message.receipt))
+        return p.Accepted(job_id=message.job_id)
 
     # --- running -----------------------------------------------------------------------
 
@@ -345,20 +385,23 @@ class ProviderJobs:
                 gpu_s=usage.gpu_s,
                 cost_ntx=usage.cost(job.price_ntx_hour or 0.0),
             )
-        self._save(
-            msgspec.structs.replace(
-                job,
-                state=status.outcome,
-                reason=status.reason,
-                exit_code=status.exit_code,
-                finished_at=time.time(),
-                metering=metering,
-                log_lines=len(self.job_log(job.job_id)),
-                results_sha256=results.sha256 if results else "",
-                results_size=results.size if results else 0,
-                results_dir=str(results.path) if results else "",
-            )
+        ended = msgspec.structs.replace(
+            job,
+            state=status.outcome,
+            reason=status.reason,
+            exit_code=status.exit_code,
+            finished_at=time.time(),
+            metering=metering,
+            log_lines=len(self.job_log(job.job_id)),
+            results_sha256=results.sha256 if results else "",
+            results_size=results.size if results else 0,
+            results_dir=str(results.path) if results else "",
         )
+        if self.node.payments_enabled:
+            # Signed before the end is announced: the last Update carries it to the consumer.
+            receipt = self.node.payments().escrows.provider_receipt(ended)
+            ended = msgspec.structs.replace(ended, receipt=receipt)
+        self._save(ended)
         self._runs.pop(job.job_id, None)
 
     async def _resume(self, job: api.JobInfo) -> None:
@@ -471,6 +514,7 @@ def _before_the_end(job: api.JobInfo) -> api.JobInfo:
         metering=None,
         results_sha256="",
         results_size=0,
+        receipt="",
     )
 
 
@@ -487,6 +531,7 @@ def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
         metering=job.metering,
         results_sha256=job.results_sha256,
         results_size=job.results_size,
+        receipt=job.receipt,
         lines=tuple(
             ln
             if len(ln.text) <= p.MAX_LINE_CHARS

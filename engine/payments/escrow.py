@@ -158,6 +158,7 @@ class Escrows:
         provider_address: str,
         total_ntx: float,
         expected_minutes: float,
+        slots: int = 1,
     ) -> tuple[str, str]:
         """Register the terms with the oracle and lock the amount: (signed terms, lock tx id)."""
         from oracle_client.models import ProviderOffer, ServiceRequest
@@ -178,7 +179,12 @@ class Escrows:
                 budget=amount,
                 deadline=deadline_ms,
                 offers=[
-                    ProviderOffer(peer_id=provider_peer, address=provider_address, price=amount)
+                    ProviderOffer(
+                        peer_id=provider_peer,
+                        address=provider_address,
+                        price=amount,
+                        slots=max(1, min(slots, 1024)),
+                    )
                 ],
             )
         except (ValueError, msgspec.ValidationError) as exc:
@@ -239,7 +245,7 @@ class Escrows:
         try:
             tx_id = await self._blocking(build_and_submit)
         except txs.TxError as exc:
-            self.save(record, state="refunded", error=f"lock failed: {exc}")
+            self.save(record, state="void", error=f"lock failed: {exc}")
             raise EngineError("payment", f"could not lock {info.ntx:g} NTX: {exc}") from None
         self.save(record, state="locked", lock_tx=tx_id, error="")
         log.info("job %s: locked %s NTX in escrow (tx %s)", info.job_id, info.ntx, tx_id)
@@ -258,7 +264,15 @@ class Escrows:
     async def verify_lock(
         self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
     ) -> str:
-        """ "" when the chain holds the lock these terms promise; otherwise why not."""
+        """Why the chain does not hold the lock these terms promise ("": it does)."""
+        try:
+            return await self._verify_lock(job_id, consumer_peer, total_ntx, terms, lock_tx)
+        except EngineError as exc:  # no wallet, oracle or chain here: say so to the consumer
+            return f"the provider cannot check the escrow now: {exc.message}"
+
+    async def _verify_lock(
+        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+    ) -> str:
         from oracle_client.models import ServiceQuote
 
         if not terms or not lock_tx:

@@ -79,7 +79,7 @@ async def _locking(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
     # Only a crash between keeping the terms and submitting the lock leaves this state.
     if record.info.lock_tx and await _lock_utxo(escrows, record) is not None:
         return escrows.save(record, state="locked")
-    return escrows.save(record, state="refunded", error="the lock never reached the chain")
+    return escrows.save(record, state="void", error="the lock never reached the chain")
 
 
 async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
