@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -23,6 +24,8 @@ T = TypeVar("T")
 
 # The root task receives a ``task_status`` and calls ``task_status.started()`` once ready.
 RootTask = Callable[..., Awaitable[None]]
+
+log = logging.getLogger("nunet.engine")
 
 
 class TrioThread:
@@ -55,6 +58,10 @@ class TrioThread:
         except BaseException as exc:
             if not self._ready.is_set():
                 self._startup_error = _unwrap(exc)
+            else:
+                # A crash after start would otherwise leave a live process with a dead engine
+                # and nothing in the log to say why.
+                log.critical("the engine stopped on an error", exc_info=_unwrap(exc))
         finally:
             self._ready.set()
 

@@ -72,7 +72,7 @@ class ControlServer:
         remove_sink: Callable[[], None] | None = None
 
         async def send(obj: dict[str, Any]) -> None:
-            data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+            data = msgspec.json.encode(obj) + b"\n"
             async with send_lock:
                 await stream.send_all(data)
 
