@@ -9,7 +9,8 @@ NVIDIA boards through the NVML double), so the pictures do not depend on this ma
 A second engine ("bob", a provider) runs beside it on 127.0.0.1 so that the peers, chat and
 network pictures have someone in them.
 The script walks a provider through the first run: choose the mode, onboard (with a typo
-first), look at the GPUs, peers, chat and network status, pause, then help, the command
+first), look at the GPUs, peers, chat and network status, a job running here (the dashboard's
+job panels, then its detail with the GPUs beside the log), pause, then help, the command
 palette and consumer mode.
 """
 
@@ -52,6 +53,8 @@ from nunet_tui.app import NunetApp  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
 from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW  # noqa: E402
+from tests.test_snapshots_provider_jobs import NOW as RUN_NOW  # noqa: E402
+from tests.test_snapshots_provider_jobs import RUNNING, TRAIN_LOG  # noqa: E402
 
 MACHINE_TOML = """\
 [machine]
@@ -216,6 +219,19 @@ async def tour(
             pilot, lambda: network.status is not None and network.status.totals.providers >= 2
         )
         await shoot(pilot, out, "network-status", size)
+        # A consumer's GPU job, mid-run here: back on the dashboard its job panels show it.
+        store_running_job(engine.paths)
+        await pilot.press("escape")
+        await until(pilot, on(pilot, "ProviderDashboard"))
+        panel: Any = app.screen.query_one("#provider-jobs")
+        await until(pilot, lambda: RUNNING.job_id in panel.tails)
+        await shoot(pilot, out, "provider-dashboard-jobs", size)
+        await pilot.press("home", "enter")  # the newest job, the running one (the list
+        # keeps its highlight on the job it had, the one this node ran before)
+        await until(pilot, on(pilot, "JobDetailScreen"))
+        await until(pilot, lambda: app.screen.query_one("#job-gpus").display)
+        await pilot.pause(3)  # a few fresh samples at the right of the sparklines
+        await shoot(pilot, out, "job-detail-gpu", size)
         await pilot.press("escape")
         await until(pilot, on(pilot, "ProviderDashboard"))
 
@@ -251,9 +267,9 @@ async def tour(
         await until(pilot, on(pilot, "ConsumerDashboard"))
         await pilot.press("j")
         await until(pilot, on(pilot, "JobsScreen"))
-        await until(pilot, lambda: len(app.screen.jobs) == len(JOBS))  # type: ignore[attr-defined]
+        await until(pilot, lambda: len(app.screen.jobs) == len(JOBS) + 1)  # type: ignore[attr-defined]
         await shoot(pilot, out, "jobs", size)
-        await pilot.press("enter")
+        await pilot.press("down", "enter")  # past the provider's running job, to 7f3a
         await until(pilot, on(pilot, "JobDetailScreen"))
         await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 8)  # type: ignore[attr-defined]
         await shoot(pilot, out, "job-detail", size)
@@ -289,6 +305,29 @@ def store_jobs(home: Paths) -> None:
             for seq, text in enumerate(lines)
         )
     store.close()
+
+
+def store_running_job(home: Paths) -> None:
+    """The provider snapshot tests' running GPU job and its log, moved to the present.
+
+    Written while the engine runs: one it found running at start it would resume, and with
+    no checkpoint end as interrupted. (Running a real one needs a consumer and a GPU
+    container runtime; the picture needs only its record and its log.)
+    """
+    shift = time.time() - RUN_NOW
+    moved = msgspec.structs.replace(
+        RUNNING,
+        created_at=RUNNING.created_at + shift,
+        updated_at=RUNNING.updated_at + shift,
+        started_at=(RUNNING.started_at or 0) + shift,
+    )
+    store = Store(home.database)
+    store.save_job(moved)
+    store.close()
+    JobLog(home.state_dir / "jobs" / RUNNING.job_id / "log.jsonl").append(
+        JobLogLine(seq=seq, stream="stdout", text=text, at=time.time())
+        for seq, text in enumerate(TRAIN_LOG)
+    )
 
 
 def shoot_size(out: Path, size: tuple[int, int]) -> None:

@@ -72,8 +72,14 @@ class JobLog:
                 self._size += len(data)
         return fresh
 
-    def read(self, after_seq: int = -1, limit: int = 10_000) -> list[JobLogLine]:
+    def read(
+        self, after_seq: int = -1, limit: int = 10_000, *, newest: bool = False
+    ) -> list[JobLogLine]:
+        """Up to ``limit`` lines after ``after_seq``: the first ones, or with ``newest`` the
+        last ones (a live view's tail, without reading a long log from its start)."""
         start = bisect.bisect_right(self._seqs, after_seq)
+        if newest:
+            start = max(start, len(self._seqs) - limit)
         if start >= len(self._seqs):
             return []
         lines: list[JobLogLine] = []

@@ -96,7 +96,9 @@ class NodeJobs:
             if job.role == "consumer"
             else self.provider.job_log(job.job_id)
         )
-        lines = joblog.read(command.after_seq, max(1, min(command.limit, 50_000)))
+        lines = joblog.read(
+            command.after_seq, max(1, min(command.limit, 50_000)), newest=command.newest
+        )
         next_seq = lines[-1].seq if lines else command.after_seq
         done = job.state in api.TERMINAL_STATES and not joblog.read(next_seq, 1)
         return api.JobLogs(job_id=job.job_id, lines=tuple(lines), next_seq=next_seq, done=done)

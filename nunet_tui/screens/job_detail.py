@@ -9,6 +9,9 @@ numbered by the provider: a gap (events missed while a dialog was on top) is fil
 engine, and nothing is shown twice. A provider's node gets no log events for the jobs it
 runs, so there the screen reads new lines twice a second instead.
 
+On the provider side a GPU job gets its GPUs' load beside the log (``JobGpus``: shown only
+while the job runs and the node reads a GPU).
+
 Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
 first), ``o`` fetch the results into a folder and view them, Esc back.
 """
@@ -20,7 +23,7 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Input, Static
 
@@ -41,6 +44,7 @@ from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
+from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
@@ -101,10 +105,12 @@ class JobDetailScreen(CapabilityScreen):
             yield Static(id="job-timeline", markup=False)
             yield KeyTable(id="job-facts")
             yield Static(id="job-failure", markup=False)
-        with Vertical(id="log-panel") as panel:
-            panel.border_title = "Log"
-            yield JobLogView(id="job-log")
-            yield Input(placeholder="search the log (Enter: done, Esc: clear)", id="log-search")
+        with Horizontal(id="log-row"):
+            with Vertical(id="log-panel") as panel:
+                panel.border_title = "Log"
+                yield JobLogView(id="job-log")
+                yield Input(placeholder="search the log (Enter: done, Esc: clear)", id="log-search")
+            yield JobGpus(id="job-gpus")
         yield Footer()
 
     @property
@@ -273,6 +279,8 @@ class JobDetailScreen(CapabilityScreen):
         self.query_one("#job-facts", KeyTable).set_rows(_facts(job))
         self._show_failure(job)
         self._show_log_state()
+        onboarding = self.nunet.onboarding
+        self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
         # The footer is rebuilt on refresh_bindings: only when what x and o do changes.
         bindings_for = (job.role, is_terminal(job), bool(job.results_dir))
         if bindings_for != self._bindings_for:

@@ -1,7 +1,11 @@
-"""Provider mode's home: this machine against what it offers, its state, and ML readiness.
+"""Provider mode's home: the jobs it runs, this machine against what it offers, its state,
+and ML readiness.
 
-Panels sit in a grid: two columns when the terminal is wide, one when it is narrow. Later
-issues add their panels (running job, recent jobs, GPU telemetry, rewards) to the same grid.
+Panels sit in a grid: two columns when the terminal is wide, one when it is narrow. The jobs
+come first, across the whole width: a job running for someone is what a provider watches
+(and at 80x24 it is what fits above the fold). They stay hidden until this machine has run
+a job, so a new provider sees its machine first. Later issues add their panels (rewards) to
+the same grid.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from nunet_tui.format import (
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen, NodeView
 from nunet_tui.widgets.gpu_card import GpuSummary
-from nunet_tui.widgets.job_panels import RunningJob
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.provider_jobs import ProviderJobs
 
 
 class ProviderDashboard(NodeScreen):
@@ -46,6 +50,7 @@ class ProviderDashboard(NodeScreen):
     def compose(self) -> ComposeResult:
         yield NodeHeader("provider")
         with VerticalScroll(id="panels", can_focus=False):
+            yield ProviderJobs(id="provider-jobs")
             with Vertical(id="machine", classes="panel") as panel:
                 panel.border_title = "This machine"
                 yield Static(id="machine-line", markup=False)
@@ -58,7 +63,6 @@ class ProviderDashboard(NodeScreen):
                 panel.border_title = "GPUs"
                 panel.border_subtitle = "g for detail"
                 yield GpuSummary(id="gpu-summary")
-            yield RunningJob(id="running")
             with Vertical(id="offer", classes="panel") as panel:
                 panel.border_title = "Onboarding"
                 yield Static(id="offer-hint", markup=False)
@@ -70,10 +74,11 @@ class ProviderDashboard(NodeScreen):
 
     def on_engine_update(self, message: EngineUpdate) -> None:
         if isinstance(message.event, JobChanged):
-            self.query_one(RunningJob).job_changed(message.event.job)
+            self.query_one(ProviderJobs).job_changed(message.event.job)
 
     def on_screen_resume(self) -> None:
-        self.query_one(RunningJob).reload()
+        # Back from a job's detail (or any screen): what changed meanwhile, read afresh.
+        self.query_one(ProviderJobs).reload()
 
     def show_node(self, node: NodeView) -> None:
         info, full, onboarded = node.info, node.full, node.onboarded

@@ -112,6 +112,12 @@ class JobLogView(Log):
         if following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
+    def on_resize(self) -> None:
+        # Something beside or above the log came or went (the GPU strip, the search box):
+        # a following log keeps its newest line in view at the new height.
+        if self.following:
+            self.call_after_refresh(self.scroll_end, animate=False, x_axis=False)
+
     # --- search ----------------------------------------------------------------------------
 
     def find(self, query: str, *, backwards: bool = False, again: bool = False) -> int | None:

@@ -1,4 +1,4 @@
-"""The dashboards' job panels: recent jobs (consumer) and the running job (provider).
+"""The consumer dashboard's job panel: recent jobs (the provider's are in provider_jobs.py).
 
 Each reads ``ListJobs`` when it appears (``reload``) and then follows ``JobChanged`` events
 that its screen hands it (``job_changed``). A ``clock`` gives "now" (the app's, so pictures
@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from engine.api import JobInfo, JobList, ListJobs
 from engine.errors import EngineError
-from nunet_tui.format import safe, short_peer_id
+from nunet_tui.format import safe
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
     cost,
@@ -26,11 +26,8 @@ from nunet_tui.widgets.job_state import (
     hms,
     is_terminal,
     job_name,
-    ntx,
-    runs_as,
     state_text,
 )
-from nunet_tui.widgets.key_table import KeyTable
 
 RECENT = 5
 
@@ -134,51 +131,4 @@ class RecentJobs(_JobsPanel):
         lines.update(Content("\n").join(rows))
 
 
-class RunningJob(_JobsPanel):
-    """Provider dashboard: the job this machine runs now (hidden when there is none)."""
-
-    role = "provider"
-
-    def compose(self) -> ComposeResult:
-        yield KeyTable(id="running-job")
-
-    def on_mount(self) -> None:
-        self.border_title = "Running job"
-        super().on_mount()
-        self.show()
-
-    def show(self) -> None:
-        running = sorted(
-            (job for job in self.jobs.values() if not is_terminal(job)),
-            key=lambda j: -j.created_at,
-        )
-        self.display = bool(running)
-        if not running:
-            return
-        job = running[0]
-        now = self._now()
-        self.border_subtitle = f"{len(running)} active · j for all" if len(running) > 1 else "j"
-        rows: list[tuple[str | Content, str | Content]] = [
-            ("Job", Content.assemble((job.job_id, "bold"), f" · {job_name(job, 30)}")),
-            ("Runs as", runs_as(job)),
-            (
-                "Consumer",
-                f"{short_peer_id(job.consumer)} · {ntx(job.quoted_ntx)} quoted",
-            ),
-            (
-                "State",
-                Content.assemble(
-                    state_text(job.state),
-                    f"  {hms(duration(job, now))}",
-                    (f"  checkpoint {job.checkpoint}" if job.checkpoint else "", "$text-muted"),
-                    (
-                        f"  resumed from checkpoint {job.resumed_from}" if job.resumed_from else "",
-                        "$text-warning",
-                    ),
-                ),
-            ),
-        ]
-        self.query_one("#running-job", KeyTable).set_rows(rows)
-
-
-__all__ = ["RecentJobs", "RunningJob"]
+__all__ = ["RecentJobs"]
