@@ -299,3 +299,21 @@ def test_a_restart_in_the_middle_of_a_claim_neither_loses_nor_repeats_it(
     wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "lost the claim", 60)
     assert _escrow(provider, job_id)["claim_tx"] == claimed["claim_tx"]
     assert market.ntx(_address(provider)) == 100_000
+
+
+def test_after_the_deadline_the_consumer_takes_the_lock_back_without_the_oracle(
+    market: Market, scripts: str
+) -> None:
+    provider, consumer = _paid_pair(market)
+    job_id = _submit(consumer, f"{scripts}/slow.py")["job_id"]
+    wait_for(lambda: provider.cli("job", "show", job_id)["state"] == "running", "never ran", 60)
+    # The provider vanishes for good and the oracle is down: nobody can decide.
+    provider.stop(kill=True)
+    market.oracle_down()
+    early = run_cli("reward", "refund", job_id, "--json", home=consumer.home)
+    assert early.returncode != 0 and "can be refunded without the oracle" in early.stderr
+    deadline_s = _escrow(consumer, job_id)["deadline_ms"] / 1000
+    market.ledger.clock.advance(deadline_s - market.ledger.clock.now() + 5)
+    refunded = consumer.cli("reward", "refund", job_id)
+    assert refunded["state"] == "refunded" and refunded["claim_tx"]
+    assert market.ntx(_address(consumer)) == 5_000_000
