@@ -71,8 +71,10 @@ from nunet_tui.screens.network import NetworkScreen
 from nunet_tui.screens.onboarding import OnboardingScreen
 from nunet_tui.screens.peers import PeersScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
+from nunet_tui.screens.rewards import RewardsScreen
 from nunet_tui.screens.start import StartScreen
 from nunet_tui.screens.submit import SubmitScreen
+from nunet_tui.screens.wallet import WalletScreen
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key; GPUs only in provider mode.
@@ -83,6 +85,8 @@ CAPABILITY_SCREENS: dict[str, type[CapabilityScreen]] = {
     "gpus": GpuScreen,
     "jobs": JobsScreen,
     "submit": SubmitScreen,
+    "wallet": WalletScreen,
+    "rewards": RewardsScreen,
 }
 
 
@@ -108,6 +112,10 @@ class NunetApp(App[None]):
         Binding("n", "open('network')", "Network", tooltip="The channel's resources and load"),
         Binding("j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run"),
         Binding("s", "open('submit')", "Submit", tooltip="Submit an ML job (consumer mode)"),
+        # Not in the footer (it is full at 80 columns); the help, the palette and the screens'
+        # own footers name them.
+        Binding("w", "open('wallet')", "Wallet", show=False, tooltip="Address, NTX, transactions"),
+        Binding("dollar_sign,R", "open('rewards')", "Rewards", show=False, key_display="$"),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)

@@ -65,6 +65,16 @@ class NodeCommands(Provider):
                 "Jobs you bought and jobs this machine runs: logs, results (j)",
                 partial(app.action_open, "jobs"),
             )
+            yield (
+                "Wallet",
+                "Address, NTX and ADA balance, escrow transactions; new or import (w)",
+                partial(app.action_open, "wallet"),
+            )
+            yield (
+                "Rewards",
+                "Claim what paid jobs earned, see locks and refunds ($)",
+                partial(app.action_open, "rewards"),
+            )
             if mode == "consumer":
                 yield (
                     "Submit a job",

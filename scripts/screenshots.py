@@ -11,7 +11,8 @@ network pictures have someone in them.
 The script walks a provider through the first run: choose the mode, onboard (with a typo
 first), look at the GPUs, peers, chat and network status, a job running here (the dashboard's
 job panels, then its detail with the GPUs beside the log), pause, then help, the command
-palette and consumer mode.
+palette and consumer mode. Then scripts/screenshots_payments.py walks the wallet and the
+rewards (``--only payments``: just those).
 """
 
 from __future__ import annotations
@@ -359,11 +360,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "screenshots")
     parser.add_argument("--size", action="append", default=None, help="WIDTHxHEIGHT")
+    parser.add_argument("--only", choices=["payments"], help="only the wallet and rewards")
     args = parser.parse_args()
     sizes = [tuple(int(n) for n in s.split("x")) for s in (args.size or ["160x48", "80x24"])]
     args.out.mkdir(parents=True, exist_ok=True)
+    # The wallet and rewards walk a home of their own (a local ledger, a new wallet).
+    import screenshots_payments
+
     for width, height in sizes:
-        shoot_size(args.out, (width, height))
+        if args.only is None:
+            shoot_size(args.out, (width, height))
+        screenshots_payments.shoot_size(args.out, (width, height))
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ class ConsumerDashboard(NodeScreen):
         actions: list[tuple[str, str]] = [
             ("s", "submit an ML job: see its price and who can run it as you type"),
             ("j", "your jobs: live logs, results, cancel"),
+            ("w", "your wallet: NTX balance, address, funds locked in escrow"),
             ("m", provide),
             ("ctrl+p", "command palette: every command by name"),
             ("?", "all keys"),

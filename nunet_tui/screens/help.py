@@ -23,6 +23,8 @@ EVERYWHERE: tuple[tuple[str, str], ...] = (
     ("n", "network status: the channel's resources and load"),
     ("j", "jobs: the ones you bought and the ones this machine runs"),
     ("s", "submit an ML job (consumer mode)"),
+    ("w", "wallet: address, NTX and ADA balance, transactions"),
+    ("$ or R", "rewards: claim what paid jobs earned, locks and refunds"),
     ("tab", "next field or button · shift+tab previous"),
     ("esc", "back / close"),
     ("q", "quit (ctrl+q also quits, even inside a text field)"),
@@ -83,6 +85,8 @@ def _screen_title(screen: Screen[Any]) -> str:
         "ResultsScreen": "the job's results",
         "GpuDoctorScreen": "the GPU doctor",
         "MlImagesScreen": "the ML images",
+        "WalletScreen": "the wallet",
+        "RewardsScreen": "the rewards",
     }
     return titles.get(type(screen).__name__, "this screen")
 
