@@ -28,6 +28,7 @@ from nunet_tui.screens.job_results import ResultsDirScreen, ResultsScreen, prett
 from nunet_tui.screens.submit import SubmitScreen, load_presets, tier_table
 from nunet_tui.widgets.job_log import JobLogView, clean_line
 from nunet_tui.widgets.key_table import KeyTable
+from nunet_tui.widgets.running_jobs import RunningJobs
 from tests.conftest import REPO, TEST_ADDRESS
 from tests.daemons import Daemon, daemons, wait_for
 
@@ -271,9 +272,9 @@ async def test_a_provider_sees_the_job_it_runs(
         app = NunetApp(client=client)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
-            running = app.screen.query_one("#running")
+            running = app.screen.query_one(RunningJobs)
             await until(pilot, lambda: running.display)
-            assert job["job_id"] in running.query_one(KeyTable).plain_text()
+            assert job["job_id"] in running.render().plain
             await pilot.press("j")
             await until(pilot, lambda: type(app.screen).__name__ == "JobsScreen")
             jobs: Any = app.screen

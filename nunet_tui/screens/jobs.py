@@ -33,6 +33,7 @@ from nunet_tui.widgets.job_state import (
     state_text,
 )
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_rows import refill, selected_key
 
 COLUMNS = (
     ("job", "Job"),
@@ -121,12 +122,7 @@ class JobsScreen(FilteredTableScreen):
         ordered = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
         rows = [(job, job_row(job, now)) for job in ordered]
         shown = [(j, r) for j, r in rows if not query or query in _text(j, r).lower()]
-        selected = _selected_key(table)
-        table.clear()
-        for job, row in shown:
-            table.add_row(*map(table_cell, row), key=job.job_id)
-        if selected is not None and selected in {j.job_id for j, _ in shown}:
-            table.move_cursor(row=table.get_row_index(selected))
+        refill(table, [(job.job_id, [table_cell(c) for c in row]) for job, row in shown])
         running = sum(1 for job in self.jobs.values() if not is_terminal(job))
         panel.border_subtitle = (
             f"{len(shown)} of {len(rows)} shown"
@@ -168,7 +164,7 @@ class JobsScreen(FilteredTableScreen):
         self.load()
 
     def action_open_job(self) -> None:
-        job_id = _selected_key(self.query_one("#jobs-table", DataTable))
+        job_id = selected_key(self.query_one("#jobs-table", DataTable))
         if job_id is not None:
             self.open_job(job_id)
 
@@ -204,16 +200,6 @@ def job_row(job: JobInfo, now: float) -> tuple[Content, ...]:
 
 def _text(job: JobInfo, row: tuple[Content, ...]) -> str:
     return " ".join([job.job_id, job.provider, job.consumer, *(cell.plain for cell in row)])
-
-
-def _selected_key(table: DataTable[Text]) -> str | None:
-    if not table.row_count:
-        return None
-    try:
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-    except Exception:
-        return None
-    return key.value
 
 
 __all__ = ["JobsScreen", "job_row"]

@@ -33,6 +33,7 @@ from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_rows import refill
 
 REFRESH_S = 3.0
 
@@ -185,10 +186,11 @@ class NetworkScreen(CapabilityScreen):
             )
 
         table: DataTable[Text] = self.query_one("#beats-table", DataTable)
-        table.clear()
         beating = [p for p in status.peers if p.last_heartbeat is not None]
-        for peer in beating:
-            table.add_row(*map(table_cell, _beat_row(peer, now)), key=peer.peer_id)
+        refill(
+            table,
+            [(peer.peer_id, [table_cell(c) for c in _beat_row(peer, now)]) for peer in beating],
+        )
         table.display = bool(beating)
         beats_note = self.query_one("#beats-note", Static)
         beats_note.display = not beating

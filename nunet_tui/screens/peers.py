@@ -35,6 +35,7 @@ from nunet_tui.format import (
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_rows import refill, selected_key
 
 COLUMNS = (
     ("peer", "Peer"),
@@ -130,12 +131,7 @@ class PeersScreen(FilteredTableScreen):
         rows = [(peer, _row(peer, now)) for peer in _ordered(self.peers.values())]
         shown = [(p, r) for p, r in rows if not query or query in _text(p, r).lower()]
 
-        selected = _selected_key(table)
-        table.clear()
-        for peer, row in shown:
-            table.add_row(*map(table_cell, row), key=peer.peer_id)
-        if selected is not None and selected in {p.peer_id for p, _ in shown}:
-            table.move_cursor(row=table.get_row_index(selected))
+        refill(table, [(peer.peer_id, [table_cell(c) for c in row]) for peer, row in shown])
 
         panel.border_title = f"Peers · {safe(self.channel)}" if self.channel else "Peers"
         panel.border_subtitle = (
@@ -178,7 +174,7 @@ class PeersScreen(FilteredTableScreen):
         self.load(dht=True)
 
     def action_chat(self) -> None:
-        peer_id = _selected_key(self.query_one("#peers-table", DataTable))
+        peer_id = selected_key(self.query_one("#peers-table", DataTable))
         if peer_id is not None:
             self.nunet.open_screen("chat", peer_id=peer_id)
 
@@ -235,16 +231,6 @@ def _free_of(free: int | None, offered: int) -> Content:
 def _text(peer: Peer, row: tuple[Content, ...]) -> str:
     """What ``/`` searches: every column as shown, plus the full peer id and addresses."""
     return " ".join([peer.peer_id, *peer.addrs, *(cell.plain for cell in row)])
-
-
-def _selected_key(table: DataTable[Text]) -> str | None:
-    if not table.row_count:
-        return None
-    try:
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-    except Exception:
-        return None
-    return key.value
 
 
 def _explain(exc: EngineError) -> Content:

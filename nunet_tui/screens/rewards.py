@@ -41,6 +41,7 @@ from nunet_tui.widgets.escrow_view import (
 )
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_rows import refill, selected_key
 
 View = Literal["provider", "consumer"]
 Columns = tuple[tuple[str, str], ...]
@@ -220,7 +221,7 @@ class RewardsScreen(CapabilityScreen):
         open table when narrow (the tables never grow a column that would not fit)."""
         focused = self.focused if isinstance(self.focused, DataTable) else None
         table = focused or self.query_one("#open-table", DataTable)
-        job_id = _selected_key(table) or _selected_key(self.query_one("#open-table", DataTable))
+        job_id = selected_key(table) or selected_key(self.query_one("#open-table", DataTable))
         escrow = self.escrows.get(job_id) if job_id is not None else None
         if escrow is not None and escrow.role != self.view:
             escrow = None
@@ -245,12 +246,13 @@ class RewardsScreen(CapabilityScreen):
         self, table_id: str, rows: list[tuple[Content, ...]], escrows: list[EscrowInfo]
     ) -> None:
         table: DataTable[Text] = self.query_one(table_id, DataTable)
-        selected = _selected_key(table)
-        table.clear()
-        for escrow, cells in zip(escrows, rows, strict=True):
-            table.add_row(*map(table_cell, cells), key=escrow.job_id)
-        if selected is not None and selected in table.rows:
-            table.move_cursor(row=table.get_row_index(selected))
+        refill(
+            table,
+            [
+                (escrow.job_id, [table_cell(c) for c in cells])
+                for escrow, cells in zip(escrows, rows, strict=True)
+            ],
+        )
 
     def _show_totals(self) -> None:
         sums = totals(self.escrows.values())
@@ -288,7 +290,7 @@ class RewardsScreen(CapabilityScreen):
     # --- actions -------------------------------------------------------------------------
 
     def selected(self) -> EscrowInfo | None:
-        job_id = _selected_key(self.query_one("#open-table", DataTable))
+        job_id = selected_key(self.query_one("#open-table", DataTable))
         return self.escrows.get(job_id) if job_id is not None else None
 
     def action_reload(self) -> None:
@@ -360,7 +362,7 @@ class RewardsScreen(CapabilityScreen):
     def action_open_job(self) -> None:
         focused = self.focused
         table = focused if isinstance(focused, DataTable) else self.query_one("#open-table")
-        job_id = _selected_key(table)  # type: ignore[arg-type]
+        job_id = selected_key(table)  # type: ignore[arg-type]
         if job_id is not None:
             self.open_job(job_id)
 
@@ -484,16 +486,6 @@ def _empty_open(view: View, *, has_any: bool) -> Content:
         ("f", accent),
         " takes it back when the job failed or the deadline passed.",
     )
-
-
-def _selected_key(table: DataTable[Text]) -> str | None:
-    if not table.row_count or not table.display:
-        return None
-    try:
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-    except Exception:
-        return None
-    return key.value
 
 
 __all__ = ["RewardsScreen", "done_row", "open_row", "settled_text"]

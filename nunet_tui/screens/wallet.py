@@ -59,6 +59,7 @@ from nunet_tui.widgets.escrow_view import (
 )
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_rows import refill
 
 TICK_S = 15.0  # relative times ("5 min ago", "in 3 h") are redrawn this often
 COMPACT_BELOW = 100  # columns: narrower terminals get the short transaction table
@@ -309,13 +310,14 @@ class WalletScreen(CapabilityScreen):
         panel = self.query_one("#tx-panel", Vertical)
         now = self.nunet.clock()
         rows = newest_first(self.escrows.values())
-        selected = _selected_key(table)
-        table.clear()
-        for escrow in rows:
-            cells = tx_row(escrow, now, compact=bool(self.compact))
-            table.add_row(*map(table_cell, cells), key=escrow.job_id)
-        if selected is not None and selected in table.rows:
-            table.move_cursor(row=table.get_row_index(selected))
+        compact = bool(self.compact)
+        refill(
+            table,
+            [
+                (escrow.job_id, [table_cell(c) for c in tx_row(escrow, now, compact=compact)])
+                for escrow in rows
+            ],
+        )
         panel.border_subtitle = plural(len(rows), "escrow") if rows else ""
         table.display = bool(rows)
         note.display = not rows
@@ -478,16 +480,6 @@ def _balance_problem(exc: EngineError) -> Content:
         else ""
     )
     return Content.assemble((head, "bold $text-warning"), safe(exc.message), tail)
-
-
-def _selected_key(table: DataTable[Text]) -> str | None:
-    if not table.row_count:
-        return None
-    try:
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-    except Exception:
-        return None
-    return key.value
 
 
 __all__ = ["WalletScreen", "keystore_text", "tilde", "tx_row"]
