@@ -341,3 +341,27 @@ def test_log_line_of_the_system_stream_is_marked() -> None:
 
     line = JobLogLine(seq=0, stream="system", text="resumed from checkpoint 2", at=0.0)
     assert log_text(line) == "» resumed from checkpoint 2"
+
+
+def test_job_detail_names_where_a_paid_jobs_money_is() -> None:
+    from engine.api import EscrowInfo
+    from nunet_tui.screens.job_detail import _escrow_fact
+
+    escrow = EscrowInfo(
+        job_id="b742d0b1c66f",
+        role="consumer",
+        state="paid_out",
+        amount=20_000,
+        ntx=0.02,
+        deadline_ms=0,
+        consumer_pkh="aa" * 28,
+        provider_pkh="bb" * 28,
+        oracle_key="cc" * 32,
+        lock_tx="6fee1b3d" + "0" * 52 + "b7b6",
+        claim_tx="91ac" + "1" * 56 + "9f00",
+        reward_type="withdraw",
+        error="[bold]oracle[/] said \x1b[2J",
+    )
+    text = _escrow_fact(escrow).plain
+    assert "0.02 NTX" in text and "lock 6fee1b3d…b7b6" in text and "claim 91ac1111…9f00" in text
+    assert "[bold]oracle[/]" in text and "\x1b" not in text  # literal, and no escapes

@@ -44,6 +44,7 @@ T = TypeVar("T")
 LOCK_WAIT_S = 60.0  # how long a provider waits for the consumer's lock to show on chain
 LOCK_POLL_S = 1.0
 SETTLE_RETRY_S = 15.0  # open escrows are retried this often (oracle down, tx refused...)
+SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provider's claim
 Role = Literal["consumer", "provider"]
 
 
@@ -455,13 +456,17 @@ class Escrows:
         """Settle what is open: after a restart, after the oracle came back, at the deadline."""
         task_status.started()
         while True:
+            soon = False
             for raw in self.node.store.list_escrows(api.ESCROW_OPEN_STATES):
                 record = msgspec.json.decode(raw, type=EscrowRecord)
                 try:
-                    await self.settle(record.info.job_id, automatic=True)
+                    info = await self.settle(record.info.job_id, automatic=True)
                 except EngineError as exc:
                     log.info("escrow of job %s: %s", record.info.job_id, exc.message)
-            with trio.move_on_after(SETTLE_RETRY_S):
+                    continue
+                # The provider claims within seconds of the decision: look again soon.
+                soon = soon or (info.state == "receipt" and info.reward_type == "withdraw")
+            with trio.move_on_after(SETTLE_SOON_S if soon else SETTLE_RETRY_S):
                 await self._wake.wait()
             self._wake = trio.Event()
 

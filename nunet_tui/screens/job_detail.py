@@ -29,6 +29,9 @@ from textual.widgets import Footer, Input, Static
 
 from engine.api import (
     CancelJob,
+    EscrowChanged,
+    EscrowInfo,
+    EscrowList,
     FetchJobResults,
     GetJob,
     GetJobLogs,
@@ -38,12 +41,14 @@ from engine.api import (
     JobLogLine,
     JobLogs,
     JobResults,
+    RewardList,
 )
 from engine.errors import EngineError
 from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
+from nunet_tui.widgets import escrow_view
 from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
 from nunet_tui.widgets.job_state import (
@@ -97,6 +102,7 @@ class JobDetailScreen(CapabilityScreen):
         self.problem: str | None = None
         self.redraw_scheduled = False
         self._bindings_for: tuple[object, ...] = ()
+        self.escrow: EscrowInfo | None = None  # paid jobs: the NTX locked for this job
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -141,6 +147,12 @@ class JobDetailScreen(CapabilityScreen):
             self.problem = None
         except (EngineError, OSError) as exc:
             self.problem = _message(exc)
+        try:
+            escrows: EscrowList = await self.nunet.client.call(RewardList())
+        except (EngineError, OSError):
+            pass  # an unpaid job, or no payments here: no escrow line
+        else:
+            self.escrow = next((e for e in escrows.escrows if e.job_id == self.job_id), None)
         self.show_job()
         await self.catch_up()
 
@@ -194,6 +206,9 @@ class JobDetailScreen(CapabilityScreen):
             if not self.flush_scheduled:
                 self.flush_scheduled = True
                 self.set_timer(FLUSH_S, self._flush)
+        elif isinstance(event, EscrowChanged) and event.escrow.job_id == self.job_id:
+            self.escrow = event.escrow
+            self.show_job()
         elif isinstance(event, JobChanged) and event.job.job_id == self.job_id:
             previous = self.job
             self.job = event.job
@@ -276,7 +291,7 @@ class JobDetailScreen(CapabilityScreen):
             parts.append((f" · resumed from checkpoint {job.resumed_from}", "$text-warning"))
         title.update(Content.assemble(*parts))
         self.query_one("#job-timeline", Static).update(timeline(job))
-        self.query_one("#job-facts", KeyTable).set_rows(_facts(job))
+        self.query_one("#job-facts", KeyTable).set_rows(_facts(job, self.escrow))
         self._show_failure(job)
         self._show_log_state()
         onboarding = self.nunet.onboarding
@@ -443,7 +458,7 @@ def traceback_tail(lines: list[str], limit: int = TAIL_LINES) -> list[str]:
     return [clean_line(line) for line in chosen[-limit:]]
 
 
-def _facts(job: JobInfo) -> list[tuple[str, Content | str]]:
+def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Content | str]]:
     rows: list[tuple[str, Content | str]] = []
     if job.role == "consumer":
         rows.append(("Provider", safe(job.provider) or "not chosen yet"))
@@ -455,6 +470,8 @@ def _facts(job: JobInfo) -> list[tuple[str, Content | str]]:
     if job.quoted_ntx is not None:
         price = f" ({job.price_ntx_hour:g} NTX/h)" if job.price_ntx_hour is not None else ""
         rows.append(("Price", f"{ntx(job.quoted_ntx)} quoted{price}"))
+    if escrow is not None:
+        rows.append(("Escrow", _escrow_fact(escrow)))
     m = job.metering
     if m is not None:
         rows.append(
@@ -495,3 +512,17 @@ def _message(exc: BaseException) -> str:
 
 
 __all__ = ["JobDetailScreen", "log_text", "traceback_tail"]
+
+
+def _escrow_fact(escrow: EscrowInfo) -> Content:
+    """``✓ paid · 0.02 NTX · lock 6fee1b3d…b7b6 · claim 91ac…``: where the money is."""
+    parts: list[Content | str] = [
+        escrow_view.state_text(escrow),
+        f" · {escrow_view.ntx(escrow.amount)} NTX · lock {escrow_view.short_hash(escrow.lock_tx)}",
+    ]
+    if escrow.claim_tx:
+        verb = "claim" if escrow.reward_type == "withdraw" else "refund"
+        parts.append(f" · {verb} {escrow_view.short_hash(escrow.claim_tx)}")
+    if escrow.error:
+        parts.append(Content.styled(f" · {escrow_view.one_line(escrow.error)}", "$text-warning"))
+    return Content.assemble(*parts)
