@@ -13,6 +13,8 @@ from typing import Literal
 
 from bech32 import convertbits
 
+from oracle_client.bech32 import CHARSET, hrp_expand, polymod
+
 Network = Literal["testnet", "mainnet"]
 
 PAYMENT_PREFIX: dict[Network, str] = {"testnet": "addr_test", "mainnet": "addr"}
@@ -20,7 +22,6 @@ _PREFIX_NETWORK: dict[str, Network] = {"addr_test": "testnet", "addr": "mainnet"
 _STAKE_PREFIXES = ("stake", "stake_test")
 _NETWORK_ID: dict[Network, int] = {"testnet": 0, "mainnet": 1}
 
-_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 _BECH32_CONST = 1
 _BECH32M_CONST = 0x2BC830A3
 _CHECKSUM_LEN = 6
@@ -87,11 +88,11 @@ def check_address(address: str, network: Network, *, channel: str | None = None)
         return f"not a Cardano payment address (prefix {hrp!r}): it should start with {want}1"
     if len(data) < _CHECKSUM_LEN + 1:
         return "address is too short: it looks cut off, copy it again"
-    if any(c not in _CHARSET for c in data):
-        bad = next(c for c in data if c not in _CHARSET)
+    if any(c not in CHARSET for c in data):
+        bad = next(c for c in data if c not in CHARSET)
         return f"address contains {bad!r}, which bech32 never uses (no 1, b, i or o after '1')"
-    values = [_CHARSET.index(c) for c in data]
-    residue = _polymod(_hrp_expand(hrp) + values)
+    values = [CHARSET.index(c) for c in data]
+    residue = polymod(hrp_expand(hrp) + values)
     if residue == _BECH32M_CONST:
         return "address has a bech32m checksum; Cardano addresses use bech32"
     if residue != _BECH32_CONST:
@@ -110,9 +111,9 @@ def encode_address(hrp: str, payload: bytes) -> str:
     words = convertbits(payload, 8, 5, True)
     if words is None:  # pragma: no cover - padding always succeeds when pad=True
         raise ValueError("cannot convert payload to 5-bit groups")
-    residue = _polymod([*_hrp_expand(hrp), *words, 0, 0, 0, 0, 0, 0]) ^ _BECH32_CONST
+    residue = polymod([*hrp_expand(hrp), *words, 0, 0, 0, 0, 0, 0]) ^ _BECH32_CONST
     checksum = [(residue >> 5 * (5 - i)) & 31 for i in range(_CHECKSUM_LEN)]
-    return hrp + "1" + "".join(_CHARSET[w] for w in [*words, *checksum])
+    return hrp + "1" + "".join(CHARSET[w] for w in [*words, *checksum])
 
 
 def _check_payload(payload: bytes) -> str | None:
@@ -172,19 +173,3 @@ def _is_pointer(rest: bytes) -> bool:
         if not continued:
             count += 1
     return count == 3 and not continued
-
-
-def _hrp_expand(hrp: str) -> list[int]:
-    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
-
-
-def _polymod(values: list[int]) -> int:
-    generator = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
-    checksum = 1
-    for value in values:
-        top = checksum >> 25
-        checksum = (checksum & 0x1FFFFFF) << 5 ^ value
-        for i, gen in enumerate(generator):
-            if (top >> i) & 1:
-                checksum ^= gen
-    return checksum

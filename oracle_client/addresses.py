@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oracle_client.bech32 import CHARSET, hrp_expand, polymod
 from oracle_client.fields import Network
 
-_CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 _PREFIXES: dict[str, Network] = {"addr": "mainnet", "addr_test": "testnet"}
 _NETWORK_IDS: dict[Network, int] = {"testnet": 0, "mainnet": 1}
 _HASH_LEN = 28
@@ -44,10 +44,10 @@ def parse_payment_address(text: str, network: Network | None = None) -> PaymentA
     hrp, sep, data = text.rpartition("1")
     if not sep or hrp not in _PREFIXES:
         raise AddressError("not a Cardano payment address: it must start with addr1 or addr_test1")
-    if len(data) < 7 or any(c not in _CHARSET for c in data):
+    if len(data) < 7 or any(c not in CHARSET for c in data):
         raise AddressError("address contains characters bech32 never uses, or is cut off")
-    values = [_CHARSET.index(c) for c in data]
-    if _polymod(_hrp_expand(hrp) + values) != 1:
+    values = [CHARSET.index(c) for c in data]
+    if polymod(hrp_expand(hrp) + values) != 1:
         raise AddressError("address checksum does not match: a character is mistyped")
     payload = _from_words(values[:-6])
     if payload is None or not payload:
@@ -85,19 +85,3 @@ def _from_words(words: list[int]) -> bytes | None:
     if bits >= 5 or acc & ((1 << bits) - 1):
         return None
     return bytes(out)
-
-
-def _hrp_expand(hrp: str) -> list[int]:
-    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
-
-
-def _polymod(values: list[int]) -> int:
-    generator = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
-    checksum = 1
-    for value in values:
-        top = checksum >> 25
-        checksum = (checksum & 0x1FFFFFF) << 5 ^ value
-        for i, gen in enumerate(generator):
-            if (top >> i) & 1:
-                checksum ^= gen
-    return checksum
