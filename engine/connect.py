@@ -28,6 +28,12 @@ def open_client(
     """``network=False`` for one-shot commands: an embedded engine then skips libp2p.
     ``defer_network``: the network starts on ``StartNetwork`` (the TUI sends it once painted)."""
     paths.ensure()
+    if attach:
+        # A running daemon answers on its socket: no need to touch its lock at all.
+        try:
+            return ControlClient(paths.control_socket)
+        except OSError:
+            pass
     lock = HomeLock(paths.lock_file)
     if lock.try_acquire():
         if attach:

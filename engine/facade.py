@@ -69,7 +69,7 @@ class Engine:
         self.paths.ensure()
         if self._lock is None:
             lock = HomeLock(self.paths.lock_file)
-            if not lock.try_acquire():
+            if not lock.acquire(wait=2.0):
                 pid = lock.holder_pid()
                 raise EngineError(
                     "home_busy",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 
@@ -28,6 +29,16 @@ class HomeLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        return True
+
+    def acquire(self, wait: float) -> bool:
+        """``try_acquire`` for up to ``wait`` seconds: a command that only checks whether the
+        home is free holds the lock for an instant, and must not make a starting daemon fail."""
+        deadline = time.monotonic() + wait
+        while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
         return True
 
     @property

@@ -26,7 +26,11 @@ def test_demo_sandbox_runs_the_examples_and_stops_cleanly(tmp_path: Path) -> Non
     )
     try:
         assert proc.stdout is not None
-        described = json.loads(proc.stdout.readline())
+        line = proc.stdout.readline()
+        if not line:  # the sandbox did not start: show why
+            proc.wait(30)
+            raise AssertionError(proc.stderr.read() if proc.stderr else "no output")
+        described = json.loads(line)
         consumer = Paths.for_home(described["consumer_home"])
         assert len(described["provider_homes"]) == 3
 

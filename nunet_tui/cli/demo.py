@@ -189,7 +189,7 @@ def _service(sandbox: Sandbox, name: str, *args: str) -> dict[str, str]:
 def _start_chain(sandbox: Sandbox) -> None:
     root = sandbox.root
     root.mkdir(parents=True, exist_ok=True)
-    ledger = _service(sandbox, "ledger", "--db", str(root / "ledger.db"), "--dev")
+    ledger = _service(sandbox, "ledger", "--db", str(root / "ledger.db"), "--dev", "--port", "0")
     sandbox.ledger_url = ledger["url"]
     oracle = _service(
         sandbox,
