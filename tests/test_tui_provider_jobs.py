@@ -188,6 +188,9 @@ def test_earned_is_metered_once_done_and_quoted_while_running() -> None:
     assert earned(completed).plain == "0.0012 NTX"
     assert earned(oom).plain == DASH  # no metering: nothing claimed
     assert earned(RUNNING).plain == "≈0.50 NTX"
+    # A paid job that completed was paid its escrowed quote, whatever the metering says.
+    paid = msgspec.structs.replace(completed, receipt="{}", quoted_ntx=0.25)
+    assert earned(paid).plain == "0.25 NTX"
 
 
 # --- GPUs beside the log ------------------------------------------------------------------

@@ -61,7 +61,12 @@ def why(job: JobInfo) -> Content:
 
 
 def earned(job: JobInfo) -> Content:
-    """What the job paid this machine: metered when done, ``≈`` the quote while it runs."""
+    """What the job paid this machine: metered when done, ``≈`` the quote while it runs.
+
+    A paid job that completed (its receipt is signed) pays the escrowed quote, not the
+    metered cost."""
+    if job.receipt and job.quoted_ntx is not None and job.state == "completed":
+        return Content(ntx(job.quoted_ntx))
     if job.metering is not None and is_terminal(job):
         return Content(ntx(job.metering.cost_ntx))
     if not is_terminal(job) and job.quoted_ntx is not None:
