@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.content import Content
+from textual.content import Content, Span
 
 from engine.api import Capacity, Check, GpuInfo, Onboarding
 
@@ -170,9 +170,26 @@ def level_style(value: float | None, limit: float | None, *, warn: float, error:
     return ""
 
 
+MUTED = "$text-muted"
+
+
 def table_cell(content: Content) -> Text:
     """``content`` as a Rich ``Text`` for a ``DataTable`` cell (which measures only Rich
-    renderables); theme variables such as ``$text-muted`` are resolved on the way."""
+    renderables); theme variables such as ``$text-error`` are resolved on the way.
+
+    ``$text-muted`` is a translucent colour that only blends against a widget's background:
+    resolved here, with none, it comes out black (invisible on the dark themes), so cells
+    say ``dim`` instead, which the terminal blends itself."""
+    if any(isinstance(span.style, str) and MUTED in span.style for span in content.spans):
+        content = Content(
+            content.plain,
+            spans=[
+                Span(span.start, span.end, span.style.replace(MUTED, "dim"))
+                if isinstance(span.style, str)
+                else span
+                for span in content.spans
+            ],
+        )
     text = Text()
     for segment in content.render_segments():
         text.append(segment.text, segment.style)
