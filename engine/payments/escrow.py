@@ -96,7 +96,7 @@ class Escrows:
         settings = self.node.settings.payments
         return settings.backend != "none" and bool(settings.oracle_url)
 
-    def _oracle(self) -> OracleClient:
+    def oracle(self) -> OracleClient:
         from oracle_client.client import OracleClient
 
         return OracleClient(self.node.settings.payments.oracle_url, timeout=10.0, retries=2)
@@ -104,12 +104,12 @@ class Escrows:
     async def oracle_key(self) -> str:
         """The key of the oracle this node trusts: the one at its configured URL."""
         if self._oracle_key is None:
-            async with self._oracle() as oracle:
+            async with self.oracle() as oracle:
                 info = await _oracle_call(oracle.info)
             self._oracle_key = info.oracle_key
         return self._oracle_key
 
-    async def _blocking(self, fn: Callable[[], T]) -> T:
+    async def blocking(self, fn: Callable[[], T]) -> T:
         """pycardano and Blockfrost block on HTTP: off the trio thread."""
         return await trio.to_thread.run_sync(fn)
 
@@ -191,7 +191,7 @@ class Escrows:
         except (ValueError, msgspec.ValidationError) as exc:
             # A provider's address of the other network (addr1 on a test channel...).
             raise EngineError("payment", f"cannot pay this provider: {exc}") from None
-        async with self._oracle() as oracle:
+        async with self.oracle() as oracle:
             quote = await _oracle_call(lambda: oracle.request_service(request))
         if quote.oracle_key != await self.oracle_key():
             raise EngineError("payment", "the oracle answered with a key it does not advertise")
@@ -244,7 +244,7 @@ class Escrows:
             return txs.submit(context, tx)
 
         try:
-            tx_id = await self._blocking(build_and_submit)
+            tx_id = await self.blocking(build_and_submit)
         except txs.TxError as exc:
             self.save(record, state="void", error=f"lock failed: {exc}")
             raise EngineError("payment", f"could not lock {info.ntx:g} NTX: {exc}") from None
@@ -255,7 +255,7 @@ class Escrows:
     async def _ntx_unit(self) -> str:
         from engine.payments import chain
 
-        unit = await self._blocking(lambda: chain.ntx_unit(self.node.settings.payments))
+        unit = await self.blocking(lambda: chain.ntx_unit(self.node.settings.payments))
         if unit is None:
             raise EngineError("config", "the NTX token is not known: set [payments] ntx_policy_id")
         return unit.unit
@@ -344,7 +344,7 @@ class Escrows:
         with trio.move_on_after(LOCK_WAIT_S):
             while True:
                 try:
-                    if await self._blocking(matching):
+                    if await self.blocking(matching):
                         return True
                 except Exception as exc:  # the backend away for a moment: look again
                     log.info("looking for the lock of job %s: %s", quote.job_id, exc)

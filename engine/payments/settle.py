@@ -70,7 +70,7 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
         return None
 
     try:
-        return await escrows._blocking(find)
+        return await escrows.blocking(find)
     except Exception as exc:
         raise EngineError("chain", f"cannot read the chain: {exc}") from None
 
@@ -97,7 +97,7 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
         else None
     )
     try:
-        async with escrows._oracle() as oracle:
+        async with escrows.oracle() as oracle:
             answer = await oracle.request_reward(RewardRequest(job_id=info.job_id, receipt=receipt))
     except Undecidable as exc:
         return escrows.save(record, state="undecided", error=str(exc))
@@ -158,7 +158,7 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
         )
 
     try:
-        tx = await escrows._blocking(build)
+        tx = await escrows.blocking(build)
     except txs.DeadlineNotReached as exc:
         raise EngineError("not_ready", str(exc)) from None
     except txs.TxError as exc:
@@ -183,7 +183,7 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
     context = await escrows.node.payments().chain_context()
     tx = Transaction.from_cbor(record.tx_cbor)
     try:
-        await escrows._blocking(lambda: txs.submit(context, tx))
+        await escrows.blocking(lambda: txs.submit(context, tx))
     except txs.TxError as exc:
         if await _lock_utxo(escrows, record) is None:  # spent meanwhile: by our tx
             return escrows.save(record, state=done, error="")
@@ -202,7 +202,7 @@ async def _report(escrows: Escrows, record: EscrowRecord, status: str) -> None:
     if not record.info.claim_tx or not record.info.reward_type:
         return
     try:
-        async with escrows._oracle() as oracle:
+        async with escrows.oracle() as oracle:
             await oracle.send_status(
                 StatusReport(
                     job_id=record.info.job_id,
