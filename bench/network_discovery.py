@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.test_network_support import Node, start_nodes
 
+SETTLE_S = 3.0
+
 
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 10
@@ -26,6 +28,9 @@ def main() -> None:
     figures = []
     try:
         for _ in range(rounds):
+            # A newcomer joins a settled channel, not one still busy with the last one's
+            # departure or its own start-up (10 processes share 2 cores here).
+            time.sleep(SETTLE_S)
             newcomer = Node("--bootstrap", boot.addrs[0], "--heartbeat", "1", "--consumer")
             newcomer.ready()
             listening = newcomer.wait_for(lambda e: e["event"] == "listening")["t"]

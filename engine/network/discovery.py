@@ -310,9 +310,14 @@ class Discovery:
                     return
                 query = wire.decode_query(data)
                 if query.channel_digest == wire.channel_digest(self.channel):
-                    for peer_id, sealed in list(self._sealed.items())[:EXCHANGE_MAX_ADVERTS]:
-                        if peer_id == self.identity.peer_id or peer_id in self.table:
-                            await wire.write_frame(stream, sealed, len(sealed))
+                    # One write for all: a frame per write waited on the peer's delayed ACK.
+                    batch = b"".join(
+                        wire.frame(sealed)
+                        for peer_id, sealed in list(self._sealed.items())[:EXCHANGE_MAX_ADVERTS]
+                        if peer_id == self.identity.peer_id or peer_id in self.table
+                    )
+                    if batch:
+                        await stream.write(batch)
                 await stream.close()
         except (Exception, trio.TooSlowError) as exc:
             log.info("advert exchange from %s refused: %s", peer, exc)

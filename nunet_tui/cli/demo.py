@@ -34,6 +34,11 @@ from engine.control import ControlClient
 from engine.errors import EngineError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+# A CIP-19 test vector: a well-formed testnet address for nodes of an unpaid sandbox (bench/).
+DEMO_ADDRESS = (
+    "addr_test1qz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3n0d3vllmyqwsx5wktcd8cc3sq835lu7"
+    "drv2xwl2wywfgs68faae"
+)
 CONSUMER_NTX = 500  # enough for a day of demo jobs at the sandbox's prices
 PROVIDERS = (
     # name, cores, MHz per core, RAM MB, onboarded MB, onboarded MHz, NTX/h per tier
@@ -96,8 +101,9 @@ def _config(
     memory: int,
     bootstrap: str | None,
     prices: tuple[float, ...],
-    sandbox: Sandbox,
+    sandbox: Sandbox | None = None,
 ) -> str:
+    """A sandbox node's config.toml; with the sandbox's ledger and oracle, jobs are paid."""
     low, moderate, high = prices
     lines = [
         'log_level = "info"',
@@ -118,12 +124,15 @@ def _config(
         'executors = ["process"]',
         "checkpoint_interval_s = 5",
         f"prices = {{ low = {low}, moderate = {moderate}, high = {high} }}",
-        "[payments]",
-        'backend = "local"',
-        f'ledger_url = "{sandbox.ledger_url}"',
-        f'oracle_url = "{sandbox.oracle_url}"',
-        f'passphrase_file = "{sandbox.passphrase_file}"',
     ]
+    if sandbox is not None and sandbox.ledger_url:
+        lines += [
+            "[payments]",
+            'backend = "local"',
+            f'ledger_url = "{sandbox.ledger_url}"',
+            f'oracle_url = "{sandbox.oracle_url}"',
+            f'passphrase_file = "{sandbox.passphrase_file}"',
+        ]
     return "\n".join(lines) + "\n"
 
 
