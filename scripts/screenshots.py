@@ -133,7 +133,7 @@ async def wobble(nvml: FakeNvml) -> None:
         await asyncio.sleep(0.25)
 
 
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():

@@ -18,7 +18,6 @@ import asyncio
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import msgspec  # noqa: E402
-from textual.pilot import Pilot  # noqa: E402
 from textual.widgets import Input  # noqa: E402
 
 from engine.api import SetMode  # noqa: E402
@@ -34,37 +32,13 @@ from engine.config import Paths  # noqa: E402
 from engine.facade import Engine  # noqa: E402
 from nunet_tui.app import NunetApp  # noqa: E402
 from oracle_client.ledger.server import LedgerServer, start_server  # noqa: E402
+from screenshots import on, shoot, until  # noqa: E402  (the main tour's helpers)
 from tests.conftest import MACHINE_TOML, make_home  # noqa: E402
 from tests.doubles.host import fixed_host  # noqa: E402
 from tests.test_snapshots_wallet import ESCROWS, NOW, PAYMENTS_TOML, store_escrows  # noqa: E402
 from tests.test_wallet import PASSPHRASE, VECTOR  # noqa: E402
 
 MISTYPED = VECTOR.rsplit(" ", 1)[0] + " filter"  # every word valid, the checksum wrong
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise TimeoutError(f"waiting on {pilot.app.screen!r}")
-        await pilot.pause(0.02)
-    await pilot.pause(0.2)
-
-
-def on(pilot: Pilot[Any], screen: str) -> Callable[[], bool]:
-    return lambda: type(pilot.app.screen).__name__ == screen
-
-
-async def shoot(pilot: Pilot[Any], out: Path, name: str, size: tuple[int, int]) -> None:
-    app = pilot.app
-    for field in app.screen.query(Input):
-        field.cursor_blink = False
-    app.clear_notifications()
-    await pilot.pause(0.2)
-    filename = f"{name}-{size[0]}x{size[1]}.svg"
-    app.save_screenshot(filename=filename, path=str(out))
-    print(out / filename)
 
 
 def store_present_escrows(home: Paths) -> None:
