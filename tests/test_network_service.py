@@ -160,3 +160,27 @@ def test_chat_in_process_ordered_and_acked() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_provider_is_found_through_its_dht_provider_record() -> None:
+    """The DHT path: the provider record is stored under the channel's CID (the multihash
+    bytes, as Go and js servers expect) and a lookup from another node finds the provider."""
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            a = service()
+            await nursery.start(a.run)
+            b = service(a.listen_addrs())
+            await nursery.start(b.run)
+            await wait_until(lambda: b.peers())
+            key = adverts.provider_key("ch")
+            found: set[str] = set()
+            with trio.fail_after(20):
+                while a.identity.peer_id not in found:
+                    found = {str(p.peer_id) for p in await b.dht.find_providers(key)}
+                    await trio.sleep(0.1)
+            multihash = bytes([0x12, 0x20]) + bytes.fromhex(wire.channel_digest("providers/ch"))
+            assert multihash in a.dht.provider_store.providers
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)

@@ -83,3 +83,17 @@ def test_peer_table_keeps_channels_apart_and_drops_silent_peers() -> None:
     beat = wire.Heartbeat(peer_id=ALICE.peer_id, channel="ch", seq=5, at=now[0])
     assert table.on_heartbeat(beat)
     assert changes[-1] == (ALICE.peer_id, True)
+
+
+def test_the_provider_key_is_a_cid_other_dht_implementations_accept() -> None:
+    """Go and js DHT servers decode provider keys as CIDs: ours is a CIDv0 (sha2-256
+    multihash), and py-libp2p's KadDHT sends exactly that multihash on the wire."""
+    from libp2p.bitswap.cid import parse_cid
+    from libp2p.kad_dht.kad_dht import _encode_key
+
+    key = adverts.provider_key("nunet-test")
+    assert key.startswith("Qm")
+    digest = bytes.fromhex(wire.channel_digest("providers/nunet-test"))
+    assert _encode_key(key) == bytes([0x12, 0x20]) + digest
+    assert parse_cid(key).multihash == bytes([0x12, 0x20]) + digest
+    assert adverts.provider_key("other") != key

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+import base58
 from libp2p.records.validator import Validator
 
 from engine.network import wire
@@ -20,6 +21,7 @@ log = logging.getLogger("nunet.network.adverts")
 
 NAMESPACE = "nunet-adv"
 DEFAULT_TTL_S = 3600.0
+_SHA2_256_MULTIHASH = bytes([0x12, 0x20])
 
 
 def advert_key(channel: str, peer_id: str) -> str:
@@ -28,7 +30,8 @@ def advert_key(channel: str, peer_id: str) -> str:
 
 def provider_key(channel: str) -> str:
     """Hex of a 32-byte digest: KadDHT uses the raw bytes as the provider key."""
-    return wire.channel_digest("providers/" + channel)
+    digest = bytes.fromhex(wire.channel_digest("providers/" + channel))
+    return base58.b58encode(_SHA2_256_MULTIHASH + digest).decode("ascii")
 
 
 def verify_advert(data: bytes) -> Advert:
