@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from engine import api
+from engine import api, safe_paths
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog
@@ -46,11 +46,15 @@ class ConsumerJobs:
         self._nursery: trio.Nursery | None = None
 
     def job_dir(self, job_id: str) -> Path:
-        return self.node.paths.state_dir / "jobs" / job_id
+        return safe_paths.job_dir(self.node.paths.state_dir / "jobs", job_id)
+
+    def job_path(self, job_id: str, name: str) -> Path:
+        """A file of the job's own (its log, its results archive)."""
+        return safe_paths.child(self.job_dir(job_id), name, what=f"job {job_id}'s")
 
     def job_log(self, job_id: str) -> JobLog:
         if job_id not in self._logs:
-            self._logs[job_id] = JobLog(self.job_dir(job_id) / "log.jsonl")
+            self._logs[job_id] = JobLog(self.job_path(job_id, "log.jsonl"))
         return self._logs[job_id]
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -316,7 +320,7 @@ class ConsumerJobs:
             return
         service = self._service()
         stream = await self._open(service, job.provider)
-        target = self.job_dir(job.job_id) / "results.tar.gz"
+        target = self.job_path(job.job_id, "results.tar.gz")
         try:
             await p.send(stream, self.node.identity, p.FetchResults(job_id=job.job_id))
             received = await p.receive(stream, job.provider)

@@ -11,6 +11,7 @@ import bisect
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 import msgspec
 
@@ -34,7 +35,7 @@ class JobLog:
 
     def _index(self) -> None:
         offset = 0
-        with self.path.open("rb") as handle:
+        with _open(self.path, os.O_RDONLY) as handle:
             for raw in handle:
                 try:
                     line = _decoder.decode(raw)
@@ -44,7 +45,7 @@ class JobLog:
                 self._offsets.append(offset)
                 offset += len(raw)
         self._size = offset
-        if self.path.stat().st_size != offset:
+        if self.path.stat(follow_symlinks=False).st_size != offset:
             os.truncate(self.path, offset)
 
     @property
@@ -60,7 +61,7 @@ class JobLog:
         if not fresh or self._truncated:
             return []
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as handle:
+        with _open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT) as handle:
             for line in fresh:
                 data = _encoder.encode(line) + b"\n"
                 if self._size + len(data) > MAX_LOG_BYTES:
@@ -83,10 +84,17 @@ class JobLog:
         if start >= len(self._seqs):
             return []
         lines: list[JobLogLine] = []
-        with self.path.open("rb") as handle:
+        with _open(self.path, os.O_RDONLY) as handle:
             handle.seek(self._offsets[start])
             for raw in handle:
                 lines.append(_decoder.decode(raw))
                 if len(lines) >= limit:
                     break
         return lines
+
+
+def _open(path: Path, flags: int) -> IO[bytes]:
+    """The log file itself, never what a link put in its place points to."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    mode = "rb" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "ab"
+    return os.fdopen(fd, mode)

@@ -19,6 +19,7 @@ import msgspec
 from engine.api import JobLogLine, JobMetering
 from engine.identity import Identity
 from engine.network import wire
+from engine.safe_paths import JobId, is_job_id
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"
 MAX_MESSAGE_BYTES = 1 << 20  # an Update carries at most a few thousand log lines
@@ -30,7 +31,9 @@ RESULT_CHUNK = 256 * 1024
 
 class JobMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="t"):
     v: int = 1
-    job_id: str
+    # Checked by the schema: a job id becomes a folder name on both sides, and a bad one
+    # ("../../x") must be refused before anything is stored or looked up.
+    job_id: JobId
 
 
 class Offer(JobMessage, tag="offer", frozen=True):
@@ -144,7 +147,7 @@ def decode(data: bytes, expected_signer: str) -> tuple[AnyJobMessage, bytes]:
         raise ProtocolError(f"bad job message: {exc}") from exc
     if message.v != 1:
         raise ProtocolError(f"unsupported job protocol version {message.v}")
-    if not 1 <= len(message.job_id) <= 64:
+    if not is_job_id(message.job_id):  # the schema refused it already: a second lock
         raise ProtocolError("bad job id")
     return message, data
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from engine import api
+from engine import api, safe_paths
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.checkpoints import latest
@@ -59,11 +59,15 @@ class ProviderJobs:
         self._nursery: trio.Nursery | None = None
 
     def job_dir(self, job_id: str) -> Path:
-        return self.node.paths.state_dir / "jobs" / job_id
+        return safe_paths.job_dir(self.node.paths.state_dir / "jobs", job_id)
+
+    def job_path(self, job_id: str, name: str) -> Path:
+        """A file or folder of the job's own (its log, workspace, checkpoints)."""
+        return safe_paths.child(self.job_dir(job_id), name, what=f"job {job_id}'s")
 
     def job_log(self, job_id: str) -> JobLog:
         if job_id not in self._logs:
-            self._logs[job_id] = JobLog(self.job_dir(job_id) / "log.jsonl")
+            self._logs[job_id] = JobLog(self.job_path(job_id, "log.jsonl"))
         return self._logs[job_id]
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -218,10 +222,32 @@ class ProviderJobs:
             )
         if spec.device == "gpu" and not onboarding.gpus:
             return "no GPU onboarded"
+        if spec.device == "gpu":
+            try:
+                self._gpus_for(spec)
+            except EngineError as exc:
+                return exc.message
         if self._executor_for(spec) is None:
             offered = ", ".join(self.executors) or "none"
             return f"no executor here can run a {spec.device} job (offered: {offered})"
         return ""
+
+    def _gpus_for(self, spec: JobSpec) -> tuple[api.GpuInfo, ...]:
+        """The onboarded cards a GPU job gets: those of the vendor it asked for, or of this
+        machine's own vendor when it named none (never every GPU the machine has)."""
+        if spec.device != "gpu":
+            return ()
+        onboarding = self.node.store.get_onboarding()
+        offered = set(onboarding.gpus) if onboarding is not None else set()
+        cards = [gpu for gpu in self.node.gpus if gpu.uuid in offered]
+        if not cards:
+            raise EngineError("no_gpu", "no onboarded GPU is present on this provider now")
+        vendor = spec.gpu_vendor or cards[0].vendor
+        chosen = tuple(gpu for gpu in cards if gpu.vendor == vendor)
+        if not chosen:
+            have = ", ".join(sorted({gpu.vendor for gpu in cards}))
+            raise EngineError("no_gpu", f"no {vendor} GPU onboarded here (onboarded: {have})")
+        return chosen
 
     def _executor_for(self, spec: JobSpec) -> str | None:
         for name in self.node.settings.jobs.executors:
@@ -303,16 +329,22 @@ class ProviderJobs:
         run = JobRun(
             job_id=job.job_id,
             spec=spec,
-            workspace=self.job_dir(job.job_id) / "workspace",
+            workspace=self.job_path(job.job_id, "workspace"),
             limits=limits_for(spec),
             node_id=self.node.identity.peer_id,
+            gpus=self._gpus_for(spec),
         )
         return executor, run
 
     async def _run(self, job: api.JobInfo, resume_from: Any) -> None:
-        executor, run = self._run_for(job)
+        try:
+            executor, run = self._run_for(job)
+            checkpoints = self.job_path(job.job_id, "checkpoints")
+        except EngineError as exc:  # its folder or GPUs are not what they were: never run
+            log.warning("job %s cannot run: %s", job.job_id, exc.message)
+            self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=exc.message))
+            return
         self._runs[job.job_id] = (executor, run)
-        checkpoints = self.job_dir(job.job_id) / "checkpoints"
         try:
             if resume_from is not None:
                 await executor.restore(run, resume_from)
@@ -392,7 +424,7 @@ class ProviderJobs:
             exit_code=status.exit_code,
             finished_at=time.time(),
             metering=metering,
-            log_lines=len(self.job_log(job.job_id)),
+            log_lines=self._log_lines(job.job_id),
             results_sha256=results.sha256 if results else "",
             results_size=results.size if results else 0,
             results_dir=str(results.path) if results else "",
@@ -404,13 +436,24 @@ class ProviderJobs:
         self._save(ended)
         self._runs.pop(job.job_id, None)
 
+    def _log_lines(self, job_id: str) -> int:
+        try:
+            return len(self.job_log(job_id))
+        except EngineError:  # an unsafe id has no log on disk, and never gets one
+            return 0
+
     async def _resume(self, job: api.JobInfo) -> None:
-        checkpoint = latest(self.job_dir(job.job_id) / "checkpoints")
-        if job.executor in self.executors:
-            executor, run = self._run_for(job)
-            kill_orphan = getattr(executor, "kill_orphan", None)
-            if kill_orphan is not None and kill_orphan(run):
-                log.info("ended job %s's processes left over from a crash", job.job_id)
+        try:
+            checkpoint = latest(self.job_path(job.job_id, "checkpoints"))
+            if job.executor in self.executors:
+                executor, run = self._run_for(job)
+                kill_orphan = getattr(executor, "kill_orphan", None)
+                if kill_orphan is not None and kill_orphan(run):
+                    log.info("ended job %s's processes left over from a crash", job.job_id)
+        except EngineError as exc:  # e.g. a job stored by an older version with an unsafe id
+            log.warning("job %s cannot resume: %s", job.job_id, exc.message)
+            self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=exc.message))
+            return
         if checkpoint is None or job.executor not in self.executors:
             reason = "the provider restarted and the job had no checkpoint to resume from"
             self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 
 import trio
 
+from engine import safe_paths
+from engine.api import GpuInfo
 from engine.errors import EngineError
 from engine.jobs.checkpoints import Checkpoint
 from engine.jobs.logbuffer import LogBuffer, LogLine
@@ -80,6 +82,7 @@ class JobRun:
     workspace: Path
     limits: Limits
     node_id: str = ""
+    gpus: tuple[GpuInfo, ...] = ()  # a GPU job's onboarded cards: all it may see
 
 
 @dataclass(frozen=True)
@@ -242,8 +245,12 @@ class BaseExecutor:
         # checkpoint numbers go on from N.
         state = previous if previous and not previous.started else self._new_state(run)
         state.run = run
+        # Nothing we write, chown or mount may land outside the job's own folder.
+        safe_paths.real_dir(run.workspace, what="the job's workspace")
         run.workspace.mkdir(parents=True, exist_ok=True)
-        (run.workspace / "outputs").mkdir(exist_ok=True)
+        safe_paths.real_dir(run.workspace / "outputs", what="the job's outputs folder").mkdir(
+            exist_ok=True
+        )
         spec = run.spec
         if spec.git is not None:
             from engine.jobs.sources import clone_git
@@ -257,7 +264,8 @@ class BaseExecutor:
                 assert spec.script_url is not None
                 script = await trio.to_thread.run_sync(fetch_script, spec.script_url)
             name = script_name(spec.script_url or "")
-            (run.workspace / name).write_bytes(script)
+            target = safe_paths.child(run.workspace, name, what="script name")
+            target.write_bytes(script)
             state.entry = name
         if spec.deps:
             state.logs.append("system", f"installing {len(spec.deps)} dependencies")
@@ -362,7 +370,7 @@ class BaseExecutor:
     async def collect_results(self, run: JobRun, dest_dir: Path) -> ResultArchive:
         from engine.jobs.results import pack
 
-        dest = dest_dir / f"{run.job_id}-results.tar.gz"
+        dest = safe_paths.child(dest_dir, f"{run.job_id}-results.tar.gz", what="results archive")
         return await trio.to_thread.run_sync(
             lambda: pack(
                 run.workspace, run.spec.outputs, dest, max_bytes=run.limits.max_result_bytes

@@ -21,10 +21,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from engine import safe_paths
+from engine.api import GpuVendor
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
     BaseExecutor,
@@ -99,7 +102,7 @@ class DockerExecutor(BaseExecutor):
 
     def image_for(self, run: JobRun) -> str:
         spec = run.spec
-        key = f"{spec.framework}_{(spec.gpu_vendor or 'nvidia') if spec.device == 'gpu' else 'cpu'}"
+        key = f"{spec.framework}_{gpu_vendor(run) if spec.device == 'gpu' else 'cpu'}"
         image = self.images.get(key)
         if not image:
             raise EngineError("image", f"this provider has no image for {key} jobs")
@@ -130,9 +133,19 @@ class DockerExecutor(BaseExecutor):
     def _chown(self, run: JobRun) -> None:
         if os.getuid() != 0:
             return
-        for dirpath, dirnames, filenames in os.walk(run.workspace):
-            for name in (dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)):
-                os.lchown(name, 65534, 65534)
+        workspace = safe_paths.real_dir(run.workspace, what="the job's workspace")
+        # fwalk with dir fds, never following a link: a folder the job swapped for a link
+        # to /etc while we walk is not entered, and a link itself is what gets chowned.
+        for _, dirnames, filenames, dirfd in os.fwalk(workspace, follow_symlinks=False):
+            os.chown(dirfd, 65534, 65534)
+            for name in (*dirnames, *filenames):
+                os.chown(name, 65534, 65534, dir_fd=dirfd, follow_symlinks=False)
+
+    @staticmethod
+    def _workspace_source(run: JobRun) -> Path:
+        # The job's folder itself: a workspace that is a link could mount anything.
+        workspace = safe_paths.real_dir(run.workspace, what="the job's workspace")
+        return workspace.resolve()
 
     def _base_options(self, run: JobRun, step: str) -> dict[str, Any]:
         from docker.types import Mount
@@ -143,7 +156,7 @@ class DockerExecutor(BaseExecutor):
             "working_dir": "/workspace",
             "user": self._user(),
             "labels": self.labels(run, step),
-            "mounts": [Mount("/workspace", str(run.workspace.resolve()), type="bind")],
+            "mounts": [Mount("/workspace", str(self._workspace_source(run)), type="bind")],
             "mem_limit": f"{limits.memory_mb}m",
             "memswap_limit": f"{limits.memory_mb}m",  # the same: no swap beyond the limit
             "nano_cpus": int(limits.cpu_cores * 1e9),
@@ -239,7 +252,7 @@ class DockerExecutor(BaseExecutor):
     async def start(self, run: JobRun) -> None:
         from engine.resources.gpu.containers import (
             explain_docker_gpu_error,
-            gpu_container_options,
+            job_gpu_options,
             preflight_gpu_runtime,
         )
 
@@ -255,10 +268,11 @@ class DockerExecutor(BaseExecutor):
         if run.spec.device == "gpu":
             from engine.resources.readiness import probe_docker
 
-            vendor = run.spec.gpu_vendor or "nvidia"
+            vendor = gpu_vendor(run)
             status = await self._call(probe_docker, {"DOCKER_HOST": self.docker_host or ""})
-            preflight_gpu_runtime(vendor, status)  # type: ignore[arg-type]
-            options.update(gpu_container_options(vendor))  # type: ignore[arg-type]
+            preflight_gpu_runtime(vendor, status)
+            # Only the onboarded cards (run.gpus), never every GPU of the machine.
+            options.update(job_gpu_options(run.gpus))
         container = await self._call(self.client().containers.create, **options)
         sock = None
         try:
@@ -421,6 +435,19 @@ class DockerExecutor(BaseExecutor):
         if container is not None and state.run.job_id in self._paused:
             self._paused.discard(state.run.job_id)
             await self._call(container.unpause)
+
+
+def gpu_vendor(run: JobRun) -> GpuVendor:
+    """The vendor of a GPU job's cards: the one it asked for, else the provider's own (a job
+    that named none is not an NVIDIA job on an AMD machine)."""
+    if not run.gpus:
+        raise EngineError("no_gpu", f"job {run.job_id} is a GPU job but was given no onboarded GPU")
+    vendor = run.gpus[0].vendor
+    if run.spec.gpu_vendor not in (None, vendor):
+        raise EngineError(
+            "no_gpu", f"job {run.job_id} asks for {run.spec.gpu_vendor} GPUs; this one is {vendor}"
+        )
+    return vendor
 
 
 async def _until_quiet(reader: LogReader, scope: trio.CancelScope, done: trio.Event) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import trio
 
+from engine import safe_paths
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
     BaseExecutor,
@@ -62,7 +63,7 @@ class ProcessExecutor(BaseExecutor):
     # --- prepare -------------------------------------------------------------------------
 
     def pid_file(self, run: JobRun) -> Path:
-        return run.workspace.parent / "process.pid"
+        return safe_paths.child(run.workspace.parent, "process.pid", what="pid file")
 
     def kill_orphan(self, run: JobRun) -> bool:
         """End a run's process group left behind by a provider that crashed; True if one was.
@@ -71,7 +72,7 @@ class ProcessExecutor(BaseExecutor):
         can be reused by an unrelated process after a reboot)."""
         try:
             pid = int(self.pid_file(run).read_text().strip())
-        except (OSError, ValueError):
+        except (OSError, ValueError, EngineError):
             return False
         import psutil
 
@@ -86,7 +87,7 @@ class ProcessExecutor(BaseExecutor):
         return True
 
     def venv_dir(self, run: JobRun) -> Path:
-        return run.workspace.parent / "venv"
+        return safe_paths.child(run.workspace.parent, "venv", what="the job's venv")
 
     async def prepare(self, run: JobRun, script: bytes | None = None) -> None:
         await trio.to_thread.run_sync(self._make_venv, self.venv_dir(run))
@@ -167,8 +168,12 @@ class ProcessExecutor(BaseExecutor):
         state = self.state(run)
         if state.started:
             raise EngineError("job", f"job {run.job_id} was already started")
-        (run.workspace / ".tmp").mkdir(exist_ok=True)
+        safe_paths.real_dir(run.workspace, what="the job's workspace")
+        safe_paths.real_dir(run.workspace / ".tmp", what="the job's temporary folder").mkdir(
+            exist_ok=True
+        )
         argv = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        pid_file = self.pid_file(run)  # checked before anything runs
         process = await trio.lowlevel.open_process(
             argv,
             cwd=str(run.workspace),
@@ -181,7 +186,7 @@ class ProcessExecutor(BaseExecutor):
         )
         self._procs[run.job_id] = process
         # Recorded so a provider that died with kill -9 can end the orphaned group on restart.
-        self.pid_file(run).write_text(f"{process.pid}\n")
+        pid_file.write_text(f"{process.pid}\n")
         state.started = True
         state.meter.start()
         self._spawn(self._supervise, state, process)
@@ -205,7 +210,8 @@ class ProcessExecutor(BaseExecutor):
             _kill_group(process, signal.SIGKILL)
             sampler.cancel()
         self._procs.pop(run.job_id, None)
-        self.pid_file(run).unlink(missing_ok=True)
+        with contextlib.suppress(OSError, EngineError):  # the run ends whatever the job left
+            self.pid_file(run).unlink(missing_ok=True)
         state.logs.flush()
         self._finish(state, self._status(state, process.returncode, timed_out))
 

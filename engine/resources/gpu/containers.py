@@ -10,6 +10,7 @@ translated by ``explain_docker_gpu_error``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,8 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.api import GpuVendor
+from engine.api import GpuInfo, GpuVendor
 from engine.errors import EngineError
+from engine.resources.gpu.base import DEFAULT_SYSFS_ROOT, drm_cards
+from engine.resources.gpu.live import read_text
 from engine.resources.readiness import NVIDIA_RUNTIME_TOOLS, DockerStatus, Which
 
 NO_NVIDIA_RUNTIME = (
@@ -39,8 +42,10 @@ def gpu_container_options(
 ) -> dict[str, Any]:
     """Keyword arguments for ``client.containers.run/create`` that give a container GPUs.
 
-    ``gpus``: None for all GPUs of the vendor. NVIDIA takes indices or UUIDs; AMD and Intel
-    take render nodes ("/dev/dri/renderD128"), and get every node of /dev/dri otherwise.
+    ``gpus``: None for all GPUs of the vendor (the provider's own probes and checks; a job's
+    container goes through ``job_gpu_options``, which never asks for all). NVIDIA takes
+    indices or UUIDs; AMD and Intel take render nodes ("/dev/dri/renderD128"), and get every
+    node of /dev/dri otherwise.
     """
     if vendor == "nvidia":
         from docker.types import DeviceRequest
@@ -59,6 +64,81 @@ def gpu_container_options(
         nodes.extend(Path(str(g)) for g in gpus)
     devices = [f"{node}:{node}:rwm" for node in nodes]
     return {"devices": devices, "group_add": _device_groups(nodes)}
+
+
+def job_gpu_options(
+    gpus: Sequence[GpuInfo],
+    *,
+    dev_root: Path = Path("/dev"),
+    sysfs_root: Path = DEFAULT_SYSFS_ROOT,
+) -> dict[str, Any]:
+    """Options that give a job's container exactly ``gpus`` (the cards onboarded with
+    ``--gpu``) and nothing else: a GPU that cannot be named precisely is refused, never
+    widened to "all of them" (the host's other cards may be the owner's, or another job's).
+    """
+    if not gpus:
+        raise EngineError(
+            "no_gpu", "this GPU job was given no GPU: onboard one with `nunet-tui onboard --gpu`"
+        )
+    vendors = sorted({gpu.vendor for gpu in gpus})
+    if len(vendors) != 1:
+        raise EngineError("no_gpu", f"one job's GPUs must share a vendor, not {vendors}")
+    vendor = gpus[0].vendor
+    if vendor == "nvidia":
+        return gpu_container_options("nvidia", [_nvidia_device_id(gpu) for gpu in gpus])
+    nodes = render_nodes(gpus, sysfs_root=sysfs_root, dev_root=dev_root)
+    return gpu_container_options(vendor, nodes, dev_root=dev_root)
+
+
+def _nvidia_device_id(gpu: GpuInfo) -> str:
+    # NVML's UUIDs ("GPU-...", "MIG-...") are what the container toolkit takes; without
+    # one (it could not be read), NVML's index is the toolkit's index too.
+    if gpu.uuid.startswith(("GPU-", "MIG-")):
+        return gpu.uuid
+    return str(gpu.index)
+
+
+def render_nodes(
+    gpus: Sequence[GpuInfo],
+    *,
+    sysfs_root: Path = DEFAULT_SYSFS_ROOT,
+    dev_root: Path = Path("/dev"),
+) -> list[str]:
+    """The /dev/dri render node of each AMD or Intel GPU, found through its PCI device
+    (the ids the probes make: "intel-pci:<address>", "amd-pci:<address>", "GPU-<unique id>").
+    A GPU whose node cannot be told is an error: the job never gets every node instead."""
+    by_id: dict[str, str] = {}
+    for card in drm_cards(sysfs_root):
+        node = _render_node_name(card.device_dir)
+        if node is None:
+            continue
+        ids = {f"{card.vendor}-pci:{card.pci_address}"}
+        unique = read_text(card.device_dir / "unique_id")
+        if unique:
+            ids.add(f"GPU-{unique}")
+            with contextlib.suppress(ValueError):
+                ids.add(f"GPU-{int(unique, 16):016x}")
+        for key in ids:
+            by_id[key] = str(dev_root / "dri" / node)
+    nodes: list[str] = []
+    for gpu in gpus:
+        node = by_id.get(gpu.uuid)
+        if node is None:
+            raise EngineError(
+                "gpu_runtime",
+                f"cannot tell which /dev/dri render node is GPU {gpu.uuid!r} ({gpu.name}): "
+                "refusing to give the job every GPU; `nunet-tui gpu doctor` shows what was found",
+            )
+        nodes.append(node)
+    return nodes
+
+
+def _render_node_name(device_dir: Path) -> str | None:
+    try:
+        names = sorted(entry.name for entry in (device_dir / "drm").iterdir())
+    except OSError:
+        return None
+    return next((n for n in names if n.startswith("renderD") and n[7:].isdigit()), None)
 
 
 def _device_groups(nodes: list[Path]) -> list[str]:
