@@ -327,6 +327,10 @@ class ConsumerJobs:
             if received is None or not isinstance(received[0], p.ResultsHeader):
                 raise p.ProtocolError("the provider did not send results")
             header = received[0]
+            # Before a byte is written: the size and checksum the provider signed at the end of
+            # the job bound what we accept (a header may not announce more).
+            if header.sha256 != job.results_sha256 or header.size != job.results_size:
+                raise p.ProtocolError("results header does not match the job's checksum and size")
             partial = target.with_suffix(".part")
             partial.parent.mkdir(parents=True, exist_ok=True)
             got = 0
@@ -340,8 +344,6 @@ class ConsumerJobs:
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
-        if header.sha256 != job.results_sha256:
-            raise p.ProtocolError("results header does not match the job's checksum")
         verify(partial, header.sha256, header.size)  # raises with a clear message
         partial.replace(target)
         self._save(msgspec.structs.replace(job, results_dir=str(target)))

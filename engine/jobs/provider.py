@@ -24,6 +24,7 @@ from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
+from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog
 from engine.jobs.spec import JobSpec, validate_spec
 from engine.jobs.tiers import estimate_resource, provider_price
@@ -333,6 +334,7 @@ class ProviderJobs:
             limits=limits_for(spec),
             node_id=self.node.identity.peer_id,
             gpus=self._gpus_for(spec),
+            fetch_policy=FetchPolicy.from_settings(self.node.settings.jobs.fetch_allow_networks),
         )
         return executor, run
 
@@ -374,6 +376,12 @@ class ProviderJobs:
         results = None
         with contextlib.suppress(Exception):
             results = await executor.collect_results(run, self.job_dir(job.job_id))
+        if results is not None and results.skipped:  # links, FIFOs... the job left in outputs
+            joblog, now = self.job_log(job.job_id), time.time()
+            joblog.append(
+                api.JobLogLine(seq=joblog.last_seq + 1 + i, stream="system", text=note, at=now)
+                for i, note in enumerate(results.skipped)
+            )
         current = self.node.store.get_job(job.job_id) or job
         self._finish(current, status, executor.usage(run), results)
 

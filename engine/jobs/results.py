@@ -1,28 +1,39 @@
 """Result archives: pack, checksum, verify, and unpack without trusting the archive.
 
-An archive comes from another machine, so unpacking checks every member before anything is
-written: no absolute paths, no ``..``, no links that lead outside, no devices or FIFOs, a total
-size and a member count limit. Extraction goes to a fresh folder per run (never over an earlier
-run's results) and is atomic: a rejected archive leaves nothing behind.
+Packing (provider): the job's outputs are read by ``workspace_tar`` from open directory file
+descriptors, never by path, so a link anywhere in an output path leads nowhere; when the
+provider runs as root the reading happens in a child process that has become the workspace's
+owner (the user the job ran as), so it can read nothing the job could not.
+
+Unpacking (consumer): the archive comes from another machine, so ``tar_reader`` checks every
+member before anything is written (regular files and folders only; no absolute names, no
+``..``; total bytes, bytes per member, member count and header sizes bounded), then writes into
+a fresh staging folder next to the destination and moves it into place: a refused archive
+leaves nothing behind. Each run unpacks into a new folder, never over an earlier run's results.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import posixpath
 import shutil
-import tarfile
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from engine.errors import EngineError
+from engine.jobs import tar_reader, workspace_tar
 
 MAX_RESULT_BYTES = 1 << 30
 MAX_MEMBERS = 10_000
+PACK_TIMEOUT_S = 1800.0  # gzip of the largest results allowed, on a slow disk
 _CHUNK = 1 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class ResultArchive:
     path: Path
     sha256: str
     size: int  # bytes of the archive itself
+    skipped: tuple[str, ...] = ()  # what the outputs held but was not sent, and why
 
 
 def sha256_file(path: Path) -> str:
@@ -40,28 +52,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _walk(root: Path, paths: Sequence[str]) -> Iterable[Path]:
-    """The regular files and folders under ``root`` that ``paths`` name; links are skipped: a
-    link in a job's outputs may point anywhere on the provider's disk."""
-    for rel in paths:
-        top = root / rel
-        if top.is_symlink() or not top.exists():
-            continue
-        if top.is_file():
-            yield top
-            continue
-        yield top
-        for dirpath, dirnames, filenames in os.walk(top):
-            base = Path(dirpath)
-            dirnames[:] = sorted(d for d in dirnames if not (base / d).is_symlink())
-            for name in sorted(dirnames):
-                yield base / name
-            for name in sorted(filenames):
-                path = base / name
-                if not path.is_symlink() and path.is_file():
-                    yield path
-
-
 def pack(
     root: Path,
     paths: Sequence[str],
@@ -69,34 +59,85 @@ def pack(
     *,
     max_bytes: int = MAX_RESULT_BYTES,
     max_members: int = MAX_MEMBERS,
+    compress: bool = True,
+    skip_top: frozenset[str] = frozenset(),
 ) -> ResultArchive:
-    """tar.gz of ``paths`` (relative to ``root``) into ``dest``; sizes bounded before writing."""
-    members = list(_walk(root, paths))
-    total = sum(p.stat().st_size for p in members if p.is_file())
-    if total > max_bytes:
-        raise EngineError(
-            "results_too_large",
-            f"the results hold {total} bytes; the limit is {max_bytes}: write less to outputs",
-        )
-    if len(members) > max_members:
-        raise EngineError(
-            "results_too_large",
-            f"the results hold {len(members)} files; the limit is {max_members}",
-        )
+    """A tar(.gz) of ``paths`` (relative to the workspace ``root``) into ``dest``.
+
+    Only regular files with a single link and folders are packed; links, hard-linked files,
+    FIFOs and devices are skipped and listed in ``skipped``. Sizes are bounded before writing."""
+    try:
+        root_fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        raise EngineError("results", f"cannot open the workspace {root}: {exc.strerror}") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
-    with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
-        for path in members:
-            # Normalised ownership: the consumer has no use for the provider's uids.
-            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False, filter=_anon)
+    options = {
+        "paths": list(paths),
+        "max_bytes": max_bytes,
+        "max_members": max_members,
+        "compress": compress,
+        "skip_top": sorted(skip_top),
+    }
+    try:
+        owner = os.fstat(root_fd)
+        with partial.open("wb") as out:
+            if os.geteuid() == 0 and owner.st_uid != 0:
+                skipped = _pack_as(owner.st_uid, owner.st_gid, root_fd, options, out)
+            else:
+                skipped = workspace_tar.write_tar(
+                    root_fd,
+                    paths,
+                    out,
+                    max_bytes=max_bytes,
+                    max_members=max_members,
+                    compress=compress,
+                    skip_top=skip_top,
+                )
+    except workspace_tar.PackError as exc:
+        partial.unlink(missing_ok=True)
+        raise EngineError(exc.code, exc.message) from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(root_fd)
     partial.replace(dest)
-    return ResultArchive(dest, sha256_file(dest), dest.stat().st_size)
+    return ResultArchive(dest, sha256_file(dest), dest.stat().st_size, tuple(skipped))
 
 
-def _anon(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
+def _pack_as(
+    uid: int, gid: int, root_fd: int, options: dict[str, object], out: IO[bytes]
+) -> list[str]:
+    """``workspace_tar`` in a child that becomes ``uid``/``gid`` before reading anything."""
+    args = json.dumps({**options, "fd": root_fd, "uid": uid, "gid": gid})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", workspace_tar.__file__, args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            pass_fds=(root_fd,),
+            env={"LC_ALL": "C.UTF-8"},
+            cwd="/",
+            timeout=PACK_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise EngineError(
+            "results", f"packing the results took over {PACK_TIMEOUT_S:g} s"
+        ) from None
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    try:
+        report = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        report = {}
+    if done.returncode == 0 and isinstance(report.get("skipped"), list):
+        return [str(note) for note in report["skipped"]]
+    if "error" in report:
+        raise workspace_tar.PackError(str(report["error"]), str(report.get("message", "")))
+    tail = lines[-1][:300] if lines else f"exit code {done.returncode}"
+    raise EngineError("results", f"packing the results failed: {tail!r}")
 
 
 def verify(archive: Path, sha256: str, size: int | None = None) -> None:
@@ -113,46 +154,6 @@ def verify(archive: Path, sha256: str, size: int | None = None) -> None:
         )
 
 
-def check_members(
-    tar: tarfile.TarFile, *, max_bytes: int = MAX_RESULT_BYTES, max_members: int = MAX_MEMBERS
-) -> list[tarfile.TarInfo]:
-    """Every member, checked; the first bad one raises a clear EngineError."""
-    members: list[tarfile.TarInfo] = []
-    total = 0
-    files: set[str] = set()
-    for info in tar:
-        if len(members) >= max_members:
-            raise EngineError("unsafe_archive", f"archive has more than {max_members} members")
-        name = info.name
-        norm = posixpath.normpath(name)
-        if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-            raise EngineError("unsafe_archive", f"absolute path in archive: {name!r}")
-        if norm == ".." or norm.startswith("../") or ".." in name.split("/"):
-            raise EngineError("unsafe_archive", f"path traversal in archive: {name!r}")
-        if info.issym():
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(norm), info.linkname))
-            if info.linkname.startswith("/") or target == ".." or target.startswith("../"):
-                raise EngineError(
-                    "unsafe_archive", f"symlink {name!r} points outside: {info.linkname!r}"
-                )
-        elif info.islnk():
-            if posixpath.normpath(info.linkname) not in files:
-                raise EngineError(
-                    "unsafe_archive", f"hard link {name!r} to {info.linkname!r} outside the archive"
-                )
-        elif info.isfile():
-            files.add(norm)
-        elif not info.isdir():
-            raise EngineError("unsafe_archive", f"{name!r} is a device, FIFO or other special file")
-        total += info.size if info.isfile() else 0
-        if total > max_bytes:
-            raise EngineError(
-                "unsafe_archive", f"archive unpacks to more than {max_bytes} bytes (the limit)"
-            )
-        members.append(info)
-    return members
-
-
 def fresh_dir(parent: Path, name: str) -> Path:
     """``parent/name``, or ``name-2``, ``name-3``... : never an existing folder."""
     parent.mkdir(parents=True, exist_ok=True)
@@ -166,6 +167,20 @@ def fresh_dir(parent: Path, name: str) -> Path:
     raise EngineError("results", f"too many result folders named {name} in {parent}")
 
 
+def limits(max_bytes: int = MAX_RESULT_BYTES, max_members: int = MAX_MEMBERS) -> tar_reader.Limits:
+    return tar_reader.Limits(max_bytes=max_bytes, max_members=max_members)
+
+
+def check(
+    archive: Path, *, max_bytes: int = MAX_RESULT_BYTES, max_members: int = MAX_MEMBERS
+) -> None:
+    """Raise EngineError("unsafe_archive") unless the archive would unpack safely."""
+    try:
+        tar_reader.check(archive, limits(max_bytes, max_members))
+    except tar_reader.UnsafeArchive as exc:
+        raise EngineError("unsafe_archive", f"the archive was refused: {exc}") from None
+
+
 def safe_unpack(
     archive: Path,
     dest_parent: Path,
@@ -175,10 +190,11 @@ def safe_unpack(
     max_members: int = MAX_MEMBERS,
 ) -> Path:
     """Unpack into a new folder ``dest_parent/run_name[-N]`` and return it."""
+    check(archive, max_bytes=max_bytes, max_members=max_members)  # before anything is made
     dest_parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest_parent))
     try:
-        unpack_into(archive, staging, max_bytes=max_bytes, max_members=max_members)
+        unpack_into(archive, staging, max_bytes=max_bytes, max_members=max_members, checked=True)
         target = fresh_dir(dest_parent, run_name)
         target.rmdir()
         staging.replace(target)  # same filesystem: atomic, and never onto existing results
@@ -189,14 +205,20 @@ def safe_unpack(
 
 
 def unpack_into(
-    archive: Path, dest: Path, *, max_bytes: int = MAX_RESULT_BYTES, max_members: int = MAX_MEMBERS
-) -> None:
-    """Check every member, then extract into the existing folder ``dest``."""
+    archive: Path,
+    dest: Path,
+    *,
+    max_bytes: int = MAX_RESULT_BYTES,
+    max_members: int = MAX_MEMBERS,
+    checked: bool = False,
+) -> list[str]:
+    """Check every member, then write them into the existing empty folder ``dest`` (one we
+    just made: a staging folder); returns the files written. ``checked``: ``check`` has
+    already passed (the writing pass checks everything again anyway)."""
+    bounds = limits(max_bytes, max_members)
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = check_members(tar, max_bytes=max_bytes, max_members=max_members)
-            # The "data" filter repeats the checks inside tarfile itself (defence in depth)
-            # and drops set-uid bits and ownership.
-            tar.extractall(dest, members=members, filter="data")
-    except tarfile.TarError as exc:
-        raise EngineError("unsafe_archive", f"not a readable tar archive: {exc}") from exc
+        if not checked:
+            tar_reader.check(archive, bounds)
+        return tar_reader.write(archive, dest, bounds)
+    except tar_reader.UnsafeArchive as exc:
+        raise EngineError("unsafe_archive", f"the archive was refused: {exc}") from None

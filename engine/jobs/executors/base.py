@@ -371,11 +371,16 @@ class BaseExecutor:
         from engine.jobs.results import pack
 
         dest = safe_paths.child(dest_dir, f"{run.job_id}-results.tar.gz", what="results archive")
-        return await trio.to_thread.run_sync(
+        # pack reads from directory fds, never by path, and as the workspace's owner: a link
+        # the job made (``outputs/leak -> /``) is skipped and listed in ``archive.skipped``.
+        archive = await trio.to_thread.run_sync(
             lambda: pack(
                 run.workspace, run.spec.outputs, dest, max_bytes=run.limits.max_result_bytes
             )
         )
+        for note in archive.skipped:
+            log.info("job %s: results: %s", run.job_id, note)
+        return archive
 
     def usage(self, run: JobRun) -> Usage:
         return self.state(run).meter.usage()
