@@ -19,6 +19,7 @@ import msgspec
 import platformdirs
 
 from engine.errors import EngineError
+from engine.jobs.fetch_policy import parse_networks
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
 
 APP_NAME = "nunet-tui"
@@ -113,6 +114,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prices: dict[str, float] = msgspec.field(
         default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0}
     )
+    # Networks (CIDRs) a job's script URL or git host may be in besides public addresses:
+    # loopback, LAN and link-local ones are refused unless listed (a LAN market, the demo).
+    fetch_allow_networks: list[str] = msgspec.field(default_factory=list)
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -202,6 +206,7 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
     _check_multiaddrs(settings.network)
     if settings.jobs.slots < 1:
         raise EngineError("config", f"jobs.slots must be at least 1, not {settings.jobs.slots}")
+    parse_networks(settings.jobs.fetch_allow_networks)
     return settings
 
 

@@ -18,6 +18,7 @@ from nacl.signing import SigningKey
 
 from engine.config import Paths
 from engine.identity import Identity, save
+from engine.jobs.fetch_policy import FetchPolicy
 
 if TYPE_CHECKING:
     from engine.facade import Engine
@@ -41,6 +42,11 @@ disk_mb = 20000
 [network]
 listen = ["/ip4/127.0.0.1/tcp/0"]
 """
+# Providers refuse to fetch job code from loopback by default; the tests serve it there, so
+# they allow 127.0.0.0/8 explicitly, as a LAN market would allow its own network. An env
+# override rather than a [jobs] line: several tests write their own [jobs] table.
+FETCH_LOOPBACK_ENV = {"NUNET_JOBS_FETCH_ALLOW_NETWORKS": "127.0.0.0/8"}
+LOOPBACK_FETCH = FetchPolicy.from_settings(["127.0.0.0/8"])  # for executors used directly
 
 
 def make_home(root: Path, *, seed: bytes = FIXED_SEED, machine_toml: str = MACHINE_TOML) -> Paths:

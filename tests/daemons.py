@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from engine.config import Paths
-from tests.conftest import MACHINE_TOML, REPO, make_home, run_cli
+from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, REPO, make_home, run_cli
 
-HEARTBEAT_ENV = {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1"}
+HEARTBEAT_ENV = {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1", **FETCH_LOOPBACK_ENV}
 
 
 class Daemon:

@@ -29,7 +29,7 @@ from engine.jobs.executors.base import (
 from engine.jobs.executors.process import ProcessExecutor
 from engine.jobs.results import safe_unpack
 from engine.jobs.spec import JobSpec
-from tests.conftest import REPO
+from tests.conftest import LOOPBACK_FETCH, REPO
 
 EXAMPLES = REPO / "examples" / "jobs"
 LIMITS = Limits(memory_mb=1024, cpu_cores=1.0, timeout_s=120.0, pids=128)
@@ -82,7 +82,14 @@ def spec(framework: str = "scikit-learn", **fields: Any) -> JobSpec:
 
 def new_run(tmp_path: Path, job: JobSpec, limits: Limits = LIMITS, job_id: str = "job-1") -> JobRun:
     workspace = tmp_path / job_id / "workspace"
-    return JobRun(job_id=job_id, spec=job, workspace=workspace, limits=limits, node_id="node-t")
+    return JobRun(
+        job_id=job_id,
+        spec=job,
+        workspace=workspace,
+        limits=limits,
+        node_id="node-t",
+        fetch_policy=LOOPBACK_FETCH,  # git sources are served on 127.0.0.1 (test_jobs_git)
+    )
 
 
 async def collect(executor: BaseExecutor, run: JobRun) -> tuple[ExitStatus, list[LogLine]]:

@@ -11,7 +11,7 @@ import pytest
 
 from engine.errors import EngineError
 from engine.jobs.spec import GitSource, JobSpec, fetch_script, load_job_file, validate_spec
-from tests.conftest import REPO
+from tests.conftest import LOOPBACK_FETCH, REPO
 
 URL = "https://example.org/train.py"
 
@@ -140,7 +140,7 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 def test_fetch_script(server: str) -> None:
-    assert fetch_script(f"{server}/ok.py") == b"print('hello')\n"
+    assert fetch_script(f"{server}/ok.py", policy=LOOPBACK_FETCH) == b"print('hello')\n"
     cases = {
         "missing.py": "(404 not found)",
         "empty.py": "is empty",
@@ -149,13 +149,13 @@ def test_fetch_script(server: str) -> None:
     }
     for name, expected in cases.items():
         with pytest.raises(EngineError) as info:
-            fetch_script(f"{server}/{name}", max_bytes=1000)
+            fetch_script(f"{server}/{name}", max_bytes=1000, policy=LOOPBACK_FETCH)
         assert expected in info.value.message
         assert info.value.code == "script_fetch"
 
 
 def test_fetch_script_unreachable_and_bad_scheme() -> None:
     with pytest.raises(EngineError, match=r"cannot reach http://127\.0\.0\.1:9/x\.py"):
-        fetch_script("http://127.0.0.1:9/x.py", timeout=2)
+        fetch_script("http://127.0.0.1:9/x.py", timeout=2, policy=LOOPBACK_FETCH)
     with pytest.raises(EngineError, match="unsupported URL scheme 'file'"):
         fetch_script("file:///etc/passwd")

@@ -8,15 +8,19 @@ with its field name, so a form can show each under its field and the CLI can pri
 from __future__ import annotations
 
 import re
+import time
 import tomllib
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
 from packaging.requirements import InvalidRequirement, Requirement
 
 from engine.errors import EngineError, FieldProblem, ValidationReport
+
+if TYPE_CHECKING:
+    from engine.jobs.fetch_policy import FetchPolicy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
 DEVICES = ("cpu", "gpu")
@@ -28,6 +32,7 @@ CPU_ONLY_FRAMEWORKS = ("scikit-learn",)
 SCRIPT_SCHEMES = ("http", "https")
 GIT_SCHEMES = ("http", "https", "ssh", "git")
 MAX_SCRIPT_BYTES = 1 << 20
+FETCH_TOTAL_S = 60.0  # the most one script download takes, redirects included
 MAX_DEPS = 100
 MAX_ENV = 64
 MAX_ENV_VALUE = 4096
@@ -214,16 +219,29 @@ def load_job_file(path: str | Path, *, base_url: str | None = None) -> JobSpec:
     return spec
 
 
-def fetch_script(url: str, max_bytes: int = MAX_SCRIPT_BYTES, *, timeout: float = 15.0) -> bytes:
-    """Download a job script: bounded size, and a clear error for each way it can fail."""
+def fetch_script(
+    url: str,
+    max_bytes: int = MAX_SCRIPT_BYTES,
+    *,
+    timeout: float = 15.0,
+    policy: FetchPolicy | None = None,
+    total_s: float = FETCH_TOTAL_S,
+) -> bytes:
+    """Download a job script: only from hosts ``policy`` allows (default: public addresses),
+    bounded in size and in time (``timeout`` per step, ``total_s`` for the whole), and a
+    clear error for each way it can fail."""
     import httpx
+
+    from engine.jobs.fetch_policy import FetchPolicy
+    from engine.jobs.vetted_http import get, vetted_client
 
     if why := check_script_url(url):
         raise EngineError("script_url", why)
+    deadline = time.monotonic() + total_s
     try:
         with (
-            httpx.Client(follow_redirects=True, timeout=timeout, max_redirects=5) as client,
-            client.stream("GET", url) as response,
+            vetted_client(policy or FetchPolicy(), timeout) as client,
+            get(client, url, deadline=deadline) as response,
         ):
             if response.status_code == 404:
                 raise EngineError("script_fetch", f"no script at {url} (404 not found)")
@@ -240,6 +258,10 @@ def fetch_script(url: str, max_bytes: int = MAX_SCRIPT_BYTES, *, timeout: float 
                 body += chunk
                 if len(body) > max_bytes:
                     raise EngineError("script_fetch", _too_big(url, len(body), max_bytes))
+                if time.monotonic() > deadline:  # a server that drips a byte at a time
+                    raise EngineError(
+                        "script_fetch", f"{url} took over {total_s:g} s to send: stopped"
+                    )
     except httpx.TimeoutException as exc:
         raise EngineError("script_fetch", f"{url} did not answer within {timeout:g} s") from exc
     except httpx.HTTPError as exc:

@@ -124,6 +124,9 @@ def _config(
         'executors = ["process"]',
         "checkpoint_interval_s = 5",
         f"prices = {{ low = {low}, moderate = {moderate}, high = {high} }}",
+        # The sandbox serves the example scripts on 127.0.0.1, which providers refuse to
+        # fetch from unless told (a consumer could read their local services otherwise).
+        'fetch_allow_networks = ["127.0.0.1/32"]',
     ]
     if sandbox is not None and sandbox.ledger_url:
         lines += [

@@ -13,6 +13,7 @@ running(executor)`` in tests. Leaving ``serve`` stops every run it still has (ou
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -29,6 +30,7 @@ from engine import safe_paths
 from engine.api import GpuInfo
 from engine.errors import EngineError
 from engine.jobs.checkpoints import Checkpoint
+from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.logbuffer import LogBuffer, LogLine
 from engine.jobs.metering import Meter, Usage
 from engine.jobs.results import ResultArchive
@@ -83,6 +85,9 @@ class JobRun:
     limits: Limits
     node_id: str = ""
     gpus: tuple[GpuInfo, ...] = ()  # a GPU job's onboarded cards: all it may see
+    # Where its code may be fetched from: the provider's jobs.fetch_allow_networks; the
+    # default refuses loopback, LAN and metadata addresses.
+    fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
 
 
 @dataclass(frozen=True)
@@ -255,14 +260,17 @@ class BaseExecutor:
         if spec.git is not None:
             from engine.jobs.sources import clone_git
 
-            await trio.to_thread.run_sync(clone_git, spec.git, run.workspace / "src")
+            src = run.workspace / "src"
+            await trio.to_thread.run_sync(clone_git, spec.git, src, run.fetch_policy)
             state.entry = f"src/{spec.git.entry}"
         else:
             if script is None:
                 from engine.jobs.spec import fetch_script
 
                 assert spec.script_url is not None
-                script = await trio.to_thread.run_sync(fetch_script, spec.script_url)
+                script = await trio.to_thread.run_sync(
+                    functools.partial(fetch_script, spec.script_url, policy=run.fetch_policy)
+                )
             name = script_name(spec.script_url or "")
             target = safe_paths.child(run.workspace, name, what="script name")
             target.write_bytes(script)
