@@ -1,0 +1,274 @@
+"""One hostile peer runs every attack in a loop against a provider while an honest consumer
+chats with it and runs jobs on it; prints what the honest side got and what the victim paid.
+
+Real daemons on 127.0.0.1 (a provider with the process executor, a consumer), the hostile
+peer of tests/adversarial/hostile.py (plain py-libp2p, sending what our own encoders would
+refuse to produce). Goals (issue 10): >= 99 % of chat messages delivered, the honest jobs
+complete, the provider's RSS grows < 50 MB and its database < 10 MB over the soak.
+Usage: python bench/hostile_soak.py [SECONDS]   (default 60)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import logging
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine import api
+from engine.config import Paths
+from engine.errors import EngineError
+from engine.network import adverts, wire
+from engine.network.discovery import topic_name
+from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
+from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, provider_advert, seal_job
+
+CHANNEL = "nunet-demo-test"
+HONEST_JOB = (
+    "import time\nfor i in range(20):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
+)
+SPEC = {"framework": "scikit-learn", "expected_minutes": 1}
+
+
+def serve(root: Path) -> str:
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def db_mb(paths: Paths) -> float:
+    files = [paths.database, paths.database.with_name(paths.database.name + "-wal")]
+    return sum(f.stat().st_size for f in files if f.exists()) / (1 << 20)
+
+
+# --- the attacks: each one round, from the hostile peer --------------------------------------
+
+
+def idle_streams(peer: HostilePeer, victim: str) -> None:
+    """Open many /nunet/job streams and say nothing on them."""
+    opened = []
+    for _ in range(200):
+        try:
+            opened.append(peer.open(victim, JOB_PROTOCOL, timeout=2))
+        except Exception:
+            break  # the victim's stream limit: what we want to see
+    for stream in opened:
+        stream.reset()
+
+
+def partial_frames(peer: HostilePeer, victim: str) -> None:
+    """Announce 1 MiB frames and send half of each."""
+    held = []
+    for _ in range(20):
+        try:
+            stream = peer.open(victim, JOB_PROTOCOL, timeout=2)
+            stream.write(wire.encode_varint(1 << 20) + b"\0" * (512 << 10))
+            held.append(stream)
+        except Exception:
+            break
+    for stream in held:
+        stream.reset()
+
+
+def offer_flood(peer: HostilePeer, victim: str) -> None:
+    for _ in range(100):
+        offer = {
+            "t": "offer",
+            "v": 1,
+            "job_id": secrets.token_hex(6),
+            "spec": {"script_url": "http://127.0.0.1:9/x.py", "framework": "scikit-learn"},
+            "consumer": peer.peer_id,
+        }
+        with contextlib.suppress(Exception):
+            peer.request(victim, JOB_PROTOCOL, [seal_job(peer.identity, offer)], timeout=2)
+
+
+def traversal_ids(peer: HostilePeer, victim: str) -> None:
+    for job_id in ("../../../../tmp/x", "x/../" + "0" * 12, "/etc", "\0", "é" * 12):
+        for kind in ("follow", "confirm", "fetch_results", "cancel"):
+            message: dict[str, Any] = {"t": kind, "v": 1, "job_id": job_id}
+            if kind == "confirm":
+                message["total_ntx"] = 0.0
+            with contextlib.suppress(Exception):
+                peer.request(victim, JOB_PROTOCOL, [seal_job(peer.identity, message)], timeout=2)
+
+
+def malformed_gossip(peer: HostilePeer, victim: str) -> None:
+    for junk in (b"\x05\x0a\x03\xff\xff\xff", b"\xff\xff\xff\xff\x0f", secrets.token_bytes(64)):
+        with contextlib.suppress(Exception):
+            stream = peer.open(victim, "/meshsub/1.1.0", timeout=2)
+            stream.write(junk)
+            stream.reset()
+
+
+def addressless_advert(peer: HostilePeer, victim: str) -> None:
+    base = provider_advert(peer, channel=CHANNEL)
+    stamped = adverts.stamp(
+        base,
+        peer_id=peer.peer_id,
+        channel=CHANNEL,
+        seq=int(time.time() * 1000),
+        addrs=(),
+        ttl_s=60,
+    )
+    sealed = wire.seal(peer.identity, "advert", stamped)
+
+    async def publish() -> None:
+        await peer.service.pubsub.publish(topic_name(CHANNEL, "adverts"), sealed)
+
+    with contextlib.suppress(Exception):
+        peer.call(publish)
+
+
+ATTACKS: list[Callable[[HostilePeer, str], None]] = [
+    idle_streams,
+    partial_frames,
+    offer_flood,
+    traversal_ids,
+    malformed_gossip,
+    addressless_advert,
+]
+
+
+def main() -> None:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    logging.basicConfig(level=logging.CRITICAL)  # the hostile peer's own libp2p noise
+    root = Path(tempfile.mkdtemp(prefix="nunet-bench-soak-"))
+    (root / "www").mkdir()
+    (root / "www" / "honest.py").write_text(HONEST_JOB)
+    url = serve(root / "www")
+    procs = []
+    peer: HostilePeer | None = None
+    try:
+        provider = Paths.for_home(root / "provider")
+        provider.ensure()
+        provider.config_file.write_text(_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0)))
+        procs.append(_daemon(provider, root / "provider.log"))
+        pclient = _client(provider, procs[-1])
+        boot = _listening(pclient)
+        pclient.call_blocking(
+            api.OnboardRequest(memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel=CHANNEL)
+        )
+        victim = pclient.call_blocking(api.GetPeerSelf()).peer_id
+        consumer = Paths.for_home(root / "consumer")
+        consumer.ensure()
+        consumer.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
+        procs.append(_daemon(consumer, root / "consumer.log"))
+        client = _client(consumer, procs[-1])
+        _listening(client)
+        while not client.call_blocking(api.ListPeers()).peers:
+            time.sleep(0.1)
+        peer = HostilePeer(bootstrap=[boot], channel=CHANNEL).start()
+        peer.wait_connected(victim)
+        time.sleep(2)  # let both daemons settle before the baseline
+        rss_before, db_before = rss_mb(procs[0].pid), db_mb(provider)
+
+        stop = threading.Event()
+        attack_rounds = {a.__name__: 0 for a in ATTACKS}
+
+        def attack() -> None:
+            assert peer is not None
+            while not stop.is_set():
+                for fn in ATTACKS:
+                    if stop.is_set():
+                        return
+                    with contextlib.suppress(Exception):
+                        fn(peer, victim)
+                    attack_rounds[fn.__name__] += 1
+
+        attacker = threading.Thread(target=attack, daemon=True)
+        attacker.start()
+        sent = delivered = 0
+        jobs: dict[str, str] = {}
+        current: str | None = None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            sent += 1
+            try:
+                client.call_blocking(
+                    api.ChatSend(peer_id=victim, text=f"honest {sent}", queue=False), timeout=10
+                )
+                delivered += 1
+            except EngineError:
+                pass
+            if current is None or jobs.get(current) in api.TERMINAL_STATES:
+                with contextlib.suppress(EngineError):
+                    job = client.call_blocking(
+                        api.SubmitJob(
+                            spec={**SPEC, "script_url": f"{url}/honest.py"}, peer_id=victim
+                        ),
+                        timeout=30,
+                    )
+                    current = job.job_id
+                    jobs[current] = job.state
+            for job_id in list(jobs):
+                if jobs[job_id] not in api.TERMINAL_STATES:
+                    jobs[job_id] = client.call_blocking(api.GetJob(job_id=job_id)).state
+            time.sleep(0.5)
+        stop.set()
+        attacker.join(30)
+        # The last job may still be running when the clock ran out: give it its time.
+        finish_by = time.monotonic() + 60
+        while any(s not in api.TERMINAL_STATES for s in jobs.values()):
+            if time.monotonic() > finish_by:
+                break
+            for job_id in list(jobs):
+                jobs[job_id] = client.call_blocking(api.GetJob(job_id=job_id)).state
+            time.sleep(0.5)
+        rss_after, db_after = rss_mb(procs[0].pid), db_mb(provider)
+        alive = procs[0].poll() is None
+        completed = sum(1 for s in jobs.values() if s == "completed")
+        rate = 100.0 * delivered / max(sent, 1)
+        print(f"hostile soak: {seconds:.0f} s; attack rounds: {attack_rounds}")
+        print(
+            f"honest chat delivered: {delivered}/{sent} = {rate:.1f} % "
+            f"(goal >= 99 %: {'met' if rate >= 99 else 'MISSED'})"
+        )
+        print(
+            f"honest jobs: {completed}/{len(jobs)} completed "
+            f"({'met' if jobs and completed == len(jobs) else 'MISSED'}); states {jobs}"
+        )
+        print(
+            f"provider RSS: {rss_before:.0f} -> {rss_after:.0f} MB "
+            f"(+{rss_after - rss_before:.1f} MB; goal < 50 MB: "
+            f"{'met' if rss_after - rss_before < 50 else 'MISSED'})"
+        )
+        print(
+            f"provider database: {db_before:.2f} -> {db_after:.2f} MB "
+            f"(+{db_after - db_before:.2f} MB; goal < 10 MB: "
+            f"{'met' if db_after - db_before < 10 else 'MISSED'})"
+        )
+        print(f"provider still running: {alive}; logs in {root}")
+        client.close()
+        pclient.close()
+    finally:
+        if peer is not None:
+            peer.stop()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(Exception):
+                proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
