@@ -114,6 +114,8 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prices: dict[str, float] = msgspec.field(
         default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0}
     )
+    # How long a quote holds for the consumer to confirm; unconfirmed ones are then dropped.
+    quote_ttl_s: float = 120.0
     # Networks (CIDRs) a job's script URL or git host may be in besides public addresses:
     # loopback, LAN and link-local ones are refused unless listed (a LAN market, the demo).
     fetch_allow_networks: list[str] = msgspec.field(default_factory=list)

@@ -8,10 +8,11 @@ import pytest
 
 from engine.api import Peer, PeerGpu, PeerResources
 from engine.errors import EngineError
+from engine.jobs.admission import job_cost, price_of
 from engine.jobs.executors.base import limits_for
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.spec import JobSpec
-from engine.jobs.tiers import TABLE, estimate_resource, provider_cost, static_ntx
+from engine.jobs.tiers import TABLE, estimate_resource, static_ntx
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
 PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
@@ -54,8 +55,8 @@ def test_static_ntx_cpu_and_gpu() -> None:
     low, high = static_ntx("low", "gpu", 60)
     assert (low, high) == (0.725, 1.65)  # CPU + RAM, plus VRAM and the GPU's power level
     assert static_ntx("high", "gpu", 60)[1] > static_ntx("high", "cpu", 60)[1]
-    assert provider_cost(PRICES, "moderate", 90) == 3.75
-    assert provider_cost(PRICES, "extreme", 90) is None
+    assert job_cost(PRICES["moderate"], 90) == 3.75
+    assert price_of(PRICES, "extreme") is None
 
 
 def test_limits_follow_the_tier() -> None:

@@ -85,6 +85,11 @@ class ConsumerJobs:
         except msgspec.ValidationError as exc:
             raise EngineError("invalid", f"job spec: {exc}") from exc
         validate_spec(spec).raise_if_failed()
+        if len(spec.name) > p.MAX_JOB_NAME_CHARS:
+            raise EngineError(
+                "invalid",
+                f"job name of {len(spec.name)} characters: give at most {p.MAX_JOB_NAME_CHARS}",
+            )
         service = self._service()
         from engine.network.link import to_api_peer
 
@@ -97,7 +102,17 @@ class ConsumerJobs:
                     "not_found",
                     f"peer {command.peer_id} is not listed on this channel; `nunet-tui peer list`",
                 )
-            candidates = [peer.peer_id for peer in chosen]
+            # A hand-picked peer is judged by the same rules as a matched one, before any
+            # offer: a provider that cannot run the job would only refuse it (or worse).
+            picked = match(spec, chosen)
+            if not picked.candidates:
+                reasons = picked.excluded[0][1]
+                raise EngineError(
+                    "unsuitable",
+                    f"peer {command.peer_id} cannot run this job: {reasons}; "
+                    "pick another with `nunet-tui peer list`, or leave out --peer",
+                )
+            candidates = [c.peer_id for c in picked.candidates]
         else:
             result = match(spec, peers)
             result.best()  # NoMatch with every peer's reason
@@ -180,10 +195,12 @@ class ConsumerJobs:
     ) -> p.AnyJobMessage:
         stream = await self._open(service, provider)
         try:
-            raw = await p.send(stream, self.node.identity, message)
+            with trio.fail_after(ASK_TIMEOUT_S):
+                raw = await p.send(stream, self.node.identity, message)
             self.node.store.record_job_message(message.job_id, "out", p.kind(message), raw)
             with trio.fail_after(ASK_TIMEOUT_S):
-                received = await p.receive(stream, provider)
+                # Only a short answer may come (Quote, Refusal, Accepted): bounded to fit.
+                received = await p.receive(stream, provider, p.MAX_ANSWER_BYTES)
             if received is None:
                 raise p.ProtocolError("the provider closed the stream without answering")
             answer, raw_answer = received

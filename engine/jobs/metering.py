@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from engine.jobs.admission import job_cost
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -32,7 +34,7 @@ class Usage:
     samples: int = 0
 
     def cost(self, price_ntx_hour: float) -> float:
-        return round(price_ntx_hour * self.wall_s / 3600, 6)
+        return job_cost(price_ntx_hour, self.wall_s / 60)
 
 
 class Meter:

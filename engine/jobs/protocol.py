@@ -12,9 +12,11 @@ is the peer at the other end of the stream.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Annotated, Any
 
 import msgspec
+import trio
 
 from engine.api import JobLogLine, JobMetering
 from engine.identity import Identity
@@ -27,6 +29,21 @@ MAX_LINES_PER_UPDATE = 20_000
 UPDATE_BUDGET_BYTES = 768 * 1024  # of log text per Update: well inside MAX_MESSAGE_BYTES
 MAX_LINE_CHARS = 8192
 RESULT_CHUNK = 256 * 1024
+# The first frame a provider reads from a stranger: an Offer is its largest request (a spec
+# with at most 64 environment variables of 4 KiB, 100 dependencies); a Confirm or Countersign
+# carries a few KiB of signed JSON. A peer announcing more is reset before any of it is read.
+MAX_REQUEST_BYTES = 320 * 1024
+MAX_ANSWER_BYTES = 64 * 1024  # a Quote, Refusal or Accepted, read by the consumer
+# Free text that crosses the wire and may be shown or stored: each has a bound in the schema.
+MAX_REASON_CHARS = 1000
+MAX_JOB_NAME_CHARS = 200
+MAX_SIGNED_JSON_CHARS = 32 * 1024  # escrow terms, receipts
+MAX_SPEC_FIELDS = 32
+
+PeerIdText = Annotated[str, msgspec.Meta(max_length=128)]
+Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)]
+ShortText = Annotated[str, msgspec.Meta(max_length=200)]
+SignedJson = Annotated[str, msgspec.Meta(max_length=MAX_SIGNED_JSON_CHARS)]
 
 
 class JobMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="t"):
@@ -37,27 +54,34 @@ class JobMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="t"):
 
 
 class Offer(JobMessage, tag="offer", frozen=True):
-    spec: dict[str, Any]
-    consumer: str
+    spec: Annotated[dict[str, Any], msgspec.Meta(max_length=MAX_SPEC_FIELDS)]
+    consumer: PeerIdText
+
+    def __post_init__(self) -> None:
+        # The spec is checked field by field by the provider (JobSpec); its one free-text
+        # field is bounded here, before anything shows or keeps it.
+        name = self.spec.get("name")
+        if isinstance(name, str) and len(name) > MAX_JOB_NAME_CHARS:
+            raise ValueError(f"job name of {len(name)} characters: at most {MAX_JOB_NAME_CHARS}")
 
 
 class Quote(JobMessage, tag="quote", frozen=True):
-    provider: str
+    provider: PeerIdText
     price_ntx_hour: float
     total_ntx: float
     expires_at: float
-    executor: str
-    payment_address: str = ""  # the provider's wallet: what the escrow pays (paid jobs)
+    executor: ShortText
+    payment_address: ShortText = ""  # the provider's wallet: what the escrow pays (paid jobs)
 
 
 class Refusal(JobMessage, tag="refusal", frozen=True):
-    reason: str
+    reason: Reason
 
 
 class Confirm(JobMessage, tag="confirm", frozen=True):
     total_ntx: float
-    escrow_tx: str = ""  # the lock's transaction id (paid jobs)
-    escrow_terms: str = ""  # the oracle's signed terms (ServiceQuote JSON) the lock follows
+    escrow_tx: ShortText = ""  # the lock's transaction id (paid jobs)
+    escrow_terms: SignedJson = ""  # the oracle's signed terms (ServiceQuote JSON) of the lock
 
 
 class Accepted(JobMessage, tag="accepted", frozen=True):
@@ -73,24 +97,24 @@ class Follow(JobMessage, tag="follow", frozen=True):
 
 
 class Update(JobMessage, tag="update", frozen=True):
-    state: str
-    reason: str = ""
+    state: ShortText
+    reason: Reason = ""
     exit_code: int | None = None
     checkpoint: int = 0
     resumed_from: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
     metering: JobMetering | None = None
-    results_sha256: str = ""
+    results_sha256: ShortText = ""
     results_size: int = 0
     lines: tuple[JobLogLine, ...] = ()
-    receipt: str = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
+    receipt: SignedJson = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
 
 
 class Countersign(JobMessage, tag="countersign", frozen=True):
     """The consumer's signature added to the provider's receipt (answered ``Accepted``)."""
 
-    receipt: str
+    receipt: SignedJson
 
 
 class FetchResults(JobMessage, tag="fetch_results", frozen=True):
@@ -98,7 +122,7 @@ class FetchResults(JobMessage, tag="fetch_results", frozen=True):
 
 
 class ResultsHeader(JobMessage, tag="results", frozen=True):
-    sha256: str
+    sha256: ShortText
     size: int
 
 
@@ -158,15 +182,48 @@ async def send(stream: Any, identity: Identity, message: JobMessage) -> bytes:
     return data
 
 
-async def receive(stream: Any, expected_signer: str) -> tuple[AnyJobMessage, bytes] | None:
-    """The next message, None at a clean end of stream; ProtocolError on anything bad."""
+async def receive(
+    stream: Any, expected_signer: str, max_size: int = MAX_MESSAGE_BYTES + 1024
+) -> tuple[AnyJobMessage, bytes] | None:
+    """The next message, None at a clean end of stream; ProtocolError on anything bad.
+    ``max_size``: the largest frame this read accepts (smaller where only a small message
+    may come: a stranger's request, an answer to an offer)."""
     try:
-        data = await wire.read_frame(stream, MAX_MESSAGE_BYTES + 1024)
+        data = await wire.read_frame(stream, max_size)
     except wire.WireError as exc:
         raise ProtocolError(str(exc)) from exc
     if data is None:
         return None
     return decode(data, expected_signer)
+
+
+def refusal(job_id: str, reason: str) -> Refusal:
+    """A Refusal whose reason fits the schema (reasons may quote what a peer sent)."""
+    return Refusal(job_id=job_id, reason=clip(reason))
+
+
+def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def finish(stream: Any, linger_s: float, max_drain: int = 64 * 1024) -> None:
+    """End our side of a stream properly: close it (the peer reads to the end), wait up to
+    ``linger_s`` for the peer to close its side, and reset a stream the peer keeps open or
+    keeps writing into: a half-closed stream left behind holds its buffers for ever."""
+    try:
+        with trio.fail_after(linger_s):
+            await stream.close()
+            drained = 0
+            while drained <= max_drain:
+                chunk = await stream.read(max_drain)
+                if not chunk:
+                    return
+                drained += len(chunk)
+    except Exception as exc:  # too slow, too chatty, or already gone
+        if type(exc).__name__ in ("StreamEOF", "EOFError"):
+            return  # the peer closed its side: both are closed, nothing is left behind
+    with contextlib.suppress(Exception), trio.move_on_after(1.0):
+        await stream.reset()
 
 
 def kind(message: JobMessage) -> str:

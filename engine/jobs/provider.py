@@ -1,10 +1,19 @@
 """The provider's side of the job protocol: quote, accept, run, stream, resume.
 
-Every message is stored (signed bytes) before it is acted on and every state change is
-committed before it is announced. ``Confirm`` is idempotent: a repeated one is answered
-``Accepted`` again and never starts the job twice. Only the job's consumer may follow it,
-cancel it or fetch its results. After a restart, jobs that were running resume from their
-last checkpoint (or end as "interrupted" when there is none).
+Admission (what a job needs, what it costs) follows the rules the consumer's matcher uses
+(engine/jobs/admission.py), judged on the figures this provider advertises about itself.
+
+Strangers are bounded: a stream must bring its request within ``FIRST_FRAME_S`` and within
+``p.MAX_REQUEST_BYTES``; a peer holds at most ``STREAMS_PER_PEER`` job streams; offers are
+rate-limited per peer; unconfirmed quotes are dropped after their TTL and are bounded per
+peer and in all. Nothing a stranger sends is stored until it belongs to a job that exists:
+the offer and its quote are kept in memory and stored when the Confirm creates the job;
+Follow, Cancel, Countersign and FetchResults are stored only for the sender's own job.
+
+Every state change is committed before it is announced. ``Confirm`` is idempotent: a repeated
+one is answered ``Accepted`` again and never starts the job twice. Only the job's consumer may
+follow it, cancel it or fetch its results. After a restart, jobs that were running resume from
+their last checkpoint (or end as "interrupted" when there is none).
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,19 +31,85 @@ import trio
 from engine import api, safe_paths
 from engine.errors import EngineError
 from engine.jobs import protocol as p
+from engine.jobs.admission import Needs, Verdict, judge
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
 from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog
-from engine.jobs.spec import JobSpec, validate_spec
-from engine.jobs.tiers import estimate_resource, provider_price
+from engine.jobs.spec import FRAMEWORKS, JobSpec, validate_spec
+from engine.jobs.tiers import estimate_resource
+from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
 
 if TYPE_CHECKING:
     from engine.node import Node
 
 log = logging.getLogger("nunet.jobs.provider")
 
-QUOTE_TTL_S = 120.0
+# A stream must bring its one request this soon; a peer that opens streams and says nothing
+# has them reset (the consumer writes its request at once, and waits 10 s for the answer).
+FIRST_FRAME_S = 10.0
+WRITE_S = 10.0  # for one reply to be taken by the peer
+LINGER_S = 5.0  # for the peer to close its side after our last frame (then: reset)
+# Job streams served at once: a consumer needs one per job it follows plus a few short asks.
+STREAMS_PER_PEER = 16
+STREAMS_TOTAL = 256
+# Offers per peer: a person or script submitting jobs makes a few; a flood is refused.
+OFFERS_PER_S = 2.0
+OFFER_BURST = 10.0
+# Unconfirmed quotes held (each keeps its offer, at most p.MAX_REQUEST_BYTES): per peer, all.
+QUOTES_PER_PEER = 4
+QUOTES_TOTAL = 64
+
+
+@dataclass
+class HeldQuote:
+    """A quote waiting for its Confirm, with the signed offer and quote kept as evidence."""
+
+    quote: p.Quote
+    spec: JobSpec
+    consumer: str
+    offer_raw: bytes
+    quote_raw: bytes
+
+
+@dataclass
+class QuoteBook:
+    """Unconfirmed quotes: dropped at their expiry, bounded per peer and in all."""
+
+    per_peer: int = QUOTES_PER_PEER
+    total: int = QUOTES_TOTAL
+    _held: dict[str, HeldQuote] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def get(self, job_id: str) -> HeldQuote | None:
+        return self._held.get(job_id)
+
+    def pop(self, job_id: str) -> HeldQuote | None:
+        return self._held.pop(job_id, None)
+
+    def evict_expired(self, now: float) -> int:
+        expired = [job_id for job_id, h in self._held.items() if h.quote.expires_at <= now]
+        for job_id in expired:
+            del self._held[job_id]
+        return len(expired)
+
+    def no_room(self, consumer: str, now: float) -> str:
+        """Why no new quote can be held for ``consumer`` now ("" when one can)."""
+        self.evict_expired(now)
+        mine = sum(1 for h in self._held.values() if h.consumer == consumer)
+        if mine >= self.per_peer:
+            return (
+                f"you hold {mine} unconfirmed quotes here already: confirm one or let them "
+                "expire, then ask again"
+            )
+        if len(self._held) >= self.total:
+            return "busy: too many unconfirmed quotes here; ask again in a minute"
+        return ""
+
+    def add(self, held: HeldQuote) -> None:
+        self._held[held.quote.job_id] = held
 
 
 @dataclass
@@ -53,7 +128,9 @@ class ProviderJobs:
     def __init__(self, node: Node, executors: dict[str, Executor]) -> None:
         self.node = node
         self.executors = executors
-        self._quotes: dict[str, tuple[p.Quote, JobSpec, str]] = {}
+        self._quotes = QuoteBook()
+        self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
+        self._offers = PeerRateLimiter(OFFERS_PER_S, OFFER_BURST)
         self._runs: dict[str, tuple[Executor, JobRun]] = {}
         self._changed: dict[str, trio.Event] = {}
         self._logs: dict[str, JobLog] = {}
@@ -79,8 +156,19 @@ class ProviderJobs:
             for job in self.node.store.list_jobs(states=("accepted", "running")):
                 if job.role == "provider":
                     nursery.start_soon(self._resume, job)
+            nursery.start_soon(self._drop_expired_quotes)
             task_status.started()
             await trio.sleep_forever()
+
+    async def _drop_expired_quotes(self) -> None:
+        """Quotes nobody confirmed are dropped at their expiry, even if no offer comes."""
+        while True:
+            await trio.sleep(max(0.5, min(self._quote_ttl() / 4, 30.0)))
+            if dropped := self._quotes.evict_expired(time.time()):
+                log.debug("dropped %d expired quote(s)", dropped)
+
+    def _quote_ttl(self) -> float:
+        return float(self.node.settings.jobs.quote_ttl_s)
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -123,115 +211,163 @@ class ProviderJobs:
 
     async def handle(self, stream: Any) -> None:
         peer = p.remote_peer(stream)
+        if not self._streams.acquire(peer):
+            log.debug("job stream from %s refused: it holds %d already", peer, STREAMS_PER_PEER)
+            await _reset(stream)
+            return
         try:
-            received = await p.receive(stream, peer)
-            if received is None:
+            await self._serve_stream(stream, peer)
+        finally:
+            self._streams.release(peer)
+
+    async def _serve_stream(self, stream: Any, peer: str) -> None:
+        try:
+            with trio.fail_after(FIRST_FRAME_S):
+                received = await p.receive(stream, peer, p.MAX_REQUEST_BYTES)
+            if received is None:  # the peer closed without asking: close our side too
+                await p.finish(stream, LINGER_S)
                 return
             message, raw = received
-            self.node.store.record_job_message(message.job_id, "in", p.kind(message), raw)
-            if isinstance(message, p.Offer):
-                await self._reply(stream, message.job_id, self._offer(message, peer))
-            elif isinstance(message, p.Confirm):
-                await self._reply(stream, message.job_id, await self._confirm(message, peer))
-            elif isinstance(message, p.Countersign):
-                await self._reply(stream, message.job_id, self._countersigned(message, peer))
-            elif isinstance(message, p.Cancel):
-                await self._reply(stream, message.job_id, await self._cancel(message, peer))
-            elif isinstance(message, p.Follow):
-                await self._follow(stream, message, peer)
-            elif isinstance(message, p.FetchResults):
-                await self._send_results(stream, message, peer)
-            else:
-                raise p.ProtocolError(f"unexpected {type(message).__name__}")
+            await self._dispatch(stream, peer, message, raw)
+        except trio.TooSlowError:
+            log.debug("job stream from %s: too slow (request or reply); reset", peer)
+            await _reset(stream)
         except p.ProtocolError as exc:
-            log.warning("job protocol: rejected input from %s: %s", peer, exc)
-            with contextlib.suppress(Exception):
-                await stream.reset()
+            log.info("job protocol: rejected input from %s: %s", peer, exc)
+            await _reset(stream)
         except Exception as exc:  # a peer's broken stream must never take the node down
             log.info("job stream from %s ended: %s", peer, exc)
-            with contextlib.suppress(Exception):
-                await stream.reset()
+            await _reset(stream)
         else:
-            with contextlib.suppress(Exception):
-                await stream.close()
+            await p.finish(stream, LINGER_S)
 
-    async def _reply(self, stream: Any, job_id: str, message: p.JobMessage) -> None:
+    async def _dispatch(self, stream: Any, peer: str, message: p.AnyJobMessage, raw: bytes) -> None:
+        if isinstance(message, p.Offer):
+            # Never stored here: a quote keeps its offer until the Confirm makes a job.
+            await self._reply(stream, peer, self._offer(message, peer, raw), keep=False)
+            return
+        if isinstance(message, p.Confirm):
+            answer, created = await self._confirm(message, peer, raw)
+            await self._reply(stream, peer, answer, keep=created)
+            return
+        self._record(message.job_id, peer, "in", p.kind(message), raw)
+        if isinstance(message, p.Countersign):
+            await self._reply(stream, peer, self._countersigned(message, peer))
+        elif isinstance(message, p.Cancel):
+            await self._reply(stream, peer, await self._cancel(message, peer))
+        elif isinstance(message, p.Follow):
+            await self._follow(stream, message, peer)
+        elif isinstance(message, p.FetchResults):
+            await self._send_results(stream, message, peer)
+        else:
+            raise p.ProtocolError(f"unexpected {type(message).__name__}")
+
+    def _record(self, job_id: str, consumer: str, direction: str, kind: str, raw: bytes) -> None:
+        """Keep a signed message, but only one of ``consumer``'s own job on this provider."""
+        job = self.node.store.get_job(job_id)
+        if job is not None and job.role == "provider" and job.consumer == consumer:
+            self.node.store.record_job_message(job_id, direction, kind, raw)
+
+    async def _reply(
+        self, stream: Any, consumer: str, message: p.JobMessage, *, keep: bool = True
+    ) -> None:
         raw = p.encode(self.node.identity, message)
-        self.node.store.record_job_message(job_id, "out", p.kind(message), raw)
-        await stream.write(_frame(raw))
-
-    async def _refuse(self, stream: Any, job_id: str, reason: str) -> None:
-        await self._reply(stream, job_id, p.Refusal(job_id=job_id, reason=reason))
+        if keep:
+            self._record(message.job_id, consumer, "out", p.kind(message), raw)
+        with trio.fail_after(WRITE_S):
+            await stream.write(_frame(raw))
 
     # --- offer and confirm ---------------------------------------------------------------
 
-    def _offer(self, offer: p.Offer, consumer: str) -> p.Quote | p.Refusal:
+    def _offer(self, offer: p.Offer, consumer: str, raw: bytes) -> p.Quote | p.Refusal:
+        job_id = offer.job_id
+        if not self._offers.allow(consumer):
+            return p.refusal(job_id, f"too many offers from you: at most {OFFERS_PER_S:g} a second")
+        if offer.consumer != consumer:
+            return p.refusal(job_id, "offer names another consumer")
+        if self.node.store.get_job(job_id) is not None:
+            return p.refusal(job_id, "job id already in use")
         try:
             spec = msgspec.convert(offer.spec, JobSpec)
         except msgspec.ValidationError as exc:
-            return p.Refusal(job_id=offer.job_id, reason=f"bad job spec: {exc}")
-        if offer.consumer != consumer:
-            return p.Refusal(job_id=offer.job_id, reason="offer names another consumer")
-        reason = self._refusal_reason(spec)
-        if reason:
-            return p.Refusal(job_id=offer.job_id, reason=reason)
-        prices = self.node.settings.jobs.prices
-        price = provider_price(prices, spec.tier) or 0.0
-        total = round(price * spec.expected_minutes / 60, 6)
-        if spec.budget_ntx is not None and total > spec.budget_ntx:
-            return p.Refusal(
-                job_id=offer.job_id,
-                reason=f"price {total:.2f} NTX is above the budget of {spec.budget_ntx:.2f} NTX",
-            )
+            return p.refusal(job_id, f"bad job spec: {exc}")
+        verdict = self._admission(spec)
+        if not verdict.ok:
+            return p.refusal(job_id, verdict.reason)
+        assert verdict.price_ntx_hour is not None
+        now = time.time()
+        if why := self._quotes.no_room(consumer, now):
+            return p.refusal(job_id, why)
         payment_address = ""
-        if self.node.payments_enabled and total > 0:
+        if self.node.payments_enabled:
             try:
                 payment_address = self.node.payments().wallet().address
             except EngineError:
-                return p.Refusal(
-                    job_id=offer.job_id,
-                    reason="this provider has no wallet to be paid into yet",
-                )
+                return p.refusal(job_id, "this provider has no wallet to be paid into yet")
         quote = p.Quote(
-            job_id=offer.job_id,
+            job_id=job_id,
             provider=self.node.identity.peer_id,
-            price_ntx_hour=price,
-            total_ntx=total,
-            expires_at=time.time() + QUOTE_TTL_S,
+            price_ntx_hour=verdict.price_ntx_hour,
+            total_ntx=verdict.cost_ntx,
+            expires_at=now + self._quote_ttl(),
             executor=self._executor_for(spec) or "",
             payment_address=payment_address,
         )
-        self._quotes[offer.job_id] = (quote, spec, consumer)
+        quote_raw = p.encode(self.node.identity, quote)
+        self._quotes.add(HeldQuote(quote, spec, consumer, raw, quote_raw))
         return quote
 
     def _refusal_reason(self, spec: JobSpec) -> str:
+        return self._admission(spec).reason
+
+    def _admission(self, spec: JobSpec) -> Verdict:
+        """The verdict on ``spec`` here: the shared rules (admission.judge) on this provider's
+        own figures, after what only the provider knows (onboarded, the spec's validity)."""
         onboarding = self.node.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":
-            return "not accepting jobs (not onboarded or paused)"
+            return _refused("not accepting jobs (not onboarded or paused)")
         report = validate_spec(spec)
         if not report.ok:
-            return "; ".join(p_.message for p_ in report.problems)
-        slots = self.node.settings.jobs.slots
-        running = self.running_jobs()
-        if running >= slots:
-            return f"busy ({running}/{slots} slots)"
-        need = estimate_resource(spec.tier, spec.device)
-        if need.min_ram_mb > onboarding.memory_mb:
-            return (
-                f"not enough RAM: the {spec.tier} tier needs {need.min_ram_mb:,} MB, "
-                f"{onboarding.memory_mb:,} MB onboarded"
-            )
-        if spec.device == "gpu" and not onboarding.gpus:
-            return "no GPU onboarded"
-        if spec.device == "gpu":
+            return _refused(*(problem.message for problem in report.problems))
+        verdict = judge(
+            Needs.of(spec), self.own_resources(), takes_payments=self.node.payments_enabled
+        )
+        if verdict.ok and spec.device == "gpu":
             try:
                 self._gpus_for(spec)
             except EngineError as exc:
-                return exc.message
-        if self._executor_for(spec) is None:
-            offered = ", ".join(self.executors) or "none"
-            return f"no executor here can run a {spec.device} job (offered: {offered})"
-        return ""
+                return _refused(exc.message)
+        return verdict
+
+    def own_resources(self) -> api.PeerResources:
+        """What this provider advertises and beats about itself, as a consumer sees it: the
+        figures admission judges here (engine/network/link.py sends the same)."""
+        onboarding = self.node.store.get_onboarding()
+        if onboarding is None:
+            return api.PeerResources()
+        settings = self.node.settings.jobs
+        used = self.committed()
+        offered = set(onboarding.gpus)
+        gpus = tuple(
+            api.PeerGpu(vendor=gpu.vendor, model=gpu.name, vram_mb=gpu.vram_mb)
+            for gpu in self.node.gpus
+            if gpu.uuid in offered
+        )
+        vram = sum(gpu.vram_mb for gpu in gpus)
+        return api.PeerResources(
+            cpu_mhz=onboarding.cpu_mhz,
+            memory_mb=onboarding.memory_mb,
+            gpus=gpus,
+            prices=dict(settings.prices),
+            executors=tuple(name for name in settings.executors if name in self.executors),
+            frameworks=FRAMEWORKS,
+            slots=settings.slots,
+            free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
+            free_memory_mb=max(onboarding.memory_mb - used.memory_mb, 0),
+            free_gpus=max(len(gpus) - used.gpus, 0),
+            free_vram_mb=max(vram - used.vram_mb, 0),
+            running_jobs=used.jobs,
+        )
 
     def _gpus_for(self, spec: JobSpec) -> tuple[api.GpuInfo, ...]:
         """The onboarded cards a GPU job gets: those of the vendor it asked for, or of this
@@ -256,22 +392,39 @@ class ProviderJobs:
                 return name
         return None
 
-    async def _confirm(self, confirm: p.Confirm, consumer: str) -> p.Accepted | p.Refusal:
+    async def _confirm(
+        self, confirm: p.Confirm, consumer: str, raw: bytes
+    ) -> tuple[p.Accepted | p.Refusal, bool]:
+        """The answer, and whether this Confirm made the job (then it and its offer and
+        quote are stored)."""
+        held = self._quotes.get(confirm.job_id)
+        answer, created = await self._confirmed(confirm, consumer, held)
+        if created:
+            assert held is not None
+            self._quotes.pop(confirm.job_id)
+            self._record(confirm.job_id, consumer, "in", "offer", held.offer_raw)
+            self._record(confirm.job_id, consumer, "out", "quote", held.quote_raw)
+            self._record(confirm.job_id, consumer, "in", p.kind(confirm), raw)
+        return answer, created
+
+    async def _confirmed(
+        self, confirm: p.Confirm, consumer: str, held: HeldQuote | None
+    ) -> tuple[p.Accepted | p.Refusal, bool]:
+        """The answer, and True when this call made the job."""
         existing = self.node.store.get_job(confirm.job_id)
         if existing is not None:
             if existing.consumer != consumer:
-                return p.Refusal(job_id=confirm.job_id, reason="job id already in use")
-            return p.Accepted(job_id=confirm.job_id)  # a repeat: never run twice
-        held = self._quotes.get(confirm.job_id)
+                return p.refusal(confirm.job_id, "job id already in use"), False
+            return p.Accepted(job_id=confirm.job_id), False  # a repeat: never run twice
         if held is None:
-            return p.Refusal(job_id=confirm.job_id, reason="no quote for this job (ask again)")
-        quote, spec, quoted_to = held
-        if quoted_to != consumer:
-            return p.Refusal(job_id=confirm.job_id, reason="quote was made for another consumer")
+            return p.refusal(confirm.job_id, "no quote for this job (ask again)"), False
+        quote, spec = held.quote, held.spec
+        if held.consumer != consumer:
+            return p.refusal(confirm.job_id, "quote was made for another consumer"), False
         if time.time() > quote.expires_at:
-            return p.Refusal(job_id=confirm.job_id, reason="quote expired (ask again)")
+            return p.refusal(confirm.job_id, "quote expired (ask again)"), False
         if abs(confirm.total_ntx - quote.total_ntx) > 1e-9:
-            return p.Refusal(job_id=confirm.job_id, reason="confirmed amount differs from quote")
+            return p.refusal(confirm.job_id, "confirmed amount differs from quote"), False
         if self.node.payments_enabled and quote.total_ntx > 0:
             paid = confirm.escrow_tx or self.node.settings.payments.require_payment
             reason = (
@@ -286,11 +439,11 @@ class ProviderJobs:
                 else ""
             )
             if reason:
-                return p.Refusal(job_id=confirm.job_id, reason=reason)
+                return p.refusal(confirm.job_id, reason), False
             if self.node.store.get_job(confirm.job_id) is not None:
-                return p.Accepted(job_id=confirm.job_id)  # a repeat answered while we looked
+                return p.Accepted(job_id=confirm.job_id), False  # a repeat answered while we looked
         if self.running_jobs() >= self.node.settings.jobs.slots:
-            return p.Refusal(job_id=confirm.job_id, reason="busy: another consumer was first")
+            return p.refusal(confirm.job_id, "busy: another consumer was first"), False
         now = time.time()
         job = api.JobInfo(
             job_id=confirm.job_id,
@@ -305,10 +458,9 @@ class ProviderJobs:
             created_at=now,
         )
         self._save(job)
-        del self._quotes[confirm.job_id]
         assert self._nursery is not None
         self._nursery.start_soon(self._run, job, None)
-        return p.Accepted(job_id=confirm.job_id)
+        return p.Accepted(job_id=confirm.job_id), True
 
     def _countersigned(self, message: p.Countersign, consumer: str) -> p.Accepted | p.Refusal:
         if not self.node.payments_enabled:
@@ -573,7 +725,7 @@ def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
     return p.Update(
         job_id=job.job_id,
         state=job.state,
-        reason=job.reason,
+        reason=p.clip(job.reason),
         exit_code=job.exit_code,
         checkpoint=job.checkpoint,
         resumed_from=job.resumed_from,
@@ -590,6 +742,15 @@ def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
             for ln in lines
         ),
     )
+
+
+def _refused(*reasons: str) -> Verdict:
+    return Verdict(tuple(reasons), None, 0.0)
+
+
+async def _reset(stream: Any) -> None:
+    with contextlib.suppress(Exception), trio.move_on_after(1.0):
+        await stream.reset()
 
 
 def _frame(raw: bytes) -> bytes:

@@ -6,13 +6,13 @@ each tier a minimum and maximum CPU, RAM and GPU VRAM plus a GPU power and usage
 price range. The document gives the structure; its figures are not reproduced in anything we
 can check, so the figures below are ours, chosen to match common machines (a Low job fits a
 2-core laptop, a High GPU job a 24 GB card) and documented here as the single source: the TUI
-shows this table, matching uses the minimums, executors enforce the maximums.
+shows this table, admission (engine/jobs/admission.py) uses the minimums, executors enforce
+the maximums. What a provider charges is its own price per tier (admission.job_cost).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.errors import EngineError
@@ -97,15 +97,3 @@ def static_ntx(tier: str, device: str, expected_minutes: float) -> tuple[float, 
     res = estimate_resource(tier, device)
     hours = max(0.0, expected_minutes) / 60
     return round(_hourly(res, 0) * hours, 6), round(_hourly(res, 1) * hours, 6)
-
-
-def provider_price(prices: Mapping[str, float], tier: str) -> float | None:
-    """A provider's advertised NTX per hour for ``tier`` (None: it does not offer the tier)."""
-    price = prices.get(tier.lower())
-    return float(price) if price is not None and price >= 0 else None
-
-
-def provider_cost(prices: Mapping[str, float], tier: str, minutes: float) -> float | None:
-    """What a provider charges for ``minutes`` of a ``tier`` job (None: tier not offered)."""
-    price = provider_price(prices, tier)
-    return None if price is None else round(price * max(0.0, minutes) / 60, 6)

@@ -27,6 +27,7 @@ log = logging.getLogger("nunet.network.chat")
 CHAT_PROTOCOL = TProtocol("/nunet/chat/1.0.0")
 ACK_TIMEOUT_S = 5.0
 IDLE_TIMEOUT_S = 300.0
+FIRST_FRAME_S = 10.0  # the opener writes its hello at once; a silent stream is reset
 # A person types far slower than this; a script flooding us is cut off, others are not.
 RATE_PER_S = 50.0
 BURST = 100.0
@@ -193,11 +194,18 @@ class ChatService:
         peer_id = str(stream.muxed_conn.peer_id)
         last_seq: dict[str, int] = {}  # per conversation, for this stream: drop replays
         try:
+            first = True
             while True:
-                with trio.move_on_after(IDLE_TIMEOUT_S) as idle:
+                with trio.move_on_after(FIRST_FRAME_S if first else IDLE_TIMEOUT_S) as idle:
                     data = await wire.read_frame(stream, wire.MAX_CHAT_FRAME_BYTES)
-                if idle.cancelled_caught or data is None:
-                    break
+                first = False
+                if idle.cancelled_caught:
+                    await _reset(stream)  # silent or idle: nothing held for it any longer
+                    return
+                if data is None:
+                    with contextlib.suppress(Exception), trio.move_on_after(1.0):
+                        await stream.close()  # the peer closed its side: close ours too
+                    return
                 if not self._limiter.allow(peer_id):
                     await self._refuse(stream, "rate_limited", "too many chat messages")
                     log.warning("chat: %s is flooding; stream reset", peer_id)

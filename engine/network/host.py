@@ -22,6 +22,8 @@ from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.rcmgr import Direction, ResourceLimits, ResourceManager
+from libp2p.rcmgr.connection_limits import ConnectionLimits
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -34,11 +36,75 @@ log = logging.getLogger("nunet.network.host")
 BOOTSTRAP_MIN_BACKOFF_S = 0.5
 BOOTSTRAP_MAX_BACKOFF_S = 30.0
 DIAL_TIMEOUT_S = 5.0
+# What one peer may hold of us at once. Our own protocols use a few streams per peer (gossip,
+# chat, a job's follow and asks, identify, kad); the cap is far above that and far below the
+# 10,000 streams that the whole node has (py-libp2p's default): one peer can no longer take
+# them all. Per protocol, handlers have tighter caps of their own (ratelimit.StreamLimiter).
+MAX_INBOUND_STREAMS_PER_PEER = 128
+MAX_CONNECTIONS_PER_PEER = 4  # established, both directions; we keep one (ConnectionConfig)
 
 
 def key_pair_of(identity: Identity) -> KeyPair:
     private = deserialize_private_key(identity.private_key_protobuf)
     return KeyPair(private, private.get_public_key())
+
+
+class PerPeerResourceManager(ResourceManager):
+    """py-libp2p's resource manager plus a cap on the inbound streams of each peer.
+
+    py-libp2p 0.8.1's swarm consults the resource manager for every stream (inbound ones in
+    ``SwarmConn._handle_muxed_stream``, before protocol negotiation; outbound in
+    ``Swarm.new_stream``) but only through ``acquire_stream(peer_id, direction)``, which counts
+    streams for the whole node; its per-protocol and per-peer scopes
+    (``acquire_scoped_stream``) are never called by the swarm or the host. So the per-peer
+    count is added here, where the swarm already asks, and a peer over it has its new stream
+    reset before it costs a negotiation. Outbound streams (ours) are not capped per peer.
+    """
+
+    def __init__(self, max_inbound_per_peer: int = MAX_INBOUND_STREAMS_PER_PEER) -> None:
+        super().__init__(
+            limits=ResourceLimits(),
+            connection_limits=ConnectionLimits(
+                max_pending_inbound=64,
+                max_pending_outbound=64,
+                max_established_inbound=256,
+                max_established_outbound=256,
+                max_established_per_peer=MAX_CONNECTIONS_PER_PEER,
+                max_established_total=1024,
+            ),
+            enable_metrics=False,  # per-stream bookkeeping nobody reads
+        )
+        self.max_inbound_per_peer = max_inbound_per_peer
+        self._inbound: dict[str, int] = {}
+
+    def acquire_stream(self, peer_id: str, direction: Direction) -> bool:
+        if direction != Direction.INBOUND:
+            return bool(super().acquire_stream(peer_id, direction))
+        key = str(peer_id)
+        with self._lock:
+            held = self._inbound.get(key, 0)
+            if held >= self.max_inbound_per_peer:
+                self._record_blocked_resource("stream", "inbound", scope="peer")
+                return False
+            if not super().acquire_stream(peer_id, direction):
+                return False
+            self._inbound[key] = held + 1
+            return True
+
+    def release_stream(self, peer_id: str, direction: Direction) -> None:
+        if direction == Direction.INBOUND:
+            key = str(peer_id)
+            with self._lock:
+                held = self._inbound.get(key, 0)
+                if held <= 1:
+                    self._inbound.pop(key, None)
+                else:
+                    self._inbound[key] = held - 1
+        super().release_stream(peer_id, direction)
+
+    def inbound_streams(self, peer_id: str) -> int:
+        with self._lock:
+            return self._inbound.get(str(peer_id), 0)
 
 
 def build_host(identity: Identity, listen: Sequence[str]) -> Any:
@@ -47,6 +113,7 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     return new_host(
         key_pair=key_pair,
+        resource_manager=PerPeerResourceManager(),
         sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
         listen_addrs=[multiaddr.Multiaddr(addr) for addr in listen],

@@ -1,0 +1,252 @@
+"""One set of admission rules: the consumer's matcher and the provider's admission judge the
+same figures the same way, with the same reasons, and price a job with the same formula."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+from nacl.signing import SigningKey
+
+from engine import api
+from engine.config import JobSettings, Settings
+from engine.errors import EngineError
+from engine.identity import Identity
+from engine.jobs import protocol as p
+from engine.jobs.admission import Needs, job_cost, judge, price_of
+from engine.jobs.consumer import ConsumerJobs
+from engine.jobs.matching import match
+from engine.jobs.metering import Usage
+from engine.jobs.provider import ProviderJobs, QuoteBook
+from engine.jobs.spec import JobSpec
+from engine.network import wire
+from engine.network.peers import PeerInfo
+from engine.network.ratelimit import StreamLimiter
+from engine.store import Store
+
+ALL = ("pytorch", "tensorflow", "scikit-learn")
+PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
+
+
+def job(**fields: Any) -> JobSpec:
+    values: dict[str, Any] = {"framework": "scikit-learn", "script_url": "https://h/x.py"}
+    values.update(fields)
+    return JobSpec(**values)
+
+
+class FakeNode:
+    """The part of engine.node.Node that job admission reads (a fake of our own port)."""
+
+    def __init__(
+        self, tmp: Path, *, payments: bool = False, jobs: JobSettings | None = None
+    ) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.store = Store(tmp / "state.db")
+        self.settings = Settings(jobs=jobs or JobSettings(executors=["process"]))
+        self.gpus: tuple[api.GpuInfo, ...] = ()
+        self.payments_enabled = payments
+        self.network_enabled = False
+        self.identity = Identity(SigningKey(b"\x07" * 32))
+        self.service: FakeNetworkService | None = None
+
+    def onboard(self, memory_mb: int, cpu_mhz: int) -> None:
+        self.store.save_onboarding(
+            api.Onboarding(memory_mb=memory_mb, cpu_mhz=cpu_mhz, channel="c", address="a"),
+            "onboard",
+        )
+
+    def network(self) -> FakeNetworkService:
+        assert self.service is not None
+        return self.service
+
+
+class FakeHost:
+    """Records every stream asked for: a hand-picked peer that fails admission gets none."""
+
+    def __init__(self) -> None:
+        self.opened: list[Any] = []
+
+    async def new_stream(self, peer_id: Any, protocols: Any) -> Any:
+        self.opened.append(peer_id)
+        raise AssertionError("no stream may be opened")
+
+
+class FakeNetworkService:
+    def __init__(self, peers: list[PeerInfo]) -> None:
+        self._peers = peers
+        self.host = FakeHost()
+
+    def require_service(self, what: str) -> FakeNetworkService:
+        return self
+
+    def peers(self) -> list[PeerInfo]:
+        return self._peers
+
+
+def provider(tmp_path: Path, memory_mb: int, cpu_mhz: int, **node: Any) -> ProviderJobs:
+    fake = FakeNode(tmp_path, **node)
+    fake.onboard(memory_mb, cpu_mhz)
+    return ProviderJobs(fake, {"process": object()})  # type: ignore[arg-type, dict-item]
+
+
+def as_peer(res: api.PeerResources, peer_id: str = "p1") -> api.Peer:
+    return api.Peer(peer_id=peer_id, resources=res)
+
+
+def test_the_provider_and_the_matcher_give_the_same_verdict_on_the_same_figures(
+    tmp_path: Path,
+) -> None:
+    jobs = provider(tmp_path, memory_mb=4096, cpu_mhz=3000)
+    own = jobs.own_resources()  # what it advertises and beats about itself
+    for spec in (
+        job(),  # fits
+        job(tier="moderate"),  # 4096 MB is enough, 3000 MHz too
+        job(tier="high"),  # neither
+        job(framework="pytorch", device="gpu"),  # no GPU, and process runs no GPU job
+        job(budget_ntx=0.5, expected_minutes=60),  # 1 NTX for the hour
+    ):
+        verdict = jobs._admission(spec)
+        matched = match(spec, [as_peer(own)])
+        excluded = dict(matched.excluded)
+        assert verdict.ok == bool(matched.candidates), spec
+        assert excluded.get("p1", "") == verdict.reason, spec
+        if verdict.ok:
+            assert matched.candidates[0].cost_ntx == verdict.cost_ntx
+
+
+def test_a_1000_mhz_provider_is_excluded_for_high_by_both(tmp_path: Path) -> None:
+    jobs = provider(tmp_path, memory_mb=16384, cpu_mhz=1000)
+    high = job(tier="high")
+    reason = "not enough CPU: 1000 MHz, the high tier needs 8000 MHz"
+    assert jobs._refusal_reason(high) == reason
+    assert dict(match(high, [as_peer(jobs.own_resources())]).excluded) == {"p1": reason}
+    quote = jobs._offer(
+        p.Offer(job_id="0123456789ab", spec=msgspec.to_builtins(high), consumer="c1"), "c1", b""
+    )
+    assert quote == p.Refusal(job_id="0123456789ab", reason=reason)
+    assert len(jobs._quotes) == 0  # nothing held for a refused offer
+
+
+def test_an_unpriced_tier_is_refused_and_a_paid_job_is_never_quoted_at_zero(
+    tmp_path: Path,
+) -> None:
+    unpriced = JobSettings(executors=["process"], prices={"low": 1.0})
+    jobs = provider(tmp_path / "a", memory_mb=16384, cpu_mhz=5000, payments=True, jobs=unpriced)
+    assert jobs._refusal_reason(job(tier="moderate")) == ("offers no price for the moderate tier")
+    free = JobSettings(executors=["process"], prices={"low": 0.0})
+    paid = provider(tmp_path / "b", memory_mb=16384, cpu_mhz=5000, payments=True, jobs=free)
+    assert paid._refusal_reason(job()) == (
+        "a paid job is never quoted at 0 NTX: the low tier costs 0 NTX/h here, 0 NTX for 10 min"
+    )
+    # Without payments a provider may work for free; an unpriced tier is still not offered.
+    unpaid = provider(tmp_path / "c", memory_mb=16384, cpu_mhz=5000, jobs=free)
+    assert unpaid._refusal_reason(job()) == ""
+    assert unpaid._refusal_reason(job(tier="moderate")) == "offers no price for the moderate tier"
+
+
+def test_one_price_formula() -> None:
+    assert job_cost(6.0, 30) == 3.0
+    assert job_cost(2.5, 90) == 3.75
+    assert Usage(wall_s=1800).cost(6.0) == job_cost(6.0, 30)  # metered: the same formula
+    assert price_of(PRICES, "High") == 6.0
+    assert price_of({"low": -1.0}, "low") is None
+    spec = job(tier="moderate", expected_minutes=90)
+    res = api.PeerResources(cpu_mhz=8000, memory_mb=16384, prices=PRICES, frameworks=ALL)
+    assert judge(Needs.of(spec), res).cost_ntx == 3.75
+    assert match(spec, [as_peer(res)]).best().cost_ntx == 3.75
+
+
+def _advert_info(peer_id: str, cpu_mhz: int) -> PeerInfo:
+    advert = wire.Advert(
+        peer_id=peer_id,
+        channel="c",
+        cpu_mhz=cpu_mhz,
+        ram_mb=16384,
+        prices=PRICES,
+        executors=("process",),
+        frameworks=ALL,
+    )
+    return PeerInfo(peer_id=peer_id, channel="c", advert=advert)
+
+
+def test_a_hand_picked_unsuitable_peer_fails_with_the_reasons_before_any_offer(
+    tmp_path: Path,
+) -> None:
+    node = FakeNode(tmp_path)
+    picked = Identity(SigningKey(b"\x09" * 32)).peer_id
+    node.service = FakeNetworkService([_advert_info(picked, 1000)])
+    consumer = ConsumerJobs(node)  # type: ignore[arg-type]
+    command = api.SubmitJob(spec=msgspec.to_builtins(job(tier="high")), peer_id=picked)
+    with pytest.raises(EngineError) as info:
+        trio.run(consumer.submit, command)
+    assert info.value.code == "unsuitable"
+    assert "not enough CPU: 1000 MHz, the high tier needs 8000 MHz" in info.value.message
+    assert picked in info.value.message
+    assert node.service.host.opened == []  # no stream, so no offer, was ever sent
+
+
+def test_quotes_are_bounded_per_peer_and_in_all_and_dropped_at_expiry(tmp_path: Path) -> None:
+    jobs = provider(tmp_path, memory_mb=16384, cpu_mhz=5000)
+    jobs._quotes = QuoteBook(per_peer=2, total=3)
+    jobs._offers.burst = jobs._offers.rate = 1000.0  # the rate limit is not the subject here
+
+    def offer(job_id: str, consumer: str) -> p.Quote | p.Refusal:
+        message = p.Offer(job_id=job_id, spec=msgspec.to_builtins(job()), consumer=consumer)
+        return jobs._offer(message, consumer, b"offer")
+
+    assert isinstance(offer("000000000001", "c1"), p.Quote)
+    assert isinstance(offer("000000000002", "c1"), p.Quote)
+    third = offer("000000000003", "c1")
+    assert isinstance(third, p.Refusal) and "2 unconfirmed quotes" in third.reason
+    assert isinstance(offer("000000000004", "c2"), p.Quote)
+    full = offer("000000000005", "c3")
+    assert isinstance(full, p.Refusal) and "too many unconfirmed quotes" in full.reason
+    held = jobs._quotes.get("000000000001")
+    assert held is not None
+    assert jobs._quotes.evict_expired(held.quote.expires_at + 1) == 3
+    assert len(jobs._quotes) == 0
+    assert isinstance(offer("000000000006", "c3"), p.Quote)
+
+
+def test_offers_are_rate_limited_per_peer(tmp_path: Path) -> None:
+    jobs = provider(tmp_path, memory_mb=16384, cpu_mhz=5000)
+    answers = [
+        jobs._offer(
+            p.Offer(job_id=f"{i:012x}", spec={"framework": "nope"}, consumer="c1"), "c1", b""
+        )
+        for i in range(50)
+    ]
+    limited = [a for a in answers if isinstance(a, p.Refusal) and "too many offers" in a.reason]
+    assert 30 <= len(limited) <= 40  # a burst of 10 and 2 a second, then refused
+    other = jobs._offer(p.Offer(job_id="f" * 12, spec={}, consumer="c2"), "c2", b"")
+    assert isinstance(other, p.Refusal) and "too many offers" not in other.reason
+
+
+def test_free_text_on_the_wire_is_bounded() -> None:
+    ident = Identity(SigningKey(b"\x05" * 32))
+    long_reason = msgspec.msgpack.encode(
+        {"t": "refusal", "v": 1, "job_id": "0" * 12, "reason": "x" * 5000}
+    )
+    with pytest.raises(p.ProtocolError, match="reason"):
+        p.decode(wire.seal_payload(ident, "job", long_reason), ident.peer_id)
+    named = {"framework": "scikit-learn", "name": "n" * 500}
+    offer = msgspec.msgpack.encode(
+        {"t": "offer", "v": 1, "job_id": "0" * 12, "spec": named, "consumer": ident.peer_id}
+    )
+    with pytest.raises(p.ProtocolError, match="job name of 500 characters"):
+        p.decode(wire.seal_payload(ident, "job", offer), ident.peer_id)
+    assert len(p.refusal("0" * 12, "y" * 5000).reason) == p.MAX_REASON_CHARS
+
+
+def test_stream_limiter_caps_per_peer_and_in_all() -> None:
+    limiter = StreamLimiter(per_peer=2, total=3)
+    assert limiter.acquire("a") and limiter.acquire("a")
+    assert not limiter.acquire("a")
+    assert limiter.acquire("b")
+    assert not limiter.acquire("c")  # the total
+    limiter.release("a")
+    assert limiter.acquire("c")
+    assert limiter.held() == 3 and limiter.held("a") == 1 and limiter.refused == 2
