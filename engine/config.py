@@ -8,8 +8,10 @@ overridden by ``NUNET_<SECTION>_<KEY>`` environment variables.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import platformdirs
 
+from engine import config_check
 from engine.errors import EngineError
 from engine.jobs.fetch_policy import parse_networks
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
@@ -26,6 +29,7 @@ APP_NAME = "nunet-tui"
 ENV_PREFIX = "NUNET_"
 # AF_UNIX paths are limited to 108 bytes; leave room for the terminating NUL.
 _MAX_SOCKET_PATH = 100
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -82,40 +86,134 @@ class Paths:
         # Deep homes (pytest's tmp dirs) overflow sun_path: use a per-user 0700 folder
         # keyed by the state dir, so the same home always maps to the same socket.
         digest = hashlib.sha256(os.fsencode(self.state_dir)).hexdigest()[:20]
-        return Path(f"/tmp/nunet-tui-{os.getuid()}") / f"{digest}.sock"
+        folders = []
+        runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+        if os.path.isabs(runtime) and _is_private(Path(runtime)):
+            folders.append(Path(runtime) / APP_NAME)
+        # $TMPDIR and /tmp are shared with other users: the folder is checked, never trusted.
+        tmp = os.environ.get("TMPDIR", "")
+        if os.path.isabs(tmp):
+            folders.append(Path(tmp) / f"{APP_NAME}-{os.getuid()}")
+        folders.append(Path("/tmp") / f"{APP_NAME}-{os.getuid()}")
+        for folder in folders:
+            socket = folder / f"{digest}.sock"
+            if len(os.fsencode(socket)) <= _MAX_SOCKET_PATH:
+                break
+        return socket
 
     def ensure(self) -> None:
-        """Create the folders, private to the user (keys and the socket live there)."""
-        for folder in (self.config_dir, self.state_dir, self.log_dir, self.keys_dir):
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for private in (self.state_dir, self.keys_dir):
-            os.chmod(private, 0o700)
+        """Create the folders, private to the user (keys and the socket live there), and
+        refuse a socket folder someone else could control. Problems are EngineErrors."""
         sock_dir = self.control_socket.parent
-        if sock_dir != self.state_dir:
-            sock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(sock_dir, 0o700)
+        try:
+            for folder in (self.config_dir, self.state_dir, self.log_dir, self.keys_dir):
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for private in (self.state_dir, self.keys_dir):
+                os.chmod(private, 0o700)
+            if sock_dir != self.state_dir:
+                # Never chmod what exists: as root that would adopt another user's folder.
+                with contextlib.suppress(FileExistsError):
+                    sock_dir.mkdir(mode=0o700)
+        except OSError as exc:
+            where = exc.filename or self.label
+            raise EngineError(
+                "home",
+                f"cannot use {where} for this node's files ({exc.strerror or exc}); "
+                "give --home (or NUNET_HOME) a folder you can write",
+            ) from None
+        check_socket_dir(sock_dir)
+
+
+def private_dir_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a real folder of ours that nobody else can enter, or None
+    (lstat: a symbolic link is refused, wherever it points). Raises FileNotFoundError."""
+    info = os.lstat(folder)
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a folder"
+    if info.st_uid != os.geteuid():
+        return f"belongs to uid {info.st_uid}, not to you (uid {os.geteuid()})"
+    if info.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(info.st_mode):04o}, so other users can get in"
+    return None
+
+
+def _is_private(folder: Path) -> bool:
+    try:
+        return private_dir_problem(folder) is None
+    except OSError:
+        return False
+
+
+def check_socket_dir(folder: Path) -> None:
+    """Refuse a control-socket folder another user controls: whoever does can put a socket
+    of theirs there and read the keystore passphrase and mnemonic a client sends. Both the
+    server (before it binds) and every client (before it connects) call this."""
+    problem = private_dir_problem(folder)
+    if problem is not None:
+        raise EngineError(
+            "socket_dir",
+            f"refusing the control socket folder {folder}: it {problem}; it must be a folder "
+            f"owned by you with mode 0700 (someone else may have made it: remove it and retry)",
+        )
+
+
+def check_socket_file(path: Path) -> None:
+    """Refuse a control socket that is not a socket of ours (raises FileNotFoundError)."""
+    info = os.lstat(path)
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+        kind = "a socket" if stat.S_ISSOCK(info.st_mode) else "not a socket"
+        raise EngineError(
+            "socket_dir",
+            f"refusing the control socket {path}: it is {kind} owned by uid {info.st_uid}, "
+            f"not a socket of yours (uid {os.geteuid()}); remove it and retry",
+        )
+
+
+def _text(most: int, least: int = 0, **extra: Any) -> Any:
+    return msgspec.Meta(min_length=least or None, max_length=most, **extra)
+
+
+Url = Annotated[str, _text(2048)]
+Multiaddr = Annotated[str, _text(512)]
+ImageRef = Annotated[str, _text(512)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=7 * 86400)]  # 0 turns the thing off
 
 
 class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The channel a node that is not onboarded (a consumer) watches; onboarding sets its own.
-    channel: str = "nunet-test"
-    listen: list[str] = msgspec.field(default_factory=lambda: ["/ip4/0.0.0.0/tcp/9000"])
-    bootstrap: list[str] = msgspec.field(default_factory=list)
-    heartbeat_interval_s: float = 60.0
-    mdns_interfaces: list[str] = msgspec.field(default_factory=list)
+    channel: Annotated[
+        str,
+        _text(64, 1, pattern=r"^[a-z0-9._-]+$", description="a-z, 0-9, '.', '_' and '-'"),
+    ] = "nunet-test"
+    listen: Annotated[list[Multiaddr], msgspec.Meta(max_length=32)] = msgspec.field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/9000"]
+    )
+    bootstrap: Annotated[list[Multiaddr], msgspec.Meta(max_length=256)] = msgspec.field(
+        default_factory=list
+    )
+    # Peers are judged gone after three missed beats; 0 would spin (and divide by zero).
+    heartbeat_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 60.0
+    mdns_interfaces: Annotated[list[Annotated[str, _text(64, 1)]], msgspec.Meta(max_length=64)] = (
+        msgspec.field(default_factory=list)
+    )
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    slots: int = 1
-    executors: list[str] = msgspec.field(default_factory=lambda: ["docker"])
-    # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
-    checkpoint_interval_s: float = 60.0
-    # NTX per hour of machine time, per resource tier; advertised to consumers.
-    prices: dict[str, float] = msgspec.field(
-        default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0}
+    slots: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    executors: Annotated[list[Literal["docker", "process"]], msgspec.Meta(max_length=2)] = (
+        msgspec.field(default_factory=lambda: ["docker"])
     )
+    # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
+    checkpoint_interval_s: Seconds = 60.0
+    # NTX per hour of machine time, per resource tier; advertised to consumers.
+    prices: Annotated[
+        dict[Annotated[str, _text(32, 1)], Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]],
+        msgspec.Meta(max_length=16),
+    ] = msgspec.field(default_factory=lambda: {"low": 1.0, "moderate": 2.5, "high": 6.0})
     # How long a quote holds for the consumer to confirm; unconfirmed ones are then dropped.
-    quote_ttl_s: float = 120.0
+    quote_ttl_s: Seconds = 120.0
     # Networks (CIDRs) a job's script URL or git host may be in besides public addresses:
     # loopback, LAN and link-local ones are refused unless listed (a LAN market, the demo).
     fetch_allow_networks: list[str] = msgspec.field(default_factory=list)
@@ -128,23 +226,23 @@ class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     capacity view, so the available view never exceeds what was declared.
     """
 
-    hostname: str | None = None
-    cpu_model: str | None = None
-    cpu_cores: int | None = None
-    cpu_mhz_per_core: int | None = None
-    memory_mb: int | None = None
-    disk_mb: int | None = None
+    hostname: Annotated[str, _text(253, 1)] | None = None
+    cpu_model: Annotated[str, _text(256, 1)] | None = None
+    cpu_cores: Annotated[int, msgspec.Meta(ge=1, le=65_536)] | None = None
+    cpu_mhz_per_core: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    memory_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] | None = None
+    disk_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 40)] | None = None
 
 
 class MlImagesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """[ml_images]: the framework images onboard-ml pulls (an empty string skips one)."""
 
-    pytorch_cpu: str = DEFAULT_ML_IMAGES["pytorch_cpu"]
-    pytorch_nvidia: str = DEFAULT_ML_IMAGES["pytorch_nvidia"]
-    pytorch_amd: str = DEFAULT_ML_IMAGES["pytorch_amd"]
-    tensorflow_cpu: str = DEFAULT_ML_IMAGES["tensorflow_cpu"]
-    tensorflow_nvidia: str = DEFAULT_ML_IMAGES["tensorflow_nvidia"]
-    tensorflow_amd: str = DEFAULT_ML_IMAGES["tensorflow_amd"]
+    pytorch_cpu: ImageRef = DEFAULT_ML_IMAGES["pytorch_cpu"]
+    pytorch_nvidia: ImageRef = DEFAULT_ML_IMAGES["pytorch_nvidia"]
+    pytorch_amd: ImageRef = DEFAULT_ML_IMAGES["pytorch_amd"]
+    tensorflow_cpu: ImageRef = DEFAULT_ML_IMAGES["tensorflow_cpu"]
+    tensorflow_nvidia: ImageRef = DEFAULT_ML_IMAGES["tensorflow_nvidia"]
+    tensorflow_amd: ImageRef = DEFAULT_ML_IMAGES["tensorflow_amd"]
 
     def as_map(self) -> dict[str, str]:
         return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
@@ -156,14 +254,15 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # none: no chain reads; local: the local ledger at ledger_url; preprod/mainnet: Blockfrost
     # (its project id is kept in the keystore: `nunet-tui wallet blockfrost`).
     backend: Literal["none", "local", "preprod", "mainnet"] = "none"
-    ledger_url: str = ""  # the local ledger's Blockfrost base URL (/v0 is appended)
+    ledger_url: Url = ""  # the local ledger's Blockfrost base URL (/v0 is appended)
     # auto: the desktop's Secret Service when usable, else the encrypted file in the keys dir.
     keystore: Literal["auto", "secretservice", "file"] = "auto"
-    passphrase_file: str = ""  # unlocks the encrypted file; must be 0600 (relative: config dir)
-    ntx_policy_id: str = ""  # hex; empty with backend = "local": the ledger says
-    ntx_asset_name: str = ""  # hex
+    # Unlocks the encrypted file; must be 0600 (relative: config dir).
+    passphrase_file: Annotated[str, _text(4096)] = ""
+    ntx_policy_id: Annotated[str, _text(128)] = ""  # hex; empty with "local": the ledger says
+    ntx_asset_name: Annotated[str, _text(128)] = ""  # hex
     # The oracle that signs escrow releases; its key (from its /info) is what the datum names.
-    oracle_url: str = ""
+    oracle_url: Url = ""
     # Provider: run only jobs whose NTX is locked in escrow (when a backend is configured).
     require_payment: bool = True
     # Consumer: the escrow deadline is twice the expected duration plus this margin.
@@ -171,7 +270,7 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    log_level: str = "info"
+    log_level: Annotated[str, _text(16)] = "info"
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
     machine: MachineSettings = msgspec.field(default_factory=MachineSettings)
     network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
@@ -183,33 +282,61 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settings:
-    """Read config.toml, apply NUNET_* overrides, validate; a bad value is a clear error."""
+    """Read config.toml, apply NUNET_* overrides, validate; a bad value is a one-line error
+    naming the setting, where it was set and what is allowed."""
     environ = dict(os.environ) if environ is None else environ
-    raw: dict[str, Any] = {}
-    if paths.config_file.exists():
-        try:
-            raw = tomllib.loads(paths.config_file.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise EngineError(
-                "config", f"{paths.config_file} is not valid TOML ({exc}); fix or remove it"
-            ) from exc
-    _apply_env(raw, environ)
+    raw = _read_config(paths.config_file)
+    where = _apply_env(raw, environ)
+    label = str(paths.config_file)
+    problem = config_check.non_finite(raw)
+    if problem == "too deep":
+        raise EngineError(
+            "config", f"{label} is nested too deeply to be settings; fix or remove it"
+        )
+    if isinstance(problem, tuple):
+        path, value = problem
+        raise EngineError(
+            "config", config_check.explain_non_finite(Settings, path, value, where, label)
+        )
     try:
         settings = msgspec.convert(raw, Settings)
     except msgspec.ValidationError as exc:
         raise EngineError(
-            "config", f"bad setting in {paths.config_file} or NUNET_* environment: {exc}"
-        ) from exc
+            "config", config_check.explain(exc, Settings, raw, where, label)
+        ) from None
     if settings.log_level.lower() not in _LOG_LEVELS:
         raise EngineError(
             "config",
             f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}",
         )
     _check_multiaddrs(settings.network)
-    if settings.jobs.slots < 1:
-        raise EngineError("config", f"jobs.slots must be at least 1, not {settings.jobs.slots}")
     parse_networks(settings.jobs.fetch_allow_networks)
     return settings
+
+
+def _read_config(file: Path) -> dict[str, Any]:
+    try:
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise EngineError(
+            "config", f"cannot read {file} ({exc.strerror or exc}); fix it or remove it"
+        ) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise EngineError("config", f"{file} is over {MAX_CONFIG_BYTES >> 20} MiB: not settings")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EngineError(
+            "config", f"{file} is not valid TOML ({first}); fix or remove it"
+        ) from None
+    except RecursionError:
+        raise EngineError(
+            "config", f"{file} is nested too deeply to be settings; fix or remove it"
+        ) from None
 
 
 def _check_multiaddrs(network: NetworkSettings) -> None:
@@ -236,45 +363,25 @@ def _check_multiaddrs(network: NetworkSettings) -> None:
                 )
 
 
-def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> None:
-    """NUNET_LOG_LEVEL, NUNET_NETWORK_LISTEN=a,b, NUNET_JOBS_SLOTS=2 ... (lists: commas)."""
-    top = {f.name for f in msgspec.structs.fields(Settings)}
-    sections: dict[str, type[msgspec.Struct]] = {
-        "network": NetworkSettings,
-        "jobs": JobSettings,
-        "machine": MachineSettings,
-        "ml_images": MlImagesSettings,
-        "payments": PaymentsSettings,
-    }
+def _apply_env(raw: dict[str, Any], environ: dict[str, str]) -> dict[str, str]:
+    """NUNET_LOG_LEVEL, NUNET_NETWORK_LISTEN=a,b, NUNET_JOBS_SLOTS=2,
+    NUNET_JOBS_PRICES=low=1,high=5 ...: each parsed as its field's type says. Returns which
+    variable set which ``section.field``, for the error messages."""
+    top, tables = config_check.sections(Settings)
+    where: dict[str, str] = {}
     for key, value in environ.items():
         if not key.startswith(ENV_PREFIX):
             continue
         name = key[len(ENV_PREFIX) :].lower()
-        if name in top and name not in sections:
-            raw[name] = _env_value(Settings, name, value)
+        if name in top:
+            raw[name] = config_check.env_value(top[name], value)
+            where[name] = key
             continue
-        for section, struct in sections.items():
-            prefix = section + "_"
-            if name.startswith(prefix):
-                field = name[len(prefix) :]
-                if field in {f.name for f in msgspec.structs.fields(struct)}:
-                    raw.setdefault(section, {})[field] = _env_value(struct, field, value)
-
-
-def _env_value(struct: type[msgspec.Struct], field: str, value: str) -> Any:
-    kind = next(f.type for f in msgspec.structs.fields(struct) if f.name == field)
-    if kind == list[str]:
-        return [item.strip() for item in value.split(",") if item.strip()]
-    if kind is bool:
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    if kind is int or kind == (int | None):
-        try:
-            return int(value)
-        except ValueError:
-            return value  # msgspec.convert then names the field and the expected type
-    if kind is float:
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+        for section, fields in tables.items():
+            field = name.removeprefix(section + "_")
+            if field != name and field in fields:
+                table = raw.setdefault(section, {})
+                if isinstance(table, dict):  # else the schema refuses the section itself
+                    table[field] = config_check.env_value(fields[field], value)
+                    where[f"{section}.{field}"] = key
+    return where

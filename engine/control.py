@@ -5,6 +5,8 @@ Requests are ``{"id": N, "cmd": {"type": ..., ...}}`` and are answered by
 ``{"id": N, "subscribe": true}`` turns on ``{"event": {...}}`` lines on that connection.
 Only the owner can connect (the socket and its folder are private), but input is still
 bounded and validated: a bad line gets an error reply, an oversized one closes the stream.
+Both ends refuse a socket folder that is not ours with mode 0700 (engine/config.py
+``check_socket_dir``): a client is about to send the keystore passphrase and the mnemonic.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import trio
 
 from engine import api
 from engine.client import EventCallback
+from engine.config import check_socket_dir, check_socket_file
 from engine.errors import EngineError
 
 log = logging.getLogger("nunet.control")
@@ -45,6 +48,8 @@ class ControlServer:
         self._path = path
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Not even an unlink in a folder someone else controls.
+        check_socket_dir(self._path.parent)
         # We hold the home lock, so a socket file left here belongs to a dead process.
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
@@ -198,6 +203,10 @@ class ControlClient:
     """An EngineClient for a daemon's control socket; one connection, a reader thread."""
 
     def __init__(self, path: Path, timeout: float = 5.0) -> None:
+        # A missing folder or socket is an OSError (no daemon yet: callers retry); one that
+        # someone else controls is an EngineError, before a byte is sent.
+        check_socket_dir(path.parent)
+        check_socket_file(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)
         try:

@@ -2,7 +2,8 @@
 
 Everything that comes from the engine or a peer is untrusted text. These helpers only ever
 build ``Content`` from plain strings plus a style (``Content.assemble``), never from markup, so
-a ``[bold]`` inside a hostname is shown literally and control codes are stripped.
+a ``[bold]`` inside a hostname is shown literally, and control codes are shown as escapes by
+``safe`` (engine/safe_text.py, the one escaper the CLI shares).
 """
 
 from __future__ import annotations
@@ -14,16 +15,11 @@ from rich.text import Text
 from textual.content import Content, Span
 
 from engine.api import Capacity, Check, GpuInfo, Onboarding
+from engine.safe_text import safe as safe  # the one escaper, re-exported for the widgets
 
 ELLIPSIS = "…"
 DASH = "\u2013"  # an en dash: "no value" in tables
 TIMES = "\u00d7"  # the multiplication sign, as in "2 x 2,500 MHz"
-
-
-def safe(text: object) -> str:
-    """Untrusted text made harmless to print: control characters (ESC, BEL, CR...) become
-    visible ``\\x1b``-style escapes; everything else, brackets included, stays as it is."""
-    return "".join(ch if ch.isprintable() or ch == " " else f"\\x{ord(ch):02x}" for ch in str(text))
 
 
 def short_peer_id(peer_id: str, head: int = 8, tail: int = 4) -> str:

@@ -7,6 +7,7 @@ with its field name, so a form can show each under its field and the CLI can pri
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import tomllib
@@ -96,11 +97,64 @@ def _check_relative(path: str) -> str | None:
     return None
 
 
+# The longest each free-text field may be (characters), and how many of each list. Checked
+# first: a spec over them is refused on that alone, so no message ever quotes a huge value.
+TEXT_LIMITS = {
+    "name": 200,
+    "script_url": 2048,
+    "git.url": 2048,
+    "git.entry": 512,
+    "git.ref": 200,
+    "framework": 32,
+    "device": 32,
+    "tier": 32,
+    "gpu_vendor": 32,
+    "deps": 256,
+    "env": 128,  # a variable's name; values are held to MAX_ENV_VALUE
+    "outputs": 512,
+}
+MAX_OUTPUTS = 64
+# Room for every field at its limit; a larger file is not a job description.
+MAX_JOB_FILE_BYTES = 16 << 20
+MAX_BUDGET_NTX = 1e9
+
+
+def _size_problems(spec: JobSpec) -> list[FieldProblem]:
+    texts: list[tuple[str, str | None]] = [
+        ("name", spec.name),
+        ("script_url", spec.script_url),
+        ("framework", spec.framework),
+        ("device", spec.device),
+        ("tier", spec.tier),
+        ("gpu_vendor", spec.gpu_vendor),
+    ]
+    if spec.git is not None:
+        texts += [("git.url", spec.git.url), ("git.entry", spec.git.entry)]
+        texts.append(("git.ref", spec.git.ref))
+    texts += [("deps", dep) for dep in spec.deps[:MAX_DEPS]]
+    texts += [("env", name) for name in list(spec.env)[:MAX_ENV]]
+    texts += [("outputs", path) for path in spec.outputs[:MAX_OUTPUTS]]
+    problems = [
+        FieldProblem(
+            field, f"{field} is {len(text):,} characters long: at most {TEXT_LIMITS[field]:,}"
+        )
+        for field, text in texts
+        if text is not None and len(text) > TEXT_LIMITS[field]
+    ]
+    if len(spec.outputs) > MAX_OUTPUTS:
+        problems.append(
+            FieldProblem("outputs", f"{len(spec.outputs)} output paths: at most {MAX_OUTPUTS}")
+        )
+    return problems
+
+
 def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> ValidationReport:
     """Every problem with ``spec``, per field. ``allow_local_git`` admits file:// repos (tests,
     the demo on one machine)."""
     from engine.jobs.tiers import static_ntx
 
+    if oversized := _size_problems(spec):
+        return ValidationReport(tuple(oversized))
     problems: list[FieldProblem] = []
     if (spec.script_url is None) == (spec.git is None):
         _problem(problems, "source", "give either a script URL or a git repository, not both")
@@ -175,8 +229,14 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
         if why := _check_relative(path):
             _problem(problems, "outputs", f"output path {why}")
     if spec.budget_ntx is not None:
-        if spec.budget_ntx <= 0:
-            _problem(problems, "budget_ntx", "the budget must be above 0 NTX")
+        # NaN compares false with everything: unchecked, it would remove the cap.
+        if not (math.isfinite(spec.budget_ntx) and 0 < spec.budget_ntx <= MAX_BUDGET_NTX):
+            _problem(
+                problems,
+                "budget_ntx",
+                f"budget_ntx must be a number above 0 and at most {MAX_BUDGET_NTX:,.0f} NTX, "
+                f"not {spec.budget_ntx:g}",
+            )
         elif spec.tier in TIERS and spec.device in DEVICES and spec.expected_minutes > 0:
             low, high = static_ntx(spec.tier, spec.device, spec.expected_minutes)
             if spec.budget_ntx < low:
@@ -198,11 +258,18 @@ def load_job_file(path: str | Path, *, base_url: str | None = None) -> JobSpec:
     """
     file = Path(path)
     try:
-        raw: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_JOB_FILE_BYTES + 1)
     except OSError as exc:
         raise EngineError("job_file", f"cannot read {file}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_JOB_FILE_BYTES:
+        raise EngineError("job_file", f"{file} is over {MAX_JOB_FILE_BYTES >> 20} MiB: not a job")
+    try:
+        raw: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise EngineError("job_file", f"{file} is not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise EngineError("job_file", f"{file} is nested too deeply to be a job") from None
     url = raw.get("script_url")
     if isinstance(url, str) and not urlsplit(url).scheme:
         if base_url is None:

@@ -32,6 +32,7 @@ from keyrings.cryptfile.escape import escape
 
 from engine import api
 from engine.errors import EngineError
+from engine.secret_input import MAX_SECRET_CHARS, secret_text
 
 Backend = Literal["secretservice", "file"]
 
@@ -75,6 +76,12 @@ def read_passphrase(path: Path) -> str:
         ) from None
     if not stat.S_ISREG(info.st_mode):
         raise EngineError("passphrase_file", f"[payments] passphrase_file {path} is not a file")
+    if info.st_size > MAX_SECRET_CHARS:
+        raise EngineError(
+            "passphrase_file",
+            f"[payments] passphrase_file {path} is {info.st_size:,} bytes: it should hold only "
+            "the passphrase",
+        )
     if info.st_mode & 0o077:
         raise EngineError(
             "passphrase_file",
@@ -94,8 +101,8 @@ def read_passphrase(path: Path) -> str:
         raise EngineError(
             "passphrase_file", f"cannot read [payments] passphrase_file {path}: {exc}"
         ) from None
-    # One line; the newline an editor adds is not part of it, spaces inside are.
-    passphrase = text.rstrip("\r\n")
+    # The newline an editor adds is not part of it; spaces inside are (as on stdin).
+    passphrase = secret_text(text)
     if not passphrase:
         raise EngineError("passphrase_file", f"[payments] passphrase_file {path} is empty")
     return passphrase

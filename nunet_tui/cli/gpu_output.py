@@ -9,7 +9,6 @@ None, which tells main.py that nothing is left to print.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -19,6 +18,8 @@ from typing import Any
 from engine import api
 from engine.client import EngineClient
 from engine.errors import EngineError
+from engine.safe_text import safe
+from nunet_tui.cli.output import safe_lines, show, show_json
 
 WATCH_INTERVAL_S = 1.0
 PULL_TIMEOUT_S = 24 * 3600.0
@@ -64,19 +65,19 @@ def run_status(
         if as_json or not sys.stdout.isatty():
             while True:
                 if as_json:
-                    print(json.dumps(to_json("gpu status", reply), ensure_ascii=False), flush=True)
+                    show_json(to_json("gpu status", reply), indent=None, flush=True)
                 else:
-                    print(status_text(reply) + "\n", flush=True)
+                    show(status_text(reply) + "\n", flush=True)
                 sleep(WATCH_INTERVAL_S)
                 reply = client.call_blocking(api.GetGpuStatus())
         from rich.live import Live
         from rich.text import Text
 
-        with Live(Text(status_text(reply)), auto_refresh=False, screen=False) as live:
+        with Live(Text(safe_lines(status_text(reply))), auto_refresh=False, screen=False) as live:
             while True:
                 sleep(WATCH_INTERVAL_S)
                 reply = client.call_blocking(api.GetGpuStatus())
-                live.update(Text(status_text(reply)), refresh=True)
+                live.update(Text(safe_lines(status_text(reply))), refresh=True)
     except KeyboardInterrupt:
         return None
 
@@ -93,8 +94,7 @@ def run_doctor(
         return report
     from engine.resources.gpu.doctor import apply_fixes, default_shell_runner
 
-    print(doctor_text(report))
-    print()
+    show(doctor_text(report) + "\n")
     code = apply_fixes(report, confirm=confirm, runner=runner or default_shell_runner)
     if code != 0:
         raise EngineError("fix", "the fixes were not applied" if code == 1 else "a fix failed")
@@ -122,7 +122,7 @@ def run_onboard_ml(args: argparse.Namespace, client: EngineClient) -> Any:
         failures = [r.detail for r in report.results if r.status == "failed"]
         unique = list(dict.fromkeys(failures))
         if as_json:
-            print(json.dumps(to_json("onboard-ml", report), indent=2, ensure_ascii=False))
+            show_json(to_json("onboard-ml", report))
         raise EngineError("pull_failed", "; ".join(unique))
     return report
 
@@ -164,7 +164,7 @@ class PullPrinter:
         if self._last.get(event.image) == (event.status, step):
             return
         self._last[event.image] = (event.status, step)
-        print(pull_line(event), file=self._stream, flush=True)
+        show(pull_line(event), file=self._stream, flush=True)
 
     def _bar(self, event: api.ImagePullProgress) -> None:
         if self._progress is None:
@@ -182,10 +182,10 @@ class PullPrinter:
         task = self._tasks.get(event.image)
         if task is None:
             task = self._tasks[event.image] = self._progress.add_task(
-                "", total=100.0, image=event.image, state=event.status
+                "", total=100.0, image=safe(event.image), state=safe(event.status)
             )
         state = event.detail if event.status == "failed" else event.status
-        self._progress.update(task, completed=event.percent or 0.0, state=state)
+        self._progress.update(task, completed=event.percent or 0.0, state=safe(state))
 
     def finish(self) -> None:
         with self._lock:
@@ -285,15 +285,9 @@ def status_text(reply: api.GpuStatusReply) -> str:
         lines.append(f"  power  {power}")
         for proc in gpu.processes:
             lines.append(
-                f"    pid {proc.pid:<8} {_printable(proc.name):<24} "
-                f"{_na(proc.used_memory_mb, ' MB')}"
+                f"    pid {proc.pid:<8} {safe(proc.name):<24} {_na(proc.used_memory_mb, ' MB')}"
             )
     return "\n".join(lines)
-
-
-def _printable(text: str) -> str:
-    # Process names come from other users' programs: no terminal escapes reach the screen.
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def doctor_text(report: api.DoctorReport) -> str:

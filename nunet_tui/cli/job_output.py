@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from engine import api
 from engine.client import EngineClient
-from nunet_tui.cli.output import literal
+from engine.safe_text import safe
+from nunet_tui.cli.output import show, show_json
 
 FOLLOW_POLL_S = 0.2
 
@@ -61,12 +62,36 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.budget is not None:
         spec["budget_ntx"] = args.budget
+    _check_spec(spec)
     return spec
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    """Refuse a bad spec here, naming its field: a daemon would refuse it too, but a huge one
+    (a 10 MB name) would not even fit in a control-socket line."""
+    import msgspec
+
+    from engine.errors import EngineError
+    from engine.jobs.spec import JobSpec, validate_spec
+
+    try:
+        parsed = msgspec.convert(spec, JobSpec)
+    except msgspec.ValidationError as exc:
+        raise EngineError("invalid_job", f"bad job: {str(exc)[:300]}") from None
+    validate_spec(parsed).raise_if_failed("invalid_job")
 
 
 def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
     command = api.SubmitJob(spec=_spec(args), peer_id=args.peer)
     return client.call_blocking(command, timeout=120)
+
+
+def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:
+    # The daemon has its own working directory: a relative -o means the caller's.
+    out_dir = Path(args.out).expanduser().resolve()
+    return client.call_blocking(
+        api.FetchJobResults(job_id=args.job_id, out_dir=str(out_dir)), timeout=300
+    )
 
 
 def _logs(args: argparse.Namespace, client: EngineClient) -> None:
@@ -77,10 +102,9 @@ def _logs(args: argparse.Namespace, client: EngineClient) -> None:
         )
         for line in chunk.lines:
             if getattr(args, "json", False):
-                print(json.dumps(api.to_builtins(line), ensure_ascii=False))
+                show_json(api.to_builtins(line), indent=None)
             else:
-                out = sys.stderr if line.stream == "stderr" else sys.stdout
-                print(literal(line.text), file=out)
+                show(safe(line.text), file=sys.stderr if line.stream == "stderr" else sys.stdout)
         sys.stdout.flush()
         after = chunk.next_seq
         if not args.follow or (chunk.done and not chunk.lines):
@@ -94,9 +118,7 @@ RUNNERS = {
     "job list": lambda a, c: c.call_blocking(api.ListJobs()),
     "job show": lambda a, c: c.call_blocking(api.GetJob(job_id=a.job_id)),
     "job logs": _logs,
-    "job results": lambda a, c: c.call_blocking(
-        api.FetchJobResults(job_id=a.job_id, out_dir=a.out), timeout=300
-    ),
+    "job results": _results,
     "job cancel": lambda a, c: c.call_blocking(api.CancelJob(job_id=a.job_id), timeout=60),
 }
 
@@ -110,13 +132,13 @@ def to_text(result: Any) -> str | None:
         return _detail(result)
     if isinstance(result, api.JobResults):
         lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
-        lines += [f"  {literal(name)}" for name in result.files]
+        lines += [f"  {safe(name)}" for name in result.files]
         return "\n".join(lines)
     return None
 
 
 def _row(job: api.JobInfo) -> str:
-    name = literal(str(job.spec.get("name") or job.spec.get("script_url") or ""))[:40]
+    name = safe(str(job.spec.get("name") or job.spec.get("script_url") or ""))[:40]
     other = job.provider if job.role == "consumer" else job.consumer
     return f"{job.job_id}  {job.role:<8}  {job.state:<11}  {other[-8:]}  {name}"
 
@@ -127,14 +149,14 @@ def _detail(job: api.JobInfo) -> str:
         + (f" · resumed from checkpoint {job.resumed_from}" if job.resumed_from else ""),
         f"  provider  {job.provider}",
         f"  consumer  {job.consumer}",
-        f"  script    {literal(str(job.spec.get('script_url') or job.spec.get('git')))}",
+        f"  script    {safe(str(job.spec.get('script_url') or job.spec.get('git')))}",
         f"  runs as   {job.spec.get('framework')} · {job.spec.get('device')} · "
         f"{job.spec.get('tier')} tier · {job.executor or '?'} executor",
     ]
     if job.quoted_ntx is not None:
         lines.append(f"  price     {job.quoted_ntx:.2f} NTX quoted ({job.price_ntx_hour} NTX/h)")
     if job.reason:
-        lines.append(f"  reason    {literal(job.reason)}")
+        lines.append(f"  reason    {safe(job.reason)}")
     if job.exit_code is not None:
         lines.append(f"  exit code {job.exit_code}")
     if job.metering is not None:

@@ -8,7 +8,6 @@ exits 0 on success, and otherwise prints a one-line error on stderr and exits no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,17 +18,46 @@ from engine import api
 from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
+from engine.safe_text import safe
 from nunet_tui.cli import gpu_output, job_output, output, reward_output, wallet_output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
+# SQLite's INTEGER: a larger chat request id could only fail deep in the store.
+MAX_ROW_ID = (1 << 63) - 1
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse repeats the user's words in its errors (``invalid choice: '…'``): escaped."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {safe(message)}\n")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, else a usage error naming
+    the range (argparse adds the option's name)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a whole number (from {low} to {high})"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {text[:40]}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
     )
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nunet-tui",
         description="A decentralized compute market in one terminal program.",
         parents=[common],
@@ -121,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat_sub.add_parser("list", parents=[common], help="open requests and conversations")
     chat_sub.add_parser("join", parents=[common], help="join a chat request").add_argument(
-        "request_id", type=int, metavar="ID"
+        "request_id", type=bounded_int(1, MAX_ROW_ID), metavar="ID"
     )
     chat_sub.add_parser("clear", parents=[common], help="remove open chat requests")
     send = chat_sub.add_parser("send", parents=[common], help="send a message")
@@ -134,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history = chat_sub.add_parser("history", parents=[common], help="messages with a peer")
     history.add_argument("peer", metavar="PEER")
-    history.add_argument("--limit", type=int, default=500)
+    history.add_argument("--limit", type=bounded_int(1, 100_000), default=500)
 
     network = sub.add_parser("network", help="the channel as a whole")
     network_sub = network.add_subparsers(
@@ -214,13 +242,13 @@ RUNNERS: dict[str, Runner] = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    paths = Paths.for_home(args.home)
     # Flags beat NUNET_* variables, which beat config.toml: the engine reads the environment.
     if args.listen:
         os.environ["NUNET_NETWORK_LISTEN"] = ",".join(args.listen)
     if args.bootstrap:
         os.environ["NUNET_NETWORK_BOOTSTRAP"] = ",".join(args.bootstrap)
     try:
+        paths = Paths.for_home(args.home)
         if args.command is None:
             return _run_tui(paths, attach=args.attach)
         if args.command == "demo":
@@ -238,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = f"{args.command} {sub_command}" if sub_command else args.command
         return _run_command(RUNNERS[key], args, paths, key)
     except EngineError as exc:
-        print(f"nunet-tui: error: {exc.message}", file=sys.stderr)
+        output.show_error(exc.message)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -246,6 +274,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `nunet-tui … | head`: the reader left; say nothing more, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        # What the engine did not foresee (a disk full, a folder gone): still one line.
+        output.show_error(f"{exc.filename or 'nunet-tui'}: {exc.strerror or exc}")
+        return 1
 
 
 def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: str) -> int:
@@ -253,6 +285,7 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
     from engine.connect import open_client
     from engine.logsetup import configure
 
+    paths.ensure()  # a --home that is a file or unwritable: one line, before anything else
     configure(paths, load_settings(paths).log_level)
     client = open_client(paths, attach=args.attach, network=False)
     try:
@@ -262,9 +295,9 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
     if result is None:  # the runner printed as it went (--watch, --fix)
         return 0
     if getattr(args, "json", False):
-        print(json.dumps(output.to_json(key, result), indent=2, ensure_ascii=False))
+        output.show_json(output.to_json(key, result))
     else:
-        print(output.to_text(key, result))
+        output.show(output.to_text(key, result))
     return 0
 
 
@@ -273,6 +306,7 @@ def _run_tui(paths: Paths, attach: bool) -> int:
     from engine.connect import open_client
     from engine.logsetup import configure
 
+    paths.ensure()
     configure(paths, load_settings(paths).log_level)
     client = open_client(paths, attach=attach, defer_network=True)
     try:

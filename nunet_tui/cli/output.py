@@ -1,15 +1,44 @@
-"""How scripting commands print: one JSON object, or a few readable lines."""
+"""How scripting commands print: one JSON object, or a few readable lines.
+
+Every line the CLI writes goes through ``show``, ``show_json`` or ``show_error``: a peer's
+words and the user's own input reach the terminal escaped (engine/safe_text.py), never as
+escape sequences, bidi overrides or extra lines.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from engine import api
-from nunet_tui.cli import gpu_output
+from engine.safe_text import safe, safe_json
+
+
+def safe_lines(text: str) -> str:
+    """Lines built by the CLI, each escaped on its own: the line breaks kept."""
+    return "\n".join(safe(line) for line in text.split("\n"))
+
+
+def show(text: str, file: TextIO | None = None, *, flush: bool = False) -> None:
+    print(safe_lines(text), file=file if file is not None else sys.stdout, flush=flush)
+
+
+def show_json(
+    data: Any, *, indent: int | None = 2, file: TextIO | None = None, flush: bool = False
+) -> None:
+    out = file if file is not None else sys.stdout
+    print(safe_json(data, indent=indent), file=out, flush=flush)
+
+
+def show_error(message: str) -> None:
+    """The one line a failed command writes on stderr."""
+    print(f"nunet-tui: error: {safe(message)}", file=sys.stderr)
 
 
 def to_json(key: str, result: Any) -> dict[str, Any]:
+    from nunet_tui.cli import gpu_output  # it prints through this module
+
     if key.startswith("gpu ") or key == "onboard-ml":
         return gpu_output.to_json(key, result)
     data = api.to_builtins(result)
@@ -24,13 +53,6 @@ def _check(check: api.Check) -> str:
     return f"{'ok  ' if check.ok else 'MISSING'} {check.detail}"
 
 
-def literal(text: str) -> str:
-    """Peer text for a terminal: control characters (escape sequences) shown, not obeyed."""
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
-    )
-
-
 def _ago(at: float) -> str:
     seconds = max(0.0, time.time() - at)
     if seconds < 60:
@@ -41,7 +63,7 @@ def _ago(at: float) -> str:
 
 
 def to_text(key: str, result: Any) -> str:
-    from nunet_tui.cli import job_output, reward_output
+    from nunet_tui.cli import gpu_output, job_output, reward_output
 
     if key.startswith("job ") and (text := job_output.to_text(result)) is not None:
         return text
@@ -147,11 +169,9 @@ def _peers(result: api.PeerList) -> str:
             if res.free_cpu_mhz is not None:
                 offer += f" (free {res.free_cpu_mhz:,} MHz, {res.free_memory_mb or 0:,} MB)"
         latency = f"{peer.latency_ms:.1f} ms" if peer.latency_ms is not None else "- ms"
-        lines.append(
-            f"  {literal(peer.peer_id)}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}"
-        )
+        lines.append(f"  {safe(peer.peer_id)}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}")
         for addr in peer.addrs[:2]:
-            lines.append(f"      {literal(addr)}")
+            lines.append(f"      {safe(addr)}")
     return "\n".join(lines)
 
 
@@ -159,27 +179,27 @@ def _chat_overview(result: api.ChatOverview) -> str:
     lines = ["chat requests" if result.requests else "no open chat requests"]
     for request in result.requests:
         lines.append(
-            f"  [{request.id}] from {literal(request.peer_id)}  {_ago(request.at)}"
+            f"  [{request.id}] from {safe(request.peer_id)}  {_ago(request.at)}"
             f"  (nunet-tui chat join {request.id})"
         )
     if result.conversations:
         lines.append("conversations")
         for conv in result.conversations:
             lines.append(
-                f"  {literal(conv.peer_id)}  {conv.messages} message(s), last {_ago(conv.last_at)}"
+                f"  {safe(conv.peer_id)}  {conv.messages} message(s), last {_ago(conv.last_at)}"
             )
     return "\n".join(lines)
 
 
 def _chat_history(result: api.ChatHistoryReply) -> str:
     if not result.messages:
-        return f"no messages with {literal(result.peer_id)}"
+        return f"no messages with {safe(result.peer_id)}"
     lines = []
     for message in result.messages:
         who = "me" if message.direction == "out" else "peer"
         stamp = time.strftime("%H:%M:%S", time.localtime(message.at))
         queued = "  (queued)" if message.status == "queued" else ""
-        lines.append(f"{stamp} {who:>4}: {literal(message.text)}{queued}")
+        lines.append(f"{stamp} {who:>4}: {safe(message.text)}{queued}")
     return "\n".join(lines)
 
 

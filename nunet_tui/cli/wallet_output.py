@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -18,6 +17,8 @@ from typing import Any
 from engine import api
 from engine.client import EngineClient
 from engine.errors import EngineError
+from engine.secret_input import read_secret
+from nunet_tui.cli.output import show, show_json
 
 MNEMONIC_WARNING = (
     "Write these words down, in order, on paper, and keep them offline. They are shown this "
@@ -83,47 +84,50 @@ def _new(args: argparse.Namespace, client: EngineClient) -> None:
             "replaced": created.replaced,
             "warning": MNEMONIC_WARNING,
         }
-        print(json.dumps(data, indent=2, ensure_ascii=False))
+        show_json(data)
         return None
     lines = [wallet_text(created.wallet)]
     if created.replaced:
         lines.append(f"replaced  {created.replaced}")
     lines += ["", "RECOVERY PHRASE", *_numbered(created.mnemonic.split()), "", MNEMONIC_WARNING]
-    print("\n".join(lines))
+    show("\n".join(lines))
     return None
 
 
 def _import(args: argparse.Namespace, client: EngineClient) -> None:
-    mnemonic = _secret("Mnemonic (words separated by spaces, not shown): ")
+    mnemonic = _secret("Mnemonic (words separated by spaces, not shown): ", "mnemonic")
     imported: api.WalletImported = _unlocking(
         client, api.WalletImport(mnemonic=mnemonic, force=args.force)
     )
     del mnemonic
     if _json(args):
-        _print_json({**api.to_builtins(imported.wallet), "replaced": imported.replaced})
+        show_json({**api.to_builtins(imported.wallet), "replaced": imported.replaced})
     else:
         text = wallet_text(imported.wallet)
-        print(text + (f"\nreplaced  {imported.replaced}" if imported.replaced else ""))
+        show(text + (f"\nreplaced  {imported.replaced}" if imported.replaced else ""))
     return None
 
 
 def _show(args: argparse.Namespace, client: EngineClient) -> None:
     info: api.WalletInfo = client.call_blocking(api.WalletShow())
-    print(json.dumps(api.to_builtins(info), indent=2) if _json(args) else wallet_text(info))
+    if _json(args):
+        show_json(api.to_builtins(info))
+    else:
+        show(wallet_text(info))
     return None
 
 
 def _balance(args: argparse.Namespace, client: EngineClient) -> None:
     balance: api.Balance = _unlocking(client, api.WalletBalance(), timeout=90)
     if _json(args):
-        _print_json(api.to_builtins(balance))
+        show_json(api.to_builtins(balance))
         return None
     ntx = (
         f"{balance.ntx:,.6f} NTX"
         if balance.ntx is not None
         else "NTX unknown (set [payments] ntx_policy_id)"
     )
-    print(
+    show(
         f"{balance.ada:,.6f} ADA  {ntx}\n"
         f"  at {balance.address} ({balance.network}, {balance.backend})"
     )
@@ -131,20 +135,23 @@ def _balance(args: argparse.Namespace, client: EngineClient) -> None:
 
 
 def _unlock(args: argparse.Namespace, client: EngineClient) -> None:
-    passphrase = _secret("Keystore passphrase: ")
+    passphrase = _secret("Keystore passphrase: ", "passphrase")
     info: api.KeystoreInfo = client.call_blocking(api.UnlockKeystore(passphrase=passphrase))
     del passphrase
     if _json(args):
-        _print_json(api.to_builtins(info))
+        show_json(api.to_builtins(info))
     else:
-        print(f"keystore unlocked: {info.location}")
+        show(f"keystore unlocked: {info.location}")
     return None
 
 
 def _blockfrost(args: argparse.Namespace, client: EngineClient) -> None:
-    project_id = _secret("Blockfrost project id (not shown): ")
+    project_id = _secret("Blockfrost project id (not shown): ", "project id")
     done: api.Done = _unlocking(client, api.SetBlockfrostProjectId(project_id=project_id))
-    print(json.dumps(api.to_builtins(done)) if _json(args) else done.message)
+    if _json(args):
+        show_json(api.to_builtins(done), indent=None)
+    else:
+        show(done.message)
     return None
 
 
@@ -195,15 +202,11 @@ def _json(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "json", False))
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def _secret(prompt: str) -> str:
-    """A secret from a hidden prompt on a terminal, else all of stdin."""
+def _secret(prompt: str, what: str) -> str:
+    """A secret from a hidden prompt on a terminal, else from stdin (one line end dropped)."""
     if sys.stdin.isatty():
         return getpass.getpass(prompt)
-    return sys.stdin.read()
+    return read_secret(sys.stdin, what)
 
 
 def _unlocking(client: EngineClient, command: api.Command, timeout: float = 60.0) -> Any:
