@@ -102,7 +102,10 @@ def main() -> None:
             t0 = time.perf_counter()
             T.submit(ctx, tx)
             lock_submit.append((time.perf_counter() - t0) * 1000)
-            message = oracle_message("withdraw", job, provider.payment_part.payload, 1_000_000)
+            spent = T.locked_output(tx, ctx)  # the signature names the lock it releases
+            message = oracle_message(
+                "withdraw", job, provider.payment_part.payload, 1_000_000, spent
+            )
             signature = bytes(oracle.sign(message).signature)
             t0 = time.perf_counter()
             tx = T.claim(

@@ -169,7 +169,7 @@ class OracleClient:
             return _decode(response, RewardPending, self.base_url)
         grant = _decode(response, RewardGrant, self.base_url)
         try:
-            grant.verify_signature()
+            grant.verify()
         except ValueError as exc:
             raise OracleProtocolError(f"the oracle's grant is not valid: {exc}") from None
         return grant

@@ -162,6 +162,10 @@ class RewardRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     job_id: JobId
     receipt: Receipt | None = None
+    # The tx that locked this job's escrow, as the consumer named it in its Confirm. The
+    # signature names one output, and the oracle signs only for a lock made by this tx: with
+    # several outputs carrying the job's terms, a request without it is refused.
+    lock_tx: TxHashHex | None = None
 
     def __post_init__(self) -> None:
         if self.receipt is not None and self.receipt.job_id != self.job_id:
@@ -176,12 +180,13 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
     beneficiary_pkh: KeyHashHex
     amount: Amount
     oracle_key: PublicKeyHex
-    oracle_message: MessageHex  # contract.datum.oracle_message(reward_type, job, pkh, amount)
+    # contract.datum.oracle_message(reward_type, job_id, beneficiary_pkh, amount, escrow_utxo)
+    oracle_message: MessageHex
     signature: SignatureHex
     decided_at: PosixMs
-    # The escrow output the oracle saw ("txhash#index"): the one to spend, when a job id has
-    # more than one lock at the script address (only one holds the signed amount).
-    escrow_utxo: UtxoRef | None = None
+    # The escrow output ("txhash#index") the signature releases, and no other: the escrow
+    # script checks that the signed message names the output it spends.
+    escrow_utxo: UtxoRef
 
     def verify_signature(self) -> None:
         try:
@@ -190,6 +195,23 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
             )
         except BadSignatureError:
             raise ValueError("the grant is not signed by its oracle key") from None
+
+    def verify(self) -> None:
+        """Raise ValueError unless the signed message is exactly the release these fields
+        describe (kind, job, beneficiary, amount, escrow output) and its oracle key signed it."""
+        # Imported here: it pulls in pycardano, which the app's imports of models must not.
+        from oracle_client.contract.datum import oracle_message
+
+        expected = oracle_message(
+            self.reward_type,
+            self.job_id,
+            bytes.fromhex(self.beneficiary_pkh),
+            self.amount,
+            self.escrow_utxo,
+        )
+        if bytes.fromhex(self.oracle_message) != expected:
+            raise ValueError("the grant's oracle message does not match its fields")
+        self.verify_signature()
 
 
 class RewardPending(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ ledger, preprod or mainnet), returns the signed Transaction, and leaves submitti
     tx = lock(ctx, signing_key=sk, address=addr, datum=datum, ntx=ntx_unit)
     submit(ctx, tx)
     tx = claim(ctx, signing_key=provider_sk, address=provider_addr, job_id="job-1",
-               oracle_signature=sig)
+               oracle_signature=sig)   # sig: the oracle's, over oracle_message(..., lock ref)
     tx = refund(ctx, signing_key=consumer_sk, address=consumer_addr, job_id="job-1")
 
 Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the ledger runs the
@@ -39,6 +39,7 @@ from pycardano import (
     ScriptHash,
     Transaction,
     TransactionBuilder,
+    TransactionInput,
     TransactionOutput,
     UTxO,
     Value,
@@ -229,7 +230,7 @@ def find_escrows(
     return found
 
 
-def _pick_escrow(
+def _candidates(
     context: ChainContext,
     job_id: str | bytes,
     party: bytes,
@@ -237,7 +238,8 @@ def _pick_escrow(
     escrow_utxo: UTxO | None,
     script_address: Address | None,
     ntx: NtxUnit | None,
-) -> Escrow:
+) -> list[Escrow]:
+    """The escrow outputs of `job_id` that name `party` as `role` (and hold their NTX)."""
     if escrow_utxo is not None:
         datum = decode_escrow_datum(escrow_utxo.output.datum)
         if datum is None:
@@ -259,18 +261,40 @@ def _pick_escrow(
         if not funded:
             raise EscrowNotFound(f"the escrow of job {job_id!r} holds less NTX than its datum says")
         mine = funded
-    return mine[0]
+    return mine
 
 
-def _verify_oracle(datum: EscrowDatum, kind: str, beneficiary: bytes, signature: bytes) -> None:
-    message = oracle_message(kind, datum.job_id, beneficiary, datum.amount)  # type: ignore[arg-type]
+def _signed_for(
+    candidates: list[Escrow], kind: str, beneficiary: bytes, signature: bytes
+) -> Escrow:
+    """The one candidate the oracle's signature releases: it names a single output, so among
+    several locks with the same terms only that one can be spent with it."""
+    for escrow in candidates:
+        if _oracle_signed(escrow, kind, beneficiary, signature):
+            return escrow
+    datum = candidates[0].datum
+    refs = ", ".join(e.ref for e in candidates)
+    raise OracleSignatureInvalid(
+        f"the oracle signature does not verify for a {kind} of {format_ntx(datum.amount)}"
+        f" of job {datum.job_id.decode(errors='replace')!r} from escrow output {refs}"
+        " under the escrow's oracle key"
+    )
+
+
+def _oracle_signed(escrow: Escrow, kind: str, beneficiary: bytes, signature: bytes) -> bool:
+    datum = escrow.datum
+    message = oracle_message(
+        kind,  # type: ignore[arg-type]
+        datum.job_id,
+        beneficiary,
+        datum.amount,
+        escrow.utxo.input,
+    )
     try:
         VerifyKey(datum.oracle_key).verify(message, signature)
-    except (BadSignatureError, ValueError, TypeError) as exc:
-        raise OracleSignatureInvalid(
-            f"the oracle signature does not verify for a {kind} of {format_ntx(datum.amount)}"
-            f" of job {datum.job_id.decode(errors='replace')!r} under the escrow's oracle key"
-        ) from exc
+    except (BadSignatureError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _require_fee_funds(context: ChainContext, address: Address, role: str) -> None:
@@ -362,15 +386,19 @@ def claim(
 ) -> Transaction:
     """The provider takes the escrow of `job_id` with the oracle's "withdraw" signature.
 
-    Everything in the escrow output (NTX and its ADA) goes to `address`, the provider's.
+    The signature names one escrow output (oracle_message): without `escrow_utxo`, the lock of
+    `job_id` it releases is found among those at the script address. Everything in the escrow
+    output (NTX and its ADA) goes to `address`, the provider's.
     `script_utxo`: an output carrying the escrow script as a reference script; without it the
     script travels in the witness set (~2.2 kB, ~0.1 ADA more fee).
     """
     provider = _check_owner(signing_key, address)
     unit = NtxUnit.parse(ntx) if ntx is not None else None
-    escrow = _pick_escrow(context, job_id, provider, "provider", escrow_utxo, script_address, unit)
+    mine = _candidates(context, job_id, provider, "provider", escrow_utxo, script_address, unit)
     if verify_locally:
-        _verify_oracle(escrow.datum, "withdraw", provider, oracle_signature)
+        escrow = _signed_for(mine, "withdraw", provider, oracle_signature)
+    else:
+        escrow = mine[0]
     _require_fee_funds(context, address, "provider")
     slot = context.last_block_slot
     builder = TransactionBuilder(context)
@@ -406,19 +434,21 @@ def refund(
 ) -> Transaction:
     """The consumer takes the escrow of `job_id` back.
 
-    With the oracle's "refund" signature at any time; without one (b"") only after the datum's
+    With the oracle's "refund" signature at any time (for the one output it names, found as in
+    `claim`); without one (b"") only after the datum's
     deadline: the validity interval then starts at the first slot after the deadline, and
     `DeadlineNotReached` is raised while that slot is in the future (unless `check_deadline`
     is False, which lets the ledger be the one that refuses).
     """
     consumer = _check_owner(signing_key, address)
     unit = NtxUnit.parse(ntx) if ntx is not None else None
-    escrow = _pick_escrow(context, job_id, consumer, "consumer", escrow_utxo, script_address, unit)
+    mine = _candidates(context, job_id, consumer, "consumer", escrow_utxo, script_address, unit)
+    escrow = mine[0]
     slot = context.last_block_slot
     start = slot
     if oracle_signature:
         if verify_locally:
-            _verify_oracle(escrow.datum, "refund", consumer, oracle_signature)
+            escrow = _signed_for(mine, "refund", consumer, oracle_signature)
     else:
         slots = slot_config or slot_config_for(context)
         # The validator wants the interval's lower bound strictly after the deadline.
@@ -445,6 +475,18 @@ def refund(
     return _build(builder, signing_key, address, "refund")
 
 
+def locked_output(
+    tx: Transaction, context: ChainContext, *, script_address: Address | None = None
+) -> TransactionInput:
+    """The escrow output a `lock` tx made, as the input a claim or refund spends (the output
+    the oracle's signature must name)."""
+    where = script_address or escrow_address(context.network)
+    for index, output in enumerate(tx.transaction_body.outputs):
+        if output.address == where and decode_escrow_datum(output.datum) is not None:
+            return TransactionInput(tx.id, index)
+    raise EscrowNotFound(f"tx {tx.id} makes no escrow output at {where}")
+
+
 def submit(context: ChainContext, tx: Transaction) -> str:
     """Submit through `context.submit_tx`; the tx hash, or SubmitRejected with the reason."""
     try:
@@ -467,6 +509,7 @@ __all__ = [
     "decode_escrow_datum",
     "find_escrows",
     "lock",
+    "locked_output",
     "refund",
     "slot_config_for",
     "submit",

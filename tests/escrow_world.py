@@ -105,8 +105,12 @@ def oracle_sign(
     job_id: bytes = JOB_ID,
     amount: int = AMOUNT,
     key: OracleKey = ORACLE,
+    escrow: TransactionInput | None = None,
 ) -> bytes:
-    return key.sign(oracle_message(kind, job_id, beneficiary.pkh.payload, amount)).signature
+    """The oracle's signature releasing `escrow` (default: the output `escrow_utxo()` makes)."""
+    spent = escrow_utxo().input if escrow is None else escrow
+    message = oracle_message(kind, job_id, beneficiary.pkh.payload, amount, spent)
+    return key.sign(message).signature
 
 
 def ntx(amount: int, lovelace: int = 2_000_000) -> Value:

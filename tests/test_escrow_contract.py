@@ -17,10 +17,23 @@ from pycardano import (
     ExecutionUnits,
     Network,
     Redeemer,
+    RedeemerKey,
+    RedeemerMap,
+    RedeemerTag,
+    RedeemerValue,
+    Transaction,
+    TransactionBody,
     TransactionBuilder,
+    TransactionId,
+    TransactionInput,
     TransactionOutput,
+    TransactionWitnessSet,
     UTxO,
+    Value,
+    VerificationKeyWitness,
+    script_data_hash,
 )
+from pycardano.plutus import CostModels
 from uplc.ast import PlutusByteString, PlutusConstr, PlutusInteger, PlutusMap, data_from_cbor
 from uplc.cost_model import (
     default_budget,
@@ -42,6 +55,7 @@ from oracle_client.contract.datum import (
     ORACLE_DOMAIN,
     Claim,
     EscrowDatum,
+    EscrowRef,
     Refund,
     base_to_ntx,
     oracle_message,
@@ -71,6 +85,8 @@ from tests.escrow_world import (
     SLOTS,
     STRANGER,
     OfflineChain,
+    Party,
+    cost_model_v3,
     escrow_utxo,
     make_datum,
     oracle_sign,
@@ -81,6 +97,12 @@ from tests.escrow_world import (
 
 REPO = Path(__file__).resolve().parent.parent
 VALIDATOR = REPO / "oracle_client" / "contract" / "escrow_validator.py"
+
+# The world's lock (A, escrow_utxo()) and a second lock B with the very same datum, made by
+# another transaction at another output index.
+LOCK_A = escrow_utxo()
+LOCK_B = UTxO(TransactionInput(TransactionId(bytes([0xE6]) * 32), 1), LOCK_A.output)
+REF_A = EscrowRef.parse(LOCK_A.input).text
 
 # "Well under" the per-tx limits (maxTxExecutionUnits): each case must stay below 2% of them.
 COST_SHARE = 0.02
@@ -156,12 +178,15 @@ def plutus_serialise(data: PlutusConstr) -> bytes:
     job_id=st.binary(min_size=1, max_size=63),
     beneficiary=st.binary(min_size=28, max_size=28),
     amount=st.integers(min_value=1, max_value=2**63),
+    tx_id=st.binary(min_size=32, max_size=32),
+    index=st.integers(min_value=0, max_value=0xFFFF),
 )
 def test_oracle_message_is_what_the_validator_serialises(
-    kind: str, job_id: bytes, beneficiary: bytes, amount: int
+    kind: str, job_id: bytes, beneficiary: bytes, amount: int, tx_id: bytes, index: int
 ) -> None:
-    """The validator builds OracleMessage(domain, kind, job, beneficiary, amount).to_cbor(),
-    i.e. serialiseData of that constructor: off-chain bytes must be exactly those."""
+    """The validator builds OracleMessage(domain, kind, job, beneficiary, amount, own_ref)
+    .to_cbor(), i.e. serialiseData of that constructor with the spent output's V3 TxOutRef
+    (constr 0 [tx id, index]) last: off-chain bytes must be exactly those."""
     on_chain = PlutusConstr(
         0,
         [
@@ -170,14 +195,17 @@ def test_oracle_message_is_what_the_validator_serialises(
             PlutusByteString(job_id),
             PlutusByteString(beneficiary),
             PlutusInteger(amount),
+            PlutusConstr(0, [PlutusByteString(tx_id), PlutusInteger(index)]),
         ],
     )
-    assert oracle_message(kind, job_id, beneficiary, amount) == plutus_serialise(on_chain)  # type: ignore[arg-type]
+    ref = f"{tx_id.hex()}#{index}"
+    assert oracle_message(kind, job_id, beneficiary, amount, ref) == plutus_serialise(on_chain)  # type: ignore[arg-type]
 
 
 def test_oracle_message_known_answer() -> None:
     """Pinned bytes, for the oracle service and anyone re-implementing the message."""
-    message = oracle_message("withdraw", "job-1", bytes(range(28)), 5_000_000)
+    ref = "ab" * 32 + "#1"
+    message = oracle_message("withdraw", "job-1", bytes(range(28)), 5_000_000, ref)
     expected = [
         "d8799f",  # constr 0, indefinite field list
         "53" + ORACLE_DOMAIN.hex(),
@@ -185,29 +213,48 @@ def test_oracle_message_known_answer() -> None:
         "45" + b"job-1".hex(),
         "581c" + bytes(range(28)).hex(),
         "1a004c4b40",  # 5_000_000
+        "d8799f" + "5820" + "ab" * 32 + "01" + "ff",  # the escrow output: constr 0 [id, 1]
         "ff",
     ]
     assert message.hex() == "".join(expected)
-    assert oracle_message("withdraw", "job-1", bytes(range(28)), 5_000_000) == oracle_message(
-        "withdraw", b"job-1", bytes(range(28)), 5_000_000
-    )
+    assert ORACLE_DOMAIN == b"nunet-ntx-escrow/v2"
+    same = [
+        oracle_message("withdraw", b"job-1", bytes(range(28)), 5_000_000, ref),
+        oracle_message("withdraw", "job-1", bytes(range(28)), 5_000_000, EscrowRef.parse(ref)),
+        oracle_message(
+            "withdraw", "job-1", bytes(range(28)), 5_000_000, EscrowRef.parse(ref).tx_input()
+        ),
+    ]
+    assert same == [message] * 3
+    assert EscrowRef.parse(ref).text == ref
 
 
 @pytest.mark.parametrize(
-    ("kind", "job_id", "pkh", "amount"),
+    ("kind", "job_id", "pkh", "amount", "ref"),
     [
-        ("claim", b"j", bytes(28), 1),  # unknown kind
-        ("withdraw", b"", bytes(28), 1),  # empty job id
-        ("withdraw", b"x" * 64, bytes(28), 1),  # uplc and the chain encode 64 bytes differently
-        ("withdraw", b"j", bytes(27), 1),  # not a key hash
-        ("refund", b"j", bytes(28), 0),  # nothing to release
+        ("claim", b"j", bytes(28), 1, REF_A),  # unknown kind
+        ("withdraw", b"", bytes(28), 1, REF_A),  # empty job id
+        (
+            "withdraw",
+            b"x" * 64,
+            bytes(28),
+            1,
+            REF_A,
+        ),  # uplc and the chain encode 64 bytes differently
+        ("withdraw", b"j", bytes(27), 1, REF_A),  # not a key hash
+        ("refund", b"j", bytes(28), 0, REF_A),  # nothing to release
+        ("withdraw", b"j", bytes(28), 1, "ab" * 31 + "#0"),  # not a tx id
+        ("withdraw", b"j", bytes(28), 1, "ab" * 32 + "#65536"),  # no such output index
+        ("withdraw", b"j", bytes(28), 1, "ab" * 32 + "#-1"),
+        ("withdraw", b"j", bytes(28), 1, "ab" * 32),  # no index at all
+        ("withdraw", b"j", bytes(28), 1, "zz" * 32 + "#0"),
     ],
 )
 def test_oracle_message_refuses_bad_fields(
-    kind: str, job_id: bytes, pkh: bytes, amount: int
+    kind: str, job_id: bytes, pkh: bytes, amount: int, ref: str
 ) -> None:
     with pytest.raises(ValueError):
-        oracle_message(kind, job_id, pkh, amount)  # type: ignore[arg-type]
+        oracle_message(kind, job_id, pkh, amount, ref)  # type: ignore[arg-type]
 
 
 def test_datum_validation_and_ntx_units() -> None:
@@ -322,6 +369,100 @@ def test_provider_cannot_refund_to_itself() -> None:
     # Oracle-signed refund for the provider: the datum's consumer must sign, not the provider.
     result = run_spend(Refund(oracle_sign("refund", PROVIDER)), payer=PROVIDER)
     assert_fails(result, "consumer did not sign")
+
+
+# -- a second lock with the same datum ---------------------------------------------------------
+
+
+def spend(escrow: UTxO, redeemer: Claim | Refund, payer: Party) -> ScriptResult:
+    tx, utxos = spend_tx(redeemer, payer=payer, signers=[payer], escrow=escrow)
+    (result,) = evaluate_tx(tx, utxos, SLOTS)
+    return result
+
+
+def release(kind: str, signature: bytes) -> tuple[Claim | Refund, Party]:
+    """The redeemer that uses a `kind` signature, and who signs that spend."""
+    return (Claim(signature), PROVIDER) if kind == "withdraw" else (Refund(signature), CONSUMER)
+
+
+@pytest.mark.parametrize("kind", ["withdraw", "refund"])
+def test_a_signature_for_one_lock_does_not_release_another_with_the_same_datum(kind: str) -> None:
+    party = PROVIDER if kind == "withdraw" else CONSUMER
+    assert LOCK_B.output.datum == LOCK_A.output.datum  # the same terms, to the byte
+    for mine, other in ((LOCK_A, LOCK_B), (LOCK_B, LOCK_A)):
+        redeemer, payer = release(kind, oracle_sign(kind, party, escrow=mine.input))  # type: ignore[arg-type]
+        honest = spend(mine, redeemer, payer)
+        assert_ok(honest)
+        assert_cheap(honest)
+        assert_fails(spend(other, redeemer, payer), "bad oracle signature")
+
+
+@pytest.mark.parametrize("kind", ["withdraw", "refund"])
+def test_a_signature_mixing_the_two_locks_references_releases_neither(kind: str) -> None:
+    party = PROVIDER if kind == "withdraw" else CONSUMER
+    a, b = LOCK_A.input, LOCK_B.input
+    mixed = [
+        TransactionInput(a.transaction_id, b.index),  # A's tx id with B's index
+        TransactionInput(b.transaction_id, a.index),  # B's tx id with A's index
+    ]
+    for ref in mixed:
+        redeemer, payer = release(kind, oracle_sign(kind, party, escrow=ref))  # type: ignore[arg-type]
+        for lock in (LOCK_A, LOCK_B):
+            assert_fails(spend(lock, redeemer, payer), "bad oracle signature")
+
+
+def spend_both_tx(
+    signatures: tuple[bytes, bytes], *, payer: Party = PROVIDER
+) -> tuple[Transaction, list[UTxO]]:
+    """One signed tx claiming LOCK_A and LOCK_B, with a Claim redeemer each."""
+    funds = wallet_utxo(payer)
+    units = ExecutionUnits(mem=1_000_000, steps=1_000_000_000)
+    inputs = [funds.input, LOCK_A.input, LOCK_B.input]
+    order = sorted(inputs, key=lambda i: (i.transaction_id.payload, i.index))
+    redeemers = RedeemerMap(
+        {
+            RedeemerKey(RedeemerTag.SPEND, order.index(lock.input)): RedeemerValue(
+                Claim(signature), units
+            )
+            for lock, signature in zip((LOCK_A, LOCK_B), signatures, strict=True)
+        }
+    )
+    fee = 600_000
+    locked = LOCK_A.output.amount + LOCK_B.output.amount
+    change = Value(funds.output.amount.coin + locked.coin - fee, locked.multi_asset)
+    body = TransactionBody(
+        inputs=inputs,
+        outputs=[TransactionOutput(payer.address, change)],
+        fee=fee,
+        ttl=NOW_SLOT + 600,
+        validity_start=NOW_SLOT,
+        collateral=[funds.input],
+        required_signers=[payer.pkh],
+        script_data_hash=script_data_hash(redeemers, None, CostModels({2: cost_model_v3()})),
+        network_id=NETWORK,
+    )
+    witness = VerificationKeyWitness(payer.verification_key, payer.signing_key.sign(body.hash()))
+    witness_set = TransactionWitnessSet(
+        vkey_witnesses=[witness], plutus_v3_script=[escrow_script()], redeemer=redeemers
+    )
+    return Transaction(body, witness_set), [LOCK_A, LOCK_B, funds]
+
+
+def test_one_signature_cannot_release_both_locks_in_one_tx() -> None:
+    for_a = oracle_sign("withdraw", PROVIDER, escrow=LOCK_A.input)
+    tx, utxos = spend_both_tx((for_a, for_a))
+    results = {r.redeemer: r for r in evaluate_tx(tx, utxos, SLOTS)}
+    # Inputs sort as wallet (01...), A (e5...), B (e6...): A is spend:1, B spend:2.
+    assert_ok(results["spend:1"])
+    assert_fails(results["spend:2"], "bad oracle signature")
+    with pytest.raises(ScriptFailure, match="spend:2"):
+        require_success(list(results.values()))
+
+    # Each output with a signature of its own: both scripts pass (the oracle itself never
+    # signs twice for one job; the script only checks that each output was named).
+    for_b = oracle_sign("withdraw", PROVIDER, escrow=LOCK_B.input)
+    tx, utxos = spend_both_tx((for_a, for_b))
+    require_success(evaluate_tx(tx, utxos, SLOTS))
 
 
 # -- what the script is given ----------------------------------------------------------------

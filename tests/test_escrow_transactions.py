@@ -24,6 +24,8 @@ from pycardano import (
     PaymentSigningKey,
     Transaction,
     TransactionBuilder,
+    TransactionId,
+    TransactionInput,
     TransactionOutput,
     Value,
     VerificationKeyWitness,
@@ -64,6 +66,7 @@ class World:
     provider: Wallet
     oracle: SigningKey
     datum: EscrowDatum
+    last_lock: TransactionInput | None = None
 
     def balance(self, wallet: Wallet) -> dict[str, int]:
         return self.ledger.state.balance(str(wallet.address))
@@ -71,8 +74,12 @@ class World:
     def ntx(self, wallet: Wallet) -> int:
         return self.balance(wallet).get(self.ledger.ntx_unit, 0)
 
-    def signature(self, kind: str, beneficiary: Wallet) -> bytes:
-        message = oracle_message(kind, JOB, beneficiary.pkh.payload, AMOUNT)  # type: ignore[arg-type]
+    def signature(
+        self, kind: str, beneficiary: Wallet, escrow: TransactionInput | None = None
+    ) -> bytes:
+        """The oracle's signature releasing `escrow` (default: the last lock made)."""
+        spent = escrow or self.last_lock or TransactionInput(TransactionId(bytes(32)), 0)
+        message = oracle_message(kind, JOB, beneficiary.pkh.payload, AMOUNT, spent)  # type: ignore[arg-type]
         return bytes(self.oracle.sign(message).signature)
 
     def lock(self) -> str:
@@ -83,6 +90,7 @@ class World:
             datum=self.datum,
             ntx=self.ledger.ntx_unit,
         )
+        self.last_lock = T.locked_output(tx, self.ctx)
         return T.submit(self.ctx, tx)
 
 
@@ -321,3 +329,69 @@ def test_clear_errors(world: World) -> None:
             job_id=JOB,
             oracle_signature=world.signature("withdraw", broke),
         )
+
+
+def test_two_locks_with_the_same_datum_are_released_one_by_one(world: World) -> None:
+    """A signature names one output: it never releases the other lock with the same terms."""
+    world.lock()
+    lock_a = world.last_lock
+    world.lock()
+    lock_b = world.last_lock
+    assert lock_a is not None and lock_b is not None and lock_a != lock_b
+    escrows = {e.utxo.input: e for e in T.find_escrows(world.ctx, JOB)}
+    assert set(escrows) == {lock_a, lock_b}
+    assert escrows[lock_a].datum == escrows[lock_b].datum
+    for_a = world.signature("withdraw", world.provider, lock_a)
+    common = dict(signing_key=world.provider.sk, address=world.provider.address, job_id=JOB)
+
+    # Pointed at B, the client's own check refuses A's signature; the ledger refuses it too.
+    with pytest.raises(T.OracleSignatureInvalid, match=lock_b.transaction_id.payload.hex()):
+        T.claim(world.ctx, oracle_signature=for_a, escrow_utxo=escrows[lock_b].utxo, **common)  # type: ignore[arg-type]
+    doomed = T.claim(
+        world.ctx,
+        oracle_signature=for_a,
+        escrow_utxo=escrows[lock_b].utxo,
+        verify_locally=False,
+        ex_units=FIXED_UNITS,
+        **common,  # type: ignore[arg-type]
+    )
+    with pytest.raises(T.SubmitRejected, match="bad oracle signature"):
+        T.submit(world.ctx, doomed)
+    # The consumer's refund signature for A does not take B back either.
+    refund_a = world.signature("refund", world.consumer, lock_a)
+    doomed = T.refund(
+        world.ctx,
+        signing_key=world.consumer.sk,
+        address=world.consumer.address,
+        job_id=JOB,
+        oracle_signature=refund_a,
+        escrow_utxo=escrows[lock_b].utxo,
+        verify_locally=False,
+        ex_units=FIXED_UNITS,
+    )
+    with pytest.raises(T.SubmitRejected, match="bad oracle signature"):
+        T.submit(world.ctx, doomed)
+    assert set(e.utxo.input for e in T.find_escrows(world.ctx, JOB)) == {lock_a, lock_b}
+
+    # Without escrow_utxo, claim finds the one output the signature names, whatever the order.
+    tx = T.claim(world.ctx, oracle_signature=for_a, **common)  # type: ignore[arg-type]
+    assert lock_a in tx.transaction_body.inputs and lock_b not in tx.transaction_body.inputs
+    T.submit(world.ctx, tx)
+    assert world.ntx(world.provider) == AMOUNT
+    [left] = T.find_escrows(world.ctx, JOB)
+    assert left.utxo.input == lock_b
+    # ...and A's signature has nothing left to release.
+    with pytest.raises(T.OracleSignatureInvalid):
+        T.claim(world.ctx, oracle_signature=for_a, **common)  # type: ignore[arg-type]
+
+    # B, refunded with a signature of its own.
+    tx = T.refund(
+        world.ctx,
+        signing_key=world.consumer.sk,
+        address=world.consumer.address,
+        job_id=JOB,
+        oracle_signature=world.signature("refund", world.consumer, lock_b),
+    )
+    T.submit(world.ctx, tx)
+    assert T.find_escrows(world.ctx, JOB) == []
+    assert world.ntx(world.consumer) == 100_000_000 - AMOUNT

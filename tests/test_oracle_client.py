@@ -26,6 +26,7 @@ from oracle_client.client import (
     NoMatchingPeer,
     OracleClient,
     OracleFailure,
+    OracleProtocolError,
     OracleRejected,
     OracleUnavailable,
     PriceAboveBudget,
@@ -309,14 +310,16 @@ def test_request_reward_outcomes(server: OracleServer, checker: LockCheckerDoubl
             assert isinstance(pending, RewardPending) and pending.code == 102
             assert "still running" in pending.reason
 
-            checker.add(lock_for(quote))
+            ref = checker.add(lock_for(quote))
             receipt = receipt_for(quote)
             grant = await oracle.request_reward(RewardRequest(job_id="job-w", receipt=receipt))
             assert isinstance(grant, RewardGrant)
             assert grant.reward_type == "withdraw" and grant.beneficiary_pkh == PROVIDER.pkh
-            expected = oracle_message("withdraw", "job-w", bytes.fromhex(PROVIDER.pkh), 5_000_000)
+            assert grant.escrow_utxo == ref  # the signature names the lock it releases
+            pkh = bytes.fromhex(PROVIDER.pkh)
+            expected = oracle_message("withdraw", "job-w", pkh, 5_000_000, ref)
             assert bytes.fromhex(grant.oracle_message) == expected
-            grant.verify_signature()
+            grant.verify()
             # Without a receipt, the decision once made.
             assert await oracle.request_reward(RewardRequest(job_id="job-w")) == grant
 
@@ -445,6 +448,39 @@ def test_4xx_is_not_retried(tmp_path: Path) -> None:
 
         run(main)
     assert len(FlakyHandler.seen) == 1
+
+
+class LyingHandler(OracleHandler):
+    """The real oracle behind a front that says a grant releases another lock than the one
+    its signature names."""
+
+    def _send(self, status: int, reply: msgspec.Struct, *, close: bool = False) -> None:
+        if isinstance(reply, RewardGrant):
+            reply = msgspec.structs.replace(reply, escrow_utxo="ee" * 32 + "#1")
+        super()._send(status, reply, close=close)
+
+
+def test_a_grant_whose_message_does_not_name_its_lock_is_refused(tmp_path: Path) -> None:
+    checker = LockCheckerDouble()
+    with running_oracle(tmp_path, checker, handler=LyingHandler) as server:
+
+        async def main() -> None:
+            async with client(server, retries=0) as oracle:
+                quote = await oracle.request_service(service_request("job-lie"))
+                checker.add(lock_for(quote))
+                request = RewardRequest(job_id="job-lie", receipt=receipt_for(quote))
+                with pytest.raises(OracleProtocolError, match="does not match its fields"):
+                    await oracle.request_reward(request)
+
+        run(main)
+
+
+def test_reward_request_names_the_lock_tx() -> None:
+    ok = RewardRequest(job_id="job-1", lock_tx="ab" * 32)
+    assert msgspec.json.decode(msgspec.json.encode(ok), type=RewardRequest) == ok
+    for bad in ("ab" * 31, "AB" * 32, "ab" * 32 + "#0"):
+        with pytest.raises(msgspec.ValidationError, match="lock_tx"):
+            msgspec.json.decode(json.dumps({"job_id": "job-1", "lock_tx": bad}), type=RewardRequest)
 
 
 def test_oracle_down_is_unavailable_with_a_plain_message() -> None:

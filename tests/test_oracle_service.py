@@ -4,6 +4,7 @@ across restarts), the decision rules, the lock check over a ChainContext, its ke
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -43,7 +44,7 @@ from oracle_client.client import (
     ReceiptRejected,
     Undecidable,
 )
-from oracle_client.contract.datum import EscrowDatum
+from oracle_client.contract.datum import EscrowDatum, oracle_message
 from oracle_client.models import RewardGrant, RewardRequest, ServiceQuote
 from oracle_client.oracle.keys import KeyFileError, load_or_create_key
 from oracle_client.oracle.locks import ChainLockChecker, ChainUnavailable, ExpectedLock
@@ -137,6 +138,46 @@ def test_double_request_returns_the_same_decision(
     assert isinstance(first, RewardGrant)
     assert first == again == bare  # same signature, same decided_at: signed once
     assert checker.lookups == 1
+
+
+def test_two_locks_with_the_same_terms_get_one_signature_for_the_consumers_lock(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    """Two outputs carry the job's datum: the oracle signs only for the lock tx the request
+    names (the consumer's, from its Confirm), for that one output, and only once."""
+
+    async def register() -> ServiceQuote:
+        async with _client(server) as oracle:
+            return await oracle.request_service(service_request("job-2l"))
+
+    quote = trio.run(register)
+    ref_a = checker.add(lock_for(quote), ref="aa" * 32 + "#0")
+    ref_b = checker.add(lock_for(quote), ref="bb" * 32 + "#1")
+    done = RewardRequest(job_id="job-2l", receipt=receipt_for(quote))
+    with pytest.raises(LockNotFound, match="2 escrow outputs carry the terms") as ambiguous:
+        _reward(server, done)  # no lock tx named: the oracle never guesses
+    assert ambiguous.value.status == 409 and ref_a in ambiguous.value.reason
+    with pytest.raises(LockNotFound, match="left no escrow lock"):
+        _reward(server, msgspec.structs.replace(done, lock_tx="cc" * 32))
+    assert server.oracle.store.decision("job-2l") is None
+
+    grant = _reward(server, msgspec.structs.replace(done, lock_tx="bb" * 32))
+    assert isinstance(grant, RewardGrant) and grant.escrow_utxo == ref_b
+    grant.verify()
+    pkh = bytes.fromhex(quote.provider_pkh)
+    message = oracle_message("withdraw", "job-2l", pkh, quote.estimated_price, ref_b)
+    assert bytes.fromhex(grant.oracle_message) == message
+    assert message != oracle_message("withdraw", "job-2l", pkh, quote.estimated_price, ref_a)
+    # Never a second signature: naming the other lock gets the one decision, for B.
+    again = _reward(server, msgspec.structs.replace(done, lock_tx="aa" * 32))
+    assert again == grant
+
+
+def test_one_lock_needs_no_lock_tx(server: OracleServer, checker: LockCheckerDouble) -> None:
+    quote = _registered(server, checker, "job-1l")
+    [ref] = checker.locks
+    grant = _reward(server, RewardRequest(job_id="job-1l", receipt=receipt_for(quote)))
+    assert isinstance(grant, RewardGrant) and grant.escrow_utxo == ref
 
 
 def test_withdraw_after_refund_is_refused(server: OracleServer, checker: LockCheckerDouble) -> None:
@@ -357,6 +398,42 @@ def test_chain_lock_checker_matches_the_inline_datum() -> None:
     with pytest.raises(ChainUnavailable, match="ledger not up"):
         lazy.check_lock(expected)
     assert lazy.check_lock(expected) == f"{'08' * 32}#0"
+
+
+def test_chain_lock_checker_picks_the_consumers_lock_among_equal_ones() -> None:
+    expected = ExpectedLock(
+        job_id="job-e",
+        consumer_pkh=bytes.fromhex(CONSUMER.pkh),
+        provider_pkh=bytes.fromhex(PROVIDER.pkh),
+        oracle_key=bytes(32),
+        amount=5_000_000,
+    )
+    datum = EscrowDatum(
+        consumer=expected.consumer_pkh,
+        provider=expected.provider_pkh,
+        oracle_key=expected.oracle_key,
+        job_id=b"job-e",
+        amount=expected.amount,
+        deadline=2_000_000_000_000,
+    )
+    same = RawCBOR(datum.to_cbor())
+    two_outputs = _utxo(9, same, 5_000_000)
+    two_outputs.input.index = 3
+    context = ChainContextDouble(
+        [_utxo(0x0B, same, 5_000_000), two_outputs, _utxo(9, same, 5_000_000)]
+    )
+    checker = ChainLockChecker(context, ESCROW, (POLICY, NTX))
+    with pytest.raises(ChainLockNotFound, match="3 escrow outputs carry the terms"):
+        checker.check_lock(expected)
+    assert checker.check_lock(_with_lock_tx(expected, "0b" * 32)) == f"{'0b' * 32}#0"
+    # A tx that made two such outputs: its first, and only that one.
+    assert checker.check_lock(_with_lock_tx(expected, "09" * 32)) == f"{'09' * 32}#0"
+    with pytest.raises(ChainLockNotFound, match="left no escrow lock"):
+        checker.check_lock(_with_lock_tx(expected, "0c" * 32))
+
+
+def _with_lock_tx(expected: ExpectedLock, lock_tx: str) -> ExpectedLock:
+    return dataclasses.replace(expected, lock_tx=lock_tx)
 
 
 # ------------------------------------------------------------------ nunet-oracle serve

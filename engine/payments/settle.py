@@ -98,7 +98,11 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
     )
     try:
         async with escrows.oracle() as oracle:
-            answer = await oracle.request_reward(RewardRequest(job_id=info.job_id, receipt=receipt))
+            # Naming our lock tx: the oracle signs for that one output only.
+            request = RewardRequest(
+                job_id=info.job_id, receipt=receipt, lock_tx=info.lock_tx or None
+            )
+            answer = await oracle.request_reward(request)
     except Undecidable as exc:
         return escrows.save(record, state="undecided", error=str(exc))
     except OracleUnavailable as exc:

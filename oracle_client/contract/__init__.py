@@ -4,6 +4,7 @@ from oracle_client.contract.artifact import escrow_address, escrow_script, escro
 from oracle_client.contract.datum import (
     Claim,
     EscrowDatum,
+    EscrowRef,
     OracleKind,
     Refund,
     base_to_ntx,
@@ -15,6 +16,7 @@ from oracle_client.contract.datum import (
 __all__ = [
     "Claim",
     "EscrowDatum",
+    "EscrowRef",
     "OracleKind",
     "Refund",
     "base_to_ntx",

@@ -12,15 +12,18 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
-from pycardano import PlutusData
+from pycardano import PlutusData, TransactionId, TransactionInput
 
 # Must equal ORACLE_DOMAIN in escrow_validator.py: it keeps any other message the oracle key
-# signs (service quotes...) from ever verifying as a release of money.
-ORACLE_DOMAIN = b"nunet-ntx-escrow/v1"
+# signs (service quotes...) from ever verifying as a release of money. v2: the message names
+# the escrow output it releases.
+ORACLE_DOMAIN = b"nunet-ntx-escrow/v2"
 OracleKind = Literal["withdraw", "refund"]
 ORACLE_KINDS: tuple[OracleKind, ...] = ("withdraw", "refund")
 
 PKH_BYTES = 28
+TX_ID_BYTES = 32
+MAX_OUTPUT_INDEX = 0xFFFF  # Conway's CDDL: an output index is a uint .size 2
 ORACLE_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 # Plutus serialises byte strings of up to 64 bytes in one piece, uplc 1.3 (our local
@@ -75,6 +78,51 @@ class Refund(PlutusData):
 
 
 @dataclass
+class EscrowRef(PlutusData):
+    """One escrow output: the lock's transaction id and output index, encoded as Plutus V3's
+    TxOutRef (constr 0 [tx id bytes, index]), which is what the validator finds as its own
+    spent output in the ScriptContext."""
+
+    CONSTR_ID = 0
+    tx_id: bytes
+    index: int
+
+    def validate(self) -> None:
+        super().validate()
+        _check_len("escrow tx id", self.tx_id, TX_ID_BYTES)
+        if not 0 <= self.index <= MAX_OUTPUT_INDEX:
+            raise ValueError(f"escrow output index must be 0..{MAX_OUTPUT_INDEX}, got {self.index}")
+
+    @classmethod
+    def parse(cls, ref: EscrowRef | TransactionInput | str) -> EscrowRef:
+        """From "txhash#index" (the API's UtxoRef) or a pycardano TransactionInput."""
+        if isinstance(ref, EscrowRef):
+            found = ref
+        elif isinstance(ref, TransactionInput):
+            found = cls(bytes(ref.transaction_id.payload), int(ref.index))
+        else:
+            tx_hex, sep, index = ref.partition("#")
+            try:
+                if not sep or not index.isdigit() or len(index) > 5:
+                    raise ValueError
+                found = cls(bytes.fromhex(tx_hex), int(index))
+            except ValueError:
+                raise ValueError(
+                    f"not an escrow output reference (txhash#index): {ref!r}"
+                ) from None
+        found.validate()
+        return found
+
+    @property
+    def text(self) -> str:
+        """The "txhash#index" form the oracle API and Blockfrost use."""
+        return f"{self.tx_id.hex()}#{self.index}"
+
+    def tx_input(self) -> TransactionInput:
+        return TransactionInput(TransactionId(self.tx_id), self.index)
+
+
+@dataclass
 class OracleMessage(PlutusData):
     """What the oracle signs, as CBOR: the validator serialises the same structure."""
 
@@ -84,13 +132,20 @@ class OracleMessage(PlutusData):
     job_id: bytes
     beneficiary: bytes
     amount: int
+    escrow: EscrowRef
 
 
 def oracle_message(
-    kind: OracleKind, job_id: str | bytes, beneficiary_pkh: bytes, amount: int
+    kind: OracleKind,
+    job_id: str | bytes,
+    beneficiary_pkh: bytes,
+    amount: int,
+    escrow: EscrowRef | TransactionInput | str,
 ) -> bytes:
-    """The bytes the oracle signs to release `amount` base units of job `job_id`'s escrow to
-    `beneficiary_pkh` (the provider for "withdraw", the consumer for "refund")."""
+    """The bytes the oracle signs to release `amount` base units of job `job_id`'s escrow
+    output `escrow` ("txhash#index", the lock being spent) to `beneficiary_pkh` (the provider
+    for "withdraw", the consumer for "refund"). Naming the output keeps one signature from
+    releasing a second lock that carries the same datum."""
     if kind not in ORACLE_KINDS:
         raise ValueError(f"kind must be one of {ORACLE_KINDS}, got {kind!r}")
     job = job_id.encode("utf-8") if isinstance(job_id, str) else bytes(job_id)
@@ -99,7 +154,12 @@ def oracle_message(
     if amount <= 0:
         raise ValueError(f"amount must be positive, got {amount}")
     message = OracleMessage(
-        ORACLE_DOMAIN, kind.encode("ascii"), job, bytes(beneficiary_pkh), amount
+        ORACLE_DOMAIN,
+        kind.encode("ascii"),
+        job,
+        bytes(beneficiary_pkh),
+        amount,
+        EscrowRef.parse(escrow),
     )
     return message.to_cbor()
 

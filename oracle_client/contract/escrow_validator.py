@@ -14,7 +14,7 @@ from opshin.std.builtins import *
 
 # Prefixed to every signed message so that nothing else the oracle key signs (service quotes,
 # other protocols) can ever be read as a release of escrowed money.
-ORACLE_DOMAIN = b"nunet-ntx-escrow/v1"
+ORACLE_DOMAIN = b"nunet-ntx-escrow/v2"
 KIND_WITHDRAW = b"withdraw"
 KIND_REFUND = b"refund"
 
@@ -50,6 +50,9 @@ class OracleMessage(PlutusData):
     job_id: bytes
     beneficiary: bytes
     amount: int
+    # The escrow output being spent: a signature releases that one output only, never another
+    # lock that happens to carry the same datum (the same terms).
+    escrow: TxOutRef
 
 
 # Plutus V3's ScriptInfo for a spend carries the spent output's datum, but opshin.prelude types
@@ -73,8 +76,10 @@ class SpendingScript(PlutusData):
     datum: Union[SomeDatum, NoDatum]
 
 
-def oracle_message(kind: bytes, job_id: bytes, beneficiary: bytes, amount: int) -> bytes:
-    return OracleMessage(ORACLE_DOMAIN, kind, job_id, beneficiary, amount).to_cbor()
+def oracle_message(
+    kind: bytes, job_id: bytes, beneficiary: bytes, amount: int, escrow: TxOutRef
+) -> bytes:
+    return OracleMessage(ORACLE_DOMAIN, kind, job_id, beneficiary, amount, escrow).to_cbor()
 
 
 def starts_after(validity: POSIXTimeRange, deadline: int) -> bool:
@@ -95,11 +100,13 @@ def validator(context: ScriptContext) -> None:
     maybe_datum = info.datum
     assert isinstance(maybe_datum, SomeDatum), "no datum"
     datum = maybe_datum.datum
+    # The ledger puts the spent output's reference here: the signature must name it.
+    own_ref = info.tx_out_ref
     tx = context.transaction
     redeemer: Union[Claim, Refund] = context.redeemer
     if isinstance(redeemer, Claim):
         assert datum.provider in tx.signatories, "provider did not sign"
-        message = oracle_message(KIND_WITHDRAW, datum.job_id, datum.provider, datum.amount)
+        message = oracle_message(KIND_WITHDRAW, datum.job_id, datum.provider, datum.amount, own_ref)
         assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
             "bad oracle signature"
         )
@@ -109,7 +116,9 @@ def validator(context: ScriptContext) -> None:
             # An empty signature asks for the deadline path; verifying it would abort with a
             # builtin error instead of this message.
             assert redeemer.signature != b"", "deadline not passed"
-            message = oracle_message(KIND_REFUND, datum.job_id, datum.consumer, datum.amount)
+            message = oracle_message(
+                KIND_REFUND, datum.job_id, datum.consumer, datum.amount, own_ref
+            )
             assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
                 "bad oracle signature"
             )

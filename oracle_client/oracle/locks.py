@@ -29,6 +29,8 @@ class ExpectedLock:
     provider_pkh: bytes
     oracle_key: bytes
     amount: int  # the quoted price, NTX base units
+    # The lock tx the consumer made (hex), when the request names it: only its output counts.
+    lock_tx: str | None = None
 
 
 class LockNotFound(Exception):
@@ -41,8 +43,9 @@ class ChainUnavailable(Exception):
 
 class LockChecker(Protocol):
     def check_lock(self, expected: ExpectedLock) -> str:
-        """The matching lock's output reference ("txhash#index"), or raise LockNotFound /
-        ChainUnavailable."""
+        """The one matching lock's output reference ("txhash#index"): the oracle signs for
+        exactly that output. Raise LockNotFound (none; or several and no ``lock_tx`` to tell
+        which) / ChainUnavailable."""
         ...
 
 
@@ -76,13 +79,12 @@ class ChainLockChecker:
             raise
         except Exception as exc:  # any backend failure means "cannot tell now", never "no"
             raise ChainUnavailable(f"cannot read {self.escrow_address}: {exc}") from exc
-        for utxo in utxos:
-            if self._matches(utxo, expected):
-                return f"{utxo.input.transaction_id.payload.hex()}#{utxo.input.index}"
-        raise LockNotFound(
-            f"no escrow lock for job {expected.job_id} at {self.escrow_address} with "
-            f"amount {expected.amount}, these parties and this oracle key"
+        found = sorted(
+            (u.input.transaction_id.payload.hex(), u.input.index)
+            for u in utxos
+            if self._matches(u, expected)
         )
+        return pick_lock([f"{tx}#{index}" for tx, index in found], expected, self.escrow_address)
 
     def _chain(self) -> ChainContext:
         if self._context is None:
@@ -112,6 +114,31 @@ class ChainLockChecker:
         assets = utxo.output.amount.multi_asset.get(ScriptHash(policy))
         held = assets.get(AssetName(name), 0) if assets is not None else 0
         return held >= expected.amount
+
+
+def pick_lock(refs: list[str], expected: ExpectedLock, where: str) -> str:
+    """The one output to sign for among ``refs`` (sorted "txhash#index" of the outputs that
+    carry the job's terms). Two locks can carry the same datum; a signature names one output,
+    so the oracle picks the consumer's: the one its ``lock_tx`` made (its first, should that tx
+    hold two), and guesses never."""
+    terms = (
+        f"for job {expected.job_id} at {where} with amount {expected.amount}, "
+        "these parties and this oracle key"
+    )
+    if expected.lock_tx is not None:
+        made = [ref for ref in refs if ref.split("#", 1)[0] == expected.lock_tx]
+        if made:
+            return made[0]
+        others = f" ({len(refs)} other output(s) carry these terms)" if refs else ""
+        raise LockNotFound(f"lock tx {expected.lock_tx} left no escrow lock {terms}{others}")
+    if not refs:
+        raise LockNotFound(f"no escrow lock {terms}")
+    if len(refs) > 1:
+        raise LockNotFound(
+            f"{len(refs)} escrow outputs carry the terms of job {expected.job_id} "
+            f"({', '.join(refs[:4])}): name the consumer's lock tx (lock_tx) to release one"
+        )
+    return refs[0]
 
 
 def _escrow_datum(utxo: UTxO) -> EscrowDatum | None:

@@ -123,6 +123,8 @@ class Oracle:
                     provider_pkh=bytes.fromhex(quote.provider_pkh),
                     oracle_key=bytes.fromhex(quote.oracle_key),
                     amount=quote.estimated_price,
+                    # Two locks may carry these terms: sign only for the consumer's.
+                    lock_tx=request.lock_tx,
                 )
             )
         except LockNotFound as exc:
@@ -221,8 +223,10 @@ class Oracle:
 
     def _grant(self, quote: ServiceQuote, kind: RewardType, lock_ref: str) -> RewardGrant:
         beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh
+        # The signature names the lock it releases: it can never spend a second lock that
+        # carries the same terms.
         message = oracle_message(
-            kind, quote.job_id, bytes.fromhex(beneficiary), quote.estimated_price
+            kind, quote.job_id, bytes.fromhex(beneficiary), quote.estimated_price, lock_ref
         )
         return RewardGrant(
             job_id=quote.job_id,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nacl.signing import SigningKey
@@ -22,7 +22,7 @@ from pycardano import Address, Network, PaymentVerificationKey
 
 from oracle_client.models import ProviderOffer, ServiceQuote, ServiceRequest
 from oracle_client.oracle.keys import load_or_create_key
-from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, LockNotFound
+from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, pick_lock
 from oracle_client.oracle.server import OracleHandler, OracleServer
 from oracle_client.oracle.service import Oracle
 from oracle_client.oracle.store import Store
@@ -67,8 +67,8 @@ class LockCheckerDouble:
     broken: bool = False  # raises a bug-like error: the oracle must answer 500
     lookups: int = 0
 
-    def add(self, expected: ExpectedLock) -> str:
-        ref = f"{len(self.locks):064x}#0"
+    def add(self, expected: ExpectedLock, ref: str | None = None) -> str:
+        ref = ref or f"{len(self.locks):064x}#0"
         self.locks[ref] = expected
         return ref
 
@@ -78,10 +78,10 @@ class LockCheckerDouble:
             raise RuntimeError("checker bug")
         if self.down:
             raise ChainUnavailable("cannot read the escrow address: connection refused")
-        for ref, lock in self.locks.items():
-            if lock == expected:
-                return ref
-        raise LockNotFound(f"no escrow lock for job {expected.job_id}")
+        # The terms match as on chain; which of several matching outputs is the real code's rule.
+        terms = replace(expected, lock_tx=None)
+        refs = sorted(ref for ref, lock in self.locks.items() if lock == terms)
+        return pick_lock(refs, expected, "the double's escrow address")
 
 
 def lock_for(quote: ServiceQuote, amount: int | None = None) -> ExpectedLock:
