@@ -15,10 +15,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pycardano import TransactionId, TransactionInput, UTxO
+
 from oracle_client.contract.artifact import load_artifact
 from oracle_client.contract.datum import Claim, Refund
-from oracle_client.plutus import MAX_TX_EX_UNITS, ScriptResult
-from tests.escrow_world import CONSUMER, DEADLINE_SLOT, PROVIDER, oracle_sign, run_spend
+from oracle_client.plutus import MAX_TX_EX_UNITS, ScriptResult, evaluate_tx
+from tests.escrow_world import (
+    CONSUMER,
+    DEADLINE_SLOT,
+    PROVIDER,
+    SLOTS,
+    escrow_utxo,
+    oracle_sign,
+    run_spend,
+    spend_tx,
+)
 
 CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "claim (provider + oracle withdraw signature)": (
@@ -57,6 +68,16 @@ def main() -> int:
             f"  script fee {result.fee_lovelace / 1e6:.6f} ADA"
             f"  built+evaluated in {1000 * statistics.median(timings):.0f} ms (median of {rounds})"
         )
+    # The signature names its escrow output: the first lock's does not release a second one
+    # that carries the very same datum.
+    second = UTxO(TransactionInput(TransactionId(bytes([0xE6]) * 32), 1), escrow_utxo().output)
+    tx, utxos = spend_tx(
+        Claim(oracle_sign("withdraw", PROVIDER)), payer=PROVIDER, signers=[PROVIDER], escrow=second
+    )
+    (replay,) = evaluate_tx(tx, utxos, SLOTS)
+    assert not replay.ok, replay.describe()
+    trace = replay.logs[-1] if replay.logs else replay.error
+    print(f"a second lock (same datum), claimed with the first's signature: refused ({trace})")
     return 0
 
 
