@@ -19,6 +19,7 @@ import msgspec
 from packaging.requirements import InvalidRequirement, Requirement
 
 from engine.errors import EngineError, FieldProblem, ValidationReport
+from engine.safe_paths import relative_problem
 
 if TYPE_CHECKING:
     from engine.jobs.fetch_policy import FetchPolicy
@@ -94,6 +95,8 @@ def _check_relative(path: str) -> str | None:
         return f"{path!r} leaves the workspace (..)"
     if "\x00" in path:
         return f"{path!r} contains a NUL byte"
+    if why := relative_problem(path):  # the one check every path from a peer goes through
+        return f"{path!r} {why}"
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ FIRST_FRAME_S = 10.0  # the opener writes its hello at once; a silent stream is 
 # A person types far slower than this; a script flooding us is cut off, others are not.
 RATE_PER_S = 50.0
 BURST = 100.0
+_CONVERSATION_ID = re.compile(r"\A[0-9a-f]{16}\Z")  # what direct_conversation makes
 
 
 class ChatFailure(Exception):
@@ -65,6 +67,10 @@ def direct_conversation(a: str, b: str) -> str:
     """The default conversation between two peers: the same id on both sides."""
     low, high = sorted((a, b))
     return hashlib.sha256(f"{low}\n{high}".encode()).hexdigest()[:16]
+
+
+def is_conversation_id(value: str) -> bool:
+    return _CONVERSATION_ID.match(value) is not None
 
 
 def check_text(text: str) -> None:
@@ -224,6 +230,13 @@ class ChatService:
         self, peer_id: str, message: wire.ChatMessage, last_seq: dict[str, int]
     ) -> wire.ChatFrame:
         now = time.time()
+        conversation = getattr(message, "conversation", None)
+        if conversation is not None and not is_conversation_id(conversation):
+            # Stored and shown as is: only the ids direct_conversation makes are taken.
+            return wire.ChatError(
+                code="bad_conversation",
+                message="a conversation id is 16 lowercase hex digits",
+            )
         if isinstance(message, wire.ChatHello):
             if message.request:
                 self.hooks.on_chat_request(peer_id, message.conversation, now)

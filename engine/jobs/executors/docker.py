@@ -65,8 +65,12 @@ class DockerExecutor(BaseExecutor):
         install_network: str = "bridge",
         mhz_per_core: float | None = None,
         grace_s: int = GRACE_S,
+        dev_root: Path = Path("/dev"),
+        sysfs_root: Path = Path("/sys"),
     ) -> None:
         super().__init__(mhz_per_core=mhz_per_core)
+        self.dev_root = dev_root  # where the GPUs' device nodes and sysfs entries are read
+        self.sysfs_root = sysfs_root
         self.node_id = node_id
         self.images = dict(DEFAULT_IMAGES if images is None else images)
         self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
@@ -270,9 +274,11 @@ class DockerExecutor(BaseExecutor):
 
             vendor = gpu_vendor(run)
             status = await self._call(probe_docker, {"DOCKER_HOST": self.docker_host or ""})
-            preflight_gpu_runtime(vendor, status)
+            preflight_gpu_runtime(vendor, status, dev_root=self.dev_root)
             # Only the onboarded cards (run.gpus), never every GPU of the machine.
-            options.update(job_gpu_options(run.gpus))
+            options.update(
+                job_gpu_options(run.gpus, dev_root=self.dev_root, sysfs_root=self.sysfs_root)
+            )
         container = await self._call(self.client().containers.create, **options)
         sock = None
         try:

@@ -1,0 +1,203 @@
+"""A GPU job's container gets the cards onboarded with ``--gpu`` and nothing more, and a GPU
+job that names no vendor runs on the provider's own vendor (never silently as NVIDIA).
+
+There is no GPU on the test machines, so Docker is a recording fake (``FakeDockerClient``:
+what the executor would hand dockerd is the subject); the executor, the GPU option builder,
+the provider's choice of cards and the vendor probes on a built sysfs tree are the real code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+from docker.types import DeviceRequest
+
+from engine import api
+from engine.config import Settings
+from engine.errors import EngineError
+from engine.jobs.executors.base import JobRun, limits_for
+from engine.jobs.executors.docker import DockerExecutor
+from engine.jobs.provider import ProviderJobs
+from engine.jobs.spec import JobSpec
+from engine.resources.gpu.detect import detect_gpus
+from engine.resources.readiness import DockerStatus
+from engine.store import Store
+from tests.doubles.fake_pynvml import FakeNvml
+from tests.test_gpu_detect import add_card
+
+NVIDIA_RUNTIME = DockerStatus("unix:///fake.sock", True, "27.0", ("nvidia", "runc"))
+IMAGES = {"pytorch_nvidia": "img/nvidia", "pytorch_amd": "img/amd", "pytorch_intel": "img/intel"}
+H100 = api.GpuInfo(index=0, vendor="nvidia", name="H100", vram_mb=81_000, uuid="GPU-aaaa")
+OTHER = api.GpuInfo(index=1, vendor="nvidia", name="H100", vram_mb=81_000, uuid="GPU-bbbb")
+
+
+class Refused(Exception):
+    """What the fake dockerd answers every create with: the test looks at the request."""
+
+
+class FakeContainers:
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create(self, **options: Any) -> Any:
+        self.created.append(options)
+        raise Refused("the fake dockerd runs nothing")
+
+
+class FakeDockerClient:
+    """docker.DockerClient's part the executor's start uses: records each create."""
+
+    def __init__(self) -> None:
+        self.containers = FakeContainers()
+
+
+def gpu_spec(vendor: str | None = None) -> JobSpec:
+    return JobSpec(
+        framework="pytorch",
+        script_url="http://127.0.0.1/x.py",
+        device="gpu",
+        gpu_vendor=vendor,
+    )
+
+
+def executor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **kwargs: Any
+) -> tuple[DockerExecutor, FakeDockerClient]:
+    import engine.resources.readiness as readiness
+
+    monkeypatch.setattr(readiness, "probe_docker", lambda environ=None: NVIDIA_RUNTIME)
+    docker = DockerExecutor(images=IMAGES, **kwargs)
+    fake = FakeDockerClient()
+    docker._client = docker._stream_client = fake
+    return docker, fake
+
+
+def start(docker: DockerExecutor, run: JobRun) -> None:
+    async def main() -> None:
+        state = docker._new_state(run)
+        state.entry = "x.py"
+        await docker.start(run)
+
+    trio.run(main)
+
+
+def a_run(tmp_path: Path, spec: JobSpec, gpus: tuple[api.GpuInfo, ...]) -> JobRun:
+    workspace = tmp_path / "job" / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    return JobRun("0123456789ab", spec, workspace, limits_for(spec), gpus=gpus)
+
+
+def test_an_nvidia_container_gets_only_the_onboarded_card(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    docker, fake = executor(monkeypatch, tmp_path)
+    with pytest.raises(Refused):
+        start(docker, a_run(tmp_path, gpu_spec(), (H100,)))
+    (options,) = fake.containers.created
+    (request,) = options["device_requests"]
+    assert isinstance(request, DeviceRequest)
+    assert request.device_ids == ["GPU-aaaa"] and request.count in (None, 0)
+    assert options["image"] == "img/nvidia"
+    assert "devices" not in options
+
+
+def test_a_gpu_job_without_cards_or_with_the_wrong_vendor_is_never_created(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    docker, fake = executor(monkeypatch, tmp_path)
+    with pytest.raises(EngineError, match="given no onboarded GPU"):
+        start(docker, a_run(tmp_path, gpu_spec(), ()))
+    with pytest.raises(EngineError, match="asks for amd GPUs; this one is nvidia"):
+        start(docker, a_run(tmp_path, gpu_spec("amd"), (H100,)))
+    assert fake.containers.created == []
+
+
+def amd_host(tmp_path: Path) -> tuple[Path, Path, tuple[api.GpuInfo, ...]]:
+    """Two AMD cards on a built sysfs tree, detected by the real probes."""
+    sysfs, dev = tmp_path / "sys", tmp_path / "dev"
+    for number, pci, unique in ((0, "0000:03:00.0", "aa01"), (1, "0000:04:00.0", "")):
+        files = {f"drm/renderD{128 + number}": "", "mem_info_vram_total": str(16 << 30)}
+        if unique:
+            files["unique_id"] = unique
+        add_card(sysfs, number, "0x1002", "0x73bf", pci, files=files)
+    (dev / "dri").mkdir(parents=True)
+    for node in ("kfd", "dri/renderD128", "dri/renderD129", "dri/card0", "dri/card1"):
+        (dev / node).touch()
+    gpus, _ = detect_gpus(FakeNvml.with_gpus(0), sysfs_root=sysfs, kfd=dev / "kfd")
+    assert [g.vendor for g in gpus] == ["amd", "amd"]
+    return sysfs, dev, gpus
+
+
+def test_an_amd_job_without_a_vendor_gets_amd_and_only_its_render_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sysfs, dev, gpus = amd_host(tmp_path)
+    docker, fake = executor(monkeypatch, tmp_path, dev_root=dev, sysfs_root=sysfs)
+    for card, node in ((gpus[0], "renderD128"), (gpus[1], "renderD129")):
+        with pytest.raises(Refused):
+            start(docker, a_run(tmp_path, gpu_spec(), (card,)))
+        options = fake.containers.created.pop()
+        assert options["image"] == "img/amd"  # not the NVIDIA image
+        assert options["devices"] == [
+            f"{dev}/kfd:{dev}/kfd:rwm",
+            f"{dev}/dri/{node}:{dev}/dri/{node}:rwm",
+        ]
+        assert "device_requests" not in options
+
+
+def test_an_amd_card_whose_node_is_unknown_is_refused_not_widened(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sysfs, dev, _ = amd_host(tmp_path)
+    docker, fake = executor(monkeypatch, tmp_path, dev_root=dev, sysfs_root=sysfs)
+    ghost = api.GpuInfo(index=5, vendor="amd", name="MI300", vram_mb=1, uuid="GPU-ffff")
+    with pytest.raises(EngineError, match="cannot tell which /dev/dri render node"):
+        start(docker, a_run(tmp_path, gpu_spec(), (ghost,)))
+    assert fake.containers.created == []
+
+
+class FakeNode:
+    """The part of engine.node.Node the provider's offer checks read, over a real store."""
+
+    payments_enabled = False
+
+    def __init__(self, store: Store, gpus: tuple[api.GpuInfo, ...]) -> None:
+        self.store = store
+        self.gpus = gpus
+        self.settings = msgspec.convert({"jobs": {"executors": ["docker"]}}, Settings)
+
+
+def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[str]) -> Any:
+    store = Store(tmp_path / "nunet.db")
+    store.save_onboarding(
+        api.Onboarding(
+            memory_mb=64_000,
+            cpu_mhz=20_000,
+            channel="nunet-test",
+            address="",
+            gpus=tuple(onboarded),
+        ),
+        "onboard",
+    )
+    return ProviderJobs(FakeNode(store, machine), {"docker": DockerExecutor()})  # type: ignore[arg-type]
+
+
+def test_the_provider_gives_a_job_the_onboarded_cards_of_its_own_vendor(tmp_path: Path) -> None:
+    intel = api.GpuInfo(index=0, vendor="intel", name="Arc", vram_mb=16_000, uuid="intel-pci:x")
+    jobs = provider(tmp_path, (H100, OTHER, intel), ["GPU-aaaa", "intel-pci:x"])
+    # OTHER is on the machine but was not onboarded: no job ever sees it.
+    assert jobs._gpus_for(gpu_spec()) == (H100,)
+    assert jobs._gpus_for(gpu_spec("intel")) == (intel,)
+    assert "no amd GPU" in jobs._refusal_reason(gpu_spec("amd"))
+
+
+def test_an_amd_provider_never_treats_a_vendorless_job_as_nvidia(tmp_path: Path) -> None:
+    _, _, gpus = amd_host(tmp_path)
+    jobs = provider(tmp_path, gpus, [gpus[1].uuid])
+    assert jobs._refusal_reason(gpu_spec()) == ""
+    assert jobs._gpus_for(gpu_spec()) == (gpus[1],)
+    assert "no nvidia GPU" in jobs._refusal_reason(gpu_spec("nvidia"))
