@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -133,3 +134,36 @@ def test_real_dir(tmp_path: Path) -> None:
         real_dir(tmp_path / "l", what="workspace")
     with pytest.raises(EngineError, match="not a folder"):
         real_dir(tmp_path / "f", what="workspace")
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the executor chowns only when the provider is root")
+def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) -> None:
+    from engine.jobs.executors.base import JobRun, limits_for
+    from engine.jobs.executors.docker import DockerExecutor
+    from engine.jobs.spec import JobSpec
+
+    outside = tmp_path / "keys"
+    outside.mkdir()
+    (outside / "identity.key").write_text("secret")
+    workspace = tmp_path / "job" / "workspace"
+    (workspace / "outputs").mkdir(parents=True)
+    (workspace / "outputs" / "m.json").write_text("{}")
+    (workspace / "leak").symlink_to(outside)  # what a job may leave behind
+    (workspace / "outputs" / "key").symlink_to(outside / "identity.key")
+    spec = JobSpec(framework="pytorch", script_url="http://127.0.0.1/x.py")
+    run = JobRun("0123456789ab", spec, workspace, limits_for(spec))
+    DockerExecutor()._chown(run)
+    assert workspace.stat().st_uid == 65534
+    assert (workspace / "outputs" / "m.json").stat().st_uid == 65534
+    assert (workspace / "leak").lstat().st_uid == 65534  # the link itself, not its target
+    assert outside.stat().st_uid == 0 and (outside / "identity.key").stat().st_uid == 0
+
+    linked = tmp_path / "linked" / "workspace"
+    linked.parent.mkdir()
+    linked.symlink_to(outside)  # a workspace that is itself a link is never used
+    run = JobRun("0123456789ab", spec, linked, limits_for(spec))
+    with pytest.raises(EngineError, match="symbolic link"):
+        DockerExecutor()._chown(run)
+    with pytest.raises(EngineError, match="symbolic link"):
+        DockerExecutor._workspace_source(run)
+    assert outside.stat().st_uid == 0
