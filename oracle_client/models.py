@@ -11,7 +11,8 @@ Wire shapes (JSON bodies; see docs/payments.md):
 - ``GET /info`` -> ``OracleInfo``
 - ``POST /request-service`` ``ServiceRequest`` -> 200 ``ServiceQuote``; errors ``ErrorReply``:
   404 no_matching_peer, 400 price_above_budget, 409 provider_busy, 409 job_id_taken
-- ``POST /request-reward`` ``RewardRequest`` -> 200 ``RewardGrant``; 202 ``RewardPending``
+- ``POST /request-reward`` ``RewardRequest`` (with the consumer's ``lock_tx``) -> 200
+  ``RewardGrant``, whose signature releases the one output ``escrow_utxo``; 202 ``RewardPending``
   (NuNet's 102: HTTP clients treat a real 1xx as an interim reply and wait for another, so it
   travels as 202 with ``code: 102`` in the body); errors 404 job_not_found, 400/403 receipt
   problems, 409 decision_conflict / lock_not_found, 422 undecidable, 500 internal, 503
