@@ -231,6 +231,8 @@ class NetworkStatus(Record, frozen=True):
     ntx_claimed: float = 0.0
     ntx_paid_out: float = 0.0
     ntx_locked: float = 0.0
+    # Handler and task failures contained since the node started, by name (supervise.py).
+    contained_failures: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 # --- jobs data (issue 5) ------------------------------------------------------------------

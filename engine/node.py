@@ -19,6 +19,7 @@ from engine import api
 from engine.config import Paths, Settings
 from engine.errors import EngineError, ValidationReport
 from engine.identity import Identity
+from engine.network.supervise import supervised
 from engine.onboarding import validate_onboarding
 from engine.probes import HostProbes
 from engine.resources.capacity import (
@@ -149,10 +150,12 @@ class Node:
             return False
         self._network_started = True
         # Not awaited: the engine answers commands while py-libp2p loads and starts.
-        self._services.start_soon(self.network().run)
-        self._services.start_soon(self.jobs().serve)
+        # Each subsystem is supervised: one that fails (a connection error while settling)
+        # is logged and restarted with backoff, never cancelling its siblings in this nursery.
+        self._services.start_soon(supervised, "network", self.network().run)
+        self._services.start_soon(supervised, "jobs", self.jobs().serve)
         if self.payments_enabled:
-            self._services.start_soon(self.payments().escrows.serve)
+            self._services.start_soon(supervised, "settle", self.payments().escrows.serve)
         return True
 
     @property

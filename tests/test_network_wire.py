@@ -16,7 +16,8 @@ MALLORY = Identity(SigningKey(b"\x02" * 32))
 
 def advert(who: Identity, seq: int = 1, channel: str = "ch") -> wire.Advert:
     base = wire.Advert(peer_id="", channel="", cpu_mhz=1000, prices={"basic": 0.5})
-    return adverts.stamp(base, peer_id=who.peer_id, channel=channel, seq=seq, addrs=(), ttl_s=60)
+    addrs = (f"/ip4/127.0.0.1/tcp/4001/p2p/{who.peer_id}",)
+    return adverts.stamp(base, peer_id=who.peer_id, channel=channel, seq=seq, addrs=addrs, ttl_s=60)
 
 
 def test_signed_advert_round_trips() -> None:

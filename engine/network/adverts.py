@@ -15,6 +15,7 @@ import base58
 from libp2p.records.validator import Validator
 
 from engine.network import wire
+from engine.network.addrs import is_usable
 from engine.network.wire import Advert
 
 log = logging.getLogger("nunet.network.adverts")
@@ -50,6 +51,8 @@ class AdvertValidator(Validator):  # libp2p's base class; untyped to mypy
             raise wire.BadSignature("advert stored under another peer's key")
         if wire.channel_digest(advert.channel) != parts[2]:
             raise wire.BadSignature("advert stored under another channel's key")
+        if not is_usable(advert):
+            raise wire.Malformed("advert without a dialable address")
 
     def select(self, key: str, values: list[bytes]) -> int:
         best, best_rank = 0, (-1, -1.0)

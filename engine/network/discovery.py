@@ -15,13 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import base58
-import multiaddr
 import trio
 from libp2p.custom_types import TProtocol
-from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from engine.identity import Identity
-from engine.network import adverts, wire
+from engine.network import adverts, supervise, wire
+from engine.network.addrs import dialable, is_usable
 from engine.network.host import connect, is_connected, peer_id_of
 from engine.network.peers import PeerTable
 from engine.network.ratelimit import PeerRateLimiter
@@ -48,10 +47,12 @@ def envelope_validator(
     schema: Any,
     channel: str,
     limiter: PeerRateLimiter,
+    accept: Callable[[Any], bool] | None = None,
 ) -> Callable[[Any, Any], bool]:
     """A gossipsub topic validator: signed by the origin, on our channel, not flooding.
 
     Rejected messages are not forwarded, so a flooding or forging peer only hurts itself.
+    ``accept`` is a further check on the opened message (adverts: a usable address).
     """
 
     def validate(forwarder: Any, msg: Any) -> bool:
@@ -64,21 +65,25 @@ def envelope_validator(
         except wire.WireError as exc:
             log.warning("%s from %s rejected: %s", kind, origin, exc)
             return False
-        return bool(message.peer_id == origin and message.channel == channel)
+        if not (message.peer_id == origin and message.channel == channel):
+            return False
+        return accept is None or accept(message)
 
-    return validate
+    def never_raises(forwarder: Any, msg: Any) -> bool:
+        # py-libp2p 0.8.1's validate_msg does not catch a sync validator's exception: it
+        # would end the push_msg task (contained by GuardedPubsub, but counted as a failure).
+        try:
+            return validate(forwarder, msg)
+        except Exception as exc:
+            supervise.FAILURES.record(f"{kind} validator", exc)
+            return False
+
+    return never_raises
 
 
 def add_peer_addrs(host: Any, peer_id: str, addrs: tuple[str, ...]) -> None:
     """Teach the peerstore a peer's advertised addresses, so chat and ping can dial it."""
-    good = []
-    for addr in addrs[:8]:
-        try:
-            info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
-        except Exception:
-            continue
-        if str(info.peer_id) == peer_id:
-            good.extend(info.addrs)
+    good = dialable(peer_id, addrs)
     if good:
         host.get_peerstore().add_addrs(peer_id_of(peer_id), good, 3600)
 
@@ -117,6 +122,8 @@ class Discovery:
         self._lookup_now = trio.Event()
         self._limiter = PeerRateLimiter(ADVERT_RATE_PER_S, ADVERT_BURST)
         self.rejected = 0
+        # (peer, path) whose unusable advert was logged: once each, however often it comes.
+        self._unusable_logged: set[tuple[str, str]] = set()
         # The signed bytes of every advert we listed (and ours): handed out on exchange, so a
         # newcomer verifies each signature itself and need not trust whoever relays them.
         self._sealed: dict[str, bytes] = {}
@@ -139,17 +146,23 @@ class Discovery:
     async def run(self) -> None:
         self.pubsub.set_topic_validator(
             self.topic,
-            envelope_validator("advert", wire.Advert, self.channel, self._limiter),
+            envelope_validator(
+                "advert", wire.Advert, self.channel, self._limiter, self._usable_gossip
+            ),
             False,
         )
         subscription = await self.pubsub.subscribe(self.topic)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._receive, subscription)
-            nursery.start_soon(self._publish_loop)
-            nursery.start_soon(self._dht_put_loop)
-            nursery.start_soon(self._lookup_loop)
-            nursery.start_soon(self._watch_subscribers)
+            loops: dict[str, Callable[[], Any]] = {
+                "advert receiver": lambda: self._receive(subscription),
+                "advert publisher": self._publish_loop,
+                "advert DHT writer": self._dht_put_loop,
+                "advert lookup": self._lookup_loop,
+                "subscriber watch": self._watch_subscribers,
+            }
+            for name, loop in loops.items():
+                nursery.start_soon(supervise.supervised, name, loop)
 
     # --- our advert ----------------------------------------------------------------------
 
@@ -233,7 +246,7 @@ class Discovery:
                 if (info is None or info.advert is None) and peer not in self._pulling:
                     self._pulling.add(peer)
                     assert self._nursery is not None
-                    self._nursery.start_soon(self._pull, peer)
+                    self._nursery.start_soon(supervise.guarded("advert pull", self._pull), peer)
             known = current
 
     async def _pull(self, peer: Any) -> None:
@@ -252,10 +265,27 @@ class Discovery:
             except wire.WireError:
                 self.rejected += 1
                 continue
-            await self._accept(advert, msg.data)
+            await self._accept(advert, msg.data, "gossip")
 
-    async def _accept(self, advert: wire.Advert, sealed: bytes) -> None:
+    def _usable(self, advert: wire.Advert, via: str) -> bool:
+        """Nothing to dial: listing it would only make every lookup and dial fail on it."""
+        if is_usable(advert):
+            return True
+        self.rejected += 1
+        key = (advert.peer_id, via)
+        if key not in self._unusable_logged and len(self._unusable_logged) < 1024:
+            self._unusable_logged.add(key)
+            log.info("advert of %s (%s) ignored: no dialable address", advert.peer_id, via)
+        return False
+
+    def _usable_gossip(self, advert: wire.Advert) -> bool:
+        # Checked in the topic validator, so such an advert is not forwarded either.
+        return self._usable(advert, "gossip")
+
+    async def _accept(self, advert: wire.Advert, sealed: bytes, via: str = "exchange") -> None:
         if advert.peer_id == self.identity.peer_id or advert.channel != self.channel:
+            return
+        if not self._usable(advert, via):
             return
         if self.table.on_advert(advert):
             self._sealed[advert.peer_id] = sealed
@@ -263,7 +293,9 @@ class Discovery:
             if self._nursery is not None and advert.peer_id not in self._connecting:
                 # In the background: one slow dial must not hold up the next advert.
                 self._connecting.add(advert.peer_id)
-                self._nursery.start_soon(self._connect, advert.peer_id)
+                self._nursery.start_soon(
+                    supervise.guarded("advert dial", self._connect), advert.peer_id
+                )
         elif advert.peer_id not in self.table:
             self._sealed.pop(advert.peer_id, None)
 
@@ -289,7 +321,7 @@ class Discovery:
                     except wire.WireError:
                         self.rejected += 1
                         continue
-                    await self._accept(advert, data)
+                    await self._accept(advert, data, "exchange")
         except (Exception, trio.TooSlowError) as exc:
             log.info("advert exchange with %s failed: %r", peer, exc)
         finally:
@@ -332,8 +364,9 @@ class Discovery:
         ):
             self._connecting.discard(peer_id)
             return
-        info = self.host.get_peerstore().peer_info(pid)
         try:
+            # Raises when the peerstore holds no address for it (an advert we could not use).
+            info = self.host.get_peerstore().peer_info(pid)
             await connect(self.host, info)
         except (Exception, trio.TooSlowError) as exc:
             log.info("could not connect to %s: %s", peer_id, exc)
@@ -376,7 +409,7 @@ class Discovery:
                 return
             if advert.peer_id == peer_id and peer_id not in self.table:
                 found += 1
-            await self._accept(advert, value)
+            await self._accept(advert, value, "dht")
 
         async with trio.open_nursery() as nursery:
             for peer_id in sorted(ids):

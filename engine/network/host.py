@@ -30,6 +30,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from engine.identity import Identity
+from engine.network.libp2p_guards import guard_host
 
 log = logging.getLogger("nunet.network.host")
 
@@ -111,7 +112,7 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
     """A BasicHost with our key; nothing listens until ``host.run(listen_addrs)``."""
     key_pair = key_pair_of(identity)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    return new_host(
+    host = new_host(
         key_pair=key_pair,
         resource_manager=PerPeerResourceManager(),
         sec_opt={TProtocol(NOISE_PROTOCOL_ID): noise},
@@ -125,6 +126,9 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
         # version multicasts on every interface.
         enable_mDNS=False,
     )
+    # A handler that raises on a stranger's stream must not close the host (libp2p_guards).
+    guard_host(host)
+    return host
 
 
 def listen_multiaddrs(listen: Sequence[str]) -> list[multiaddr.Multiaddr]:

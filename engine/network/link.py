@@ -18,7 +18,7 @@ import trio
 
 from engine import api
 from engine.errors import EngineError
-from engine.network import wire
+from engine.network import supervise, wire
 from engine.network.chat import (
     ChatFailure,
     MessageTooLarge,
@@ -38,7 +38,10 @@ log = logging.getLogger("nunet.network.link")
 
 FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+# Starts in a row that fail on the remembered port before going back to the configured one.
+FALLBACK_AFTER_FAILURES = 3
 QUEUE_RETRY_S = 2.0
+NETWORK_RESTART = "network failed, restarting"
 
 
 class NodeNetwork:
@@ -50,6 +53,9 @@ class NodeNetwork:
         self._wake_queue = trio.Event()
         # Rows being sent right now by a command: the queue loop must not send them again.
         self._in_flight: set[int] = set()
+        # The addresses bound by the first start (tcp/0 resolved): a restart listens there
+        # again, or peers that know our address would lose us for good.
+        self._bound_listen: list[str] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -69,9 +75,19 @@ class NodeNetwork:
         while True:
             channel = self.channel()
             mdns = self.mdns()
+            settings = self.node.settings.network
+            if self._bound_listen and failures >= FALLBACK_AFTER_FAILURES:
+                log.warning(
+                    "cannot listen on %s again; back to %s",
+                    ", ".join(self._bound_listen),
+                    ", ".join(settings.listen),
+                )
+                self._bound_listen = None
+            if self._bound_listen:
+                settings = msgspec.structs.replace(settings, listen=list(self._bound_listen))
             service = NetworkService(
                 self.node.identity,
-                self.node.settings.network,
+                settings,
                 channel,
                 self,
                 chat_seq_floor=self.node.store.chat_seq_floor,
@@ -83,16 +99,21 @@ class NodeNetwork:
                 try:
                     async with trio.open_nursery() as nursery:
                         await nursery.start(service.run)
+                        self._bound_listen = self._bound_listen or service.bound_listen()
                         self.service = service
                         self._running_channel = channel
                         self.node.jobs().attach(service)
                         failures = 0
                         self._announce(online=True, channel=channel)
-                        nursery.start_soon(self._deliver_queued_loop)
+                        nursery.start_soon(
+                            supervise.supervised, "chat queue", self._deliver_queued_loop
+                        )
                         await trio.sleep_forever()
                 except Exception as exc:
                     message = _describe(exc)
-                    log.warning("network on %s failed: %s", channel, message)
+                    supervise.FAILURES.count("network")
+                    # Tests grep for NETWORK_RESTART: nothing a peer sends may lead here.
+                    log.warning("%s on %s: %s", NETWORK_RESTART, channel, message)
                     self._announce(online=False, channel=channel, error=message)
             self.service = None
             self._running_channel = None
@@ -415,6 +436,7 @@ class NodeNetwork:
             cpu_utilisation_percent=_used_percent(totals.cpu_mhz, totals.free_cpu_mhz),
             memory_utilisation_percent=_used_percent(totals.memory_mb, totals.free_memory_mb),
             peers=tuple(sorted(peers, key=lambda p: p.last_seen, reverse=True)),
+            contained_failures=supervise.FAILURES.snapshot(),
             **jobs,
         )
 

@@ -20,17 +20,17 @@ from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.records.validator import NamespacedValidator
 from libp2p.tools.anyio_service import background_trio_service
 
 from engine.config import NetworkSettings
 from engine.identity import Identity
-from engine.network import adverts, wire
+from engine.network import adverts, supervise, wire
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
+from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
 from engine.network.peers import PeerInfo, PeerTable
 
@@ -98,7 +98,22 @@ class NetworkService:
     # --- public API -------------------------------------------------------------------------
 
     def listen_addrs(self) -> list[str]:
-        return hostmod.our_addrs(self.host) if self.host is not None else []
+        try:
+            return hostmod.our_addrs(self.host) if self.host is not None else []
+        except OSError:
+            return []  # closing: the listener's socket is already gone (a restart, a stop)
+
+    def bound_listen(self) -> list[str]:
+        """The listen addresses with the ports actually bound (``tcp/0`` resolved).
+
+        A restart listens on these again, so peers that know our address can still reach us.
+        """
+        if self.host is None:
+            return []
+        try:
+            return [str(addr) for addr in self.host.get_transport_addrs()]
+        except OSError:
+            return []
 
     def peers(self) -> list[PeerInfo]:
         return self.table.snapshot()
@@ -189,7 +204,7 @@ class NetworkService:
             # All test peers share 127.0.0.1; the IP-diversity grafting only adds churn.
             eclipse_protection_enabled=False,
         )
-        self.pubsub = Pubsub(self.host, gossipsub)
+        self.pubsub = GuardedPubsub(self.host, gossipsub)
         validator = NamespacedValidator(
             {adverts.NAMESPACE: adverts.AdvertValidator()}, strict_validation=True
         )
@@ -241,10 +256,15 @@ class NetworkService:
             self.local_discovery = None
 
     def _start_services(self, nursery: trio.Nursery) -> None:
+        # Each loop is supervised: one that fails is restarted alone, never the network.
         nursery.start_soon(
-            hostmod.keep_bootstrapped, self.host, self.settings.bootstrap, self._on_bootstrap
+            supervise.supervised,
+            "bootstrap",
+            lambda: hostmod.keep_bootstrapped(
+                self.host, self.settings.bootstrap, self._on_bootstrap
+            ),
         )
-        nursery.start_soon(self._routing_upkeep)
+        nursery.start_soon(supervise.supervised, "routing upkeep", self._routing_upkeep)
         if self.channel is None:
             return
         self.discovery = Discovery(
@@ -268,8 +288,8 @@ class NetworkService:
             interval_s=self.settings.heartbeat_interval_s,
             figures=self.callbacks.heartbeat,
         )
-        nursery.start_soon(self.discovery.run)
-        nursery.start_soon(self.heartbeats.run)
+        nursery.start_soon(supervise.supervised, "discovery", self.discovery.run)
+        nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
         """Close connections while our tasks still exist; shielded: we may be cancelled."""
