@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from engine.config import Paths
 from tests.conftest import TEST_ADDRESS, run_cli
@@ -43,7 +46,7 @@ def test_onboard_lifecycle(node_home: Paths) -> None:
     assert _json("resource-config", "-m", "9000", "-c", "4500", home=node_home)["memory_mb"] == 9000
     assert _json("pause", home=node_home)["state"] == "paused"
     assert _json("resume", home=node_home)["state"] == "active"
-    assert _json("offboard", home=node_home)["message"].startswith("offboarded")  # type: ignore[union-attr]
+    assert _json("offboard", home=node_home)["message"].startswith("offboarded")  # type: ignore[attr-defined]
     assert _json("info", home=node_home)["onboarded"] is None
 
 
@@ -84,3 +87,90 @@ def test_usage_errors_exit_2(node_home: Paths) -> None:
 def test_not_onboarded_commands_say_what_to_do(node_home: Paths) -> None:
     result = run_cli("pause", home=node_home)
     assert result.returncode == 1 and "nunet-tui onboard" in result.stderr
+
+
+# --- what the CLI reads and writes: secrets on stdin, peer text on the terminal --------------
+
+
+def test_a_piped_secret_loses_exactly_one_line_end(node_home: Paths) -> None:
+    """`echo pw | wallet unlock` stored "pw\\n" before: then only "pw\\n" opened it again."""
+    from engine.payments.keystore import PASSPHRASE_ENV
+
+    none = {PASSPHRASE_ENV: ""}
+    made = run_cli("wallet", "unlock", home=node_home, env=none, input="pass phrase 1\n")
+    assert made.returncode == 0, made.stderr  # the first passphrase creates the keystore
+    # The stored passphrase is exactly the line: the environment's copy (no newline) opens it.
+    exact = run_cli(
+        "wallet", "new", "--json", home=node_home, env={PASSPHRASE_ENV: "pass phrase 1"}
+    )
+    assert exact.returncode == 0, exact.stderr
+    for piped, opens in (
+        ("pass phrase 1\r\n", True),
+        ("pass phrase 1", True),
+        ("pass phrase 1\n\n", False),  # one line end is dropped, not every one
+        (" pass phrase 1\n", False),  # spaces are part of it
+    ):
+        result = run_cli("wallet", "unlock", home=node_home, env=none, input=piped)
+        assert (result.returncode == 0) == opens, (piped, result.stderr)
+        if not opens:
+            assert "wrong passphrase" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_secret_text_and_its_bound() -> None:
+    import io
+
+    from engine.errors import EngineError
+    from engine.secret_input import MAX_SECRET_CHARS, read_secret, secret_text
+
+    assert [secret_text(t) for t in ("pw\n", "pw\r\n", "pw", "pw\n\n", "pw\r", "\n")] == [
+        "pw",
+        "pw",
+        "pw",
+        "pw\n",
+        "pw\r",
+        "",
+    ]
+    assert read_secret(io.StringIO("words of a mnemonic\n"), "mnemonic") == "words of a mnemonic"
+    with pytest.raises(EngineError, match="over 65,536 characters"):
+        read_secret(io.StringIO("x" * (MAX_SECRET_CHARS + 1)), "passphrase")
+
+
+def test_the_one_escaper() -> None:
+    from engine.safe_text import safe, safe_json
+    from nunet_tui.format import safe as tui_safe
+
+    assert tui_safe is safe  # the TUI and the CLI share it
+    assert safe("[bold]ok[/] \\ café 日本") == "[bold]ok[/] \\ café 日本"  # printable stays
+    assert safe("\x1b[2J\x07\x7f\x9b") == "\\x1b[2J\\x07\\x7f\\x9b"  # C0, DEL, C1
+    assert safe("a\u202eb\u2066c\u2069\u200b\ufeff") == "a\\u202eb\\u2066c\\u2069\\u200b\\ufeff"
+    assert safe("tag\U000e0041") == "tag\\U000e0041"  # a format character beyond the BMP
+    assert safe("two\nlines\u2028") == "two\\x0alines\\u2028"  # always one line
+    nasty = {"text": "\x1b]52;c;aGk=\x07 \u202eevil\x7f\x85 café \U000e0041", "n": 1}
+    for indent in (None, 2):
+        out = safe_json(nasty, indent=indent)
+        assert out.replace("\n", "").isprintable() and "café" in out
+        assert json.loads(out) == nasty  # the same JSON, just safe to print
+
+
+def test_job_results_sends_an_absolute_out_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon has its own working directory: the CLI resolves -o before sending it."""
+    import argparse
+
+    from engine import api
+    from nunet_tui.cli import job_output
+
+    sent: list[api.Command] = []
+
+    class RecordingClient:  # a fake of our own EngineClient port
+        def call_blocking(self, command: api.Command, timeout: float = 30.0) -> object:
+            sent.append(command)
+            return None
+
+    monkeypatch.chdir(tmp_path)
+    args = argparse.Namespace(job_id="0123456789ab", out="results/run")
+    job_output.RUNNERS["job results"](args, RecordingClient())
+    assert sent == [
+        api.FetchJobResults(job_id="0123456789ab", out_dir=str(tmp_path / "results/run"))
+    ]

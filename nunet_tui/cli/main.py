@@ -27,11 +27,11 @@ MAX_ROW_ID = (1 << 63) - 1
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse repeats the user's words in its errors (``invalid choice: '…'``): escaped."""
+    """A usage error is one line, and argparse repeats the user's words in it (``invalid
+    choice: '…'``): escaped, like every other line the CLI writes."""
 
     def error(self, message: str) -> Any:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {safe(message)}\n")
+        self.exit(2, f"{self.prog}: error: {safe(message)} (see {self.prog} --help)\n")
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
