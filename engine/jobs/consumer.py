@@ -409,7 +409,16 @@ def _unpack(job: api.JobInfo, archive: Path, out: Path) -> api.JobResults:
     if sha256_file(archive) != job.results_sha256:
         raise EngineError("corrupt", f"the stored results of {job.job_id} are damaged")
     # Each call unpacks into a new folder (name, name-2, ...): runs never overwrite.
-    directory = safe_unpack(archive, out, job.job_id)
+    try:
+        directory = safe_unpack(archive, out, job.job_id)
+    except EngineError as exc:
+        if exc.code != "unsafe_archive":
+            raise
+        raise EngineError(
+            "unsafe_archive",
+            f"the results of {job.job_id} from its provider were refused (nothing was "
+            f"written): {exc.message.removeprefix('the archive was refused: ')}",
+        ) from None
     files = sorted(str(f.relative_to(directory)) for f in directory.rglob("*") if f.is_file())
     return api.JobResults(
         job_id=job.job_id,

@@ -526,14 +526,17 @@ class ProviderJobs:
             nursery.start_soon(self._pump_logs, executor, run)
             status = await executor.wait(run)
         results = None
-        with contextlib.suppress(Exception):
+        notes: tuple[str, ...] = ()
+        try:
             results = await executor.collect_results(run, self.job_dir(job.job_id))
-        if results is not None and results.skipped:  # links, FIFOs... the job left in outputs
-            joblog, now = self.job_log(job.job_id), time.time()
-            joblog.append(
-                api.JobLogLine(seq=joblog.last_seq + 1 + i, stream="system", text=note, at=now)
-                for i, note in enumerate(results.skipped)
-            )
+            notes = results.skipped  # links, FIFOs... the job left in its outputs
+        except Exception as exc:  # the job's outcome stands; the consumer learns why, in its log
+            notes = (f"no results: {exc.message if isinstance(exc, EngineError) else exc}",)
+        joblog, now = self.job_log(job.job_id), time.time()
+        joblog.append(
+            api.JobLogLine(seq=joblog.last_seq + 1 + i, stream="system", text=note, at=now)
+            for i, note in enumerate(notes)
+        )
         current = self.node.store.get_job(job.job_id) or job
         self._finish(current, status, executor.usage(run), results)
 

@@ -264,6 +264,7 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
         took = time.monotonic() - started
         message = result.stderr.strip()
         assert result.returncode != 0, (name, result.stdout)
+        assert message.startswith(f"nunet-tui: error: the results of {job_id} from its provider")
         assert refusal in message and "\n" not in message and "Traceback" not in message, (
             name,
             message,
