@@ -207,6 +207,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     )
     # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
     checkpoint_interval_s: Seconds = 60.0
+    # A consumer's job whose provider stays unreachable (no heartbeat for three intervals)
+    # this much longer ends "interrupted", and its escrow's refund is asked for at once.
+    provider_grace_s: Seconds = 300.0
     # NTX per hour of machine time, per resource tier; advertised to consumers.
     prices: Annotated[
         dict[Annotated[str, _text(32, 1)], Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]],

@@ -47,9 +47,10 @@ class Market:
         port = int(self.oracle_url.rsplit(":", 1)[1].strip("/"))
         self.oracle_server = OracleServer(self.oracle, port=port, poll_interval=0.05).start()
 
-    def toml(self) -> str:
+    def toml(self, ledger_url: str = "") -> str:
+        """``ledger_url``: another way to the same ledger (a flaky link in front of it)."""
         return (
-            f'[payments]\nbackend = "local"\nledger_url = "{self.ledger.url}"\n'
+            f'[payments]\nbackend = "local"\nledger_url = "{ledger_url or self.ledger.url}"\n'
             f'oracle_url = "{self.oracle_url}"\n'
         )
 
@@ -105,14 +106,21 @@ def market(tmp_path: Path, daemons: Callable[..., Daemon]) -> Iterator[Market]:
 
 
 def _paid_pair(
-    market: Market, consumer_ntx: float = 5, provider_jobs: str = PROCESS_JOBS
+    market: Market,
+    consumer_ntx: float = 5,
+    provider_jobs: str = PROCESS_JOBS,
+    *,
+    provider_ledger_url: str = "",
+    consumer_env: dict[str, str] | None = None,
 ) -> tuple[Daemon, Daemon]:
-    consumer = market.spawn("consumer", 41, extra_toml=market.toml(), env=PASSPHRASE)
+    consumer = market.spawn(
+        "consumer", 41, extra_toml=market.toml(), env={**PASSPHRASE, **(consumer_env or {})}
+    )
     provider = market.spawn(
         "provider",
         40,
         bootstrap=consumer.addrs()[0],
-        extra_toml=market.toml() + provider_jobs + PRICES,
+        extra_toml=market.toml(provider_ledger_url) + provider_jobs + PRICES,
         env=PASSPHRASE,
     )
     for daemon, ada, ntx in ((consumer, 20, consumer_ntx), (provider, 10, 0)):

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from engine.jobs.joblog import JobLog
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, validate_spec
+from engine.network.peers import MISSED_HEARTBEATS
 
 if TYPE_CHECKING:
     from engine.network.service import NetworkService
@@ -36,6 +38,14 @@ ASK_TIMEOUT_S = 10.0
 MAX_RESULTS_BYTES = 2 << 30
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
+PROVIDER_UNREACHABLE = "provider unreachable"
+
+
+@dataclass
+class _Heard:
+    """When a followed job's provider was last heard from (POSIX seconds)."""
+
+    at: float
 
 
 class ConsumerJobs:
@@ -226,6 +236,7 @@ class ConsumerJobs:
 
     async def _follow(self, job_id: str) -> None:
         attempt = 0
+        heard = _Heard(time.time())  # a restart gives the provider the whole limit again
         try:
             while True:
                 job = self.node.store.get_job(job_id)
@@ -239,16 +250,113 @@ class ConsumerJobs:
                         if self._results_missing(job):
                             await self._fetch_results(job)
                         return
-                    await self._follow_once(job)
-                    attempt = 0
+                    if await self._follow_watched(job, heard):
+                        attempt = 0
+                        continue
                 except Exception as exc:  # the provider away, a bad stream: retry, never crash
                     log.info("following job %s: %s; retrying", job_id, exc)
-                    await trio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
-                    attempt += 1
+                # Redial on the retry schedule; look at the provider's silence more often.
+                retry_at = trio.current_time() + RETRY_S[min(attempt, len(RETRY_S) - 1)]
+                attempt += 1
+                while (left := retry_at - trio.current_time()) > 0:
+                    try:
+                        if self._ended_by_silence(job_id, heard):
+                            break
+                    except Exception as exc:  # the store, the escrow: never the nursery's
+                        log.warning("job %s: judging the provider's silence: %s", job_id, exc)
+                    await trio.sleep(min(left, self._watch_poll_s()))
         finally:
             self._following.discard(job_id)
 
-    async def _follow_once(self, job: api.JobInfo) -> None:
+    # --- a provider that vanishes ----------------------------------------------------------
+
+    def _silence_limit_s(self) -> float:
+        return MISSED_HEARTBEATS * self.node.settings.network.heartbeat_interval_s
+
+    def _watch_poll_s(self) -> float:
+        return max(0.1, min(self.node.settings.network.heartbeat_interval_s / 4, 5.0))
+
+    def _silent_for(self, provider: str, heard: _Heard) -> float:
+        """Seconds since the provider was last heard: a heartbeat or advert on the channel, or
+        an Update of this job. Our own network down blames nobody: the count starts again."""
+        now = time.time()
+        try:
+            info = self._service().table.get(provider)
+        except EngineError:
+            heard.at = now
+            return 0.0
+        if info is not None:
+            heard.at = max(heard.at, info.last_seen)
+        return max(0.0, now - heard.at)
+
+    async def _follow_watched(self, job: api.JobInfo, heard: _Heard) -> bool:
+        """Follow once; False when the provider went silent, which ends a stream that a
+        vanished machine would otherwise leave open forever."""
+        done = trio.Event()
+        with trio.CancelScope() as scope:
+            if self._nursery is not None:
+                self._nursery.start_soon(self._watch, job.provider, heard, scope, done)
+            try:
+                await self._follow_once(job, heard)
+            finally:
+                done.set()
+        return not scope.cancelled_caught
+
+    async def _watch(
+        self, provider: str, heard: _Heard, scope: trio.CancelScope, done: trio.Event
+    ) -> None:
+        while not done.is_set():
+            with trio.move_on_after(self._watch_poll_s()):
+                await done.wait()
+            try:
+                silent = self._silent_for(provider, heard) >= self._silence_limit_s()
+            except Exception as exc:  # never the nursery's problem
+                log.info("watching provider %s: %s", provider, exc)
+                return
+            if silent and not done.is_set():
+                scope.cancel()
+                return
+
+    def _ended_by_silence(self, job_id: str, heard: _Heard) -> bool:
+        """While a follow is down: a provider silent for three heartbeats is shown as
+        unreachable; past the grace the job ends interrupted (True) and its refund is asked."""
+        job = self.node.store.get_job(job_id)
+        if job is None or job.state in api.TERMINAL_STATES:
+            return False
+        silent = self._silent_for(job.provider, heard)
+        limit = self._silence_limit_s()
+        if silent < limit:
+            return False
+        grace = max(0.0, self.node.settings.jobs.provider_grace_s)
+        if silent < limit + grace:
+            if not job.reason.startswith(PROVIDER_UNREACHABLE):
+                self._save(
+                    msgspec.structs.replace(
+                        job,
+                        reason=f"{PROVIDER_UNREACHABLE}: no heartbeat for {silent:.0f} s; the "
+                        f"job ends interrupted if it stays away {grace:g} s more",
+                    )
+                )
+            return False
+        asked = False
+        if self.node.payments_enabled:
+            try:  # the escrow first: a crash after it still finds the job to end again
+                asked = self.node.payments().escrows.provider_vanished(job)
+            except Exception as exc:
+                log.warning("job %s: cannot ask for the refund: %s", job_id, exc)
+        reason = f"{PROVIDER_UNREACHABLE} for {silent:.0f} s: the job ended interrupted"
+        self._save(
+            msgspec.structs.replace(
+                job,
+                state="interrupted",
+                reason=reason + ("; its escrow's refund is asked for" if asked else ""),
+                finished_at=job.finished_at or time.time(),
+            )
+        )
+        log.info("job %s: %s", job_id, reason)
+        return True
+
+    async def _follow_once(self, job: api.JobInfo, heard: _Heard | None = None) -> None:
         service = self._service()
         joblog = self.job_log(job.job_id)
         stream = await self._open(service, job.provider)
@@ -262,6 +370,8 @@ class ConsumerJobs:
                 received = await p.receive(stream, job.provider)
                 if received is None:
                     return
+                if heard is not None:
+                    heard.at = time.time()
                 update, _ = received
                 if isinstance(update, p.Refusal):
                     self._save(

@@ -13,11 +13,15 @@ The steps, and where the job protocol calls them:
   it and sends it back (``Countersign``);
 - then whoever the oracle's rules pay asks it for the release signature and spends the lock:
   the provider claims, the consumer takes a refund. Without a decision (oracle down, a peer
-  that never countersigns) the consumer can take the lock back after the deadline.
+  that never countersigns) the consumer can take the lock back after the deadline;
+- consumer, when its provider vanished mid-job (silent past the grace, jobs/consumer.py): its
+  own receipt says "interrupted, the provider's fault" and asks the oracle for the refund at
+  once, which the oracle grants unless the provider reported the job.
 
 Every step is written to the store before it is acted on. A claim or refund transaction is
 kept (CBOR) before it is submitted, so after a restart the same transaction is sent again or
-found spent: a claim is never lost and never made twice.
+found spent, and one that can never land is replaced by a fresh one from the same decision
+(settle.py): a claim is never lost and never made twice.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ LOCK_WAIT_S = 60.0  # how long a provider waits for the consumer's lock to show 
 LOCK_POLL_S = 1.0
 SETTLE_RETRY_S = 15.0  # open escrows are retried this often (oracle down, tx refused...)
 SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provider's claim
+SETTLE_BACKOFF_S = 1.0  # a failing escrow is tried again after 1, 2, 4 ... s
+SETTLE_BACKOFF_MAX_S = 30.0
 Role = Literal["consumer", "provider"]
 
 
@@ -363,7 +369,6 @@ class Escrows:
         if record.receipt:
             return record.receipt
         started = job.started_at is not None
-        metering = job.metering
         receipt = rc.Receipt(
             job_id=job.job_id,
             consumer_peer_id=record.consumer_peer,
@@ -374,19 +379,51 @@ class Escrows:
             outcome=job.state,  # type: ignore[arg-type]
             fault=fault_of(job.state, job.exit_code, started),  # type: ignore[arg-type]
             started=started,
-            metering=rc.Metering(
-                wall_s=metering.wall_s if metering else 0.0,
-                cpu_s=metering.cpu_s if metering else 0.0,
-                gpu_s=metering.gpu_s if metering else 0.0,
-                max_memory_mb=metering.peak_ram_mb if metering else 0.0,
-            ),
+            metering=_metering(job),
             finished_at=int((job.finished_at or time.time()) * 1000),
         )
         signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
-        self.keep(record, receipt=text)
-        self.save(self.get(job.job_id) or record, outcome=job.state)
+        self.save(msgspec.structs.replace(record, receipt=text), outcome=job.state)
+        self._wake.set()  # reported to the oracle at once: it then knows the provider stayed
         return text
+
+    def provider_vanished(self, job: api.JobInfo) -> bool:
+        """Consumer: the provider went silent mid-job and the grace passed. Our own receipt
+        says so (interrupted, the provider's fault), and the refund is asked for at once; the
+        oracle grants it only while the provider never reported the job. False: nothing to
+        do (unpaid, or a receipt is already under way)."""
+        from oracle_client import receipt as rc
+
+        record = self.get(job.job_id)
+        if record is None or record.info.role != "consumer" or record.info.state != "locked":
+            return False
+        if record.receipt:
+            return False
+        receipt = rc.Receipt(
+            job_id=job.job_id,
+            consumer_peer_id=record.consumer_peer,
+            provider_peer_id=record.provider_peer,
+            consumer_pkh=record.info.consumer_pkh,
+            provider_pkh=record.info.provider_pkh,
+            amount=record.info.amount,
+            outcome="interrupted",
+            fault="provider",
+            started=job.started_at is not None,
+            metering=_metering(job),
+            finished_at=int(time.time() * 1000),
+        )
+        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        text = msgspec.json.encode(signed).decode()
+        self.save(
+            msgspec.structs.replace(record, receipt=text),
+            state="receipt",
+            outcome="interrupted",
+            error="the provider vanished mid-job: asking the oracle for the refund",
+        )
+        log.info("job %s: provider %s vanished; asking for the refund", job.job_id, job.provider)
+        self._wake.set()
+        return True
 
     async def countersign(self, job: api.JobInfo, text: str) -> str:
         """Consumer: check the provider's receipt against what we saw; our signature added."""
@@ -453,20 +490,46 @@ class Escrows:
     # --- settling ---------------------------------------------------------------------------
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Settle what is open: after a restart, after the oracle came back, at the deadline."""
+        """Settle what is open: after a restart, after the oracle came back, at the deadline.
+
+        Each escrow that fails (the chain or the oracle unreachable, a tx refused, anything
+        else) is retried on its own exponential backoff; no failure leaves this loop, so none
+        can cancel the node's other services."""
         task_status.started()
+        failures: dict[str, tuple[int, float]] = {}  # job id -> (failures in a row, retry at)
         while True:
             soon = False
-            for raw in self.node.store.list_escrows(api.ESCROW_OPEN_STATES):
+            now = trio.current_time()
+            due = now + SETTLE_RETRY_S
+            # "undecided" too: a consumer's lock the oracle would not release comes back
+            # after its deadline without anyone asking.
+            for raw in self.node.store.list_escrows((*api.ESCROW_OPEN_STATES, "undecided")):
                 record = msgspec.json.decode(raw, type=EscrowRecord)
-                try:
-                    info = await self.settle(record.info.job_id, automatic=True)
-                except EngineError as exc:
-                    log.info("escrow of job %s: %s", record.info.job_id, exc.message)
+                job_id = record.info.job_id
+                count, retry_at = failures.get(job_id, (0, 0.0))
+                if retry_at > now:
+                    due = min(due, retry_at)
                     continue
-                # The provider claims within seconds of the decision: look again soon.
-                soon = soon or (info.state == "receipt" and info.reward_type == "withdraw")
-            with trio.move_on_after(SETTLE_SOON_S if soon else SETTLE_RETRY_S):
+                try:
+                    info = await self.settle(job_id, automatic=True)
+                except Exception as exc:
+                    delay = min(SETTLE_BACKOFF_MAX_S, SETTLE_BACKOFF_S * 2**count)
+                    failures[job_id] = (count + 1, trio.current_time() + delay)
+                    due = min(due, trio.current_time() + delay)
+                    if isinstance(exc, EngineError):
+                        log.info("escrow of job %s: %s (again in %g s)", job_id, exc.message, delay)
+                    elif count == 0:  # a bug, not the weather: its traceback once
+                        log.exception("escrow of job %s: settling failed", job_id)
+                    continue
+                failures.pop(job_id, None)
+                # The provider claims within seconds of the decision, and a submitted tx lands
+                # within a block or two: look again soon.
+                soon = soon or (
+                    (info.state == "receipt" and info.reward_type == "withdraw")
+                    or info.state in ("claiming", "refunding")
+                )
+            wait = SETTLE_SOON_S if soon else due - trio.current_time()
+            with trio.move_on_after(max(0.0, min(wait, SETTLE_RETRY_S))):
                 await self._wake.wait()
             self._wake = trio.Event()
 
@@ -480,6 +543,18 @@ class Escrows:
                 raise EngineError("not_found", f"no escrow for job {job_id}; `reward list`")
             record = await settle.advance(self, record, automatic=automatic)
             return record.info
+
+
+def _metering(job: api.JobInfo) -> Any:
+    from oracle_client import receipt as rc
+
+    metering = job.metering
+    return rc.Metering(
+        wall_s=metering.wall_s if metering else 0.0,
+        cpu_s=metering.cpu_s if metering else 0.0,
+        gpu_s=metering.gpu_s if metering else 0.0,
+        max_memory_mb=metering.peak_ram_mb if metering else 0.0,
+    )
 
 
 async def _oracle_call(call: Callable[[], Any]) -> Any:

@@ -3,22 +3,35 @@
 | side     | state     | what moves it on                                                    |
 |----------|-----------|---------------------------------------------------------------------|
 | consumer | locking   | the lock is found on chain (locked), or never got there (nothing spent) |
-| consumer | locked    | the deadline passed without a decision: refund without the oracle   |
+| consumer | locked    | the provider vanished mid-job: a receipt of ours says so (receipt); |
+|          |           | the deadline passed without a decision: refund without the oracle   |
 | both     | receipt   | the oracle's decision: the provider claims or the consumer refunds  |
-| provider | claiming  | the kept claim tx is on chain (claimed), else it is sent again      |
-| consumer | refunding | the kept refund tx is on chain (refunded), else it is sent again    |
+| provider | verified  | with our receipt: reported to the oracle, which answers its decision |
+| provider | claiming  | the lock is spent (claimed); else the kept claim tx is sent again,  |
+|          |           | or rebuilt from the same decision once it can never land            |
+| consumer | refunding | the same for the refund tx (refunded)                               |
 | consumer | receipt   | the provider spent the lock (paid_out)                              |
+| consumer | undecided | the oracle would not decide: refund without it after the deadline   |
 
 The chain is the judge of "done": a lock that is no longer at the script address was spent,
-and the kept tx says by whom. A kept tx is submitted again only while the lock is still there,
-so a restart never makes a second claim.
+and the kept tx says by whom. A submitted tx is "done" only once the chain shows the lock
+spent; until then it stays kept and is sent again (a dropped tx that is still valid is the
+same tx). A kept tx that can never land any more (its validity upper bound passed on the
+chain's clock, or one of its wallet inputs was spent elsewhere) is replaced by a fresh one
+built and signed from the same oracle decision; the new tx is kept, in the same write that
+drops the old one, before it is sent. Since the old one can no longer land, the kept tx is
+always the one that spent the lock, and a restart between keeping and sending sends the new
+one once. Network trouble (the chain backend or the oracle unreachable, timeouts, 5xx) is an
+``EngineError`` like any refusal: the loop (escrow.py ``serve``) retries that escrow with
+exponential backoff, and no failure of one escrow leaves the loop.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -29,6 +42,7 @@ if TYPE_CHECKING:
     from engine.payments.escrow import EscrowRecord, Escrows
 
 log = logging.getLogger("nunet.payments.settle")
+T = TypeVar("T")
 
 
 async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
@@ -44,8 +58,9 @@ async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
     if role == "consumer" and state in ("locked", "undecided"):
         return await _deadline_refund(escrows, record, automatic=automatic)
     if role == "provider" and state == "verified" and record.receipt:
-        # Our receipt went out but no countersignature came back: the consumer may have
-        # asked the oracle with its own copy, and a decision is the same for both sides.
+        # Our receipt went out but no countersignature came back: it goes to the oracle as
+        # our report (it then never takes the consumer's word that we vanished), and the
+        # answer is the decision once the consumer asked with its copy.
         return await _decide(escrows, record, automatic=automatic)
     if not automatic and state == "verified":
         raise EngineError(
@@ -69,10 +84,55 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
                 return escrow.utxo
         return None
 
+    return await _chain(escrows, find, "reading the escrow lock")
+
+
+async def _chain(escrows: Escrows, call: Callable[[], T], what: str) -> T:
+    """A blocking chain call whose network failures come back as one retryable line."""
+    from oracle_client import transactions as txs
+
     try:
-        return await escrows.blocking(find)
+        return await escrows.blocking(call)
+    except EngineError:
+        raise
     except Exception as exc:
-        raise EngineError("chain", f"cannot read the chain: {exc}") from None
+        if unreachable(exc):
+            raise EngineError(
+                "chain", f"{what}: the chain backend is unreachable ({_plain(exc)}); retrying"
+            ) from None
+        if isinstance(exc, txs.TxError):
+            raise
+        raise EngineError("chain", f"{what}: the chain backend failed: {_plain(exc)}") from None
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a failure is the network's (connection, timeout, 5xx), anywhere in its causes:
+    pycardano wraps Blockfrost's ApiError, which wraps the HTTP reply."""
+    import httpx
+    import requests
+    from blockfrost import ApiError
+
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen or len(seen) > 16:
+            continue
+        seen.add(id(current))
+        if isinstance(
+            current,
+            requests.ConnectionError | requests.Timeout | httpx.TransportError | OSError,
+        ):
+            return True
+        if isinstance(current, ApiError) and int(getattr(current, "status_code", 0)) >= 500:
+            return True
+        todo.extend((current.__cause__, current.__context__))
+    return False
+
+
+def _plain(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 async def _locking(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
@@ -83,19 +143,18 @@ async def _locking(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
 
 
 async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
-    from oracle_client.client import OracleUnavailable, Undecidable
+    from oracle_client.client import OracleUnavailable, ReceiptRejected, Undecidable
     from oracle_client.models import RewardGrant, RewardPending, RewardRequest
     from oracle_client.receipt import Receipt
 
     info = record.info
     if info.role == "consumer" and await _lock_utxo(escrows, record) is None:
         return escrows.save(record, state="paid_out", reward_type="withdraw", error="")
-    # Only a receipt both peers signed may ask for a decision; one signature asks for news.
-    receipt = (
-        msgspec.json.decode(record.receipt.encode(), type=Receipt)
-        if info.state == "receipt"
-        else None
-    )
+    # A receipt both peers signed asks for the decision; the provider's own receipt is its
+    # report (the oracle then never takes the consumer's word that it vanished) and asks for
+    # news; the consumer's alone says the provider vanished mid-job.
+    receipt = msgspec.json.decode(record.receipt.encode(), type=Receipt) if record.receipt else None
+    alone = receipt is not None and not (receipt.consumer_signature and receipt.provider_signature)
     try:
         async with escrows.oracle() as oracle:
             # Naming our lock tx: the oracle signs for that one output only.
@@ -105,6 +164,13 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
             answer = await oracle.request_reward(request)
     except Undecidable as exc:
         return escrows.save(record, state="undecided", error=str(exc))
+    except ReceiptRejected as exc:
+        if info.role == "consumer" and alone:
+            # The oracle would not take our word that the provider vanished (it reported
+            # the job): the deadline refund remains.
+            return escrows.save(record, state="undecided", error=str(exc))
+        escrows.save(record, error=f"the oracle refused: {exc}")
+        raise EngineError("oracle", f"the oracle refused: {exc}") from None
     except OracleUnavailable as exc:
         escrows.save(record, error=str(exc))
         raise EngineError("oracle_unavailable", str(exc)) from None
@@ -114,8 +180,11 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
     if isinstance(answer, RewardPending):
         return escrows.save(record, error=answer.reason)
     assert isinstance(answer, RewardGrant)
-    record = escrows.keep(record, grant=msgspec.json.encode(answer).decode())
-    record = escrows.save(record, reward_type=answer.reward_type, error="")
+    record = escrows.save(
+        msgspec.structs.replace(record, grant=msgspec.json.encode(answer).decode()),
+        reward_type=answer.reward_type,
+        error="",
+    )
     ours = "withdraw" if info.role == "provider" else "refund"
     if answer.reward_type != ours:
         if info.role == "provider":
@@ -124,6 +193,13 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
                 raise _settled_the_other_way(record)
         return record  # consumer: the provider claims; the loop sees the lock spent
     return await _spend(escrows, record, answer)
+
+
+def _kept_grant(record: EscrowRecord) -> Any:
+    """The oracle decision a kept tx was built from (None: a refund after the deadline)."""
+    from oracle_client.models import RewardGrant
+
+    return msgspec.json.decode(record.grant.encode(), type=RewardGrant) if record.grant else None
 
 
 async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRecord:
@@ -162,41 +238,100 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
         )
 
     try:
-        tx = await escrows.blocking(build)
+        tx = await _chain(escrows, build, f"building the {_kind(record)} tx")
     except txs.DeadlineNotReached as exc:
         raise EngineError("not_ready", str(exc)) from None
     except txs.TxError as exc:
         escrows.save(record, error=str(exc))
         raise EngineError("payment", str(exc)) from None
     busy = "claiming" if record.info.role == "provider" else "refunding"
-    record = escrows.keep(record, tx_cbor=tx.to_cbor_hex())
-    record = escrows.save(record, state=busy, claim_tx=str(tx.id))
-    return await _resubmit(escrows, record)
+    # One write keeps the new tx and drops the one it replaces: before anything is sent.
+    record = escrows.save(
+        msgspec.structs.replace(record, tx_cbor=tx.to_cbor_hex()),
+        state=busy,
+        claim_tx=str(tx.id),
+    )
+    return await _resubmit(escrows, record, fresh=True)
 
 
-async def _resubmit(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
+async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = False) -> EscrowRecord:
+    """Send the kept tx (again), or replace it once it can never land; done once the chain
+    shows the lock spent."""
     from pycardano import Transaction
 
     from oracle_client import transactions as txs
 
     done = "claimed" if record.info.role == "provider" else "refunded"
-    if await _lock_utxo(escrows, record) is None:
-        record = escrows.save(record, state=done, error="")
-        await _report(escrows, record, "confirmed")
-        return record
+    lock = await _lock_utxo(escrows, record)
+    if lock is None:
+        return await _done(escrows, record, "confirmed")
     context = await escrows.node.payments().chain_context()
     tx = Transaction.from_cbor(record.tx_cbor)
+    if not fresh:
+        dead = await _never_lands(escrows, record, tx, lock)
+        if dead:
+            # Looked at again after the verdict: a lock still there now was not spent by the
+            # old tx, and it never will be.
+            if await _lock_utxo(escrows, record) is None:
+                return await _done(escrows, record, "confirmed")
+            log.info(
+                "job %s: the kept %s tx %s %s: rebuilding it from the same oracle decision",
+                record.info.job_id,
+                _kind(record),
+                tx.id,
+                dead,
+            )
+            return await _spend(escrows, record, _kept_grant(record))
     try:
-        await escrows.blocking(lambda: txs.submit(context, tx))
+        await _chain(escrows, lambda: txs.submit(context, tx), f"submitting the {_kind(record)} tx")
     except txs.TxError as exc:
         if await _lock_utxo(escrows, record) is None:  # spent meanwhile: by our tx
-            return escrows.save(record, state=done, error="")
+            return await _done(escrows, record, "confirmed")
         escrows.save(record, error=f"the chain refused the {done[:-2]} tx: {exc}")
         raise EngineError("payment", f"the chain refused the transaction: {exc}") from None
-    log.info("job %s: %s %s NTX (tx %s)", record.info.job_id, done, record.info.ntx, tx.id)
-    record = escrows.save(record, state=done, error="")
+    except EngineError as exc:
+        escrows.save(record, error=exc.message)
+        raise
+    if await _lock_utxo(escrows, record) is None:
+        log.info("job %s: %s %s NTX (tx %s)", record.info.job_id, done, record.info.ntx, tx.id)
+        return await _done(escrows, record, "submitted")
+    # Accepted but not on chain yet (a mempool): the lock's absence will say it landed.
+    record = escrows.save(record, error=f"the {_kind(record)} tx {tx.id} is waiting for a block")
     await _report(escrows, record, "submitted")
     return record
+
+
+async def _never_lands(escrows: Escrows, record: EscrowRecord, tx: Any, lock: Any) -> str:
+    """Why a kept tx can never be on chain ("" while it still can): its validity upper bound
+    passed on the chain's clock, or a wallet input of it was spent by another tx."""
+    context = await escrows.node.payments().chain_context()
+    address = escrows.node.payments().wallet().address
+    body = tx.transaction_body
+
+    def verdict() -> str:
+        tip = int(context.last_block_slot)
+        if body.ttl is not None and tip >= int(body.ttl):
+            return f"expired (valid until slot {body.ttl}, the chain is at slot {tip})"
+        ours = {(u.input.transaction_id.payload, u.input.index) for u in context.utxos(address)}
+        mine = (lock.input.transaction_id.payload, lock.input.index)
+        for tx_input in body.inputs:
+            ref = (tx_input.transaction_id.payload, tx_input.index)
+            if ref != mine and ref not in ours:
+                return "was dropped (one of its inputs was spent by another tx)"
+        return ""
+
+    return await _chain(escrows, verdict, f"checking the kept {_kind(record)} tx")
+
+
+async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRecord:
+    done = "claimed" if record.info.role == "provider" else "refunded"
+    record = escrows.save(record, state=done, error="")
+    await _report(escrows, record, status)
+    return record
+
+
+def _kind(record: EscrowRecord) -> str:
+    return "claim" if record.info.role == "provider" else "refund"
 
 
 async def _report(escrows: Escrows, record: EscrowRecord, status: str) -> None:

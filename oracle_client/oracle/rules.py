@@ -14,6 +14,13 @@ map that agreement to one of the two messages the escrow accepts:
 | failed/oom/timeout/...    | yes     | none     | undecidable: no signature; the       |
 |                           |         |          | consumer takes it back after the     |
 |                           |         |          | deadline                             |
+
+A receipt the consumer signed alone says one thing only: the provider vanished mid-job
+(``interrupted``, the provider's fault, started or not). It decides ``refund`` while the
+provider never reported the job (a provider that is still there sends its own signed receipt
+as soon as the job ends, and then only a receipt both signed decides). It gives a consumer
+nothing it could not have without the oracle: a consumer that never countersigns takes its
+lock back after the deadline anyway; it only spares an honest one the wait.
 """
 
 from __future__ import annotations
@@ -41,3 +48,23 @@ def decide(receipt: Receipt) -> RewardType:
         "neither peer: no rule pays either side; the consumer can take the lock back after "
         "its deadline"
     )
+
+
+def decide_vanished(receipt: Receipt, provider_reported: Receipt | None) -> RewardType:
+    """The decision on a receipt signed by the consumer alone (its signature already checked)."""
+    if receipt.outcome != "interrupted" or receipt.fault != "provider":
+        raise UnsignedByProvider(
+            "the receipt is not signed by the provider: the consumer's signature alone only "
+            "says the provider vanished (outcome 'interrupted', fault 'provider')"
+        )
+    if provider_reported is not None:
+        raise UnsignedByProvider(
+            f"the provider reported this job (it says it ended {provider_reported.outcome!r}): "
+            "only a receipt both peers signed decides it now; countersign the provider's "
+            "receipt, or take the lock back after its deadline"
+        )
+    return "refund"
+
+
+class UnsignedByProvider(ValueError):
+    pass

@@ -29,9 +29,20 @@ from oracle_client.models import (
     quote_message,
 )
 from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, LockChecker, LockNotFound
-from oracle_client.oracle.rules import UndecidableReceipt, decide
+from oracle_client.oracle.rules import (
+    UndecidableReceipt,
+    UnsignedByProvider,
+    decide,
+    decide_vanished,
+)
 from oracle_client.oracle.store import Store
-from oracle_client.receipt import InvalidSignature, MissingSignature, Receipt, verify
+from oracle_client.receipt import (
+    InvalidSignature,
+    MissingSignature,
+    Receipt,
+    verify,
+    verify_signature,
+)
 
 # A quote holds a provider slot until it is decided or its deadline passes; a deadline far in
 # the future would let one consumer block a provider for that long.
@@ -112,7 +123,9 @@ class Oracle:
                 reason=f"job {request.job_id} is still running: no final receipt signed by "
                 "both peers yet",
             )
-        kind = self._judge(request.receipt, quote)
+        if not request.receipt.consumer_signature:
+            return self._provider_report(request.receipt, quote)
+        kind, vanished = self._judge(request.receipt, quote)
         if decided is not None:
             return _same_decision(decided, kind)
         try:
@@ -132,13 +145,39 @@ class Oracle:
         except ChainUnavailable as exc:
             raise OracleRefusal(503, "chain_unavailable", str(exc)) from None
         with self.store.transaction():
-            # Checked again under the write lock: a concurrent request may have decided first.
+            # Checked again under the write lock: a concurrent request may have decided first,
+            # or the provider reported in the meantime.
             decided = self.store.decision(request.job_id)
             if decided is not None:
                 return _same_decision(decided, kind)
+            if vanished:
+                self._vanished(request.receipt)
             grant = self._grant(quote, kind, lock_ref)
             self.store.add_decision(grant, msgspec.json.encode(request.receipt), lock_ref)
         return grant
+
+    def _provider_report(
+        self, receipt: Receipt, quote: ServiceQuote
+    ) -> RewardGrant | RewardPending:
+        """The provider's own receipt: recorded as proof that it did not vanish; the answer
+        is the decision if there is one, else "waiting"."""
+        self._check_parties(receipt, quote)
+        try:
+            verify_signature(receipt, "provider")
+        except MissingSignature as exc:
+            raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
+        except InvalidSignature as exc:
+            raise OracleRefusal(403, "receipt_invalid", str(exc)) from None
+        with self.store.transaction():
+            self.store.add_provider_report(receipt)
+        decided = self.store.decision(receipt.job_id)
+        if decided is not None:
+            return decided
+        return RewardPending(
+            job_id=receipt.job_id,
+            reason=f"job {receipt.job_id}: the provider's receipt is recorded; the decision "
+            "waits for the consumer's countersignature",
+        )
 
     def send_status(self, report: StatusReport) -> StatusAck:
         if self.store.job(report.job_id) is None:
@@ -191,8 +230,7 @@ class Oracle:
             signature=self._key.sign(message).signature.hex(),
         )
 
-    def _judge(self, receipt: Receipt, quote: ServiceQuote) -> RewardType:
-        """The decision this receipt asks for, once it is shown to be this job's and signed."""
+    def _check_parties(self, receipt: Receipt, quote: ServiceQuote) -> None:
         mismatched = [
             name
             for name, ours, theirs in (
@@ -210,16 +248,33 @@ class Oracle:
                 "receipt_mismatch",
                 f"the receipt's {', '.join(mismatched)} differ from the registered job",
             )
+
+    def _judge(self, receipt: Receipt, quote: ServiceQuote) -> tuple[RewardType, bool]:
+        """The decision this receipt asks for, once it is shown to be this job's and signed;
+        True with it when the consumer alone signed (the provider vanished)."""
+        self._check_parties(receipt, quote)
+        alone = not receipt.provider_signature
         try:
-            verify(receipt)
+            if alone:
+                verify_signature(receipt, "consumer")
+            else:
+                verify(receipt)
         except MissingSignature as exc:
             raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
         except InvalidSignature as exc:
             raise OracleRefusal(403, "receipt_invalid", str(exc)) from None
+        if alone:
+            return self._vanished(receipt), True
         try:
-            return decide(receipt)
+            return decide(receipt), False
         except UndecidableReceipt as exc:
             raise OracleRefusal(422, "undecidable", str(exc)) from None
+
+    def _vanished(self, receipt: Receipt) -> RewardType:
+        try:
+            return decide_vanished(receipt, self.store.provider_report(receipt.job_id))
+        except UnsignedByProvider as exc:
+            raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
 
     def _grant(self, quote: ServiceQuote, kind: RewardType, lock_ref: str) -> RewardGrant:
         beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh

@@ -1,4 +1,5 @@
-"""The oracle's SQLite store: registered jobs, the one decision per job, reported transactions.
+"""The oracle's SQLite store: registered jobs, the one decision per job, the provider's own
+receipt (proof that it did not vanish), reported transactions.
 
 The decisions table is what makes the oracle safe to run: its primary key is the job id, and a
 decision is written in the same IMMEDIATE transaction that checked there was none, so even two
@@ -18,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from oracle_client.models import RewardGrant, ServiceQuote, ServiceRequest, StatusReport
+from oracle_client.receipt import Receipt
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -36,6 +38,11 @@ CREATE TABLE IF NOT EXISTS decisions (
     receipt TEXT NOT NULL,       -- the receipt it was decided on, JSON
     lock_ref TEXT NOT NULL,      -- the escrow UTxO seen on chain
     decided_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reports (
+    job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+    receipt TEXT NOT NULL,       -- the provider's own signed receipt, JSON (its first one)
+    reported_at INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS tx_reports (
     id INTEGER PRIMARY KEY,
@@ -133,6 +140,22 @@ class Store:
                     lock_ref,
                     grant.decided_at,
                 ),
+            )
+
+    def provider_report(self, job_id: str) -> Receipt | None:
+        """The receipt the job's provider signed and sent on its own, if it ever did."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT receipt FROM reports WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return None if row is None else msgspec.json.decode(row[0], type=Receipt)
+
+    def add_provider_report(self, receipt: Receipt) -> None:
+        """Keep the provider's first report; later ones change nothing."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO reports VALUES (?, ?, ?)",
+                (receipt.job_id, msgspec.json.encode(receipt).decode(), _now_ms()),
             )
 
     def add_tx_report(self, report: StatusReport) -> None:
