@@ -134,6 +134,26 @@ def test_results_over_the_limit_are_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("r.tar.gz*"))
 
 
+def test_a_folder_of_too_many_files_is_refused_without_reading_it_all(tmp_path: Path) -> None:
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    for i in range(50):
+        (ws / "outputs" / f"f{i}").write_bytes(b"")
+    with pytest.raises(EngineError, match="more than 10 entries") as info:
+        pack(ws, ["outputs"], tmp_path / "r.tar.gz", max_members=10)
+    assert info.value.code == "results_too_large"
+    (ws / "outputs" / "sub").mkdir()
+    for i in range(8):
+        (ws / "outputs" / "sub" / f"g{i}").write_bytes(b"")
+    with pytest.raises(EngineError, match="over 10 files and folders; the limit is 10"):
+        pack(
+            ws,
+            ["outputs/sub", "outputs/f1", "outputs/f2", "outputs/f3"],
+            tmp_path / "r",
+            max_members=10,
+        )
+
+
 def test_names_the_consumer_would_refuse_are_not_sent(tmp_path: Path) -> None:
     ws = tmp_path / "workspace"
     (ws / "outputs").mkdir(parents=True)

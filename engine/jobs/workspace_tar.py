@@ -89,8 +89,15 @@ class Walk:
     Iterating yields each entry while its parent folder is open (``parent fd``), so the caller
     opens it relative to that fd. What is left out is said in ``skipped``."""
 
-    def __init__(self, root_fd: int, paths: Sequence[str], skip_top: frozenset[str]) -> None:
+    def __init__(
+        self,
+        root_fd: int,
+        paths: Sequence[str],
+        skip_top: frozenset[str],
+        max_entries: int = 1_000_000,
+    ) -> None:
         self.root_fd = root_fd
+        self.max_entries = max_entries  # names read from one folder: a job may make millions
         self.paths = paths
         self.skip_top = skip_top
         self.skipped: list[str] = []
@@ -177,7 +184,17 @@ class Walk:
             self.skip(name, f"is {_kind(st.st_mode)}")
 
     def _children(self, fd: int, prefix: str, seen: set[str], depth: int) -> Iterator[Entry]:
-        for base in sorted(os.listdir(fd)):
+        names: list[str] = []
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                names.append(entry.name)
+                if len(names) > self.max_entries:
+                    raise PackError(
+                        "results_too_large",
+                        f"{prefix or 'the workspace'!r} holds more than {self.max_entries} "
+                        "entries; the limit is that many files",
+                    )
+        for base in sorted(names):
             name = f"{prefix}/{base}" if prefix else base
             if problem := name_problem(name):
                 self.skip(name, f"(the name {problem})")
@@ -199,12 +216,12 @@ def write_tar(
 
     Sizes are counted on a first walk, so a result over the limits fails before anything is
     written; the second walk writes, and counts again (the job's files may still change)."""
-    walk = Walk(root_fd, paths, skip_top)
-    members = total = 0
-    for _, _, _, st in walk:
-        members += 1
+    walk = Walk(root_fd, paths, skip_top, max_entries=max_members)
+    total = 0
+    # Stops at the first limit passed: a job may make millions of files.
+    for members, (_, _, _, st) in enumerate(walk, start=1):
         total += st.st_size if stat.S_ISREG(st.st_mode) else 0
-    _check_limits(members, total, max_bytes, max_members)
+        _check_limits(members, total, max_bytes, max_members)
     gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) if compress else None
     members = total = 0
     try:
@@ -254,11 +271,13 @@ def _check_limits(members: int, total: int, max_bytes: int, max_members: int) ->
     if total > max_bytes:
         raise PackError(
             "results_too_large",
-            f"the results hold {total} bytes; the limit is {max_bytes}: write less to outputs",
+            f"the results hold over {max_bytes} bytes; the limit is {max_bytes}: "
+            "write less to outputs",
         )
     if members > max_members:
         raise PackError(
-            "results_too_large", f"the results hold {members} files; the limit is {max_members}"
+            "results_too_large",
+            f"the results hold over {max_members} files and folders; the limit is {max_members}",
         )
 
 
