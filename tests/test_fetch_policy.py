@@ -403,14 +403,14 @@ class GitServer:
     requests: list[str]
 
 
-@pytest.fixture(scope="module")
-def git_on_2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
-    """A real smart-HTTP git server on 127.0.0.2 (the allowed address)."""
-    root = tmp_path_factory.mktemp("git2")
+@contextmanager
+def git_server(host: str, root: Path, script: str = "print('from git')\n") -> Iterator[GitServer]:
+    """A real smart-HTTP git server on ``host`` with one repository, project.git, whose
+    train.py is ``script``; it records every request it gets."""
     work = root / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     git("init", "--quiet", "--initial-branch", "main", cwd=work)
-    (work / "train.py").write_text("print('from git')\n")
+    (work / "train.py").write_text(script)
     git("add", "-A", cwd=work)
     git("commit", "--quiet", "-m", "one", cwd=work)
     served = root / "served"
@@ -424,15 +424,22 @@ def git_on_2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
             super()._cgi()
 
     Backend.root = served
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Backend)
+    server = http.server.ThreadingHTTPServer((host, 0), Backend)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
-        yield GitServer(f"http://127.0.0.2:{port}/project.git", port, requests)
+        yield GitServer(f"http://{host}:{port}/project.git", port, requests)
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def git_on_2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    """A real git server on 127.0.0.2 (the allowed address)."""
+    with git_server("127.0.0.2", tmp_path_factory.mktemp("git2")) as server:
+        yield server
 
 
 def test_git_is_held_to_the_checked_address(git_on_2: GitServer, tmp_path: Path) -> None:

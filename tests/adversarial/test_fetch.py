@@ -1,0 +1,206 @@
+"""A consumer makes the provider fetch its own local services (SSRF), against real daemons.
+
+The consumer names a script URL or a git repository; the provider's machine fetches it and a
+failing script's SyntaxError would carry what it read back in the job's log. A server on
+127.0.0.1 (and [::1]) holds a secret; the provider allows only 127.0.0.2, where an honest
+server and git repository live. Every spelling of loopback, a redirect from the allowed host
+to the secret one, git over http to it and git redirected to it: each job fails with a clear
+reason, the secret server never sees a request, and an honest job from 127.0.0.2 still
+completes after each attack. A provider without the setting refuses loopback altogether.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import api
+from engine.control import ControlClient
+from engine.errors import EngineError
+from tests.daemons import Daemon, wait_for
+from tests.test_fetch_policy import Served, git_server, serving
+from tests.test_jobs_e2e import TERMINAL, _pair
+
+SECRET = b"PROVIDER_SECRET = 'do-not-leak-4a7f'\n"
+HONEST = b"print('honest job ran', flush=True)\n"
+ALLOW_2 = {"NUNET_JOBS_FETCH_ALLOW_NETWORKS": "127.0.0.2/32"}
+NO_SETTING = {"NUNET_JOBS_FETCH_ALLOW_NETWORKS": ""}
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def secret_servers() -> Iterator[list[Served]]:
+    """The provider's "local service": on 127.0.0.1 and, same port, on [::1] where possible."""
+    with ExitStack() as stack:
+        v4 = stack.enter_context(serving("127.0.0.1"))
+        v4.routes["/secret"] = (200, {}, SECRET)
+        servers = [v4]
+        if _has_ipv6_loopback():
+            v6 = stack.enter_context(serving("::1", v4.port))
+            v6.routes["/secret"] = (200, {}, SECRET)
+            servers.append(v6)
+        yield servers
+
+
+class Consumer:
+    """The consumer daemon's control socket, held open: a job is a few calls on it, not a
+    CLI process each (this suite runs two dozen jobs)."""
+
+    def __init__(self, daemon: Daemon, provider: Daemon) -> None:
+        self.client = ControlClient(daemon.home.control_socket)
+        self.provider_id = provider.peer_id
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        """While the consumer still counts the provider's last job as running (the next
+        heartbeat says otherwise) it answers busy: ask again."""
+        command = api.SubmitJob(spec={**spec, "expected_minutes": 1}, peer_id=self.provider_id)
+
+        def submitted() -> str | None:
+            try:
+                job: api.JobInfo = self.client.call_blocking(command, timeout=60)
+            except EngineError as exc:
+                assert "busy" in exc.message, exc.message
+                return None
+            return job.job_id
+
+        job_id: str = wait_for(submitted, f"the provider stayed busy for {spec}", 30)
+        return job_id
+
+    def run(self, spec: dict[str, Any]) -> tuple[api.JobInfo, str]:
+        """One job, once it has ended, and its log."""
+        job_id = self.submit(spec)
+
+        def ended() -> api.JobInfo | None:
+            job: api.JobInfo = self.client.call_blocking(api.GetJob(job_id=job_id))
+            return job if job.state in TERMINAL else None
+
+        job: api.JobInfo = wait_for(ended, f"job {job_id} never ended", 90)
+        logs: api.JobLogs = self.client.call_blocking(api.GetJobLogs(job_id=job_id))
+        return job, "\n".join(line.text for line in logs.lines)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _script(url: str) -> dict[str, Any]:
+    return {"framework": "scikit-learn", "script_url": url}
+
+
+def _git_job(url: str) -> dict[str, Any]:
+    return {"framework": "scikit-learn", "git": {"url": url, "entry": "train.py", "ref": "main"}}
+
+
+def _refused(ended: tuple[api.JobInfo, str], *expected: str) -> None:
+    job, logs = ended
+    assert job.state == "failed", job
+    assert "refused to fetch from" in job.reason, job.reason
+    for text in expected:
+        assert text in job.reason, (text, job.reason)
+    assert "\n" not in job.reason
+    assert "do-not-leak" not in job.reason and "do-not-leak" not in logs
+
+
+def _completed(ended: tuple[api.JobInfo, str]) -> None:
+    job, logs = ended
+    assert job.state == "completed", job
+    assert "honest job ran" in logs
+
+
+@pytest.fixture
+def market(daemons: Callable[..., Daemon], request: pytest.FixtureRequest) -> Iterator[Consumer]:
+    """A consumer and a provider (process executor) whose fetch setting is the test's
+    parameter; the consumer's control socket to drive jobs with."""
+    provider, consumer = _pair(daemons, env=request.param)
+    client = Consumer(consumer, provider)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(300)  # 23 jobs and a daemon pair, on a machine shared with others
+@pytest.mark.parametrize("market", [ALLOW_2], indirect=True)
+def test_a_consumer_cannot_make_the_provider_fetch_its_local_services(
+    market: Consumer, tmp_path: Path
+) -> None:
+    with (
+        secret_servers() as secrets,
+        serving("127.0.0.2") as allowed,
+        git_server("127.0.0.1", tmp_path / "secret-git", SECRET.decode()) as secret_git,
+        git_server("127.0.0.2", tmp_path / "honest-git", HONEST.decode()) as honest_git,
+    ):
+        port = secrets[0].port
+        allowed.routes["/honest.py"] = (200, {}, HONEST)
+        allowed.routes["/to-secret"] = (302, {"Location": f"http://127.0.0.1:{port}/secret"}, b"")
+        allowed.routes["/to-secret-by-name"] = (
+            307,
+            {"Location": f"http://localhost:{port}/secret"},
+            b"",
+        )
+        allowed.routes["/moved.git/info/refs"] = (
+            301,
+            {"Location": f"{secret_git.url}/info/refs?service=git-upload-pack"},
+            b"",
+        )
+        attacks: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+            (_script(f"http://127.0.0.1:{port}/secret"), ("'127.0.0.1' (127.0.0.1)", "loopback")),
+            (_script(f"http://localhost:{port}/secret"), ("'localhost'", "loopback")),
+            (_script(f"http://[::1]:{port}/secret"), ("(::1)", "loopback")),
+            (_script(f"http://0x7f000001:{port}/secret"), ("'0x7f000001' (127.0.0.1)",)),
+            (_script(f"http://2130706433:{port}/secret"), ("'2130706433' (127.0.0.1)",)),
+            (_script(f"http://127.1:{port}/secret"), ("'127.1' (127.0.0.1)",)),
+            (_script(f"http://[::ffff:127.0.0.1]:{port}/secret"), ("IPv4-mapped",)),
+            (
+                _script(f"{allowed.url}/to-secret"),
+                (f"{allowed.url}/to-secret redirected to http://127.0.0.1:{port}/secret",),
+            ),
+            (_script(f"{allowed.url}/to-secret-by-name"), ("redirected to", "'localhost'")),
+            (_git_job(secret_git.url), (f"cannot clone {secret_git.url}",)),
+            (
+                _git_job(f"{allowed.url}/moved.git"),
+                (f"cannot clone {allowed.url}/moved.git", "redirected to"),
+            ),
+        ]
+        # One after the other, an honest job after each: no attack may leave the provider
+        # unable to serve the next consumer.
+        for spec, expected in attacks:
+            _refused(market.run(spec), *expected)
+            _completed(market.run(_script(f"{allowed.url}/honest.py")))
+        _completed(market.run(_git_job(honest_git.url)))
+        for secret in secrets:
+            assert secret.seen == [], secret.seen
+        assert secret_git.requests == []
+        assert ("/to-secret", f"127.0.0.2:{allowed.port}") in allowed.seen  # the attack ran
+
+
+@pytest.mark.parametrize("market", [NO_SETTING], indirect=True)
+def test_without_the_setting_loopback_is_refused_and_the_provider_carries_on(
+    market: Consumer,
+) -> None:
+    with secret_servers() as secrets, serving("127.0.0.2") as other:
+        other.routes["/honest.py"] = (200, {}, HONEST)
+        port = secrets[0].port
+        _refused(
+            market.run(_script(f"http://127.0.0.1:{port}/secret")),
+            "loopback",
+            'jobs.fetch_allow_networks = ["127.0.0.1/32"]',
+        )
+        # Every loopback address is off without the setting, not only 127.0.0.1; the provider
+        # still takes the next job and answers it with a clear reason.
+        _refused(market.run(_script(f"{other.url}/honest.py")), "'127.0.0.2' (127.0.0.2)")
+        assert all(secret.seen == [] for secret in secrets) and other.seen == []
+    peers: api.PeerList = market.client.call_blocking(api.ListPeers())
+    assert any(p.peer_id == market.provider_id for p in peers.peers)
