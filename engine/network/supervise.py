@@ -24,6 +24,8 @@ from typing import Any
 
 import trio
 
+from engine.safe_text import safe
+
 log = logging.getLogger("nunet.supervise")
 
 # Restart delays for a supervised loop; reset once it has run for HEALTHY_S.
@@ -142,7 +144,7 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     # Exception text may carry a stranger's bytes: shown literally, never as terminal codes.
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    text = safe(text)
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[:MAX_MESSAGE_CHARS] + "…"
     return text
