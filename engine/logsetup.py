@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import sys
+from typing import Any
 
 from engine.config import Paths
+from engine.safe_text import safe
 
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 _MARK = "_nunet_handler"
@@ -35,6 +37,18 @@ class _LibrariesCapped(logging.Filter):
         return True
 
 
+class _SafeFormatter(logging.Formatter):
+    """Messages quote peers (job ids, reasons, exception text): each record is one line, its
+    control and bidi characters escaped, on the daemon's terminal and in the file alike; a
+    traceback keeps its lines, each escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return safe(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(safe(line) for line in super().formatException(ei).split("\n"))
+
+
 def configure(paths: Paths, level: str = "info", stderr: bool = False) -> None:
     root = logging.getLogger("nunet")
     root.setLevel(level.upper())
@@ -53,7 +67,7 @@ def configure(paths: Paths, level: str = "info", stderr: bool = False) -> None:
     if stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
-        handler.setFormatter(logging.Formatter(_FORMAT))
+        handler.setFormatter(_SafeFormatter(_FORMAT))
         setattr(handler, _MARK, True)
         root.addHandler(handler)
     _route_libraries(libraries, file_handler)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tests.adversarial.hostile import HostilePeer, read_job_message, send_job_message
@@ -116,3 +117,27 @@ def test_the_users_own_words_are_escaped_in_errors(daemons: Callable[..., Daemon
     _no_raw(engine.stderr)
     assert engine.stderr.count("\n") == 1
     assert victim.cli("peer", "self")["peer_id"]
+
+
+def test_log_records_quoting_a_peer_stay_one_escaped_line(tmp_path: Path) -> None:
+    """The daemon logs to its terminal (stderr) and the file: a peer's words quoted in a
+    record cannot clear the screen or forge the next log line."""
+    import logging
+
+    from engine.config import Paths
+    from engine.logsetup import configure
+
+    paths = Paths.for_home(tmp_path / "home")
+    paths.ensure()
+    configure(paths, "info")
+    log = logging.getLogger("nunet.test")
+    log.warning("job %s refused: %s", "0123456789ab", NASTY + "\n2026-01-01 INFO forged")
+    try:
+        raise ValueError(NASTY)
+    except ValueError:
+        log.exception("a peer's message failed")
+    for handler in logging.getLogger("nunet").handlers:
+        handler.flush()
+    text = paths.log_file.read_bytes().decode("utf-8")  # no newline translation
+    _no_raw(text)
+    assert "\\x0a2026-01-01 INFO forged" in text and "ValueError: \\x1b[2J" in text
