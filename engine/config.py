@@ -291,16 +291,8 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
     raw = _read_config(paths.config_file)
     where = _apply_env(raw, environ)
     label = str(paths.config_file)
-    problem = config_check.non_finite(raw)
-    if problem == "too deep":
-        raise EngineError(
-            "config", f"{label} is nested too deeply to be settings; fix or remove it"
-        )
-    if isinstance(problem, tuple):
-        path, value = problem
-        raise EngineError(
-            "config", config_check.explain_non_finite(Settings, path, value, where, label)
-        )
+    if problem := config_check.raw_problem(Settings, raw, where, label):
+        raise EngineError("config", problem)
     try:
         settings = msgspec.convert(raw, Settings)
     except msgspec.ValidationError as exc:

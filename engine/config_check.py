@@ -24,6 +24,9 @@ MAX_DEPTH = 16
 _AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _PART = re.compile(r"\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)|\[(?P<index>[^\]]*)\]")
 _TRUE = ("1", "true", "yes", "on")
+# A place in the settings: field names, list indexes, None for a table entry msgspec leaves
+# unnamed.
+Path_ = list[str | int | None]
 _FALSE = ("0", "false", "no", "off")
 
 
@@ -39,6 +42,19 @@ def _bare(kind: mi.Type) -> mi.Type:
             kind = others[0]
         else:
             return kind
+
+
+def _note(kind: mi.Type) -> str:
+    """The ``Meta(description=...)`` on ``kind``, under ``| None`` too."""
+    while True:
+        if isinstance(kind, mi.Metadata):
+            return str((kind.extra_json_schema or {}).get("description", "")) or _note(kind.type)
+        if not isinstance(kind, mi.UnionType):
+            return ""
+        others = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+        if len(others) != 1:
+            return ""
+        kind = others[0]
 
 
 def _optional(kind: mi.Type) -> bool:
@@ -69,12 +85,8 @@ def _bounds(kind: mi.IntType | mi.FloatType) -> str:
 
 def describe(kind: mi.Type) -> str:
     """What a value of ``kind`` may be, in words: ``a whole number from 1 to 1,024``."""
-    note = ""
-    if isinstance(kind, mi.Metadata):
-        note = str((kind.extra_json_schema or {}).get("description", ""))
+    note = _note(kind)
     bare = _bare(kind)
-    if isinstance(bare, mi.Metadata):  # metadata under the Optional
-        return describe(bare)
     if isinstance(bare, mi.IntType):
         text = "a whole number" + _bounds(bare)
     elif isinstance(bare, mi.FloatType):
@@ -132,8 +144,6 @@ def env_value(kind: mi.Type, text: str) -> Any:
     """A ``NUNET_*`` string as the field's type wants it (lists and tables: commas); a string
     that does not parse is passed on as it is, for the schema to refuse with the field name."""
     bare = _bare(kind)
-    if isinstance(bare, mi.Metadata):
-        bare = _bare(bare.type)
     if _optional(kind) and not text.strip():
         return None
     if isinstance(bare, mi.ListType):
@@ -176,12 +186,10 @@ def _lookup(raw: Any, parts: list[str | int]) -> tuple[bool, Any]:
     return True, raw
 
 
-def _kind_at(root: type[msgspec.Struct], parts: list[str | int | None]) -> mi.Type | None:
+def _kind_at(root: type[msgspec.Struct], parts: Path_) -> mi.Type | None:
     kind: mi.Type = mi.type_info(root)
     for part in parts:
         bare = _bare(kind)
-        if isinstance(bare, mi.Metadata):
-            bare = _bare(bare.type)
         if isinstance(bare, mi.StructType) and isinstance(part, str):
             found = _fields(bare).get(part)
             if found is None:
@@ -196,7 +204,7 @@ def _kind_at(root: type[msgspec.Struct], parts: list[str | int | None]) -> mi.Ty
     return kind
 
 
-def _dotted(parts: list[str | int | None]) -> str:
+def _dotted(parts: Path_) -> str:
     text = ""
     for part in parts:
         if isinstance(part, str):
@@ -204,6 +212,11 @@ def _dotted(parts: list[str | int | None]) -> str:
         else:
             text += f"[{'' if part is None else part}]"
     return text
+
+
+def _source(parts: Path_, where: dict[str, str], file_label: str) -> str:
+    top = ".".join(p for p in parts[:2] if isinstance(p, str))
+    return f"from {where[top]}" if top in where else f"in {file_label}"
 
 
 def explain(
@@ -218,7 +231,7 @@ def explain(
     message = str(exc)
     match = _AT.search(message)
     reason = message[: match.start()] if match else message
-    parts: list[str | int | None] = []
+    parts: Path_ = []
     for piece in _PART.finditer(match.group("path") if match else ""):
         if piece.group("name"):
             parts.append(piece.group("name"))
@@ -233,8 +246,7 @@ def explain(
         return f"unknown setting {safe(name)} in {file_label}" + (
             f"; the settings there are {known}" if known else ""
         )
-    top = ".".join(p for p in parts[:2] if isinstance(p, str))
-    source = f"from {where[top]}" if top in where else f"in {file_label}"
+    source = _source(parts, where, file_label)
     kind = _kind_at(root, parts)
     rule = describe(kind) if kind is not None else reason
     if None in parts:  # msgspec does not say which entry of a table: name the table
@@ -245,34 +257,24 @@ def explain(
     return f"bad setting {safe(_dotted(parts))}{shown} ({source}): it must be {rule}"
 
 
-def non_finite(raw: Any) -> tuple[list[str | int | None], float] | str | None:
-    """The path of the first NaN or infinite number in parsed TOML (the schema bounds every
-    float, but a bound is one slip away from letting ``nan`` through), "too deep" for a
-    structure nested past ``MAX_DEPTH``, or None."""
-    stack: list[tuple[list[str | int | None], Any]] = [([], raw)]
+def raw_problem(
+    root: type[msgspec.Struct], raw: Any, where: dict[str, str], file_label: str
+) -> str | None:
+    """What msgspec would let through in parsed TOML: a NaN or infinite number (the schema
+    bounds every float, but one missing bound would let ``nan`` in), or nesting deeper than
+    any settings table (walked without recursion). One line, or None."""
+    stack: list[tuple[Path_, Any]] = [([], raw)]
     while stack:
-        path, value = stack.pop()
-        if len(path) > MAX_DEPTH:
-            return "too deep"
+        parts, value = stack.pop()
+        if len(parts) > MAX_DEPTH:
+            return f"{file_label} is nested too deeply to be settings; fix or remove it"
         if isinstance(value, float) and not math.isfinite(value):
-            return path, value
+            kind = _kind_at(root, parts)
+            rule = describe(kind) if kind is not None else "a finite number"
+            source = _source(parts, where, file_label)
+            return f"bad setting {safe(_dotted(parts))} = {value} ({source}): it must be {rule}"
         if isinstance(value, dict):
-            stack.extend(([*path, str(k)], v) for k, v in value.items())
+            stack.extend(([*parts, str(k)], v) for k, v in value.items())
         elif isinstance(value, list):
-            stack.extend(([*path, i], v) for i, v in enumerate(value))
+            stack.extend(([*parts, i], v) for i, v in enumerate(value))
     return None
-
-
-def explain_non_finite(
-    root: type[msgspec.Struct],
-    parts: list[str | int | None],
-    value: float,
-    where: dict[str, str],
-    file_label: str,
-) -> str:
-    dotted = _dotted(parts)
-    top = ".".join(p for p in parts[:2] if isinstance(p, str))
-    source = f"from {where[top]}" if top in where else f"in {file_label}"
-    kind = _kind_at(root, parts)
-    rule = describe(kind) if kind is not None else "a finite number"
-    return f"bad setting {safe(dotted)} = {value} ({source}): it must be {rule}"
