@@ -133,6 +133,7 @@ class ArchiveProvider:
     def __init__(self, peer: HostilePeer) -> None:
         self.peer = peer
         self.archive = b""
+        self.announce_more = 0  # bytes the results header claims beyond the signed size
         peer.serve(p.JOB_PROTOCOL, self.handle)
 
     async def handle(self, stream: Any) -> None:
@@ -167,9 +168,12 @@ class ArchiveProvider:
             await p.send(stream, me, update)
         elif kind == "fetch_results":
             header = p.ResultsHeader(
-                job_id=job_id, sha256=hashlib.sha256(archive).hexdigest(), size=len(archive)
+                job_id=job_id,
+                sha256=hashlib.sha256(archive).hexdigest(),
+                size=len(archive) + self.announce_more,
             )
             await p.send(stream, me, header)
+            archive += bytes(self.announce_more)
             for start in range(0, len(archive), p.RESULT_CHUNK):
                 await stream.write(archive[start : start + p.RESULT_CHUNK])
         await stream.close()
@@ -186,7 +190,7 @@ def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
 
 
-@pytest.mark.timeout(480)  # eleven jobs and their refusals, then an honest one
+@pytest.mark.timeout(600)  # a dozen jobs and their refusals, then an honest one (2 busy cores)
 def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
     daemons: Callable[..., Daemon],
     hostile: Callable[..., HostilePeer],
@@ -274,6 +278,24 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
         if name == "256 MiB pax header":
             assert took < 10, took  # tarfile took 13 s here (and 800 MB)
     assert _vm_hwm_mb(pid) - memory_before < 100, (memory_before, _vm_hwm_mb(pid))
+
+    # A results header announcing more than the size signed in the job's last Update: the
+    # consumer reads none of it (no partial download), and the job has no results.
+    provider.archive = _tar_gz(lambda t: _file(t, "outputs/x"))
+    provider.announce_more = 64 << 20
+    job_id = consumer.cli(
+        "job", "submit", "--url", f"{www}/honest.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--peer", peer.peer_id,
+    )["job_id"]  # fmt: skip
+    wait_for(lambda: consumer.cli("job", "show", job_id)["state"] == "completed", "no end", 30)
+    job_dir = consumer.home.state_dir / "jobs" / job_id
+    wait_for(
+        lambda: "results header does not match" in consumer.stderr_path.read_text(),
+        "the consumer did not refuse the oversized results header",
+    )
+    assert not job_dir.exists() or not [f for f in job_dir.iterdir() if f.name != "log.jsonl"]
+    refused = run_cli("job", "results", job_id, "-o", str(tmp_path / "r"), home=consumer.home)
+    assert refused.returncode != 0 and "has no results yet" in refused.stderr
     assert not Path("/tmp/cve").exists()
 
     # The consumer still runs an honest job, with a real provider.
