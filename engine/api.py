@@ -636,6 +636,65 @@ class FetchJobResults(Command, tag="job_results", frozen=True):
     out_dir: str
 
 
+# --- tunnels into running jobs (issue 13; engine/jobs/tunnel.py) ---------------------------
+
+
+class TunnelForward(Record, frozen=True):
+    """A ``job forward``: 127.0.0.1:local_port on this node reaches the job's remote_port."""
+
+    forward_id: str
+    job_id: str
+    local_port: int
+    remote_port: int
+    url: str
+    connections: int = 0  # open now
+    opened: int = 0  # connections forwarded so far
+    last_error: str = ""  # the provider's last refusal, if any
+
+
+class ForwardList(Record, frozen=True):
+    forwards: tuple[TunnelForward, ...] = ()
+
+
+class ShellSession(Record, frozen=True):
+    """A shell the provider accepted: the CLI connects to ``socket`` (one use, ours only)."""
+
+    job_id: str
+    socket: str
+
+
+class JobForward(Command, tag="job_forward", frozen=True):
+    reply = TunnelForward
+    job_id: str
+    remote_port: int
+    local_port: int = 0  # 0: a free port
+
+
+class JobForwardClose(Command, tag="job_forward_close", frozen=True):
+    forward_id: str
+
+
+class ListForwards(Command, tag="job_forwards", frozen=True):
+    reply = ForwardList
+    job_id: str = ""  # "": every job's
+
+
+class JobShell(Command, tag="job_shell", frozen=True):
+    reply = ShellSession
+    job_id: str
+    command: tuple[str, ...] = ()  # (): the job's default shell
+    rows: int = 24
+    cols: int = 80
+    term: str = "xterm"
+
+
+class StopJob(Command, tag="job_stop", frozen=True):
+    """End a service job normally (it ends "completed"); ``CancelJob`` is for batch jobs."""
+
+    reply = JobInfo
+    job_id: str
+
+
 # --- payments: wallet (issue 6) -----------------------------------------------------------
 # Data and commands of engine/payments/; handlers in engine/payments/service.py. A secret
 # (mnemonic, passphrase, API key) travels only in the command that carries it in and in
@@ -855,6 +914,11 @@ AnyCommand = (
     | GetJobLogs
     | CancelJob
     | FetchJobResults
+    | JobForward
+    | JobForwardClose
+    | ListForwards
+    | JobShell
+    | StopJob
     | WalletNew
     | WalletImport
     | WalletShow

@@ -220,6 +220,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Networks (CIDRs) a job's script URL or git host may be in besides public addresses:
     # loopback, LAN and link-local ones are refused unless listed (a LAN market, the demo).
     fetch_allow_networks: list[str] = msgspec.field(default_factory=list)
+    # `job shell` into a running job by its consumer (every session is noted in the job's log;
+    # advertised, so consumers who want one can match on it).
+    allow_shell: bool = True
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -55,6 +55,11 @@ JOB_COMMANDS: tuple[type[api.Command], ...] = (
     api.GetJobLogs,
     api.CancelJob,
     api.FetchJobResults,
+    api.JobForward,
+    api.JobForwardClose,
+    api.ListForwards,
+    api.JobShell,
+    api.StopJob,
 )
 PAYMENT_COMMANDS: tuple[type[api.Command], ...] = (
     api.WalletNew,

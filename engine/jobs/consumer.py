@@ -25,7 +25,7 @@ from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
-from engine.jobs.spec import JobSpec, validate_spec
+from engine.jobs.spec import JobSpec, offer_spec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class ConsumerJobs:
                 quote = await self._ask(
                     service,
                     provider,
-                    p.Offer(job_id=job_id, spec=msgspec.to_builtins(spec), consumer=me),
+                    p.Offer(job_id=job_id, spec=offer_spec(spec), consumer=me),
                 )
             except (p.ProtocolError, OSError, trio.TooSlowError, Exception) as exc:
                 refusals.append((provider, f"unreachable: {exc}"))
@@ -489,15 +489,30 @@ class ConsumerJobs:
         return await trio.to_thread.run_sync(_unpack, job, archive, out)
 
     async def cancel(self, command: api.CancelJob) -> api.JobInfo:
-        job = self.node.store.get_job(command.job_id)
+        return await self._end(command.job_id, stop=False)
+
+    async def stop(self, command: api.StopJob) -> api.JobInfo:
+        """`job stop`: a service job's normal end (it ends "completed")."""
+        job = self.node.store.get_job(command.job_id.strip())
+        if job is not None and job.role == "consumer" and job.spec.get("kind") != "service":
+            raise EngineError(
+                "invalid",
+                f"job {job.job_id} is a batch job: `nunet-tui job cancel {job.job_id}` ends it "
+                "(job stop is for service jobs)",
+            )
+        return await self._end(command.job_id, stop=True)
+
+    async def _end(self, job_id: str, *, stop: bool) -> api.JobInfo:
+        job = self.node.store.get_job(job_id.strip())
         if job is None or job.role != "consumer":
-            raise EngineError("not_found", f"no job {command.job_id} of yours")
+            raise EngineError("not_found", f"no job {job_id} of yours")
         if job.state in api.TERMINAL_STATES:
             return job
         service = self._service()
-        answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id))
+        answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id, stop=stop))
         if isinstance(answer, p.Refusal):
-            raise EngineError("refused", f"the provider refused to cancel: {answer.reason}")
+            what = "stop" if stop else "cancel"
+            raise EngineError("refused", f"the provider refused to {what}: {answer.reason}")
         with trio.move_on_after(5):
             while (current := self.node.store.get_job(job.job_id)) is not None and (
                 current.state not in api.TERMINAL_STATES

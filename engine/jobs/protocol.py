@@ -89,7 +89,9 @@ class Accepted(JobMessage, tag="accepted", frozen=True):
 
 
 class Cancel(JobMessage, tag="cancel", frozen=True):
-    pass
+    # `job stop`: a service job's normal end ("completed"). A provider that predates the
+    # field ignores it and cancels: the job still ends, as "cancelled".
+    stop: bool = False
 
 
 class Follow(JobMessage, tag="follow", frozen=True):

@@ -19,6 +19,7 @@ their last checkpoint (or end as "interrupted" when there is none).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog
 from engine.jobs.spec import FRAMEWORKS, JobSpec, validate_spec
 from engine.jobs.tiers import estimate_resource
+from engine.jobs.tunnel import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
 
 if TYPE_CHECKING:
@@ -135,6 +137,12 @@ class ProviderJobs:
         self._changed: dict[str, trio.Event] = {}
         self._logs: dict[str, JobLog] = {}
         self._nursery: trio.Nursery | None = None
+        self.tunnels = TunnelServer(self)  # /nunet/tunnel/1.0.0 into running jobs
+        self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
+
+    def running(self, job_id: str) -> tuple[Executor, JobRun] | None:
+        """The executor and run of a job running here now (None otherwise)."""
+        return self._runs.get(job_id)
 
     def job_dir(self, job_id: str) -> Path:
         return safe_paths.job_dir(self.node.paths.state_dir / "jobs", job_id)
@@ -483,7 +491,10 @@ class ProviderJobs:
             job_id=job.job_id,
             spec=spec,
             workspace=self.job_path(job.job_id, "workspace"),
-            limits=limits_for(spec),
+            # A service runs until stopped, at most its expected time: what was quoted.
+            limits=limits_for(spec, timeout_factor=1.0)
+            if spec.kind == "service"
+            else limits_for(spec),
             node_id=self.node.identity.peer_id,
             gpus=self._gpus_for(spec),
             fetch_policy=FetchPolicy.from_settings(self.node.settings.jobs.fetch_allow_networks),
@@ -525,6 +536,7 @@ class ProviderJobs:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._pump_logs, executor, run)
             status = await executor.wait(run)
+        status = self._service_end(job, status)
         results = None
         notes: tuple[str, ...] = ()
         try:
@@ -539,6 +551,20 @@ class ProviderJobs:
         )
         current = self.node.store.get_job(job.job_id) or job
         self._finish(current, status, executor.usage(run), results)
+
+    def _service_end(self, job: api.JobInfo, status: ExitStatus) -> ExitStatus:
+        """A service stopped by its consumer, or at its maximum time, ended normally."""
+        if job.job_id in self._stopping:
+            self._stopping.discard(job.job_id)
+            return ExitStatus(status.exit_code, "completed", "stopped by the consumer")
+        if job.spec.get("kind") == "service" and status.outcome == "timeout":
+            minutes = float(job.spec.get("expected_minutes") or 0)
+            return ExitStatus(
+                status.exit_code,
+                "completed",
+                f"the service reached its maximum time ({minutes:g} min)",
+            )
+        return status
 
     def _checkpointed(self, job_id: str, number: int) -> None:
         job = self.node.store.get_job(job_id)
@@ -568,7 +594,11 @@ class ProviderJobs:
         results: Any = None,
     ) -> None:
         metering = None
+        # Its tunnels close with it; the bytes they carried are its network traffic (a
+        # container has no other route: network_mode none).
+        self.tunnels.close_job(job.job_id)
         if usage is not None:
+            usage = _with_tunnel_bytes(usage, self.tunnels.take_traffic(job.job_id), job.executor)
             metering = api.JobMetering(
                 wall_s=usage.wall_s,
                 cpu_s=usage.cpu_s,
@@ -628,12 +658,21 @@ class ProviderJobs:
         job = self.node.store.get_job(cancel.job_id)
         if job is None or job.consumer != consumer:
             return p.Refusal(job_id=cancel.job_id, reason="no such job of yours")
+        if cancel.stop and job.spec.get("kind") != "service":
+            return p.Refusal(
+                job_id=cancel.job_id,
+                reason="job stop ends service jobs; a batch job is ended with job cancel",
+            )
         if job.state in api.TERMINAL_STATES:
             return p.Accepted(job_id=cancel.job_id)
         running = self._runs.get(cancel.job_id)
         if running is not None:
             executor, run = running
-            await executor.cancel(run, "cancelled by the consumer")
+            if cancel.stop:
+                self._stopping.add(cancel.job_id)
+            await executor.cancel(
+                run, "stopped by the consumer" if cancel.stop else "cancelled by the consumer"
+            )
         else:
             self._finish(job, ExitStatus(None, "cancelled", "cancelled by the consumer"))
         return p.Accepted(job_id=cancel.job_id)
@@ -694,6 +733,20 @@ class ProviderJobs:
         with Path(job.results_dir).open("rb") as handle:
             while chunk := handle.read(p.RESULT_CHUNK):
                 await stream.write(chunk)
+
+
+def _with_tunnel_bytes(usage: Any, traffic: tuple[int, int] | None, executor: str) -> Any:
+    """``usage`` with the tunnels' bytes in its network figures. A container has no network
+    but its tunnels, so its figures are exact (0 without one); a local process may use the
+    network directly, so without a tunnel its figures stay unknown (None)."""
+    if traffic is None and executor != "docker":
+        return usage
+    into, out = traffic or (0, 0)
+    return dataclasses.replace(
+        usage,
+        net_rx_bytes=(usage.net_rx_bytes or 0) + into,
+        net_tx_bytes=(usage.net_tx_bytes or 0) + out,
+    )
 
 
 def _within_budget(lines: list[api.JobLogLine]) -> list[api.JobLogLine]:

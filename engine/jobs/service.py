@@ -17,6 +17,7 @@ from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
 from engine.jobs.provider import ProviderJobs
+from engine.jobs.tunnel import ConsumerTunnels
 
 if TYPE_CHECKING:
     from engine.network.service import NetworkService
@@ -52,11 +53,13 @@ class NodeJobs:
         self.node = node
         self.provider = ProviderJobs(node, build_executors(node))
         self.consumer = ConsumerJobs(node)
+        self.tunnels = ConsumerTunnels(node)  # job forward / job shell (the provider's: .provider)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.provider.serve)
             await nursery.start(self.consumer.serve)
+            await nursery.start(self.tunnels.serve)
             task_status.started()
 
     def attach(self, service: NetworkService) -> None:
@@ -64,8 +67,10 @@ class NodeJobs:
         from libp2p.custom_types import TProtocol
 
         from engine.jobs.protocol import JOB_PROTOCOL
+        from engine.jobs.tunnel import TUNNEL_PROTOCOL
 
         service.host.set_stream_handler(TProtocol(JOB_PROTOCOL), self.provider.handle)
+        service.host.set_stream_handler(TProtocol(TUNNEL_PROTOCOL), self.provider.tunnels.handle)
 
     def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
@@ -75,6 +80,11 @@ class NodeJobs:
             api.GetJobLogs: self._logs,
             api.CancelJob: self.consumer.cancel,
             api.FetchJobResults: self.consumer.results,
+            api.JobForward: self.tunnels.forward,
+            api.JobForwardClose: self.tunnels.close_forward,
+            api.ListForwards: self.tunnels.list_forwards,
+            api.JobShell: self.tunnels.shell,
+            api.StopJob: self.consumer.stop,
         }
 
     async def _list(self, command: api.ListJobs) -> api.JobList:

@@ -39,6 +39,9 @@ MAX_DEPS = 100
 MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_EXPECTED_MINUTES = 7 * 24 * 60
+KINDS = ("batch", "service")
+# Ports a job may declare for tunnels (engine/jobs/tunnel.py): a notebook, a web UI, an API.
+MAX_PORTS = 8
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the executors set themselves, or that would let a job reach into the provider's
 # process (loader and interpreter hooks) or our own state (NUNET_*).
@@ -68,6 +71,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Relative to /workspace; collected into the results archive when the job ends.
     outputs: tuple[str, ...] = ("outputs",)
     gpu_vendor: str | None = None  # None: any vendor (GPU jobs only)
+    # "service": long-running (a web UI, an API, a notebook), ended by `job stop` or at its
+    # maximum time (expected_minutes); "batch": a script that ends by itself.
+    kind: str = "batch"
+    # Ports the job's own service listens on inside its container (127.0.0.1): the only ones
+    # its consumer's tunnels may reach.
+    ports: tuple[int, ...] = ()
 
 
 def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
@@ -115,6 +124,7 @@ TEXT_LIMITS = {
     "deps": 256,
     "env": 128,  # a variable's name; values are held to MAX_ENV_VALUE
     "outputs": 512,
+    "kind": 32,
 }
 MAX_OUTPUTS = 64
 # Room for every field at its limit; a larger file is not a job description.
@@ -130,6 +140,7 @@ def _size_problems(spec: JobSpec) -> list[FieldProblem]:
         ("device", spec.device),
         ("tier", spec.tier),
         ("gpu_vendor", spec.gpu_vendor),
+        ("kind", spec.kind),
     ]
     if spec.git is not None:
         texts += [("git.url", spec.git.url), ("git.entry", spec.git.entry)]
@@ -231,6 +242,16 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
     for path in spec.outputs:
         if why := _check_relative(path):
             _problem(problems, "outputs", f"output path {why}")
+    if spec.kind not in KINDS:
+        _problem(problems, "kind", f"unknown job kind {spec.kind!r}: batch or service")
+    if len(spec.ports) > MAX_PORTS:
+        _problem(problems, "ports", f"{len(spec.ports)} ports: at most {MAX_PORTS}")
+    else:
+        for port in spec.ports:
+            if not 1 <= port <= 65535:
+                _problem(problems, "ports", f"port {port} is not a TCP port (1 to 65535)")
+        if len(set(spec.ports)) != len(spec.ports):
+            _problem(problems, "ports", "a port is declared twice")
     if spec.budget_ntx is not None:
         # NaN compares false with everything: unchecked, it would remove the cap.
         if not (math.isfinite(spec.budget_ntx) and 0 < spec.budget_ntx <= MAX_BUDGET_NTX):
@@ -251,6 +272,20 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                     f"({low:.3f}-{high:.3f} NTX)",
                 )
     return ValidationReport(tuple(problems))
+
+
+# Fields added after the first release: left out of an Offer at their defaults, so providers
+# that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
+_NEWER_FIELDS = {"kind": "batch", "ports": ()}
+
+
+def offer_spec(spec: JobSpec) -> dict[str, Any]:
+    """The spec as an Offer carries it."""
+    data: dict[str, Any] = msgspec.to_builtins(spec)
+    for name, default in _NEWER_FIELDS.items():
+        if getattr(spec, name) == default:
+            data.pop(name, None)
+    return data
 
 
 def load_job_file(path: str | Path, *, base_url: str | None = None) -> JobSpec:

@@ -42,6 +42,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     results.add_argument("job_id")
     results.add_argument("-o", "--out", required=True, metavar="DIR")
     job_sub.add_parser("cancel", parents=[common], help="stop a job").add_argument("job_id")
+    from nunet_tui.cli import job_tunnel  # forward, shell, stop
+
+    job_tunnel.add_parsers(job_sub, common)
 
 
 def _spec(args: argparse.Namespace) -> dict[str, Any]:
@@ -121,6 +124,15 @@ RUNNERS = {
     "job results": _results,
     "job cancel": lambda a, c: c.call_blocking(api.CancelJob(job_id=a.job_id), timeout=60),
 }
+
+
+def _tunnel_runners() -> dict[str, Any]:
+    from nunet_tui.cli.job_tunnel import RUNNERS as TUNNEL_RUNNERS
+
+    return TUNNEL_RUNNERS
+
+
+RUNNERS.update(_tunnel_runners())
 
 
 def to_text(result: Any) -> str | None:

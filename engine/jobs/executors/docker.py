@@ -420,6 +420,43 @@ class DockerExecutor(BaseExecutor):
             pass
         await state.done.wait()
 
+    # --- tunnels (engine/jobs/tunnel.py) ------------------------------------------------
+
+    def _running_container(self, run: JobRun) -> Any:
+        container = self._containers.get(run.job_id)
+        if container is None or run.job_id in self._paused:
+            raise EngineError("tunnel", f"job {run.job_id} has no running container now")
+        return container
+
+    async def open_tunnel(self, run: JobRun, port: int) -> Any:
+        """A pipe to 127.0.0.1:``port`` in the job's container, which keeps no network: a
+        forwarder run there by ``docker exec`` (executors/docker_exec.py)."""
+        from engine.jobs.executors.docker_exec import open_forwarder
+
+        self.client()
+        container = self._running_container(run)
+        return await open_forwarder(self._stream_client.api, container.id, port, self._user())
+
+    async def exec_shell(
+        self, run: JobRun, command: tuple[str, ...], rows: int, cols: int, term: str
+    ) -> Any:
+        """An interactive session (``docker exec`` with a TTY) in the job's container, as
+        the job's user, in /workspace, with the job's environment."""
+        from engine.jobs.executors.docker_exec import open_shell
+
+        self.client()
+        container = self._running_container(run)
+        return await open_shell(
+            self._stream_client.api,
+            container.id,
+            command,
+            rows,
+            cols,
+            term,
+            self._user(),
+            self.environment(run),
+        )
+
     async def _pause(self, state: RunState) -> None:
         container = self._containers.get(state.run.job_id)
         if container is None:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -267,6 +268,43 @@ class ProcessExecutor(BaseExecutor):
             await state.done.wait()
         _kill_group(process, signal.SIGKILL)
         await state.done.wait()
+
+    # --- tunnels (engine/jobs/tunnel.py) ------------------------------------------------
+    # Trusted networks only, like the executor itself: the job's service listens on the
+    # provider's own 127.0.0.1, and the tunnel connects to it there directly.
+
+    async def open_tunnel(self, run: JobRun, port: int) -> Any:
+        from engine.jobs.tunnel import TrioPipe
+
+        if run.job_id not in self._procs:
+            raise EngineError("tunnel", f"job {run.job_id} is not running here")
+        try:
+            with trio.fail_after(10):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+        except (OSError, trio.TooSlowError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer"
+            raise EngineError(
+                "tunnel", f"nothing answers on port {port} of the job ({why})"
+            ) from None
+        return TrioPipe(stream)
+
+    async def exec_shell(
+        self, run: JobRun, command: tuple[str, ...], rows: int, cols: int, term: str
+    ) -> Any:
+        from engine.jobs.executors.pty_shell import default_shell, open_pty_shell
+
+        if run.job_id not in self._procs:
+            raise EngineError("tunnel", f"job {run.job_id} is not running here")
+        env = {**self.environment(run), "TERM": term or "xterm"}
+        argv = list(command) or default_shell()
+        try:
+            return await open_pty_shell(
+                argv, cwd=run.workspace, env=env, rows=rows, cols=cols, limits=_limiter(run)
+            )
+        except OSError as exc:
+            raise EngineError(
+                "tunnel", f"cannot start {argv[0][:100]!r}: {exc.strerror or exc}"
+            ) from None
 
     async def _pause(self, state: RunState) -> None:
         if process := self._procs.get(state.run.job_id):

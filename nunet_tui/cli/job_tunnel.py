@@ -1,0 +1,258 @@
+"""``nunet-tui job forward | shell | stop``: into a running job, through the node's tunnels.
+
+The bytes never pass through this process for ``forward``: the daemon listens on 127.0.0.1
+itself (engine/jobs/tunnel.py) and this command only asks it to, prints the local URL and
+waits for Ctrl-C (then asks it to stop). ``shell`` connects to the one-shot Unix socket the
+daemon opened for it and speaks the shell framing end to end with the provider: the local
+terminal in raw mode (Ctrl-C is a byte for the remote process), its size sent again on every
+SIGWINCH, and the remote exit status as this command's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from engine import api
+from engine.client import EngineClient
+from engine.errors import EngineError
+from engine.jobs.tunnel import (
+    SHELL_DATA,
+    SHELL_EOF,
+    SHELL_EXIT,
+    ShellFrames,
+    resize_frame,
+    shell_frame,
+)
+from nunet_tui.cli.output import show, show_error, show_json
+
+START_WAIT_S = 120.0  # for a job just submitted to start running
+POLL_S = 0.5
+
+
+def add_parsers(job_sub: Any, common: argparse.ArgumentParser) -> None:
+    forward = job_sub.add_parser(
+        "forward",
+        parents=[common],
+        help="reach a port of a running job on 127.0.0.1 (until Ctrl-C)",
+    )
+    forward.add_argument("job_id")
+    forward.add_argument(
+        "ports",
+        metavar="[LOCAL:]REMOTE",
+        help="the job's declared port, and the local one (default: a free port)",
+    )
+    shell = job_sub.add_parser(
+        "shell", help="an interactive terminal in a running job (exit status returned)"
+    )
+    shell.add_argument("job_id")
+    shell.add_argument(
+        "shell_argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run CMD instead of a shell",
+    )
+    job_sub.add_parser(
+        "stop", parents=[common], help="end a service job normally (it ends completed)"
+    ).add_argument("job_id")
+
+
+def parse_ports(text: str) -> tuple[int, int]:
+    """``REMOTE`` or ``LOCAL:REMOTE`` -> (local, remote); local 0: a free port."""
+    local_text, _, remote_text = text.rpartition(":")
+    try:
+        remote = int(remote_text)
+        local = int(local_text) if local_text else 0
+    except ValueError:
+        raise EngineError(
+            "usage", f"{text[:40]!r} is not [LOCAL:]REMOTE (for example 8888 or 9000:8888)"
+        ) from None
+    if not 1 <= remote <= 65535 or not 0 <= local <= 65535:
+        raise EngineError("usage", f"{text[:40]!r}: ports go from 1 to 65535")
+    return local, remote
+
+
+def _wait_running(client: EngineClient, job_id: str, quiet: bool) -> api.JobInfo:
+    """The job once it runs (a job just submitted takes a moment to start)."""
+    deadline = time.monotonic() + START_WAIT_S
+    said = False
+    while True:
+        job: api.JobInfo = client.call_blocking(api.GetJob(job_id=job_id))
+        if job.role != "consumer":
+            raise EngineError("invalid", f"job {job.job_id} is not yours: tunnels are its owner's")
+        if job.state == "running":
+            return job
+        if job.state in api.TERMINAL_STATES:
+            raise EngineError("not_running", f"job {job.job_id} has ended ({job.state})")
+        if time.monotonic() > deadline:
+            raise EngineError(
+                "not_running", f"job {job.job_id} is still {job.state} after {START_WAIT_S:g} s"
+            )
+        if not said and not quiet:
+            show(f"waiting for job {job.job_id} to start ({job.state})…", file=sys.stderr)
+            said = True
+        time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _forward(args: argparse.Namespace, client: EngineClient) -> None:
+    local, remote = parse_ports(args.ports)
+    as_json = getattr(args, "json", False)
+    job = _wait_running(client, args.job_id, as_json)
+    info: api.TunnelForward = client.call_blocking(
+        api.JobForward(job_id=job.job_id, remote_port=remote, local_port=local), timeout=30
+    )
+    if as_json:
+        show_json(api.to_builtins(info), indent=None, flush=True)
+    else:
+        show(
+            f"forwarding {info.url} -> job {info.job_id} port {info.remote_port} (Ctrl-C to stop)",
+            flush=True,
+        )
+    with _sigterm_as_interrupt():
+        try:
+            while True:
+                time.sleep(POLL_S)
+                listed: api.ForwardList = client.call_blocking(api.ListForwards(job_id=info.job_id))
+                if not any(f.forward_id == info.forward_id for f in listed.forwards):
+                    ended: api.JobInfo = client.call_blocking(api.GetJob(job_id=info.job_id))
+                    show(f"job {info.job_id} is {ended.state}: the forward closed", file=sys.stderr)
+                    return None
+        except KeyboardInterrupt:
+            with contextlib.suppress(EngineError):
+                client.call_blocking(api.JobForwardClose(forward_id=info.forward_id))
+            return None
+
+
+# --- job shell -------------------------------------------------------------------------------
+
+
+def _terminal_size() -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+        return max(1, size.lines), max(1, size.columns)
+    except OSError:
+        return 24, 80
+
+
+@contextlib.contextmanager
+def _raw_terminal(fd: int) -> Iterator[bool]:
+    """The local terminal in raw mode for the session (keys go to the remote process as
+    they are), put back as it was afterwards; nothing to do when stdin is not a terminal."""
+    if not os.isatty(fd):
+        yield False
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        yield True
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [])
+
+
+def run_shell(sock: socket.socket, stdin: int, stdout: int) -> int | None:
+    """Relay a shell session: ``stdin`` to the socket as frames, the frames' data to
+    ``stdout``; returns the remote exit status (None: the session broke off without one)."""
+    resized = [False]
+
+    def on_winch(signum: int, frame: Any) -> None:
+        resized[0] = True
+
+    previous = signal.signal(signal.SIGWINCH, on_winch)
+    frames = ShellFrames()
+    reading_stdin = True
+    try:
+        while True:
+            if resized[0]:
+                resized[0] = False
+                sock.sendall(resize_frame(*_terminal_size()))
+            watched: list[Any] = [sock, stdin] if reading_stdin else [sock]
+            try:
+                ready, _, _ = select.select(watched, [], [], 0.25)
+            except InterruptedError:
+                continue
+            if stdin in ready:
+                data = os.read(stdin, 65536)
+                if data:
+                    sock.sendall(shell_frame(SHELL_DATA, data))
+                else:
+                    reading_stdin = False
+                    sock.sendall(shell_frame(SHELL_EOF))
+            if sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return None
+                for kind, payload in frames.feed(data):
+                    if kind == SHELL_DATA:
+                        _write_all(stdout, payload)
+                    elif kind == SHELL_EXIT and len(payload) == 4:
+                        return int.from_bytes(payload, "big", signed=True)
+    finally:
+        signal.signal(signal.SIGWINCH, previous)
+
+
+def _shell(args: argparse.Namespace, client: EngineClient) -> None:
+    command = list(args.shell_argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    job = _wait_running(client, args.job_id, quiet=False)
+    rows, cols = _terminal_size()
+    term = os.environ.get("TERM", "xterm")
+    term = term if term.replace("-", "").replace(".", "").isalnum() else "xterm"
+    session: api.ShellSession = client.call_blocking(
+        api.JobShell(
+            job_id=job.job_id, command=tuple(command), rows=rows, cols=cols, term=term[:64]
+        ),
+        timeout=30,
+    )
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(session.socket)
+        stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+        sys.stdout.flush()
+        with _raw_terminal(stdin):
+            code = run_shell(sock, stdin, stdout)
+    finally:
+        sock.close()
+    if code is None:
+        show_error(f"the shell in job {job.job_id} broke off without an exit status")
+        raise SystemExit(1)
+    raise SystemExit(code & 0xFF if code >= 0 else 1)
+
+
+RUNNERS = {
+    "job forward": _forward,
+    "job shell": _shell,
+    "job stop": lambda a, c: c.call_blocking(api.StopJob(job_id=a.job_id), timeout=60),
+}
