@@ -284,8 +284,12 @@ def _check_limits(members: int, total: int, max_bytes: int, max_members: int) ->
 def drop_privileges(uid: int, gid: int) -> None:
     """Become ``uid``/``gid`` for good (no supplementary groups, no way back to root)."""
     os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+    if hasattr(os, "setresuid"):
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    else:  # macOS: as root, setuid sets the real, effective and saved ids alike
+        os.setgid(gid)
+        os.setuid(uid)
     try:
         os.setuid(0)
     except PermissionError:
