@@ -23,6 +23,7 @@ from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
 from engine.identity import Identity
+from engine.jobs.spec import FRAMEWORKS
 from engine.network import wire
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.peers import PeerInfo
@@ -332,6 +333,6 @@ def provider_advert(
         disk_mb=50000,
         prices=prices if prices is not None else {"low": 1.0, "moderate": 2.5, "high": 6.0},
         executors=executors,
-        frameworks=("sklearn", "pytorch", "tensorflow"),
+        frameworks=FRAMEWORKS,
         version="hostile",
     )
