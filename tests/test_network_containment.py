@@ -31,8 +31,17 @@ def failures() -> Iterator[supervise.Failures]:
     yield supervise.Failures()
 
 
+class ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_a_failing_task_is_logged_once_counted_and_its_siblings_keep_running(
-    failures: supervise.Failures, caplog: pytest.LogCaptureFixture
+    failures: supervise.Failures,
 ) -> None:
     ticks: list[int] = []
 
@@ -51,11 +60,16 @@ def test_a_failing_task_is_logged_once_counted_and_its_siblings_keep_running(
             for n in range(5):
                 nursery.start_soon(supervise.guarded("worker", broken, failures), n)
 
-    with caplog.at_level(logging.DEBUG, logger="nunet"):
+    # A handler on the module's own logger: whatever logsetup did to "nunet" in this process.
+    handler, logger = ListHandler(), logging.getLogger("nunet.supervise")
+    logger.addHandler(handler)
+    try:
         trio.run(main)
+    finally:
+        logger.removeHandler(handler)
     assert ticks == list(range(10))
     assert failures.snapshot() == {"worker": 5}
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r for r in handler.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     # The stranger's text is shown literally: no terminal escape reaches the log.
     assert "\x1b" not in warnings[0].getMessage() and "\\x1b" in warnings[0].getMessage()
@@ -284,3 +298,36 @@ def test_py_libp2p_noise_goes_to_the_log_file_capped_at_warning_never_to_stderr(
     text = node_home.log_file.read_text(encoding="utf-8")
     assert "WARNING libp2p.kad_dht.kad_dht: Failed to read DHT message" in text
     assert "departed peer" in text and "chatter" not in text and "ours" in text
+
+
+def test_a_failing_subsystem_is_restarted_and_cancels_none_of_the_others(
+    node_home: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subsystem's run loop that raises (here the jobs service, as a claim submit that
+    lost its connection once did in settle) is restarted; the network beside it stays up."""
+    from engine.jobs.service import NodeJobs
+
+    calls: list[float] = []
+    serve = NodeJobs.serve
+
+    async def fails_once(
+        self: NodeJobs, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise ConnectionResetError("connection reset while submitting")
+        await serve(self, task_status=task_status)
+
+    monkeypatch.setattr(NodeJobs, "serve", fails_once)
+    before = supervise.FAILURES.snapshot().get("jobs", 0)
+    engine = Engine(node_home).start()
+    try:
+        deadline = time.monotonic() + 15
+        while not (addrs := engine.call_blocking(api.GetPeerSelf()).addrs) or len(calls) < 2:
+            assert time.monotonic() < deadline, f"network {addrs}, jobs started {len(calls)}x"
+            time.sleep(0.05)
+        assert supervise.FAILURES.snapshot().get("jobs", 0) == before + 1
+        assert engine.call_blocking(api.ListJobs()).jobs == ()  # the restarted jobs service
+        assert engine.call_blocking(api.GetPeerSelf()).addrs == addrs
+    finally:
+        engine.close()
