@@ -155,6 +155,11 @@ class ExecPipe:
             view = view[sent:]
 
     async def send_eof(self) -> None:
+        if not self._multiplexed:
+            # A terminal says "end of input" with Ctrl-D; closing a TTY session's stdin makes
+            # Docker drop the output not yet sent.
+            await self.send(b"\x04")
+            return
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_WR)
 
