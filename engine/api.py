@@ -8,7 +8,7 @@ turn wire JSON back into typed objects.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
@@ -578,7 +578,7 @@ class ChatList(Command, tag="chat_list", frozen=True):
 
 class ChatJoin(Command, tag="chat_join", frozen=True):
     reply = Done
-    request_id: int
+    request_id: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]  # a SQLite rowid
 
 
 class ChatClear(Command, tag="chat_clear", frozen=True):
@@ -595,7 +595,7 @@ class ChatSend(Command, tag="chat_send", frozen=True):
 class ChatHistory(Command, tag="chat_history", frozen=True):
     reply = ChatHistoryReply
     peer_id: str
-    limit: int = 500
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 500
 
 
 class GetNetworkStatus(Command, tag="network_status", frozen=True):

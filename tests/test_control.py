@@ -7,6 +7,9 @@ import socket
 import stat
 import time
 
+import msgspec
+import pytest
+
 from engine import api
 from engine.config import Paths
 from engine.control import MAX_LINE, ControlClient
@@ -102,3 +105,14 @@ def test_client_learns_when_the_engine_stops(node_home: Paths) -> None:
         raise AssertionError("a call to a stopped engine succeeded")
     finally:
         client.close()
+
+
+def test_chat_ids_and_limits_are_bounded_where_commands_are_decoded() -> None:
+    """A chat id beyond SQLite's rowid range or a history limit of a billion is refused by the
+    command schema itself, whoever sent it (the CLI bounds them too)."""
+    for bad in ({"type": "chat_join", "request_id": 2**63}, {"type": "chat_join", "request_id": 0}):
+        with pytest.raises(msgspec.ValidationError, match="request_id"):
+            api.decode_command(bad)
+    with pytest.raises(msgspec.ValidationError, match="limit"):
+        api.decode_command({"type": "chat_history", "peer_id": "x", "limit": 10**9})
+    assert api.decode_command({"type": "chat_join", "request_id": 7}) == api.ChatJoin(request_id=7)
