@@ -4,6 +4,9 @@ A submitted job is committed to the store before the provider is asked to run it
 task per unfinished job keeps its log and state current, reconnecting with the last sequence
 number it has (backlog, then the live tail) until the job ends; then the results archive is
 fetched, its sha256 checked against the provider's signed header, and kept for ``job results``.
+A provider silent for three heartbeats (no heartbeat, no update) is shown as unreachable; one
+still silent ``[jobs] provider_grace_s`` later has its job ended interrupted, and a paid job's
+refund is asked for at once (payments/escrow.py ``provider_vanished``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ reaches the ledger through ``LedgerLink``, a real HTTP hop that fails the way a 
 endpoint or the network between does: it accepts a transaction and never passes it on (a
 mempool that dropped it), or breaks the connection while a transaction is submitted.
 
-- a claim that was kept and "accepted" but never landed, then expired: settle rebuilds it from
-  the same oracle decision; the provider is paid exactly once;
+- a claim that was kept and "accepted" but never landed, then the provider restarted and the
+  tx expired: settle rebuilds it from the same oracle decision; the provider is paid exactly
+  once;
 - a connection error while submitting: the settle loop and the daemon keep going, and the
   claim lands once the link is back;
 - a provider killed mid-job: the consumer shows "provider unreachable" within three missed
@@ -191,9 +192,13 @@ def test_a_dropped_then_expired_claim_is_rebuilt_from_the_same_decision_and_paid
     decision = market.oracle.store.decision(job_id)
     assert decision is not None and decision.reward_type == "withdraw"
 
-    # Ten minutes pass on the chain's clock: the kept tx can never land any more.
+    # The provider dies with its claim kept and not on chain, and ten minutes pass on the
+    # chain's clock: the kept tx can never land any more. After the restart it is neither
+    # lost nor sent as it is: rebuilt.
+    provider.stop(kill=True)
     market.ledger.clock.advance(DEFAULT_TTL_S + 60)
     link.mode = "pass"
+    provider.start()
     claimed = wait_for(
         lambda: (e := _escrow(provider, job_id)).get("state") == "claimed" and e,
         "the expired claim was never rebuilt",
