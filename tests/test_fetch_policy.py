@@ -508,3 +508,52 @@ def test_git_without_pinning_support_refuses_http(
         sources.clone_git(
             GitSource(url=git_on_2.url, entry="train.py"), tmp_path / "src", LOOPBACK_ONLY_2
         )
+
+
+@contextmanager
+def listener(host: str, port: int = 0) -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP listener that keeps the first bytes each connection sends, then hangs up."""
+    server = socket.create_server((host, port))
+    server.settimeout(0.2)
+    got: list[bytes] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    got.append(conn.recv(200))
+                except OSError:
+                    got.append(b"")
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], got
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("scheme", "greeting"), [("ssh", b"SSH-2.0-"), ("git", b"git-upload-pack")]
+)
+def test_ssh_and_git_protocol_are_held_to_the_checked_address(
+    scheme: str, greeting: bytes, tmp_path: Path
+) -> None:
+    """No resolve option for these: ssh is told the address (HostName), git:// gets it in the
+    URL. A name the system resolves to 127.0.0.1 but the policy to 127.0.0.2 goes to .2."""
+    with listener("127.0.0.2") as (port, pinned), listener("127.0.0.1", port) as (_, secret):
+        resolver = fake_resolver({"localhost": [["127.0.0.2"]]})
+        policy = FetchPolicy(LOOPBACK_ONLY_2.allow_networks, resolver=resolver)
+        source = GitSource(url=f"{scheme}://localhost:{port}/x.git", entry="t.py")
+        with pytest.raises(EngineError, match=r"cannot clone"):
+            sources.clone_git(source, tmp_path / "src", policy)
+    assert secret == []
+    assert pinned and pinned[0].lstrip(b"0123456789abcdef").startswith(greeting), pinned
