@@ -29,6 +29,7 @@ exponential backoff, and no failure of one escrow leaves the loop.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -121,7 +122,12 @@ def unreachable(exc: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(
             current,
-            requests.ConnectionError | requests.Timeout | httpx.TransportError | OSError,
+            requests.ConnectionError
+            | requests.Timeout
+            | httpx.TransportError
+            | ConnectionError
+            | TimeoutError
+            | socket.gaierror,
         ):
             return True
         if isinstance(current, ApiError) and int(getattr(current, "status_code", 0)) >= 500:

@@ -416,3 +416,58 @@ def test_a_provider_that_reported_is_never_refunded_on_the_consumers_word(
     assert server.oracle.store.decision("job-here") is None
     grant = _ask(server, RewardRequest(job_id="job-here", receipt=receipt_for(quote)))
     assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+
+
+# --- which failures are the network's ------------------------------------------------------
+
+
+def _raised(make: Any) -> BaseException:
+    try:
+        make()
+    except Exception as exc:  # its chain of causes is what is looked at
+        return exc
+    raise AssertionError("nothing raised")
+
+
+def test_network_failures_are_told_apart_from_refusals() -> None:
+    import httpx
+    import requests
+    from blockfrost import ApiError
+    from pycardano.exception import TransactionFailedException
+
+    from engine.payments.settle import unreachable
+    from oracle_client.transactions import SubmitRejected
+
+    def api_error(status: int) -> ApiError:
+        response = requests.Response()
+        response.status_code = status
+        response._content = json.dumps(
+            {"status_code": status, "error": "x", "message": "y"}
+        ).encode()
+        return ApiError(response)
+
+    def submit_failed(status: int) -> None:
+        # What pycardano and transactions.submit make of a Blockfrost reply.
+        try:
+            try:
+                raise api_error(status)
+            except ApiError as exc:
+                raise TransactionFailedException(f"Error code: {status}") from exc
+        except TransactionFailedException as exc:
+            raise SubmitRejected(str(exc)) from exc
+
+    network = [
+        requests.ConnectionError("Connection aborted."),
+        requests.Timeout("read timed out"),
+        httpx.ConnectError("refused"),
+        ConnectionRefusedError(111, "refused"),
+        _raised(lambda: submit_failed(503)),
+        _raised(lambda: submit_failed(502)),
+    ]
+    refusals = [
+        _raised(lambda: submit_failed(400)),  # the ledger said no: not the weather
+        ValueError("bad cbor"),
+        api_error(404),
+    ]
+    assert all(unreachable(exc) for exc in network)
+    assert not any(unreachable(exc) for exc in refusals)
