@@ -1,0 +1,187 @@
+"""Throughput and round-trip latency of a job's tunnel, as ratios against the paths under it.
+
+Two real daemons on 127.0.0.1 (process executor) run the example HTTP service job
+(examples/jobs/http_service); an echo of SIZE bytes and small GETs on one keep-alive
+connection go three ways:
+
+- direct: loopback TCP to the service itself (what the tunnel adds nothing to);
+- raw stream: a libp2p peer's own tunnel stream to the provider (one libp2p stream, the
+  provider's bridge to the service), no consumer daemon and no local TCP hop;
+- forwarded: ``nunet-tui job forward`` (local TCP -> consumer daemon -> libp2p -> provider).
+
+Goals (issue 13): forwarded >= 50 % of the raw stream's throughput; < 5 ms added per round
+trip on loopback. Run: ``.venv/bin/python bench/tunnel.py [--size-mb 8] [--rtts 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.jobs import tunnel as t
+from engine.network import wire
+from tests.adversarial.hostile import HostilePeer
+from tests.adversarial.test_tunnel_owner import _own_job as own_job
+from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, TEST_ADDRESS, make_home
+from tests.daemons import HEARTBEAT_ENV, Daemon, wait_for
+from tests.tunnel_helpers import Forwarding, free_port, submit_service
+
+JOBS = '[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\nslots = 2\n'
+
+
+def _http_times(port: int, body: bytes, rtts: int) -> tuple[float, list[float]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("GET", "/")
+    conn.getresponse().read()
+    started = time.perf_counter()
+    conn.request("POST", "/echo", body=body)
+    assert conn.getresponse().read() == body
+    seconds = time.perf_counter() - started
+    samples = []
+    for _ in range(rtts):
+        at = time.perf_counter()
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        samples.append(time.perf_counter() - at)
+    conn.close()
+    return seconds, samples
+
+
+def _raw_stream_times(
+    peer: HostilePeer, provider: str, job_id: str, port: int, body: bytes, rtts: int
+) -> tuple[float, list[float]]:
+    import trio
+
+    async def run() -> tuple[float, list[float]]:
+        from engine.network.host import peer_id_of
+
+        stream = await peer.host.new_stream(peer_id_of(provider), [t.TUNNEL_PROTOCOL])
+        await stream.write(
+            t.seal(peer.identity, t.TunnelOpen(job_id=job_id, kind="tcp", port=port))
+        )
+        answer = t.decode_answer(await wire.read_frame(stream, t.MAX_HEADER_BYTES), provider)
+        assert answer.ok, answer.reason
+
+        async def exchange(request: bytes, expect: int) -> None:
+            await stream.write(request)
+            got = b""
+            while True:
+                head, _, rest = got.partition(b"\r\n\r\n")
+                if _:
+                    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                    if len(rest) >= length:
+                        return
+                got += bytes(await stream.read(1 << 16))
+
+        get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+        started = trio.current_time()
+        await exchange(
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
+            len(body),
+        )
+        seconds = trio.current_time() - started
+        samples = []
+        for _ in range(rtts):
+            at = trio.current_time()
+            await exchange(get, 0)
+            samples.append(trio.current_time() - at)
+        await stream.reset()
+        return seconds, samples
+
+    return peer.call(run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=8.0)
+    parser.add_argument("--rtts", type=int, default=200)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="nunet-bench-tunnel-"))
+    env = {**HEARTBEAT_ENV, **FETCH_LOOPBACK_ENV}
+    consumer = Daemon(make_home(root / "consumer", seed=b"\x51" * 32), env).start()
+    provider = Daemon(
+        make_home(root / "provider", seed=b"\x50" * 32, machine_toml=MACHINE_TOML + JOBS),
+        {**env, "NUNET_NETWORK_BOOTSTRAP": consumer.addrs()[0]},
+    ).start()
+    peer = HostilePeer(seed=b"\x52" * 32, bootstrap=[provider.addrs()[0]])
+    import functools
+    import http.server
+    import threading
+
+    www = root / "www"
+    www.mkdir()
+    (www / "serve.py").write_bytes(
+        (
+            Path(__file__).resolve().parent.parent / "examples/jobs/http_service/serve.py"
+        ).read_bytes()
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a: None  # type: ignore[assignment, attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+        pid = provider.peer_id
+        wait_for(
+            lambda: any(p["peer_id"] == pid for p in consumer.cli("peer", "list")["peers"]),
+            "the consumer never saw the provider",
+        )
+        port = free_port()
+        url = f"http://127.0.0.1:{server.server_address[1]}/serve.py"
+        job_id = submit_service(consumer, url, root, port)
+        body = os.urandom(int(args.size_mb * (1 << 20)))
+        direct_s, direct_rtt = _http_times(port, body, args.rtts)
+        forward = Forwarding(consumer, job_id, str(port))
+        try:
+            fwd_s, fwd_rtt = _http_times(forward.port, body, args.rtts)
+        finally:
+            forward.stop()
+        # The raw stream's peer runs a service job of its own (tunnels are the owner's only).
+        peer.start()
+        peer.wait_connected(pid)
+        raw_port = free_port()
+        raw_job = own_job(peer, pid, url, raw_port)
+        wait_for(
+            lambda: "serving on" in cli_logs(provider, raw_job), "its service never listened", 60
+        )
+        raw_s, raw_rtt = _raw_stream_times(peer, pid, raw_job, raw_port, body, args.rtts)
+        mb = 2 * len(body) / (1 << 20)  # echoed: both ways
+        direct_t, raw_t, fwd_t = mb / direct_s, mb / raw_s, mb / fwd_s
+        print(f"echo of {args.size_mb:g} MiB each way; {args.rtts} small GETs per path")
+        for label, rate, rtt in (
+            ("direct loopback TCP", direct_t, direct_rtt),
+            ("raw libp2p stream", raw_t, raw_rtt),
+            ("job forward", fwd_t, fwd_rtt),
+        ):
+            print(f"{label:<20}: {rate:8.1f} MiB/s  rtt {statistics.median(rtt) * 1e3:6.2f} ms")
+        ratio = fwd_t / raw_t
+        added = (statistics.median(fwd_rtt) - statistics.median(direct_rtt)) * 1e3
+        verdict = "met" if ratio >= 0.5 else "MISSED"
+        print(f"forward / raw stream throughput: {ratio:.0%} (goal >= 50 %: {verdict})")
+        print(f"forward / direct throughput: {fwd_t / direct_t:.0%}")
+        verdict = "met" if added < 5 else "MISSED"
+        print(f"added per round trip: {added:.2f} ms (goal < 5 ms: {verdict})")
+        consumer.cli("job", "stop", job_id)
+    finally:
+        server.shutdown()
+        peer.stop()
+        provider.stop()
+        consumer.stop()
+
+
+def cli_logs(daemon: Daemon, job_id: str) -> str:
+    from tests.conftest import run_cli
+
+    return run_cli("job", "logs", job_id, home=daemon.home).stdout
+
+
+if __name__ == "__main__":
+    main()
