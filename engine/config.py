@@ -275,6 +275,40 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     deadline_margin_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 3600
 
 
+class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[metrics]: the Prometheus endpoint (engine/metrics.py); off unless ``listen`` is set."""
+
+    # HOST:PORT, served only there (a port of 0 takes a free one, logged); "" is off.
+    listen: Annotated[
+        str,
+        _text(
+            300,
+            pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
+            description='HOST:PORT such as "127.0.0.1:9464", or "" for off',
+        ),
+    ] = ""
+
+
+class NotifySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[notify]: told when a job ends or a reward is paid (engine/notify.py)."""
+
+    # A JSON POST per event; retried with backoff on errors, 5xx and 429. "" is off.
+    webhook_url: Annotated[
+        str, _text(2048, pattern=r"^$|^https?://", description="an http:// or https:// URL")
+    ] = ""
+    webhook_timeout_s: Annotated[float, msgspec.Meta(ge=0.1, le=120)] = 10.0
+    webhook_retries: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    webhook_backoff_s: Annotated[float, msgspec.Meta(ge=0.01, le=300)] = 1.0  # doubles each try
+    # A program run per event with the event as JSON on stdin (no shell), killed after
+    # command_timeout_s. [] is off.
+    command: Annotated[list[Annotated[str, _text(4096, 1)]], msgspec.Meta(max_length=64)] = (
+        msgspec.field(default_factory=list)
+    )
+    command_timeout_s: Annotated[float, msgspec.Meta(ge=0.1, le=600)] = 10.0
+    # A desktop notification through notify-send, where it is installed.
+    desktop: bool = False
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: Annotated[str, _text(16)] = "info"
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
@@ -282,6 +316,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
     jobs: JobSettings = msgspec.field(default_factory=JobSettings)
     payments: PaymentsSettings = msgspec.field(default_factory=PaymentsSettings)
+    metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
+    notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -309,7 +345,35 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
         )
     _check_multiaddrs(settings.network)
     parse_networks(settings.jobs.fetch_allow_networks)
+    metrics_address(settings.metrics.listen)
     return settings
+
+
+def metrics_address(listen: str) -> tuple[str, int] | None:
+    """``[metrics] listen`` as (host, port), None when off; a bad one is a one-line error."""
+    if not listen:
+        return None
+    import ipaddress
+
+    host, _, port_text = listen.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    port = int(port_text)
+    problem = None
+    if port > 65535:
+        problem = f"port {port} is above 65535"
+    elif host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            problem = f"{host!r} is not an IP address (nor localhost)"
+    if problem is not None:
+        raise EngineError(
+            "config",
+            f"bad setting metrics.listen = {listen[:60]!r}: {problem}; write it like "
+            '"127.0.0.1:9464" (only where it is bound: keep it on loopback unless a '
+            'firewall guards it), or "" for off',
+        )
+    return host, port
 
 
 def _read_config(file: Path) -> dict[str, Any]:

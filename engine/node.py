@@ -145,6 +145,14 @@ class Node:
         """Long-running services live here: the network now, jobs and payments later."""
         async with trio.open_nursery() as nursery:
             self._services = nursery
+            if self.network_enabled:  # a long-running engine (daemon, TUI): the operator's tools
+                from engine.notify import serve_notifications
+
+                nursery.start_soon(serve_notifications, self)
+                if self.settings.metrics.listen:
+                    from engine.metrics import serve_metrics  # prometheus-client: only when on
+
+                    nursery.start_soon(serve_metrics, self)
             if self._autostart_network:
                 self._start_services()
             task_status.started()
@@ -162,6 +170,10 @@ class Node:
         if self.payments_enabled:
             self._services.start_soon(supervised, "settle", self.payments().escrows.serve)
         return True
+
+    @property
+    def network_started(self) -> bool:
+        return self._network_started
 
     @property
     def payments_enabled(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
 from typing import NamedTuple
 
@@ -134,13 +135,21 @@ class WalletRow(NamedTuple):
 class Store:
     """One connection, used only from the engine's trio thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        """``readonly``: for a look from outside the engine (``nunet-tui log``): nothing is
+        migrated or written, and a database that is not there is an error, not created."""
         self.path = path
         try:
-            self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+            if readonly:
+                uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+            else:
+                self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
         except sqlite3.Error as exc:
             raise EngineError("store", f"cannot open the database {path}: {exc}") from exc
         self._db.row_factory = sqlite3.Row
+        if readonly:
+            return
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -412,6 +421,17 @@ class Store:
             args = states
         rows = self._db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*args, limit))
         return [msgspec.json.decode(r["info"], type=JobInfo) for r in rows.fetchall()]
+
+    def job_summary(self) -> list[tuple[str, str, int, float, float]]:
+        """Per role and state: (role, state, jobs, metered wall seconds, metered GPU seconds),
+        one aggregate read for the metrics endpoint instead of decoding every job."""
+        rows = self._db.execute(
+            "SELECT role, state, COUNT(*), "
+            "COALESCE(SUM(json_extract(info, '$.metering.wall_s')), 0), "
+            "COALESCE(SUM(json_extract(info, '$.metering.gpu_s')), 0) "
+            "FROM jobs GROUP BY role, state"
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
 
     def record_job_message(self, job_id: str, direction: str, kind: str, body: bytes) -> None:
         """Every protocol message, kept before it is acted on (signed bytes, as received)."""

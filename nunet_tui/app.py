@@ -50,6 +50,7 @@ from engine.api import (
 )
 from engine.client import EngineClient
 from engine.errors import EngineError
+from engine.notify import NoticeFilter
 from nunet_tui.commands import NodeCommands
 from nunet_tui.format import mb, mhz, safe, short_peer_id
 from nunet_tui.messages import EngineEvent, EngineUpdate
@@ -142,6 +143,7 @@ class NunetApp(App[None]):
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
+        self._notices = NoticeFilter(since=clock())  # a job ended, a reward paid: bell + toast
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -234,6 +236,15 @@ class NunetApp(App[None]):
 
     async def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
+        if (notice := self._notices.observe(event)) is not None:
+            self.bell()
+            self.notify(
+                notice.text,
+                title=notice.title,
+                severity="warning" if notice.bad else "information",
+                markup=False,
+                timeout=10,
+            )
         if isinstance(event, OnboardingChanged):
             self.refresh_node()
         elif isinstance(event, ModeChanged):
