@@ -39,14 +39,16 @@ def _ask(
     return t.decode_answer(frames[0], provider)
 
 
-def _own_job(peer: HostilePeer, provider: str, url: str, port: int) -> str:
+def _own_job(
+    peer: HostilePeer, provider: str, url: str, port: int, extra_ports: tuple[int, ...] = ()
+) -> str:
     """The hostile peer runs a service job of its own (raw offer and confirm)."""
     job_id = "a0a1a2a3a4a5"
     spec = {
         "framework": "scikit-learn",
         "script_url": url,
         "kind": "service",
-        "ports": [port],
+        "ports": [port, *extra_ports],
         "env": {"PORT": str(port)},
         "expected_minutes": 5,
     }
@@ -96,7 +98,10 @@ def test_only_the_owner_tunnels_into_a_job(
 
         # Its own job: an undeclared port is refused; the declared one works, up to the cap.
         own_port = free_port()
-        own = _own_job(peer, pid, service_url, own_port)
+        # It also declares the port of another service on the provider's 127.0.0.1 (here:
+        # the test's script server): the process executor's tunnel must not reach it.
+        host_port = int(service_url.split(":")[2].split("/")[0])
+        own = _own_job(peer, pid, service_url, own_port, (host_port,))
         wait_for(lambda: provider.cli("job", "show", own)["state"] == "running", "never ran")
         wait_for(
             lambda: "serving on" in run_cli("job", "logs", own, home=provider.home).stdout,
@@ -104,6 +109,8 @@ def test_only_the_owner_tunnels_into_a_job(
         )
         undeclared = _ask(peer, pid, t.TunnelOpen(job_id=own, kind="tcp", port=own_port + 1))
         assert not undeclared.ok and "not one the job declared" in undeclared.reason
+        borrowed = _ask(peer, pid, t.TunnelOpen(job_id=own, kind="tcp", port=host_port))
+        assert not borrowed.ok and "does not listen" in borrowed.reason
         held = []
         for _ in range(t.STREAMS_PER_JOB):
             stream = peer.open(pid, t.TUNNEL_PROTOCOL)

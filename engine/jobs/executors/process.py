@@ -276,8 +276,15 @@ class ProcessExecutor(BaseExecutor):
     async def open_tunnel(self, run: JobRun, port: int) -> Any:
         from engine.jobs.tunnel import TrioPipe
 
-        if run.job_id not in self._procs:
+        process = self._procs.get(run.job_id)
+        if process is None:
             raise EngineError("tunnel", f"job {run.job_id} is not running here")
+        # The host's 127.0.0.1 has other services too (an sshd, a database, our own
+        # daemons): a tunnel reaches a port only while the job's own processes listen on it.
+        if not await trio.to_thread.run_sync(_job_listens_on, process.pid, port):
+            raise EngineError(
+                "tunnel", f"the job does not listen on 127.0.0.1:{port} (not yet, or not at all)"
+            )
         try:
             with trio.fail_after(10):
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -313,6 +320,32 @@ class ProcessExecutor(BaseExecutor):
     async def _resume(self, state: RunState) -> None:
         if process := self._procs.get(state.run.job_id):
             _kill_group(process, signal.SIGCONT)
+
+
+def _job_listens_on(pid: int, port: int) -> bool:
+    """Whether a process of the job's tree (``pid`` and its descendants) listens on TCP
+    ``port`` of the loopback or every address."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for proc in tree:
+        try:
+            sockets = proc.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        for conn in sockets:
+            if (
+                conn.status == psutil.CONN_LISTEN
+                and conn.laddr
+                and conn.laddr.port == port
+                and conn.laddr.ip in ("127.0.0.1", "0.0.0.0", "::", "::1", "::ffff:127.0.0.1")
+            ):
+                return True
+    return False
 
 
 def _tree_usage(proc: object) -> tuple[float, float]:
