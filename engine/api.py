@@ -138,6 +138,7 @@ class PeerResources(Record, frozen=True):
     frameworks: tuple[str, ...] = ()
     version: str = ""
     slots: int = 1
+    shell: bool = True  # the provider lets consumers open `job shell` into their jobs
     free_cpu_mhz: int | None = None
     free_memory_mb: int | None = None
     free_gpus: int | None = None

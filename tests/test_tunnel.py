@@ -328,3 +328,55 @@ def test_job_stop_refuses_a_batch_job(daemons: Callable[..., Daemon], tmp_path: 
     consumer = daemons("consumer", 41)
     done = run_cli("job", "stop", "a1b2c3d4e5f6", home=consumer.home)
     assert done.returncode == 1 and "no job" in done.stderr
+
+
+# --- shells off: advertised, matched on ---------------------------------------------------------
+
+
+def test_an_advert_names_shells_only_when_they_are_off() -> None:
+    """Older peers refuse adverts with unknown fields: a provider that allows shells (the
+    default) must send exactly the fields they know."""
+    from engine.network.wire import Advert
+
+    class OldAdvert(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+        v: int = 1
+        peer_id: str
+        channel: str
+        cpu_mhz: int = 0
+        ram_mb: int = 0
+        disk_mb: int = 0
+        gpus: tuple[dict[str, object], ...] = ()
+        prices: dict[str, float] = {}
+        executors: tuple[str, ...] = ()
+        frameworks: tuple[str, ...] = ()
+        version: str = ""
+        slots: int = 1
+        addrs: tuple[str, ...] = ()
+        seq: int = 0
+        at: float = 0.0
+        expires_at: float = 0.0
+        withdrawn: bool = False
+
+    default = Advert(peer_id="p", channel="c", executors=("docker",), slots=3)
+    old = msgspec.msgpack.decode(msgspec.msgpack.encode(default), type=OldAdvert)
+    assert old.executors == ("docker",) and old.slots == 3
+    off = msgspec.msgpack.encode(Advert(peer_id="p", channel="c", no_shell=True))
+    assert msgspec.msgpack.decode(off, type=Advert).no_shell
+    assert b"no_shell" in off and b"no_shell" not in msgspec.msgpack.encode(default)
+
+
+def test_matching_keeps_jobs_that_want_a_shell_off_providers_that_refuse_them() -> None:
+    from engine.jobs.admission import Needs, judge
+
+    res = api.PeerResources(
+        cpu_mhz=8000,
+        memory_mb=16000,
+        prices={"low": 1.0},
+        executors=("docker",),
+        frameworks=("scikit-learn",),
+        shell=False,
+    )
+    assert judge(Needs.of(_spec()), res).ok
+    verdict = judge(Needs.of(_spec(shell=True)), res)
+    assert not verdict.ok and "shells are turned off" in verdict.reason
+    assert judge(Needs.of(_spec(shell=True)), msgspec.structs.replace(res, shell=True)).ok

@@ -121,6 +121,7 @@ def judge(
         and price is not None
         and (budget is None or cost <= budget)
         and not (takes_payments and cost <= 0)
+        and (res.shell or not spec.shell)
     )
     reasons: list[str] = []
     if not fits:
@@ -137,6 +138,8 @@ def judge(
                 f"a paid job is never quoted at 0 NTX: the {tier} tier costs {price:g} NTX/h "
                 f"here, {cost:g} NTX for {spec.expected_minutes:g} min"
             )
+        if spec.shell and not res.shell:
+            reasons.append("shells are turned off there (the job asks for shell = true)")
     if gpu:
         _gpu_reasons(res, spec.gpu_vendor, needs.min_vram_mb, reasons)
     if check_busy and not reasons and (why := busy_reason(res)):

@@ -370,6 +370,7 @@ class ProviderJobs:
             executors=tuple(name for name in settings.executors if name in self.executors),
             frameworks=FRAMEWORKS,
             slots=settings.slots,
+            shell=settings.allow_shell,
             free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
             free_memory_mb=max(onboarding.memory_mb - used.memory_mb, 0),
             free_gpus=max(len(gpus) - used.gpus, 0),
@@ -476,7 +477,7 @@ class ProviderJobs:
         escrows = self.node.payments().escrows
         reason = escrows.accept_countersigned(message.job_id, consumer, message.receipt)
         if reason:
-            return p.Refusal(job_id=message.job_id, reason=reason)
+            return p.refusal(message.job_id, reason)  # clipped to the schema's bound
         job = self.node.store.get_job(message.job_id)
         if job is not None and job.receipt != message.receipt:
             self._save(msgspec.structs.replace(job, receipt=message.receipt))
@@ -682,11 +683,7 @@ class ProviderJobs:
     async def _follow(self, stream: Any, follow: p.Follow, consumer: str) -> None:
         job = self.node.store.get_job(follow.job_id)
         if job is None or job.consumer != consumer:
-            await self._reply(
-                stream,
-                follow.job_id,
-                p.Refusal(job_id=follow.job_id, reason="no such job of yours"),
-            )
+            await self._reply(stream, consumer, p.refusal(follow.job_id, "no such job of yours"))
             return
         after = follow.after_seq
         joblog = self.job_log(follow.job_id)
@@ -715,16 +712,10 @@ class ProviderJobs:
     async def _send_results(self, stream: Any, fetch: p.FetchResults, consumer: str) -> None:
         job = self.node.store.get_job(fetch.job_id)
         if job is None or job.consumer != consumer:
-            await self._reply(
-                stream, fetch.job_id, p.Refusal(job_id=fetch.job_id, reason="no such job of yours")
-            )
+            await self._reply(stream, consumer, p.refusal(fetch.job_id, "no such job of yours"))
             return
         if not job.results_dir or not Path(job.results_dir).exists():
-            await self._reply(
-                stream,
-                fetch.job_id,
-                p.Refusal(job_id=fetch.job_id, reason="no results for this job"),
-            )
+            await self._reply(stream, consumer, p.refusal(fetch.job_id, "no results for this job"))
             return
         header = p.ResultsHeader(
             job_id=job.job_id, sha256=job.results_sha256, size=job.results_size

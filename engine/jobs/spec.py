@@ -77,6 +77,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Ports the job's own service listens on inside its container (127.0.0.1): the only ones
     # its consumer's tunnels may reach.
     ports: tuple[int, ...] = ()
+    # Only providers that allow `job shell` (their advert says so): matching excludes others.
+    shell: bool = False
 
 
 def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
@@ -276,7 +278,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
 
 # Fields added after the first release: left out of an Offer at their defaults, so providers
 # that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
-_NEWER_FIELDS = {"kind": "batch", "ports": ()}
+_NEWER_FIELDS = {"kind": "batch", "ports": (), "shell": False}
 
 
 def offer_spec(spec: JobSpec) -> dict[str, Any]:

@@ -83,6 +83,8 @@ def stamp(
         executors=advert.executors,
         frameworks=advert.frameworks,
         version=advert.version,
+        slots=advert.slots,
+        no_shell=advert.no_shell,
         addrs=addrs,
         seq=seq,
         at=now,

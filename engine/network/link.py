@@ -185,6 +185,7 @@ class NodeNetwork:
             frameworks=FRAMEWORKS,
             version=self.node.version,
             slots=self.node.settings.jobs.slots,
+            no_shell=not self.node.settings.jobs.allow_shell,
         )
 
     def heartbeat(self) -> HeartbeatFigures | None:
@@ -483,6 +484,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
             frameworks=tuple(advert.frameworks) if advert else (),
             version=advert.version if advert else "",
             slots=advert.slots if advert else 1,
+            shell=not advert.no_shell if advert else True,
             free_cpu_mhz=beat.free_cpu_mhz if beat else None,
             free_memory_mb=beat.free_ram_mb if beat else None,
             free_gpus=beat.free_gpus if beat else None,

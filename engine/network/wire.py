@@ -168,8 +168,12 @@ class Gpu(Schema, frozen=True):
     vram_mb: int
 
 
-class Advert(Schema, frozen=True):
-    """What a provider offers on a channel. ``withdrawn`` marks a tombstone."""
+class Advert(Schema, frozen=True, omit_defaults=True):
+    """What a provider offers on a channel. ``withdrawn`` marks a tombstone.
+
+    Encoded without the fields at their defaults: a field added later (``no_shell``) then
+    reaches older peers, which refuse unknown fields, only when it says something, and every
+    field they know decodes to the same value as before (each has the same default)."""
 
     peer_id: str
     channel: str
@@ -187,6 +191,7 @@ class Advert(Schema, frozen=True):
     at: float = 0.0
     expires_at: float = 0.0
     withdrawn: bool = False
+    no_shell: bool = False  # [jobs] allow_shell = false: `job shell` is refused here
 
 
 class Heartbeat(Schema, frozen=True):
