@@ -141,7 +141,11 @@ class Store:
         self.path = path
         try:
             if readonly:
-                uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+                # Read-only still makes the -wal and -shm files of a WAL database; when there
+                # is no -wal (no engine has it open, nothing to replay) read it as immutable.
+                wal = path.with_name(path.name + "-wal").exists()
+                flags = "mode=ro" if wal else "immutable=1"
+                uri = f"file:{urllib.parse.quote(str(path.resolve()))}?{flags}"
                 self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
             else:
                 self._db = sqlite3.connect(path, isolation_level=None, timeout=5.0)

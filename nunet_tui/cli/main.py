@@ -19,7 +19,14 @@ from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
 from engine.safe_text import safe
-from nunet_tui.cli import gpu_output, job_output, output, reward_output, wallet_output
+from nunet_tui.cli import (
+    gpu_output,
+    job_output,
+    log_archive,
+    output,
+    reward_output,
+    wallet_output,
+)
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 # SQLite's INTEGER: a larger chat request id could only fail deep in the store.
@@ -174,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_output.add_parsers(sub, common)
     wallet_output.add_parsers(sub, common)
     reward_output.add_parsers(sub, common)
+    log_archive.add_parser(sub, common)
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -257,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(tui=not args.no_tui, root=Path(args.root) if args.root else None)
         if args.command == "daemon" and args.executor:
             os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
+        if args.command == "log":  # no engine: it must work on a node that will not start
+            return log_archive.run_log_archive(paths, args)
         if args.command == "daemon":
             from engine.daemon import run_daemon
 
