@@ -205,6 +205,23 @@ def test_a_name_with_one_private_address_among_public_ones_is_refused() -> None:
     assert "\n" not in message
 
 
+def test_the_hint_names_a_setting_that_would_allow_the_address() -> None:
+    resolver = fake_resolver(
+        {"mapped.example": [["::ffff:192.168.1.4"]], "meta.example": [["169.254.169.254"]]}
+    )
+    policy = FetchPolicy(resolver=resolver)
+    with pytest.raises(EngineError) as info:
+        policy.check_host("mapped.example", 80)
+    hint = 'jobs.fetch_allow_networks = ["192.168.1.4/32"]'
+    assert hint in info.value.message
+    allowed = FetchPolicy(parse_networks(["192.168.1.4/32"]), resolver=resolver)
+    assert allowed.check_host("mapped.example", 80)  # the hint's setting does allow it
+    with pytest.raises(EngineError) as info:
+        policy.check_host("meta.example", 80)
+    assert "never fetched from" in info.value.message
+    assert "fetch_allow_networks" not in info.value.message
+
+
 def test_a_public_name_gives_the_addresses_to_connect_to() -> None:
     resolver = fake_resolver({"pub.example": [["8.8.8.8", "2606:4700:4700::1111"]]})
     got = FetchPolicy(resolver=resolver).check_host("pub.example", 443)

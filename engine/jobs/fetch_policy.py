@@ -139,23 +139,28 @@ class FetchPolicy:
 
     def refusal(self, address: IPAddress) -> str | None:
         """Why ``address`` is not fetched from ("a loopback address"), or None."""
+        judged = self._judge(address)
+        return judged[0] if judged else None
+
+    def _judge(self, address: IPAddress) -> tuple[str, bool] | None:
+        """Why ``address`` is refused and whether the setting could allow it, or None."""
         mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
         if mapped is not None:  # ::ffff:a.b.c.d is a.b.c.d itself
-            why = self.refusal(mapped)
-            return f"{why}, written as IPv4-mapped IPv6" if why else None
+            judged = self._judge(mapped)
+            return (f"{judged[0]}, written as IPv4-mapped IPv6", judged[1]) if judged else None
         for network, what in _NEVER_NETS:
             if address in network:
-                return f"a {what} address: never fetched from"
+                return f"a {what} address: never fetched from", False
         if any(address in network for network in self.allow_networks):
             return None
         embedded = _embedded_ipv4(address)
-        if embedded is not None and (why := self.refusal(embedded)):
-            return f"an IPv6 address that leads to {embedded}, {why}"
+        if embedded is not None and (judged := self._judge(embedded)):
+            return f"an IPv6 address that leads to {embedded}, {judged[0]}", judged[1]
         for network, what in _NOT_PUBLIC_NETS:
             if address in network:
-                return f"a {what} address"
+                return f"a {what} address", True
         if not address.is_global or address.is_reserved:
-            return "not a public address"
+            return "not a public address", True
         return None
 
     def check_host(self, host: str, port: int) -> list[IPAddress]:
@@ -171,9 +176,10 @@ class FetchPolicy:
         if not addresses:
             raise EngineError("fetch_unresolved", f"cannot resolve host {host!r}: no address")
         for address in addresses:
-            if why := self.refusal(address):
+            if judged := self._judge(address):
                 # One bad address refuses the name: the connection could land on any of them.
-                hint = "" if "never" in why else f"; a provider allows it with {_hint(address)}"
+                why, allowable = judged
+                hint = f"; a provider allows it with {_hint(address)}" if allowable else ""
                 raise EngineError(
                     "fetch_refused", f"refused to fetch from {host!r} ({address}): {why}{hint}"
                 )
@@ -181,5 +187,7 @@ class FetchPolicy:
 
 
 def _hint(address: IPAddress) -> str:
-    single = ipaddress.ip_network(address)
-    return f'{SETTING} = ["{single}"] (in config.toml, for a trusted LAN)'
+    """The setting that would allow just this address (its IPv4 form when mapped)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return f'{SETTING} = ["{ipaddress.ip_network(address)}"] (in config.toml, for a trusted LAN)'
