@@ -669,6 +669,9 @@ class JobForward(Command, tag="job_forward", frozen=True):
     job_id: str
     remote_port: int
     local_port: int = 0  # 0: a free port
+    # > 0: the forward closes unless renewed (ListForwards.renew) this often; the CLI's
+    # lease, so a `job forward` killed with -9 leaves nothing listening. 0: until closed.
+    lease_s: float = 0.0
 
 
 class JobForwardClose(Command, tag="job_forward_close", frozen=True):
@@ -678,6 +681,7 @@ class JobForwardClose(Command, tag="job_forward_close", frozen=True):
 class ListForwards(Command, tag="job_forwards", frozen=True):
     reply = ForwardList
     job_id: str = ""  # "": every job's
+    renew: tuple[str, ...] = ()  # forward ids whose lease starts again
 
 
 class JobShell(Command, tag="job_shell", frozen=True):

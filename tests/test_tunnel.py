@@ -18,6 +18,7 @@ from engine import api
 from engine.identity import Identity
 from engine.jobs import tunnel as t
 from engine.jobs.spec import JobSpec, offer_spec, validate_spec
+from nunet_tui.cli.job_tunnel import LEASE_S
 from tests.conftest import FIXED_SEED, run_cli
 from tests.daemons import Daemon, daemons, wait_for
 from tests.tunnel_helpers import (
@@ -226,6 +227,40 @@ def test_every_command_in_the_socket_union_has_a_handler() -> None:
         assert command.__name__ in handled, command
 
 
+def test_the_shell_client_sends_keys_resizes_and_returns_the_exit_status() -> None:
+    """run_shell against a fake provider on a socket pair: stdin goes out as data frames,
+    SIGWINCH as a resize frame, the data frames come out on stdout, the exit frame ends it."""
+    import signal
+    import socket
+    import threading
+
+    from nunet_tui.cli.job_tunnel import run_shell
+
+    ours, theirs = socket.socketpair()
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    got: list[tuple[int, bytes]] = []
+
+    def provider() -> None:
+        frames = t.ShellFrames()
+        while not any(kind == t.SHELL_RESIZE for kind, _ in got):
+            got.extend(frames.feed(theirs.recv(4096)))
+            if any(kind == t.SHELL_DATA for kind, _ in got):
+                os.kill(os.getpid(), signal.SIGWINCH)  # the local terminal was resized
+        theirs.sendall(t.shell_frame(t.SHELL_DATA, b"hello\r\n") + t.exit_frame(42))
+
+    thread = threading.Thread(target=provider, daemon=True)
+    thread.start()
+    os.write(stdin_w, b"ls\r")
+    assert run_shell(ours, stdin_r, stdout_w) == 42
+    thread.join(5)
+    assert (t.SHELL_DATA, b"ls\r") in got
+    assert any(kind == t.SHELL_RESIZE and len(body) == 4 for kind, body in got)
+    assert os.read(stdout_r, 100) == b"hello\r\n"
+    for fd in (stdin_r, stdin_w, stdout_r, stdout_w):
+        os.close(fd)
+
+
 def test_forward_ports_parse() -> None:
     from engine.errors import EngineError
     from nunet_tui.cli.job_tunnel import parse_ports
@@ -280,6 +315,22 @@ def test_a_service_job_is_reached_shelled_into_and_stopped(
             assert http_post(forward.port, blob) == blob  # a large body both ways, unchanged
         finally:
             assert forward.stop() == 0
+
+        # A `job forward` killed with -9 cannot say goodbye: its lease runs out, and the
+        # daemon stops listening.
+        killed = Forwarding(consumer, job_id, str(port))
+        assert http_get(killed.port)[0] == 200
+        killed.proc.kill()
+        killed.proc.wait(10)
+
+        def gone() -> bool:
+            try:
+                http_get(killed.port, timeout=1)
+            except OSError:
+                return True
+            return False
+
+        wait_for(gone, "the killed forward kept listening", timeout=LEASE_S + 10)
 
         # A shell: a command runs in the job's workspace and its exit status is ours.
         done = run_cli(

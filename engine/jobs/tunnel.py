@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
@@ -622,6 +623,8 @@ class Forward:
     info: api.TunnelForward
     scope: trio.CancelScope
     connections: int = 0
+    lease_s: float = 0.0
+    renewed: float = field(default_factory=time.monotonic)
 
 
 class ConsumerTunnels:
@@ -691,7 +694,9 @@ class ConsumerTunnels:
             remote_port=command.remote_port,
             url=f"http://127.0.0.1:{local}/",
         )
-        forward = Forward(info, trio.CancelScope())
+        lease = command.lease_s if math.isfinite(command.lease_s) else 0.0
+        lease = max(0.0, min(lease, 3600.0))
+        forward = Forward(info, trio.CancelScope(), lease_s=lease)
         self._forwards[info.forward_id] = forward
         try:
             self._spawn(self._serve_forward, forward, listeners, job.provider)
@@ -712,7 +717,7 @@ class ConsumerTunnels:
         try:
             with forward.scope:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._watch_job, info.job_id, nursery.cancel_scope)
+                    nursery.start_soon(self._watch_job, forward, nursery.cancel_scope)
                     for listener in listeners:
                         nursery.start_soon(
                             trio.serve_listeners,
@@ -727,11 +732,16 @@ class ConsumerTunnels:
                         await listener.aclose()
             log.info("forward 127.0.0.1:%d of job %s closed", info.local_port, info.job_id)
 
-    async def _watch_job(self, job_id: str, scope: trio.CancelScope) -> None:
-        """A forward lasts as long as its job: when the job ends, its listener closes."""
+    async def _watch_job(self, forward: Forward, scope: trio.CancelScope) -> None:
+        """A forward lasts as long as its job, and its lease if it has one: then its
+        listener closes."""
         while True:
-            job = self.node.store.get_job(job_id)
+            job = self.node.store.get_job(forward.info.job_id)
             if job is None or job.state in api.TERMINAL_STATES:
+                scope.cancel()
+                return
+            if forward.lease_s and time.monotonic() - forward.renewed > forward.lease_s:
+                log.info("forward of job %s: its lease ran out", forward.info.job_id)
                 scope.cancel()
                 return
             await trio.sleep(0.5)
@@ -777,6 +787,10 @@ class ConsumerTunnels:
         return api.Done(message=f"forward 127.0.0.1:{forward.info.local_port} closed")
 
     async def list_forwards(self, command: api.ListForwards) -> api.ForwardList:
+        now = time.monotonic()
+        for forward_id in command.renew[:FORWARDS_TOTAL]:
+            if (forward := self._forwards.get(forward_id)) is not None:
+                forward.renewed = now
         forwards = tuple(
             msgspec.structs.replace(f.info, connections=f.connections)
             for f in self._forwards.values()

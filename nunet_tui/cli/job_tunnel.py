@@ -36,6 +36,9 @@ from nunet_tui.cli.output import show, show_error, show_json
 
 START_WAIT_S = 120.0  # for a job just submitted to start running
 POLL_S = 0.5
+# The daemon closes our forward when we stop renewing it: a `job forward` killed with -9
+# leaves nothing listening after this long.
+LEASE_S = 10.0
 
 
 def add_parsers(job_sub: Any, common: argparse.ArgumentParser) -> None:
@@ -119,7 +122,8 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
     as_json = getattr(args, "json", False)
     job = _wait_running(client, args.job_id, as_json)
     info: api.TunnelForward = client.call_blocking(
-        api.JobForward(job_id=job.job_id, remote_port=remote, local_port=local), timeout=30
+        api.JobForward(job_id=job.job_id, remote_port=remote, local_port=local, lease_s=LEASE_S),
+        timeout=30,
     )
     if as_json:
         show_json(api.to_builtins(info), indent=None, flush=True)
@@ -132,7 +136,9 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
         try:
             while True:
                 time.sleep(POLL_S)
-                listed: api.ForwardList = client.call_blocking(api.ListForwards(job_id=info.job_id))
+                listed: api.ForwardList = client.call_blocking(
+                    api.ListForwards(job_id=info.job_id, renew=(info.forward_id,))
+                )
                 if not any(f.forward_id == info.forward_id for f in listed.forwards):
                     ended: api.JobInfo = client.call_blocking(api.GetJob(job_id=info.job_id))
                     show(f"job {info.job_id} is {ended.state}: the forward closed", file=sys.stderr)
