@@ -25,10 +25,10 @@ import trio
 from engine.jobs.provider import OFFER_BURST, OFFERS_PER_S, QUOTES_PER_PEER
 from engine.network import wire
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, provider_advert, seal_job
-from tests.adversarial.test_stream_exhaustion import RssWatch
+from tests.adversarial.test_stream_exhaustion import attacked
 from tests.conftest import run_cli
 from tests.daemons import Daemon, wait_for
-from tests.test_jobs_e2e import _pair, _state, _submit, scripts
+from tests.test_jobs_e2e import _state, _submit, scripts
 
 __all__ = ["scripts"]
 
@@ -122,11 +122,8 @@ def _kinds(answers: list[tuple[str, list[bytes]]]) -> dict[str, dict[str, Any]]:
 def test_an_offer_flood_is_refused_unstored_and_bounded(
     daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer], scripts: str
 ) -> None:
-    provider, consumer = _pair(daemons, env={"NUNET_JOBS_QUOTE_TTL_S": str(QUOTE_TTL_S)})
-    assert provider.proc is not None
-    victim = provider.peer_id
-    peer = hostile(seed=b"\x61" * 32, bootstrap=[provider.addrs()[0]])
-    peer.wait_connected(victim)
+    at = attacked(daemons, hostile, b"\x61" * 32, {"NUNET_JOBS_QUOTE_TTL_S": str(QUOTE_TTL_S)})
+    provider, consumer, peer, victim = at.provider, at.consumer, at.peer, at.victim
     # The attacker also poses as a provider too small for anything (low needs 1,000 MHz).
     offered: list[Any] = []
 
@@ -143,8 +140,6 @@ def test_an_offer_flood_is_refused_unstored_and_bounded(
     job_ids = [job_id for job_id, _ in requests]
     rows_before, _ = _job_messages(db, job_ids)
     db_before = _db_bytes(db)
-    watch = RssWatch(provider.proc.pid)
-    rss_before = watch.peak
 
     flood: dict[str, Any] = {}
 
@@ -225,9 +220,9 @@ def test_an_offer_flood_is_refused_unstored_and_bounded(
     _, hostile_rows = _job_messages(db, [*job_ids, *(job_id for job_id, _ in fresh)])
     assert hostile_rows == 0
 
-    peak = watch.stop()
-    print(f"RSS {rss_before:.0f} -> {peak:.0f} MB, database +{db_growth:.2f} MB")
-    assert peak - rss_before < RSS_GROWTH_LIMIT_MB
+    peak = at.watch.stop()
+    print(f"RSS {at.baseline:.0f} -> {peak:.0f} MB, database +{db_growth:.2f} MB")
+    assert peak - at.baseline < RSS_GROWTH_LIMIT_MB
     assert db_growth < DB_GROWTH_LIMIT_MB
 
     # A consumer that hand-picks the too-small attacker is refused before any offer.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +72,16 @@ class RssWatch:
 
 
 async def _open_many(
-    peer: HostilePeer, victim: str, count: int, concurrency: int, raw: bool = False
+    peer: HostilePeer,
+    victim: str,
+    count: int,
+    concurrency: int,
+    raw: bool = False,
+    why: dict[str, int] | None = None,
 ) -> tuple[list[Any], int]:
     """Open ``count`` streams (``raw``: muxer streams, no protocol negotiated), write nothing;
-    the ones the victim took, and how many it turned away at once."""
+    the ones the victim took, and how many it turned away at once (``why``: counted by the
+    error each open ended with)."""
     from libp2p.custom_types import TProtocol
 
     from engine.network.host import peer_id_of
@@ -88,14 +95,17 @@ async def _open_many(
         nonlocal refused
         async with gate:
             try:
-                with trio.fail_after(15):
+                with trio.fail_after(30):
                     if raw:
                         conn = peer.host.get_network().get_connections(pid)[0]
                         held.append(await conn.muxed_conn.open_stream())
                     else:
                         held.append(await peer.host.new_stream(pid, [TProtocol(JOB_PROTOCOL)]))
-            except Exception:
+            except Exception as exc:
                 refused += 1  # reset during negotiation, or never answered
+                if why is not None:
+                    name = type(exc).__name__
+                    why[name] = why.get(name, 0) + 1
 
     async with trio.open_nursery() as nursery:
         for _ in range(count):
@@ -185,13 +195,33 @@ def _in_background(report: dict[str, Any], phases: Callable[[], None]) -> thread
     return thread
 
 
-def _victim(
-    daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer], seed: bytes
-) -> tuple[Daemon, Daemon, HostilePeer]:
-    provider, consumer = _pair(daemons)
+@dataclass
+class Attacked:
+    provider: Daemon
+    consumer: Daemon
+    peer: HostilePeer
+    watch: RssWatch  # the provider's RSS, from before the attack
+    baseline: float
+
+    @property
+    def victim(self) -> str:
+        return self.provider.peer_id
+
+
+def attacked(
+    daemons: Callable[..., Daemon],
+    hostile: Callable[..., HostilePeer],
+    seed: bytes,
+    env: dict[str, str] | None = None,
+) -> Attacked:
+    """A provider (``env``: its environment) and its honest consumer, a hostile peer connected
+    to the provider, and the provider's RSS watched from now on."""
+    provider, consumer = _pair(daemons, env=env)
     peer = hostile(seed=seed, bootstrap=[provider.addrs()[0]])
     peer.wait_connected(provider.peer_id)
-    return provider, consumer, peer
+    assert provider.proc is not None
+    watch = RssWatch(provider.proc.pid)
+    return Attacked(provider, consumer, peer, watch, watch.peak)
 
 
 def _honest_job_during(
@@ -209,11 +239,8 @@ def _honest_job_during(
 def test_idle_streams_are_capped_per_peer_and_reset_at_the_deadline(
     daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer], scripts: str
 ) -> None:
-    provider, consumer, peer = _victim(daemons, hostile, b"\x51" * 32)
-    assert provider.proc is not None
-    victim = provider.peer_id
-    watch = RssWatch(provider.proc.pid)
-    baseline = watch.peak
+    at = attacked(daemons, hostile, b"\x51" * 32)
+    peer, victim = at.peer, at.victim
     report: dict[str, Any] = {}
 
     def phases() -> None:
@@ -224,7 +251,9 @@ def test_idle_streams_are_capped_per_peer_and_reset_at_the_deadline(
         report["raw_ended_in_s"] = peer.call(_until_all_ended, raw, 30.0)
         # Job streams that send nothing: the handler serves its per-peer cap and resets the
         # rest at once; those it serves are reset when their first frame does not come.
-        idle, refused = peer.call(_open_many, peer, victim, IDLE_STREAMS, IDLE_STREAMS)
+        why: dict[str, int] = {}
+        report["idle_errors"] = why
+        idle, refused = peer.call(_open_many, peer, victim, IDLE_STREAMS, 50, False, why)
         report["idle_taken"], report["idle_refused"] = len(idle), refused
         report["idle_open_at_once"] = peer.call(_still_open, idle, 1.0)
         report["idle_ended_in_s"] = peer.call(_until_all_ended, idle, FIRST_FRAME_S + 10)
@@ -232,9 +261,9 @@ def test_idle_streams_are_capped_per_peer_and_reset_at_the_deadline(
 
     attack = _in_background(report, phases)
     wait_for(lambda: "raw_open_at_once" in report or "done" in report, "no attack", 60)
-    _honest_job_during(consumer, provider, f"{scripts}/iris.py", report, attack)
-    peak = watch.stop()
-    print(f"\nidle streams: {report}; RSS {baseline:.0f} -> {peak:.0f} MB")
+    _honest_job_during(at.consumer, at.provider, f"{scripts}/iris.py", report, attack)
+    peak = at.watch.stop()
+    print(f"\nidle streams: {report}; RSS {at.baseline:.0f} -> {peak:.0f} MB")
     assert 0 < report["raw_open_at_once"] <= MAX_INBOUND_STREAMS_PER_PEER
     assert report["raw_ended_in_s"] <= 30
     assert report["idle_taken"] + report["idle_refused"] == IDLE_STREAMS
@@ -242,17 +271,14 @@ def test_idle_streams_are_capped_per_peer_and_reset_at_the_deadline(
     assert report["idle_ended_in_s"] <= FIRST_FRAME_S + 10
     # A stream the peer half-closed without asking anything is closed, not left open.
     assert report["half_closed"] == "eof"
-    assert peak - baseline < RSS_GROWTH_LIMIT_MB, (baseline, peak)
+    assert peak - at.baseline < RSS_GROWTH_LIMIT_MB, (at.baseline, peak)
 
 
 def test_partial_frames_are_bounded_and_reset_at_the_deadline(
     daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer], scripts: str
 ) -> None:
-    provider, consumer, peer = _victim(daemons, hostile, b"\x52" * 32)
-    assert provider.proc is not None
-    victim = provider.peer_id
-    watch = RssWatch(provider.proc.pid)
-    baseline = watch.peak
+    at = attacked(daemons, hostile, b"\x52" * 32)
+    peer, victim = at.peer, at.victim
     report: dict[str, Any] = {}
 
     def phases() -> None:
@@ -268,10 +294,10 @@ def test_partial_frames_are_bounded_and_reset_at_the_deadline(
         report["partial_ended_in_s"] = peer.call(_until_all_ended, partial, FIRST_FRAME_S + 10)
 
     attack = _in_background(report, phases)
-    _honest_job_during(consumer, provider, f"{scripts}/iris.py", report, attack)
-    peak = watch.stop()
-    print(f"\npartial frames: {report}; RSS {baseline:.0f} -> {peak:.0f} MB")
+    _honest_job_during(at.consumer, at.provider, f"{scripts}/iris.py", report, attack)
+    peak = at.watch.stop()
+    print(f"\npartial frames: {report}; RSS {at.baseline:.0f} -> {peak:.0f} MB")
     assert report["huge_open_at_once"] == 0
     assert 0 < report["partial_open_at_once"] <= STREAMS_PER_PEER
     assert report["partial_ended_in_s"] <= FIRST_FRAME_S + 10
-    assert peak - baseline < RSS_GROWTH_LIMIT_MB, (baseline, peak)
+    assert peak - at.baseline < RSS_GROWTH_LIMIT_MB, (at.baseline, peak)
