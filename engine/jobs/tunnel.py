@@ -600,8 +600,13 @@ async def open_tunnel(node: Node, provider: str, request: TunnelOpen) -> Any:
     from engine.network.host import peer_id_of
 
     service = node.network().require_service("job tunnels")
-    with trio.fail_after(HEADER_S):
-        stream = await service.host.new_stream(peer_id_of(provider), [TUNNEL_PROTOCOL])
+    try:
+        with trio.fail_after(HEADER_S):
+            stream = await service.host.new_stream(peer_id_of(provider), [TUNNEL_PROTOCOL])
+    except trio.TooSlowError:
+        raise EngineError("unreachable", f"the provider did not answer in {HEADER_S:g} s") from None
+    except Exception as exc:  # py-libp2p's dial and negotiation errors, of many types
+        raise EngineError("unreachable", f"cannot reach the provider: {safe(exc)[:300]}") from None
     try:
         with trio.fail_after(HEADER_S):
             await stream.write(seal(node.identity, request))
@@ -609,8 +614,12 @@ async def open_tunnel(node: Node, provider: str, request: TunnelOpen) -> Any:
         if data is None:
             raise EngineError("tunnel", "the provider closed the tunnel without answering")
         answer = decode_answer(data, provider)
-    except BaseException:
+    except BaseException as exc:
         await reset(stream)
+        if isinstance(exc, trio.TooSlowError):
+            raise EngineError("unreachable", "the provider did not answer the tunnel") from None
+        if isinstance(exc, TunnelError | wire.WireError):
+            raise EngineError("tunnel", f"bad answer from the provider: {exc}") from None
         raise
     if not answer.ok:
         await StreamPipe(stream).send_eof()
@@ -802,14 +811,18 @@ class ConsumerTunnels:
 
     async def shell(self, command: api.JobShell) -> api.ShellSession:
         job = self._job(command.job_id)
-        request = TunnelOpen(
-            job_id=job.job_id,
-            kind="shell",
-            command=tuple(command.command),
-            rows=command.rows,
-            cols=command.cols,
-            term=command.term,
-        )
+        fields = {
+            "job_id": job.job_id,
+            "kind": "shell",
+            "command": list(command.command),
+            "rows": command.rows,
+            "cols": command.cols,
+            "term": command.term,
+        }
+        try:  # convert, unlike the constructor, checks the bounds the provider will check
+            request = msgspec.convert(fields, TunnelOpen)
+        except msgspec.ValidationError as exc:
+            raise EngineError("invalid", f"job shell: {exc}") from None
         stream = await open_tunnel(self.node, job.provider, request)
         try:
             path, listener = _shell_socket(self.node.paths.control_socket.parent)
