@@ -8,6 +8,11 @@ providers run jobs with the process executor (the sandbox is a trusted local net
 ``--no-tui`` starts the same sandbox, makes the consumer a daemon too, prints one JSON line
 describing it (with ``ledger_url`` and ``oracle_url``), and runs until interrupted.
 Everything stops when the app quits.
+
+Start-up runs in parallel (ports and the first identities are chosen up front, so every node
+can be configured before any is running) and says what it is doing on stderr. SIGINT or
+SIGTERM at any moment, also during start-up, stops every process the sandbox started; the
+last line says where its files are and whether they were removed.
 """
 
 from __future__ import annotations
@@ -18,14 +23,19 @@ import http.server
 import json
 import os
 import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from engine import api
@@ -33,7 +43,16 @@ from engine.config import Paths
 from engine.control import ControlClient
 from engine.errors import EngineError
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+def _examples_dir() -> Path:
+    # Package data (nunet_tui/examples links to the repository's examples/ in a checkout), so
+    # a wheel or pipx install has them too.
+    return Path(str(resources.files("nunet_tui") / "examples" / "jobs")).resolve()
+
+
+EXAMPLES = _examples_dir()
+CHANNEL = "nunet-demo-test"
+STOP_WAIT_S = 10.0
 # A CIP-19 test vector: a well-formed testnet address for nodes of an unpaid sandbox (bench/).
 DEMO_ADDRESS = (
     "addr_test1qz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3n0d3vllmyqwsx5wktcd8cc3sq835lu7"
@@ -48,6 +67,63 @@ PROVIDERS = (
 )
 
 
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM, raised in the main thread so that every ``finally`` runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Signals:
+    """SIGINT and SIGTERM as :class:`Interrupted`, except while a child is being spawned and
+    recorded (``held``): a child forked but not yet in the list would be left behind. Once
+    stopping, further signals are only noted: the clean-up must not be cut short."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: int | None = None
+        self.stopping = False
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        if self.stopping:
+            return
+        if self.depth:
+            self.pending = signum
+            return
+        raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth and self.pending is not None and not self.stopping:
+                signum, self.pending = self.pending, None
+                raise Interrupted(signum)
+
+
 @dataclass
 class Sandbox:
     root: Path
@@ -59,6 +135,8 @@ class Sandbox:
     ledger_url: str = ""
     oracle_url: str = ""
     passphrase_file: Path | None = None
+    bootstrap: list[str] = field(default_factory=list)
+    signals: Signals = field(default_factory=Signals)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -68,6 +146,7 @@ class Sandbox:
             "consumer_home": str(self.consumer.home),
             "provider_homes": [str(p.home) for p in self.providers],
             "scripts_url": self.scripts_url,
+            "examples_dir": str(EXAMPLES),
             "examples": {
                 name: (
                     f"nunet-tui --home {self.consumer.home} job submit -f "
@@ -77,34 +156,67 @@ class Sandbox:
             },
         }
 
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
+    def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a child in its own process group (a terminal's Ctrl-C reaches only us, and
+        we stop them in order) and record it before any signal can interrupt."""
+        with self.signals.held():
+            proc: subprocess.Popen[Any] = subprocess.Popen(argv, process_group=0, **kwargs)
+            self.procs.append(proc)
+        return proc
+
+    def stop(self) -> int:
+        """Stop every child (SIGTERM, then SIGKILL after ``STOP_WAIT_S``); returns how many
+        were still running."""
+        self.signals.stopping = True
+        running = [proc for proc in self.procs if proc.poll() is None]
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_WAIT_S
+        for proc in running:
             try:
-                proc.wait(10)
+                proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for proc in self.procs:
+            # What a child left in its group (a job it ran) goes with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            if proc.stdout is not None:
+                proc.stdout.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+            self.server = None
+        return len(running)
 
 
 def _example_names() -> list[str]:
     return [p.name for p in EXAMPLES.iterdir() if (p / "job.toml").exists()]
 
 
+def _free_port() -> int:
+    # Chosen up front so that every node can be configured before the ledger, the oracle or
+    # the first provider runs; a port taken meanwhile makes that process fail with its log.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _config(
     cores: int,
     mhz: int,
     memory: int,
-    bootstrap: str | None,
+    bootstrap: str | list[str] | None,
     prices: tuple[float, ...],
     sandbox: Sandbox | None = None,
+    listen_port: int = 0,
 ) -> str:
     """A sandbox node's config.toml; with the sandbox's ledger and oracle, jobs are paid."""
     low, moderate, high = prices
+    peers = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap or ())
     lines = [
         'log_level = "info"',
         "[machine]",
@@ -113,12 +225,12 @@ def _config(
         f"memory_mb = {memory}",
         "disk_mb = 100000",
         "[network]",
-        'listen = ["/ip4/127.0.0.1/tcp/0"]',
+        f'listen = ["/ip4/127.0.0.1/tcp/{listen_port}"]',
         "heartbeat_interval_s = 2",
-        'channel = "nunet-demo-test"',
+        f'channel = "{CHANNEL}"',
     ]
-    if bootstrap:
-        lines.append(f'bootstrap = ["{bootstrap}"]')
+    if peers:
+        lines.append("bootstrap = [" + ", ".join(f'"{p}"' for p in peers) + "]")
     lines += [
         "[jobs]",
         'executors = ["process"]',
@@ -139,12 +251,20 @@ def _config(
     return "\n".join(lines) + "\n"
 
 
+def _daemon_argv(paths: Paths) -> list[str]:
+    return [sys.executable, "-m", "nunet_tui", "--home", str(paths.home), "daemon"]
+
+
+def _daemon_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("NUNET_")}
+
+
 def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "nunet_tui", "--home", str(paths.home), "daemon"],
+        _daemon_argv(paths),
         stdout=subprocess.DEVNULL,
         stderr=log.open("ab"),
-        env={k: v for k, v in os.environ.items() if not k.startswith("NUNET_")},
+        env=_daemon_env(),
     )
 
 
@@ -157,7 +277,7 @@ def _client(paths: Paths, proc: subprocess.Popen[bytes], timeout: float = 30.0) 
             return ControlClient(paths.control_socket)
         if time.monotonic() > deadline:
             raise EngineError("demo", f"a sandbox node did not start in {timeout:.0f} s")
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def _listening(client: ControlClient, timeout: float = 30.0) -> str:
@@ -166,7 +286,7 @@ def _listening(client: ControlClient, timeout: float = 30.0) -> str:
         addrs = client.call_blocking(api.GetPeerSelf()).addrs
         if addrs:
             return str(addrs[0])
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise EngineError("demo", "a sandbox node never started listening")
 
 
@@ -178,15 +298,17 @@ def _serve_examples() -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def _service(sandbox: Sandbox, name: str, *args: str) -> dict[str, str]:
+def _service(sandbox: Sandbox, name: str, *args: str) -> subprocess.Popen[str]:
     """Start ``python -m oracle_client.<name> serve …``; its first stdout line says where."""
-    proc = subprocess.Popen(
+    return sandbox.spawn(
         [sys.executable, "-m", f"oracle_client.{name}", "serve", *args],
         stdout=subprocess.PIPE,
         stderr=(sandbox.root / f"{name}.log").open("ab"),
         text=True,
     )
-    sandbox.procs.append(proc)
+
+
+def _ready_line(sandbox: Sandbox, name: str, proc: subprocess.Popen[str]) -> dict[str, str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     try:
@@ -196,25 +318,6 @@ def _service(sandbox: Sandbox, name: str, *args: str) -> dict[str, str]:
             "demo", f"the sandbox's {name} did not start; see {sandbox.root / name}.log"
         ) from None
     return ready
-
-
-def _start_chain(sandbox: Sandbox) -> None:
-    root = sandbox.root
-    root.mkdir(parents=True, exist_ok=True)
-    ledger = _service(sandbox, "ledger", "--db", str(root / "ledger.db"), "--dev", "--port", "0")
-    sandbox.ledger_url = ledger["url"]
-    oracle = _service(
-        sandbox,
-        "oracle",
-        *("--db", str(root / "oracle.db"), "--key-file", str(root / "oracle.key")),
-        *("--ledger-url", ledger["url"], "--ntx-unit", ledger["ntx_unit"]),
-    )
-    sandbox.oracle_url = oracle["url"]
-    # One passphrase for the sandbox's keystores, in a 0600 file as a real node would keep it.
-    sandbox.passphrase_file = root / "keystore-passphrase"
-    fd = os.open(sandbox.passphrase_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(24) + "\n")
 
 
 def fund_wallet(sandbox: Sandbox, client: ControlClient | Any, ada: int, ntx: int) -> str:
@@ -231,80 +334,254 @@ def fund_wallet(sandbox: Sandbox, client: ControlClient | Any, ada: int, ntx: in
     return str(address)
 
 
-def start_sandbox(root: Path | None = None, consumer_daemon: bool = False) -> Sandbox:
+class _Worker(threading.Thread):
+    """One node's set-up beside the others'; its error is raised again in the main thread.
+    A daemon thread: an interrupted start-up stops the processes it waits on, and never
+    waits for it."""
+
+    def __init__(self, name: str, work: Callable[[], None]) -> None:
+        super().__init__(name=f"demo-{name}", daemon=True)
+        self.work = work
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:
+            self.error = exc
+
+
+def _join(workers: list[_Worker]) -> None:
+    for worker in workers:
+        while worker.is_alive():
+            worker.join(0.1)  # short joins: a signal is handled between them
+        if worker.error is not None:
+            raise worker.error
+
+
+def _wait_ledger_then_oracle(
+    sandbox: Sandbox, ledger: subprocess.Popen[str], oracle_port: int, progress: Progress
+) -> None:
+    root = sandbox.root
+    ready = _ready_line(sandbox, "ledger", ledger)
+    progress("ledger up")
+    oracle = _service(
+        sandbox,
+        "oracle",
+        *("--db", str(root / "oracle.db"), "--key-file", str(root / "oracle.key")),
+        *("--ledger-url", ready["url"], "--ntx-unit", ready["ntx_unit"]),
+        *("--port", str(oracle_port)),
+    )
+    _ready_line(sandbox, "oracle", oracle)
+    progress("oracle up")
+
+
+def _set_up_provider(
+    sandbox: Sandbox,
+    paths: Paths,
+    proc: subprocess.Popen[bytes],
+    ledger_up: threading.Event,
+    onboard: tuple[str, int, int],
+    progress: Progress,
+) -> None:
+    name, memory_mb, cpu_mhz = onboard
+    client = _client(paths, proc)
+    try:
+        _listening(client)
+        progress(f"{name} listening")
+        while not ledger_up.wait(0.1):
+            if proc.poll() is not None:
+                return
+        # ADA for fees and collateral; NTX come from the jobs they run.
+        wallet = fund_wallet(sandbox, client, ada=50, ntx=0)
+        client.call_blocking(
+            api.OnboardRequest(
+                memory_mb=memory_mb, cpu_mhz=cpu_mhz, address=wallet, channel=CHANNEL, gpus=()
+            )
+        )
+        progress(f"{name} onboarded")
+    finally:
+        client.close()
+
+
+def start_sandbox(
+    root: Path | None = None,
+    consumer_daemon: bool = False,
+    progress: Progress = _quiet,
+    signals: Signals | None = None,
+) -> Sandbox:
+    """Start the sandbox; on any error or interruption stop what was started and re-raise."""
     root = Path(root or tempfile.mkdtemp(prefix="nunet-demo-"))
     sandbox = Sandbox(root=root, consumer=Paths.for_home(root / "consumer"))
+    if signals is not None:
+        sandbox.signals = signals
     try:
-        sandbox.server, sandbox.scripts_url = _serve_examples()
-        _start_chain(sandbox)
-        bootstrap: str | None = None
-        for name, cores, mhz, memory, onboard_mb, onboard_mhz, prices in PROVIDERS:
-            paths = Paths.for_home(root / name)
-            paths.ensure()
-            paths.config_file.write_text(_config(cores, mhz, memory, bootstrap, prices, sandbox))
-            proc = _daemon(paths, root / f"{name}.log")
-            sandbox.procs.append(proc)
-            sandbox.providers.append(paths)
-            client = _client(paths, proc)
-            try:
-                address = _listening(client)
-                bootstrap = bootstrap or address
-                # ADA for fees and collateral; NTX come from the jobs they run.
-                wallet = fund_wallet(sandbox, client, ada=50, ntx=0)
-                client.call_blocking(
-                    api.OnboardRequest(
-                        memory_mb=onboard_mb,
-                        cpu_mhz=onboard_mhz,
-                        address=wallet,
-                        channel="nunet-demo-test",
-                        gpus=(),
-                    )
-                )
-            finally:
-                client.close()
-        consumer = sandbox.consumer
-        consumer.ensure()
-        consumer.config_file.write_text(
-            _config(4, 3000, 16_000, bootstrap, (1.0, 2.5, 6.0), sandbox)
-        )
-        if consumer_daemon:
-            proc = _daemon(consumer, root / "consumer.log")
-            sandbox.procs.append(proc)
-            client = _client(consumer, proc)
-            try:
-                _listening(client)
-                client.call_blocking(api.SetMode(mode="consumer"))
-                fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
-            finally:
-                client.close()
+        _start(sandbox, consumer_daemon, progress)
         return sandbox
     except BaseException:
         sandbox.stop()
         raise
 
 
-def run_demo(*, tui: bool, root: Path | None = None) -> int:
-    sandbox = start_sandbox(root, consumer_daemon=not tui)
-    try:
-        if not tui:
-            print(json.dumps(sandbox.describe()), flush=True)
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            with contextlib.suppress(KeyboardInterrupt):
-                stop.wait()
-            return 0
-        from engine.connect import open_client
-        from engine.logsetup import configure
-        from nunet_tui.app import NunetApp
+def _start(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
+    from engine import identity
 
-        configure(sandbox.consumer)
-        client = open_client(sandbox.consumer)
-        try:
-            client.call_blocking(api.SetMode(mode="consumer"))
-            fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
-            NunetApp(client=client, examples=sandbox.describe()).run()
-        finally:
-            client.close()
+    root = sandbox.root
+    root.mkdir(parents=True, exist_ok=True)
+    sandbox.server, sandbox.scripts_url = _serve_examples()
+    ledger_port, oracle_port = _free_port(), _free_port()
+    sandbox.ledger_url = f"http://127.0.0.1:{ledger_port}/api"
+    sandbox.oracle_url = f"http://127.0.0.1:{oracle_port}"
+    # One passphrase for the sandbox's keystores, in a 0600 file as a real node would keep it.
+    sandbox.passphrase_file = root / "keystore-passphrase"
+    fd = os.open(sandbox.passphrase_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(24) + "\n")
+    # Every provider's identity and port up front: each node bootstraps from all providers
+    # and so starts at once, whichever of them listens first.
+    homes = [Paths.for_home(root / name) for name, *_ in PROVIDERS]
+    ports = [_free_port() for _ in PROVIDERS]
+    for paths, port in zip(homes, ports, strict=True):
+        paths.ensure()
+        peer_id = identity.load_or_create(paths.identity_key).peer_id
+        sandbox.bootstrap.append(f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id}")
+    names = ", ".join(name for name, *_ in PROVIDERS)
+    progress(f"starting the ledger, the oracle and the providers {names} in {root}")
+    ledger = _service(
+        sandbox,
+        "ledger",
+        *("--db", str(root / "ledger.db"), "--dev", "--port", str(ledger_port)),
+    )
+    workers: list[_Worker] = []
+    ledger_up = threading.Event()
+    spec: tuple[Any, ...]
+    for paths, port, spec in zip(homes, ports, PROVIDERS, strict=True):
+        name, cores, mhz, memory, onboard_mb, onboard_mhz, prices = spec
+        paths.config_file.write_text(
+            _config(cores, mhz, memory, sandbox.bootstrap, prices, sandbox, listen_port=port)
+        )
+        proc = sandbox.spawn(
+            _daemon_argv(paths),
+            stdout=subprocess.DEVNULL,
+            stderr=(root / f"{name}.log").open("ab"),
+            env=_daemon_env(),
+        )
+        sandbox.providers.append(paths)
+        onboard = (name, onboard_mb, onboard_mhz)
+        workers.append(
+            _Worker(
+                name,
+                functools.partial(
+                    _set_up_provider, sandbox, paths, proc, ledger_up, onboard, progress
+                ),
+            )
+        )
+    consumer = sandbox.consumer
+    consumer.ensure()
+    consumer.config_file.write_text(
+        _config(4, 3000, 16_000, sandbox.bootstrap, (1.0, 2.5, 6.0), sandbox)
+    )
+    if consumer_daemon:
+        proc = sandbox.spawn(
+            _daemon_argv(consumer),
+            stdout=subprocess.DEVNULL,
+            stderr=(root / "consumer.log").open("ab"),
+            env=_daemon_env(),
+        )
+
+        def set_up_consumer(proc: subprocess.Popen[bytes] = proc) -> None:
+            client = _client(consumer, proc)
+            try:
+                _listening(client)
+                client.call_blocking(api.SetMode(mode="consumer"))
+                while not ledger_up.wait(0.1):
+                    if proc.poll() is not None:
+                        return
+                fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
+                progress("consumer funded")
+            finally:
+                client.close()
+
+        workers.append(_Worker("consumer", set_up_consumer))
+    for worker in workers:
+        worker.start()
+    _wait_ledger_then_oracle(sandbox, ledger, oracle_port, progress)
+    ledger_up.set()
+    _join(workers)
+
+
+def _say(started: float) -> Progress:
+    def say(message: str) -> None:
+        print(f"demo: {message} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+
+    return say
+
+
+def _finish(sandbox: Sandbox | None, root: Path, made_root: bool, ok: bool) -> None:
+    """The last line: where the sandbox's files are, and whether they are gone."""
+    if made_root and ok:
+        shutil.rmtree(root, ignore_errors=True)
+        gone = not root.exists()
+        message = f"removed its files ({root})" if gone else f"could not remove {root}"
+    else:
+        why = "kept (--root)" if not made_root else "kept for their logs"
+        message = f"its files are in {root}, {why}; remove them with: rm -rf {root}"
+    print(f"demo: stopped; {message}", file=sys.stderr, flush=True)
+
+
+def run_demo(*, tui: bool, root: Path | None = None) -> int:
+    started = time.monotonic()
+    say = _say(started)
+    made_root = root is None
+    root = Path(root or tempfile.mkdtemp(prefix="nunet-demo-"))
+    signals = Signals()
+    signals.install()
+    sandbox: Sandbox | None = None
+    ok = False
+    try:
+        sandbox = start_sandbox(root, consumer_daemon=not tui, progress=say, signals=signals)
+        if not tui:
+            say("ready")
+            print(json.dumps(sandbox.describe()), flush=True)
+            with contextlib.suppress(Interrupted):
+                while True:
+                    time.sleep(3600)
+            ok = True
+            return 0
+        status = _run_app(sandbox, say)
+        ok = status == 0
+        return status
+    except Interrupted as exc:
+        ok = sandbox is not None  # interrupted once it ran: a normal end
+        return 128 + exc.signum
+    finally:
+        signals.stopping = True
+        if sandbox is not None:
+            sandbox.stop()
+        signals.restore()
+        _finish(sandbox, root, made_root, ok)
+
+
+def _run_app(sandbox: Sandbox, say: Progress) -> int:
+    from engine.connect import open_client
+    from engine.logsetup import configure
+    from nunet_tui.app import NunetApp
+
+    configure(sandbox.consumer)
+    client = open_client(sandbox.consumer)
+    try:
+        client.call_blocking(api.SetMode(mode="consumer"))
+        fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
+        say("ready")
+        app = NunetApp(client=client, examples=sandbox.describe())
+
+        def quit_app(signum: int, frame: FrameType | None) -> None:
+            # Inside Textual's loop an exception would leave the terminal raw: ask it to exit.
+            app.exit()
+
+        signal.signal(signal.SIGTERM, quit_app)
+        signal.signal(signal.SIGINT, quit_app)
+        app.run()
         return 0
     finally:
-        sandbox.stop()
+        client.close()

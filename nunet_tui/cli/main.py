@@ -59,6 +59,16 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def version() -> str:
+    """The installed distribution's version (a wheel, pipx or an editable checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("nunet-tui")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument(
@@ -69,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A decentralized compute market in one terminal program.",
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument(
         "--home",
         metavar="DIR",

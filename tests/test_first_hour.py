@@ -1,0 +1,216 @@
+"""The first hour of a new user: a wheel is a complete product, and the demo leaves nothing
+behind however it is interrupted (issue 14 §1)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO
+
+EXAMPLE_FILES = sorted(
+    p.relative_to(REPO / "examples").as_posix()
+    for p in (REPO / "examples" / "jobs").rglob("*")
+    if p.is_file() and "__pycache__" not in p.parts
+)
+
+
+def _copy_tree(dest: Path) -> None:
+    """The checkout as git sees it (tracked and new files), without build leftovers."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for raw in filter(None, listed):
+        rel = raw.decode()
+        source = REPO / rel
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the work tree
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        elif source.is_file():
+            shutil.copy2(source, target)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    tree = tmp_path_factory.mktemp("tree")
+    _copy_tree(tree)
+    out = tmp_path_factory.mktemp("wheel")
+    # No build isolation: nothing is downloaded; the venv's setuptools is new enough.
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+        + ["-w", str(out), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (path,) = out.glob("nunet_tui-*.whl")
+    return path, built.stdout + built.stderr
+
+
+def test_the_wheel_builds_without_warnings(wheel: tuple[Path, str]) -> None:
+    _, log = wheel
+    warnings = [line for line in log.splitlines() if "warning" in line.lower()]
+    assert warnings == []
+
+
+def test_the_wheel_ships_every_example(wheel: tuple[Path, str]) -> None:
+    path, _ = wheel
+    names = set(zipfile.ZipFile(path).namelist())
+    assert EXAMPLE_FILES, "no examples found in the checkout"
+    missing = [f for f in EXAMPLE_FILES if f"nunet_tui/examples/{f}" not in names]
+    assert missing == []
+    assert "nunet_tui/app.tcss" in names
+
+
+def test_an_installed_wheel_finds_its_examples_and_says_its_version(
+    wheel: tuple[Path, str], tmp_path: Path
+) -> None:
+    path, _ = wheel
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
+        + [str(path)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    # The target comes first on sys.path: the installed copy, not the checkout, is imported.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = (
+        "import nunet_tui.cli.demo as d, nunet_tui; "
+        "print(nunet_tui.__file__); print(d.EXAMPLES); print(sorted(d._example_names()))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    module, examples, names = shown.stdout.splitlines()
+    assert module.startswith(str(target))
+    assert examples.startswith(str(target.resolve()))
+    assert "'iris'" in names and "'tensor_shape_error'" in names
+    version = subprocess.run(
+        [sys.executable, "-m", "nunet_tui", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert version.returncode == 0
+    assert version.stdout.strip() == "nunet-tui 0.1.0"
+
+
+# --- the demo stops everything it started -------------------------------------------------
+
+
+def _demo(root: Path) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nunet_tui", "demo", "--no-tui", "--root", str(root)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("NUNET_")},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _wait_line(
+    proc: subprocess.Popen[str], lines: queue.Queue[str], seen: list[str], text: str, timeout: float
+) -> None:
+    """Collect the demo's descendants meanwhile, so none can slip away unnoticed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.05)
+        except queue.Empty:
+            assert proc.poll() is None, "".join(seen)
+            continue
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} in {timeout} s: {''.join(seen)}")
+
+
+def _descendants(pid: int, known: dict[int, psutil.Process]) -> None:
+    try:
+        for child in psutil.Process(pid).children(recursive=True):
+            known.setdefault(child.pid, child)
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("stage", "signum"),
+    [
+        ("at once", signal.SIGTERM),
+        ("starting the ledger", signal.SIGTERM),
+        ("listening", signal.SIGTERM),
+        ("ledger up", signal.SIGINT),
+        ("oracle up", signal.SIGTERM),
+    ],
+)
+@pytest.mark.timeout(240)
+def test_an_interrupted_demo_start_leaves_no_process_behind(
+    tmp_path: Path, stage: str, signum: int
+) -> None:
+    root = tmp_path / "demo"
+    proc, lines = _demo(root)
+    seen: list[str] = []
+    known: dict[int, psutil.Process] = {}
+    try:
+        if stage != "at once":
+            poller_stop = threading.Event()
+
+            def poll() -> None:
+                while not poller_stop.is_set():
+                    _descendants(proc.pid, known)
+                    time.sleep(0.02)
+
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            try:
+                _wait_line(proc, lines, seen, stage, timeout=180)
+            finally:
+                poller_stop.set()
+                poller.join()
+            _descendants(proc.pid, known)
+            assert known, "the demo had started nothing yet"
+        proc.send_signal(signum)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (0, 128 + signum, -signum)
+    left = [p for p in known.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [p.cmdline() for p in left]
+    if stage != "at once":
+        _wait_line(proc, lines, seen, "demo: stopped", timeout=5)
+        assert f"its files are in {root}" in seen[-1]
+        assert "kept (--root)" in seen[-1]
