@@ -54,8 +54,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("wheel")
     # No build isolation: nothing is downloaded; the venv's setuptools is new enough.
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-        + ["-w", str(out), str(tree)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(tree),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -86,8 +95,17 @@ def test_an_installed_wheel_finds_its_examples_and_says_its_version(
     path, _ = wheel
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
-        + [str(path)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(path),
+        ],
         check=True,
         capture_output=True,
         timeout=120,
