@@ -162,12 +162,17 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
     receipt = msgspec.json.decode(record.receipt.encode(), type=Receipt) if record.receipt else None
     alone = receipt is not None and not (receipt.consumer_signature and receipt.provider_signature)
     try:
-        async with escrows.oracle() as oracle:
-            # Naming our lock tx: the oracle signs for that one output only.
-            request = RewardRequest(
-                job_id=info.job_id, receipt=receipt, lock_tx=info.lock_tx or None
-            )
-            answer = await oracle.request_reward(request)
+        try:
+            async with escrows.oracle() as oracle:
+                # Naming our lock tx: the oracle signs for that one output only.
+                request = RewardRequest(
+                    job_id=info.job_id, receipt=receipt, lock_tx=info.lock_tx or None
+                )
+                answer = await oracle.request_reward(request)
+        finally:
+            # The countersignature may have come in while we waited on the oracle (it does
+            # not wait for this lock): what is saved below goes onto the row as it is now.
+            record = escrows.get(info.job_id) or record
     except Undecidable as exc:
         return escrows.save(record, state="undecided", error=str(exc))
     except ReceiptRejected as exc:

@@ -26,7 +26,7 @@ import http.server
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -39,7 +39,8 @@ from oracle_client.client import OracleClient, ReceiptRejected
 from oracle_client.models import RewardGrant, RewardPending, RewardRequest, ServiceQuote
 from oracle_client.oracle.server import OracleServer
 from oracle_client.transactions import DEFAULT_TTL_S
-from tests.conftest import run_cli
+from tests.adversarial.hostile import HostilePeer
+from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemons import Daemon, wait_for
 from tests.doubles.oracle import (
     CONSUMER,
@@ -50,6 +51,7 @@ from tests.doubles.oracle import (
     running_oracle,
     service_request,
 )
+from tests.test_jobs_e2e import PROCESS_JOBS
 from tests.test_payments_e2e import (
     Market,
     _address,
@@ -326,6 +328,89 @@ def test_a_vanished_provider_is_shown_unreachable_then_the_job_is_interrupted_an
     )
     assert market.ntx(_address(provider)) == PAID
     assert market.ntx(_address(consumer)) == before - PAID
+
+
+# --- the provider that holds the stream open and says nothing -------------------------------
+
+
+@E2E
+def test_a_provider_that_goes_silent_behind_an_open_stream_is_found_out(
+    daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer], scripts: str
+) -> None:
+    """A machine that vanishes without closing its connection (or a hostile provider that
+    stalls): the consumer's follow stream stays open and nothing arrives on it. Heartbeats,
+    not the stream, tell the consumer; and the victim then runs an honest job."""
+    from engine.jobs import protocol as p
+
+    consumer = daemons("consumer", 51, env={"NUNET_JOBS_PROVIDER_GRACE_S": str(GRACE_S)})
+    zombie = hostile(seed=b"\x52" * 32, bootstrap=[consumer.addrs()[0]], provider=True)
+    me = consumer.peer_id
+    follows: list[float] = []
+
+    async def provider(stream: Any) -> None:
+        received = await p.receive(stream, me)
+        if received is None:
+            return
+        message = received[0]
+        if isinstance(message, p.Offer):
+            quote = p.Quote(
+                job_id=message.job_id,
+                provider=zombie.peer_id,
+                price_ntx_hour=1.0,
+                total_ntx=0.0,
+                expires_at=time.time() + 60,
+                executor="process",
+            )
+            await p.send(stream, zombie.identity, quote)
+        elif isinstance(message, p.Confirm):
+            await p.send(stream, zombie.identity, p.Accepted(job_id=message.job_id))
+        elif isinstance(message, p.Follow):
+            follows.append(time.time())
+            if len(follows) == 1:
+                running = p.Update(job_id=message.job_id, state="running", started_at=time.time())
+                await p.send(stream, zombie.identity, running)
+            await trio.sleep_forever()  # the stream stays open; nothing more comes
+
+    zombie.serve(p.JOB_PROTOCOL, provider)
+    _listed(consumer, zombie.peer_id)
+    job_id = consumer.cli(
+        "job", "submit", "--url", f"{scripts}/iris.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--peer", zombie.peer_id,
+    )["job_id"]  # fmt: skip
+    wait_for(lambda: _job(consumer, job_id)["state"] == "running", "never running", 30)
+
+    async def go_silent() -> None:
+        zombie.service.heartbeats.figures = lambda: None  # no more heartbeats
+
+    zombie.call(go_silent)
+    silent_at = time.time()
+    unreachable = wait_for(
+        lambda: (j := _job(consumer, job_id))["reason"].startswith("provider unreachable") and j,
+        "the consumer never noticed the silence behind the open stream",
+        30,
+    )
+    assert unreachable["state"] == "running"
+    # Three heartbeats of silence, a quarter heartbeat to look, and a little slack.
+    assert unreachable["updated_at"] - silent_at <= 3 * HEARTBEAT_S + 1.5, unreachable
+    wait_for(lambda: _job(consumer, job_id)["state"] == "interrupted", "never interrupted", 30)
+    assert follows  # it was followed all along, on a stream that never closed
+
+    honest = daemons("provider", 53, bootstrap=consumer.addrs()[0], extra_toml=PROCESS_JOBS)
+    honest.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    _listed(consumer, honest.peer_id)
+    done = consumer.cli(
+        "job", "submit", "--url", f"{scripts}/iris.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--peer", honest.peer_id,
+    )["job_id"]  # fmt: skip
+    wait_for(lambda: _job(consumer, done)["state"] == "completed", "the honest job failed", 90)
+
+
+def _listed(consumer: Daemon, peer_id: str) -> None:
+    wait_for(
+        lambda: any(p["peer_id"] == peer_id for p in consumer.cli("peer", "list")["peers"]),
+        f"the consumer never listed {peer_id}",
+        30,
+    )
 
 
 # --- the oracle, attacked with receipts the consumer signed alone ----------------------------
