@@ -54,7 +54,9 @@ def test_gpu_doctor_json(node_home: Paths) -> None:
     done = run_cli(
         "gpu", "doctor", "--json", home=node_home, env={"DOCKER_HOST": "unix:///nonexistent"}
     )
-    assert done.returncode == 0, done.stderr
+    # Problems found: the report on stdout, a failure status and one line on stderr.
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("nunet-tui: error: ") and "problem" in done.stderr
     data = json.loads(done.stdout)
     checks = {f["check"]: f for f in data["findings"]}
     assert {"vendor", "wsl", "docker", "secure_boot"} <= set(checks)

@@ -29,9 +29,15 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     gpu = sub.add_parser("gpu", help="GPUs: live status, doctor, capabilities, ML images")
     gpu_sub = gpu.add_subparsers(dest="gpu_command", metavar="GPU_COMMAND", required=True)
     status = gpu_sub.add_parser("status", parents=[common], help="every GPU now")
-    status.add_argument("--watch", action="store_true", help="refresh every second until Ctrl-C")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="refresh every second until Ctrl-C (with --json: one JSON object per line, NDJSON)",
+    )
     doctor = gpu_sub.add_parser(
-        "doctor", parents=[common], help="what stands between this machine and GPU jobs"
+        "doctor",
+        parents=[common],
+        help="what stands between this machine and GPU jobs (exits 1 while anything does)",
     )
     doctor.add_argument(
         "--fix", action="store_true", help="run the fix commands after you type yes"
@@ -91,7 +97,18 @@ def run_doctor(
 ) -> Any:
     report: api.DoctorReport = client.call_blocking(api.GpuDoctor(), timeout=60.0)
     if not getattr(args, "fix", False):
-        return report
+        if report.ok:
+            return report
+        # The report still goes to stdout; the status says there is work to do (scripts:
+        # `nunet-tui gpu doctor && start-rig`).
+        if getattr(args, "json", False):
+            show_json(to_json("gpu doctor", report))
+        else:
+            show(doctor_text(report))
+        problems = sum(not finding.ok for finding in report.findings)
+        raise EngineError(
+            "gpu_doctor", f"{problems} problem{'s' if problems != 1 else ''} found (see above)"
+        )
     from engine.resources.gpu.doctor import apply_fixes, default_shell_runner
 
     show(doctor_text(report) + "\n")

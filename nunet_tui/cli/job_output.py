@@ -14,6 +14,32 @@ from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 
 FOLLOW_POLL_S = 0.2
+MAX_TAIL = 50_000  # what the engine hands out in one reply
+# Names users type (and the TUI shows) for the frameworks a spec names.
+FRAMEWORK_ALIASES = {
+    "pytorch": "pytorch",
+    "torch": "pytorch",
+    "tensorflow": "tensorflow",
+    "tf": "tensorflow",
+    "keras": "tensorflow",
+    "scikit-learn": "scikit-learn",
+    "sklearn": "scikit-learn",
+    "scikit_learn": "scikit-learn",
+    "scikitlearn": "scikit-learn",
+}
+
+
+class UsageError(Exception):
+    """The command line itself was wrong: one line, exit status 2 (as argparse's own)."""
+
+
+def framework(text: str) -> str:
+    """An argparse type: a framework by any common name (sklearn, torch, tf, …)."""
+    name = FRAMEWORK_ALIASES.get(text.strip().lower().replace(" ", "-"))
+    if name is None:
+        known = ", ".join(sorted(FRAMEWORK_ALIASES))
+        raise argparse.ArgumentTypeError(f"unknown framework {text[:40]!r}: one of {known}")
+    return name
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -25,7 +51,12 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "--base-url", metavar="URL", help="resolve a relative script_url in the file against URL"
     )
     submit.add_argument("--url", help="the Python script (http/https)")
-    submit.add_argument("--framework", choices=("pytorch", "tensorflow", "scikit-learn"))
+    submit.add_argument(
+        "--framework",
+        type=framework,
+        metavar="NAME",
+        help="pytorch (torch), tensorflow (tf, keras) or scikit-learn (sklearn)",
+    )
     submit.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     submit.add_argument("--tier", choices=("low", "moderate", "high"), default="low")
     submit.add_argument("--dep", action="append", default=[], metavar="PKG")
@@ -37,7 +68,20 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     job_sub.add_parser("show", parents=[common], help="one job").add_argument("job_id")
     logs = job_sub.add_parser("logs", parents=[common], help="a job's output")
     logs.add_argument("job_id")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new lines until the job ends; exits 1 if it did not complete "
+        "(with --json: one JSON object per line, NDJSON)",
+    )
+    logs.add_argument(
+        "-n",
+        "--tail",
+        type=_tail,
+        metavar="N",
+        help=f"only the last N lines so far (1 to {MAX_TAIL:,})",
+    )
     results = job_sub.add_parser("results", parents=[common], help="unpack a job's results")
     results.add_argument("job_id")
     results.add_argument("-o", "--out", required=True, metavar="DIR")
@@ -47,13 +91,29 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     job_tunnel.add_parsers(job_sub, common)
 
 
+def check_usage(key: str, args: argparse.Namespace) -> None:
+    """What argparse cannot say alone (one of two ways to name a job), as a usage error."""
+    if key == "job submit" and not args.file and not (args.url and args.framework):
+        raise UsageError("give -f FILE, or --url and --framework", "job submit")
+
+
+def _tail(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if not 1 <= value <= MAX_TAIL:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_TAIL:,}, not {text[:40]}")
+    return value
+
+
 def _spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.file:
         from engine.jobs.spec import load_job_file
 
         return api.to_builtins(load_job_file(args.file, base_url=args.base_url))
     if not args.url or not args.framework:
-        raise SystemExit("nunet-tui job submit: give -f FILE, or --url and --framework")
+        raise UsageError("give -f FILE, or --url and --framework", "job submit")
     spec: dict[str, Any] = {
         "script_url": args.url,
         "framework": args.framework,
@@ -99,10 +159,14 @@ def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:
 
 def _logs(args: argparse.Namespace, client: EngineClient) -> None:
     after = -1
+    tail: int | None = getattr(args, "tail", None)
     while True:
-        chunk: api.JobLogs = client.call_blocking(
-            api.GetJobLogs(job_id=args.job_id, after_seq=after)
-        )
+        if tail is not None:
+            command = api.GetJobLogs(job_id=args.job_id, after_seq=after, limit=tail, newest=True)
+            tail = None
+        else:
+            command = api.GetJobLogs(job_id=args.job_id, after_seq=after)
+        chunk: api.JobLogs = client.call_blocking(command)
         for line in chunk.lines:
             if getattr(args, "json", False):
                 show_json(api.to_builtins(line), indent=None)
@@ -110,10 +174,26 @@ def _logs(args: argparse.Namespace, client: EngineClient) -> None:
                 show(safe(line.text), file=sys.stderr if line.stream == "stderr" else sys.stdout)
         sys.stdout.flush()
         after = chunk.next_seq
-        if not args.follow or (chunk.done and not chunk.lines):
+        if not args.follow and not chunk.lines:
+            return None
+        if not args.follow and getattr(args, "tail", None) is not None:
+            return None  # the tail, not everything after it
+        if args.follow and chunk.done and not chunk.lines:
+            _raise_unless_completed(client, args.job_id)
             return None
         if not chunk.lines:
             time.sleep(FOLLOW_POLL_S)
+
+
+def _raise_unless_completed(client: EngineClient, job_id: str) -> None:
+    """A followed job that failed ends the command with a failure, as ``tail``-and-wait
+    scripts expect: ``nunet-tui job logs -f ID && next-step``."""
+    from engine.errors import EngineError
+
+    job: api.JobInfo = client.call_blocking(api.GetJob(job_id=job_id))
+    if job.state != "completed":
+        reason = f": {job.reason}" if job.reason else ""
+        raise EngineError("job_" + job.state, f"job {job_id} ended {job.state}{reason}")
 
 
 RUNNERS = {

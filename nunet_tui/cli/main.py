@@ -27,6 +27,7 @@ from nunet_tui.cli import (
     reward_output,
     wallet_output,
 )
+from nunet_tui.cli.completion import SHELLS
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 # SQLite's INTEGER: a larger chat request id could only fail deep in the store.
@@ -196,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
+    completion = sub.add_parser(
+        "completion", help="print a shell completion script (bash, zsh or fish)"
+    )
+    completion.add_argument("shell", choices=SHELLS)
     return parser
 
 
@@ -261,6 +266,11 @@ RUNNERS: dict[str, Runner] = {
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "completion":
+        from nunet_tui.cli.completion import script
+
+        output.show(script(args.shell, parser).rstrip("\n"))
+        return 0
     # Flags beat NUNET_* variables, which beat config.toml: the engine reads the environment.
     if args.listen:
         os.environ["NUNET_NETWORK_LISTEN"] = ",".join(args.listen)
@@ -285,7 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         sub_command = getattr(args, f"{args.command.replace('-', '_')}_command", None)
         key = f"{args.command} {sub_command}" if sub_command else args.command
+        job_output.check_usage(key, args)  # before an engine is opened for nothing
         return _run_command(RUNNERS[key], args, paths, key)
+    except job_output.UsageError as exc:
+        where = f"{parser.prog} {exc.args[1]}" if len(exc.args) > 1 else parser.prog
+        parser.exit(2, f"{where}: error: {safe(str(exc.args[0]))} (see {where} --help)\n")
     except EngineError as exc:
         output.show_error(exc.message)
         return 1

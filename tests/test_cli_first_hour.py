@@ -1,0 +1,195 @@
+"""The command line as a new user meets it (issue 14 §2): framework aliases, usage errors exit
+2, `job logs --tail` and `-f` exit statuses, NDJSON streams, shell completion, --version."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nunet_tui.cli import completion
+from nunet_tui.cli.main import build_parser
+from tests.conftest import REPO, run_cli
+from tests.daemons import Daemon, daemons, wait_for
+from tests.test_jobs_e2e import _pair, _state, scripts
+
+__all__ = ["daemons", "scripts"]
+
+SCRIPT_LINES = """
+for i in range(30):
+    print(f"line {i}", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("sklearn", "scikit-learn"),
+        ("scikit_learn", "scikit-learn"),
+        ("Scikit-Learn", "scikit-learn"),
+        ("torch", "pytorch"),
+        ("tf", "tensorflow"),
+        ("keras", "tensorflow"),
+        ("pytorch", "pytorch"),
+    ],
+)
+def test_framework_aliases(typed: str, meant: str) -> None:
+    args = build_parser().parse_args(
+        ["job", "submit", "--url", "http://h/x.py", "--framework", typed]
+    )
+    assert args.framework == meant
+
+
+def test_an_unknown_framework_is_a_usage_error_naming_the_choices() -> None:
+    done = run_cli("job", "submit", "--url", "http://h/x.py", "--framework", "jax")
+    assert done.returncode == 2
+    assert "unknown framework 'jax'" in done.stderr and "sklearn" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_submit_without_a_job_is_a_usage_error(tmp_path: Path) -> None:
+    for args in ((), ("--url", "http://h/x.py"), ("--framework", "sklearn")):
+        done = run_cli("--home", str(tmp_path / "home"), "job", "submit", *args)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (
+            "nunet-tui job submit: error: give -f FILE, or --url and --framework "
+            "(see nunet-tui job submit --help)"
+        )
+    # Refused before anything was opened: no home was made for it.
+    assert not (tmp_path / "home" / "state").exists()
+
+
+def test_tail_is_bounded_by_the_parser() -> None:
+    for bad in ("0", "-3", "x", "50001"):
+        done = run_cli("job", "logs", "j1", "--tail", bad)
+        assert done.returncode == 2 and "--tail" in done.stderr
+
+
+def test_version() -> None:
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.startswith("nunet-tui ")
+
+
+def test_stream_options_document_ndjson() -> None:
+    logs = run_cli("job", "logs", "--help").stdout
+    watch = run_cli("gpu", "status", "--help").stdout
+    assert "NDJSON" in logs and "NDJSON" in watch
+    readme = (REPO / "README.md").read_text()
+    assert "NDJSON" in readme
+
+
+# --- shell completion -------------------------------------------------------------------
+
+
+def _bash_complete(line: str) -> list[str]:
+    """What bash would offer after ``line`` (the cursor at its end), from the real script."""
+    words = line.split(" ")
+    script = completion.bash(build_parser())
+    program = (
+        script
+        + "\nCOMP_WORDS=("
+        + " ".join(f"'{w}'" for w in words)
+        + f")\nCOMP_CWORD={len(words) - 1}\n_nunet_tui\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    return sorted(filter(None, done.stdout.splitlines()))
+
+
+def test_bash_completes_commands_subcommands_and_options() -> None:
+    assert {"job", "gpu", "demo", "completion", "wallet"} <= set(_bash_complete("nunet-tui "))
+    assert _bash_complete("nunet-tui jo") == ["job"]
+    assert {"submit", "logs", "list", "cancel"} <= set(_bash_complete("nunet-tui job "))
+    assert {"--tail", "--follow", "--json"} <= set(_bash_complete("nunet-tui job logs -"))
+    assert _bash_complete("nunet-tui --home /tmp/x job logs --t") == ["--tail"]
+    assert _bash_complete("nunet-tui completion ") == ["bash", "fish", "zsh"]
+    assert _bash_complete("nunet-tui daemon --executor ") == ["docker", "process"]
+
+
+def test_every_command_of_the_parser_is_in_every_script() -> None:
+    parser = build_parser()
+    commands = {c for node in completion.walk(parser) for c in node.commands}
+    assert {"submit", "logs", "doctor", "completion"} <= commands
+    for shell in completion.SHELLS:
+        done = run_cli("completion", shell)
+        assert done.returncode == 0
+        for command in commands:
+            assert command in done.stdout, (shell, command)
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_reads_its_script(tmp_path: Path) -> None:
+    script = tmp_path / "nunet-tui.fish"
+    script.write_text(completion.fish(build_parser()))
+    done = subprocess.run(["fish", "--no-execute", str(script)], capture_output=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_reads_its_script(tmp_path: Path) -> None:
+    script = tmp_path / "_nunet-tui"
+    script.write_text(completion.zsh(build_parser()))
+    done = subprocess.run(["zsh", "-n", str(script)], capture_output=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+
+
+# --- job logs with real daemons ---------------------------------------------------------
+
+
+def test_logs_tail_follow_and_the_exit_status_of_a_failed_job(
+    daemons: Callable[..., Daemon], scripts: str, tmp_path: Path
+) -> None:
+    _, consumer = _pair(daemons)
+    www = tmp_path / "www"  # where the scripts fixture serves from
+    (www / "lines.py").write_text(SCRIPT_LINES)
+
+    ok = consumer.cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/lines.py",
+        "--framework",
+        "sklearn",
+        "--expected-minutes",
+        "1",
+    )["job_id"]
+    wait_for(lambda: _state(consumer, ok) == "completed", "the job never completed", 60)
+    assert consumer.cli("job", "show", ok)["spec"]["framework"] == "scikit-learn"
+
+    whole = run_cli("job", "logs", ok, "--json", home=consumer.home)
+    every = [json.loads(line) for line in whole.stdout.splitlines()]  # NDJSON
+    assert [r["text"] for r in every if r["text"].startswith("line ")] == [
+        f"line {i}" for i in range(30)
+    ]
+    tail = run_cli("job", "logs", ok, "--tail", "3", "--json", home=consumer.home)
+    assert tail.returncode == 0
+    assert [json.loads(line) for line in tail.stdout.splitlines()] == every[-3:]
+    followed = run_cli("job", "logs", ok, "-f", "--tail", "2", "--json", home=consumer.home)
+    assert followed.returncode == 0
+    assert [json.loads(line) for line in followed.stdout.splitlines()] == every[-2:]
+
+    failing = consumer.cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/failing.py",
+        "--framework",
+        "torch",
+        "--expected-minutes",
+        "1",
+    )["job_id"]
+    wait_for(lambda: _state(consumer, failing) == "failed", "the job never failed", 60)
+    done = run_cli("job", "logs", failing, "-f", home=consumer.home)
+    assert done.returncode == 1
+    assert "about to fail" in done.stdout
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"nunet-tui: error: job {failing} ended failed: ")
+    )
+    # Without -f it is a plain read: the log was printed, so it succeeded.
+    assert run_cli("job", "logs", failing, home=consumer.home).returncode == 0
