@@ -18,11 +18,16 @@ if ! [ -e /usr/include/gmp.h ] && ! ls /usr/include/*/gmp.h >/dev/null 2>&1; the
     echo "note: install the GMP headers (Debian/Ubuntu: sudo apt-get install libgmp-dev)" >&2
   fi
 fi
-"$root/.venv/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+pip=("$root/.venv/bin/python" -m pip --disable-pip-version-check)
+# Editable installs of a pyproject.toml project need pip >= 21.3; a newer one only costs a
+# download, so it is fetched only for an older pip.
+if ! "$root/.venv/bin/python" -c 'import pip, sys; sys.exit(int(pip.__version__.split(".")[0]) < 22)'; then
+  "${pip[@]}" install -q --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+fi
 extras="${1:-}"
 target="$root"
 [ -n "$extras" ] && target="$root[$extras]"
-"$root/.venv/bin/python" -m pip install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
+"${pip[@]}" install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
 "$root/.venv/bin/python" -c 'import nunet_tui, engine' || { echo "install failed" >&2; exit 1; }
 # py-libp2p depends on trio-typing, whose stale trio-stubs (types only, never imported at run
 # time) shadow the types trio ships itself; type-checking needs trio's own.

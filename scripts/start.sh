@@ -1,9 +1,33 @@
 #!/usr/bin/env bash
 # Install nunet-tui into .venv and start the demo: a sandbox market on 127.0.0.1 and the app
 # in consumer mode. Any arguments replace `demo` (e.g. `bash scripts/start.sh --home DIR`).
+#
+# Only the base package stands between a new user and the first screen. What the example jobs
+# import (scikit-learn for iris, then PyTorch and TensorFlow: the `demo` extra, ~1 GB) installs
+# in the background, its progress in .venv/demo-extra.log; the demo names that log while it
+# is still running, and a job needing a framework not yet installed fails with its import error.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$root/scripts/setup_venv.sh" demo
+. "$root/scripts/setup_venv.sh"
+log="$root/.venv/demo-extra.log"
+if ! "$root/.venv/bin/python" -c 'import sklearn, torch, tensorflow' >/dev/null 2>&1; then
+  if ! { [ -f "$log.pid" ] && kill -0 "$(cat "$log.pid")" 2>/dev/null; }; then
+    (
+      trap '' HUP # outlives the terminal's hang-up: the install finishes either way
+      pip=("$root/.venv/bin/python" -m pip --disable-pip-version-check install --progress-bar off)
+      {
+        echo "installing scikit-learn (the iris example)"
+        "${pip[@]}" "scikit-learn>=1.2"
+        echo "installing the demo extra: PyTorch and TensorFlow (the other examples)"
+        "${pip[@]}" -e "$root[demo]"
+        echo "done"
+      } >"$log" 2>&1 || echo "failed (see above); retry with: bash scripts/start.sh" >>"$log"
+      rm -f "$log.pid"
+    ) </dev/null >/dev/null 2>&1 &
+    echo $! >"$log.pid"
+  fi
+  export NUNET_TUI_DEMO_EXTRA_LOG="$log"
+fi
 if [ "$#" -eq 0 ]; then
   set -- demo
 fi

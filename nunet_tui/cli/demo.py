@@ -536,6 +536,8 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
     root = Path(root or tempfile.mkdtemp(prefix="nunet-demo-"))
     signals = Signals()
     signals.install()
+    if (extra := _extra_log()) is not None:
+        say(f"the example jobs' frameworks are installing in the background: tail -f {extra}")
     sandbox: Sandbox | None = None
     ok = False
     try:
@@ -562,6 +564,63 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
         _finish(sandbox, root, made_root, ok)
 
 
+def _extra_log() -> Path | None:
+    """scripts/start.sh installs the example jobs' frameworks in the background and names
+    its log here; None once that install is over (or for any other start)."""
+    name = os.environ.get("NUNET_TUI_DEMO_EXTRA_LOG")
+    if not name:
+        return None
+    log = Path(name)
+    return None if _extra_state(log) == "done" else log
+
+
+def _extra_state(log: Path) -> str:
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - 4096))
+            lines = handle.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "unknown"
+    last = lines[-1] if lines else ""
+    if last == "done":
+        return "done"
+    return "failed" if last.startswith("failed") else "installing"
+
+
+def _follow_extra_install(app: Any, log: Path) -> None:
+    """Say in the app that the frameworks are still coming, and again when they are in."""
+    from nunet_tui.cli.output import safe_lines
+
+    deadline = time.monotonic() + 30
+    while not app.is_running and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not app.is_running:
+        return
+    place = safe_lines(str(log))
+    notify = functools.partial(_notify_from_thread, app)
+    notify(
+        f"Installing PyTorch and TensorFlow for the examples in the background ({place}); "
+        "iris needs only scikit-learn, which comes first.",
+        timeout=15,
+    )
+    while app.is_running:
+        state = _extra_state(log)
+        if state != "installing":
+            text = (
+                "The examples' frameworks are installed."
+                if state == "done"
+                else f"Installing the examples' frameworks failed: see {place}"
+            )
+            notify(text, severity="information" if state == "done" else "error")
+            return
+        time.sleep(2)
+
+
+def _notify_from_thread(app: Any, text: str, **kwargs: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the app quit meanwhile
+        app.call_from_thread(app.notify, text, **kwargs)
+
+
 def _run_app(sandbox: Sandbox, say: Progress) -> int:
     from engine.connect import open_client
     from engine.logsetup import configure
@@ -574,6 +633,10 @@ def _run_app(sandbox: Sandbox, say: Progress) -> int:
         fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
         say("ready")
         app = NunetApp(client=client, examples=sandbox.describe())
+        if (extra := _extra_log()) is not None:
+            threading.Thread(
+                target=_follow_extra_install, args=(app, extra), name="demo-extra", daemon=True
+            ).start()
 
         def quit_app(signum: int, frame: FrameType | None) -> None:
             # Inside Textual's loop an exception would leave the terminal raw: ask it to exit.
