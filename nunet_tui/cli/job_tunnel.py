@@ -161,7 +161,7 @@ def _terminal_size() -> tuple[int, int]:
 
 
 @contextlib.contextmanager
-def _raw_terminal(fd: int) -> Iterator[bool]:
+def raw_terminal(fd: int) -> Iterator[bool]:
     """The local terminal in raw mode for the session (keys go to the remote process as
     they are), put back as it was afterwards; nothing to do when stdin is not a terminal."""
     if not os.isatty(fd):
@@ -247,7 +247,7 @@ def _shell(args: argparse.Namespace, client: EngineClient) -> None:
         sock.connect(session.socket)
         stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
         sys.stdout.flush()
-        with _raw_terminal(stdin):
+        with raw_terminal(stdin):
             code = run_shell(sock, stdin, stdout)
     finally:
         sock.close()

@@ -13,7 +13,9 @@ On the provider side a GPU job gets its GPUs' load beside the log (``JobGpus``: 
 while the job runs and the node reads a GPU).
 
 Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
-first), ``o`` fetch the results into a folder and view them, Esc back.
+first), ``o`` fetch the results into a folder and view them, ``t`` forward the job's ports to
+127.0.0.1 (their URLs in the facts, the first copied), ``e`` a shell in the job (the app is
+suspended until it exits; widgets/job_ports.py), Esc back.
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ from engine.api import (
     JobLogs,
     JobResults,
     RewardList,
+    TunnelForward,
 )
 from engine.errors import EngineError
 from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
-from nunet_tui.widgets import escrow_view
+from nunet_tui.widgets import escrow_view, job_ports
 from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
 from nunet_tui.widgets.job_state import (
@@ -87,6 +90,9 @@ class JobDetailScreen(CapabilityScreen):
         Binding("N", "find(True)", "Previous", show=False),
         Binding("x", "cancel_job", "Cancel job", tooltip="Stop the job (asks first)"),
         Binding("o", "results", "Results", tooltip="Fetch the results into a folder"),
+        # Not in the footer (it is full at 80 columns): the Ports fact names both keys.
+        Binding("t", "forward_ports", "Ports", show=False),  # t: tunnel
+        Binding("e", "shell", "Shell", show=False),  # e: enter the job
     ]
 
     def __init__(self, job_id: str, *, job: JobInfo | None = None) -> None:
@@ -103,6 +109,7 @@ class JobDetailScreen(CapabilityScreen):
         self.redraw_scheduled = False
         self._bindings_for: tuple[object, ...] = ()
         self.escrow: EscrowInfo | None = None  # paid jobs: the NTX locked for this job
+        self.forwards: tuple[TunnelForward, ...] = ()  # its ports forwarded to 127.0.0.1
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -291,13 +298,16 @@ class JobDetailScreen(CapabilityScreen):
             parts.append((f" · resumed from checkpoint {job.resumed_from}", "$text-warning"))
         title.update(Content.assemble(*parts))
         self.query_one("#job-timeline", Static).update(timeline(job))
-        self.query_one("#job-facts", KeyTable).set_rows(_facts(job, self.escrow))
+        facts = _facts(job, self.escrow)
+        if ports := job_ports.ports_row(job, self.forwards):
+            facts.insert(3, ports)
+        self.query_one("#job-facts", KeyTable).set_rows(facts)
         self._show_failure(job)
         self._show_log_state()
         onboarding = self.nunet.onboarding
         self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
         # The footer is rebuilt on refresh_bindings: only when what x and o do changes.
-        bindings_for = (job.role, is_terminal(job), bool(job.results_dir))
+        bindings_for = (job.role, job.state, bool(job.results_dir))  # t and e: running
         if bindings_for != self._bindings_for:
             self._bindings_for = bindings_for
             self.refresh_bindings()
@@ -388,7 +398,43 @@ class JobDetailScreen(CapabilityScreen):
             return job is not None and job.role == "consumer" and not is_terminal(job)
         if action == "results":
             return job is not None and job.role == "consumer" and bool(job.results_dir)
+        if action == "forward_ports":
+            return job_ports.can_forward(job)
+        if action == "shell":
+            return job_ports.can_shell(job)
         return True
+
+    @work(group="job-op", exclusive=True)
+    async def action_forward_ports(self) -> None:
+        job = self.job
+        if job is None:
+            return
+        try:
+            self.forwards = await job_ports.forward_all(self.nunet.client, job)
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Ports", severity="error", markup=False)
+            return
+        self.show_job()
+        if self.forwards:
+            self.app.copy_to_clipboard(self.forwards[0].url)
+            urls = ", ".join(f.url for f in self.forwards)
+            self.notify(f"{urls} (the first is copied)", title="Ports", markup=False)
+
+    @work(group="job-op", exclusive=True)
+    async def action_shell(self) -> None:
+        job = self.job
+        if job is None:
+            return
+        size = self.app.size
+        try:
+            session = await job_ports.open_session(self.nunet.client, job, size.height, size.width)
+            with self.app.suspend():
+                code = job_ports.run_in_terminal(session)
+        except (EngineError, OSError) as exc:
+            self.notify(_message(exc), title="Shell", severity="error", markup=False)
+            return
+        shown = "broke off" if code is None else f"exited with status {code}"
+        self.notify(f"The shell in {job.job_id} {shown}", title="Shell", markup=False)
 
     @work(group="job-op", exclusive=True)
     async def action_cancel_job(self) -> None:
