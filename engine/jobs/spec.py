@@ -19,7 +19,7 @@ import msgspec
 from packaging.requirements import InvalidRequirement, Requirement
 
 from engine.errors import EngineError, FieldProblem, ValidationReport
-from engine.safe_paths import relative_problem
+from engine.safe_paths import relative_problem, shown
 
 if TYPE_CHECKING:
     from engine.jobs.fetch_policy import FetchPolicy
@@ -219,10 +219,20 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
         _problem(problems, "deps", f"{len(spec.deps)} dependencies: at most {MAX_DEPS}")
     for dep in spec.deps:
         try:
-            Requirement(dep)
+            requirement = Requirement(dep)
         except InvalidRequirement as exc:
             first = str(exc).splitlines()[0]
             _problem(problems, "deps", f"{dep!r} is not a valid pip requirement: {first}")
+            continue
+        if requirement.url:
+            # pip would fetch it from wherever it points (the provider's loopback or LAN,
+            # file:// on its disk), outside the fetch policy: only the package index serves.
+            _problem(
+                problems,
+                "deps",
+                f"{shown(dep)} names a URL: give a package of the index by name "
+                f"(e.g. {requirement.name}>=1.0)",
+            )
     if not 0 < spec.expected_minutes <= MAX_EXPECTED_MINUTES:
         _problem(
             problems,

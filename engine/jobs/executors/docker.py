@@ -202,6 +202,9 @@ class DockerExecutor(BaseExecutor):
                 "--no-cache-dir",
                 "--disable-pip-version-check",
                 "--no-input",
+                # Wheels only: an sdist's build code would run here, with the network the
+                # job itself never gets (the provider's LAN included), chosen by a stranger.
+                "--only-binary=:all:",
                 "--target",
                 "/workspace/.deps",
                 *run.spec.deps,
