@@ -362,6 +362,30 @@ class NunetApp(App[None]):
         else:
             self.push_screen(screen)
 
+    async def action_quit(self) -> None:
+        """With jobs still running, ask first (in the demo, quitting stops the providers)."""
+        from nunet_tui import app_guards
+
+        if isinstance(self.screen, app_guards.QuitConfirm):
+            self.exit()  # q on the question itself: yes
+            return
+        jobs = await app_guards.live_jobs(self.client)
+        if not jobs:
+            self.exit()
+            return
+        question = app_guards.quit_question(jobs, self.client.embedded)
+        self.push_screen(question, lambda yes: self.exit() if yes else None)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        from nunet_tui import app_guards
+
+        folder = app_guards.deliver_screenshot(self, path)
+        if folder is None:
+            return None
+        return super().deliver_screenshot(filename, str(folder), time_format)
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return

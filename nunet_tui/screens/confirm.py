@@ -46,12 +46,18 @@ class ConfirmScreen(ModalScreen[bool]):
         detail: Content | str = "",
         *,
         confirm_label: str = "Yes",
+        decline_label: str | None = None,
         danger: bool = False,
     ) -> None:
         super().__init__()
         self.question = question
         self.detail = detail
         self.confirm_label = confirm_label
+        # "Cancel job (y)" beside "Cancel (n)" reads as two ways to cancel: the way back is
+        # then named for what it does.
+        if decline_label is None:
+            decline_label = "Back" if confirm_label.lower().startswith("cancel") else "Cancel"
+        self.decline_label = decline_label
         self.danger = danger
 
     def compose(self) -> ComposeResult:
@@ -67,7 +73,7 @@ class ConfirmScreen(ModalScreen[bool]):
                     id="confirm",
                     variant="error" if self.danger else "primary",
                 )
-                yield Button("Cancel (n)", id="cancel")
+                yield Button(f"{self.decline_label} (n)", id="cancel")
         yield Footer()
 
     def on_mount(self) -> None:

@@ -25,6 +25,8 @@ from engine.api import (
     OnboardRequest,
     ResourceConfig,
     Validation,
+    WalletInfo,
+    WalletShow,
 )
 from engine.errors import EngineError
 from nunet_tui.format import TIMES, mb, mhz, safe
@@ -114,7 +116,9 @@ class OnboardingScreen(Screen[bool]):
                 "channel",
                 "Channel (-n)",
                 Input(
-                    current.channel if current else DEFAULT_CHANNEL,
+                    # The node's own channel (the demo's sandbox is not nunet-test): onboarding
+                    # with the default must not move the node off the network it is on.
+                    current.channel if current else (self.node.info.channel or DEFAULT_CHANNEL),
                     id="channel",
                     compact=True,
                     disabled=self.reconfigure,
@@ -211,6 +215,22 @@ class OnboardingScreen(Screen[bool]):
     def on_mount(self) -> None:
         if self.reconfigure:
             self.touched.update(("memory_mb", "cpu_mhz"))
+        else:
+            self._prefill_address()
+        self.validate_form()
+
+    @work(exclusive=True, group="prefill")
+    async def _prefill_address(self) -> None:
+        """The node's own wallet is where rewards go unless told otherwise."""
+        try:
+            wallet: WalletInfo = await self.nunet.client.call(WalletShow())
+        except (EngineError, OSError):
+            return  # no wallet yet (or a locked keystore): the user types one
+        field = self.query_one("#address", Input)
+        if field.value.strip() or "address" in self.touched:
+            return
+        with self.prevent(Input.Changed):
+            field.value = wallet.address
         self.validate_form()
 
     # --- reading the form ------------------------------------------------------------------
