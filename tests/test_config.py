@@ -175,6 +175,6 @@ def test_a_home_that_cannot_be_one_is_a_clear_error(tmp_path: Path, kind: str) -
     file = tmp_path / "plain"
     file.write_text("not a folder")
     home = {"file": file, "below a file": file / "home", "proc": Path("/proc/nunet-home")}[kind]
-    with pytest.raises(EngineError, match="give --home .*a folder you can write"):
+    with pytest.raises(EngineError, match=r"give --home .*a folder you can write"):
         Paths.for_home(home).ensure()
     assert file.read_text() == "not a folder"
