@@ -70,9 +70,21 @@ class NodeCollector(Collector):
         self.node = node
         self.token = token
         self._readiness: tuple[float, api.Readiness] | None = None
+        self._failed_once = False
 
     def collect(self) -> Iterator[Metric]:
-        figures = trio.from_thread.run(self.gather, trio_token=self.token)
+        try:
+            figures = trio.from_thread.run(self.gather, trio_token=self.token)
+        except (trio.RunFinishedError, trio.Cancelled):
+            return  # the engine is stopping: an empty answer, not a traceback
+        except Exception:
+            # A scrape must not print a traceback on the daemon's terminal (wsgiref would):
+            # logged once in full through the node's escaped log, then counted.
+            supervise.FAILURES.count("metrics scrape")
+            if not self._failed_once:
+                self._failed_once = True
+                log.exception("metrics: reading the node failed; later failures are counted")
+            return
         yield from metric_families(figures)
 
     async def gather(self) -> Figures:

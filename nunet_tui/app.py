@@ -143,7 +143,7 @@ class NunetApp(App[None]):
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
-        self._notices = NoticeFilter(since=clock())  # a job ended, a reward paid: bell + toast
+        self._notices = NoticeFilter()  # a job ended, a reward paid (from now on): bell + toast
 
     # --- life cycle ----------------------------------------------------------------------
 
