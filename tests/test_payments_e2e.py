@@ -251,6 +251,21 @@ def test_insufficient_funds_and_oracle_down_are_clear_and_move_nothing(
     )
     assert poor.returncode != 0
     assert "could not lock 0.1 NTX" in poor.stderr and "has 0.05 NTX" in poor.stderr
+    # A script the provider cannot fetch is found out at the quote, before any lock is tried
+    # (with 0.05 NTX, a lock would have failed for the funds instead).
+    missing = run_cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/missing.py",
+        "--framework",
+        "scikit-learn",
+        "--expected-minutes",
+        "1",
+        home=consumer.home,
+    )
+    assert missing.returncode != 0
+    assert "cannot fetch the job's script" in missing.stderr and "404" in missing.stderr
     market.oracle_down()
     down = run_cli(
         "job",

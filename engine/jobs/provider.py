@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
 from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog
-from engine.jobs.spec import FRAMEWORKS, JobSpec, validate_spec
+from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
@@ -51,6 +52,8 @@ log = logging.getLogger("nunet.jobs.provider")
 # has them reset (the consumer writes its request at once, and waits 10 s for the answer).
 FIRST_FRAME_S = 10.0
 WRITE_S = 10.0  # for one reply to be taken by the peer
+# Fetching the script before quoting: well inside the consumer's wait for the answer (10 s).
+OFFER_FETCH_S = 6.0
 LINGER_S = 5.0  # for the peer to close its side after our last frame (then: reset)
 # Job streams served at once: a consumer needs one per job it follows plus a few short asks.
 STREAMS_PER_PEER = 16
@@ -72,6 +75,9 @@ class HeldQuote:
     consumer: str
     offer_raw: bytes
     quote_raw: bytes
+    # The script as fetched before quoting: the run uses these bytes, so what the consumer
+    # locked NTX for is what runs (None: a git source, fetched when the job starts).
+    script: bytes | None = None
 
 
 @dataclass
@@ -252,7 +258,10 @@ class ProviderJobs:
     async def _dispatch(self, stream: Any, peer: str, message: p.AnyJobMessage, raw: bytes) -> None:
         if isinstance(message, p.Offer):
             # Never stored here: a quote keeps its offer until the Confirm makes a job.
-            await self._reply(stream, peer, self._offer(message, peer, raw), keep=False)
+            quoted = self._offer(message, peer, raw)
+            if isinstance(quoted, p.Quote):
+                quoted = await self._fetch_before_quoting(quoted)
+            await self._reply(stream, peer, quoted, keep=False)
             return
         if isinstance(message, p.Confirm):
             answer, created = await self._confirm(message, peer, raw)
@@ -323,6 +332,29 @@ class ProviderJobs:
         )
         quote_raw = p.encode(self.node.identity, quote)
         self._quotes.add(HeldQuote(quote, spec, consumer, raw, quote_raw))
+        return quote
+
+    async def _fetch_before_quoting(self, quote: p.Quote) -> p.Quote | p.Refusal:
+        """Fetch the job's script now, under the fetch policy: a script that cannot be had is
+        a refusal before the consumer locks any NTX, not a paid job that fails at start."""
+        held = self._quotes.get(quote.job_id)
+        if held is None or held.spec.script_url is None:
+            return quote
+        policy = FetchPolicy.from_settings(self.node.settings.jobs.fetch_allow_networks)
+        try:
+            script = await trio.to_thread.run_sync(
+                functools.partial(
+                    fetch_script,
+                    held.spec.script_url,
+                    policy=policy,
+                    timeout=OFFER_FETCH_S,
+                    total_s=OFFER_FETCH_S,
+                )
+            )
+        except EngineError as exc:
+            self._quotes.pop(quote.job_id)
+            return p.refusal(quote.job_id, f"cannot fetch the job's script: {exc.message}")
+        self._quotes.add(dataclasses.replace(held, script=script))
         return quote
 
     def _refusal_reason(self, spec: JobSpec) -> str:
@@ -468,7 +500,7 @@ class ProviderJobs:
         )
         self._save(job)
         assert self._nursery is not None
-        self._nursery.start_soon(self._run, job, None)
+        self._nursery.start_soon(self._run, job, None, held.script)
         return p.Accepted(job_id=confirm.job_id), True
 
     def _countersigned(self, message: p.Countersign, consumer: str) -> p.Accepted | p.Refusal:
@@ -502,7 +534,7 @@ class ProviderJobs:
         )
         return executor, run
 
-    async def _run(self, job: api.JobInfo, resume_from: Any) -> None:
+    async def _run(self, job: api.JobInfo, resume_from: Any, script: bytes | None = None) -> None:
         try:
             executor, run = self._run_for(job)
             checkpoints = self.job_path(job.job_id, "checkpoints")
@@ -514,7 +546,7 @@ class ProviderJobs:
         try:
             if resume_from is not None:
                 await executor.restore(run, resume_from)
-            await executor.prepare(run)
+            await executor.prepare(run, script)
             await executor.start(run)
         except Exception as exc:
             message = exc.message if isinstance(exc, EngineError) else str(exc)
