@@ -22,7 +22,7 @@ log = logging.getLogger("nunet.network.adverts")
 
 NAMESPACE = "nunet-adv"
 DEFAULT_TTL_S = 3600.0
-_SHA2_256_MULTIHASH = bytes([0x12, 0x20])
+_SHA2_256_MULTIHASH = bytes([0x12, 0x20])  # multihash code sha2-256, 32-byte digest
 
 
 def advert_key(channel: str, peer_id: str) -> str:
@@ -30,7 +30,11 @@ def advert_key(channel: str, peer_id: str) -> str:
 
 
 def provider_key(channel: str) -> str:
-    """Hex of a 32-byte digest: KadDHT uses the raw bytes as the provider key."""
+    """The channel's provider-record key: a CIDv0 (a sha2-256 multihash, base58).
+
+    Go and js DHT servers decode a provider key as a CID and answered "Invalid CID" to the
+    bare 32-byte digest we used to send; py-libp2p's KadDHT turns this string back into the
+    multihash bytes (``_encode_key``), so every implementation stores the same key."""
     digest = bytes.fromhex(wire.channel_digest("providers/" + channel))
     return base58.b58encode(_SHA2_256_MULTIHASH + digest).decode("ascii")
 
