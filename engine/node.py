@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -148,11 +149,12 @@ class Node:
             if self.network_enabled:  # a long-running engine (daemon, TUI): the operator's tools
                 from engine.notify import serve_notifications
 
-                nursery.start_soon(serve_notifications, self)
+                # Supervised like every service: a failing hook never ends the node.
+                nursery.start_soon(supervised, "notifications", partial(serve_notifications, self))
                 if self.settings.metrics.listen:
                     from engine.metrics import serve_metrics  # prometheus-client: only when on
 
-                    nursery.start_soon(serve_metrics, self)
+                    nursery.start_soon(supervised, "metrics", partial(serve_metrics, self))
             if self._autostart_network:
                 self._start_services()
             task_status.started()
