@@ -152,6 +152,7 @@ ATTACKS: list[Callable[[HostilePeer, str], None]] = [
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
     logging.basicConfig(level=logging.CRITICAL)  # the hostile peer's own libp2p noise
+    logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="nunet-bench-soak-"))
     (root / "www").mkdir()
     (root / "www" / "honest.py").write_text(HONEST_JOB)
