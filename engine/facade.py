@@ -154,7 +154,12 @@ class Engine:
         self._closed = True
         try:
             if self._thread is not None:
-                self._thread.stop(timeout=5.0)
+                try:
+                    self._thread.stop(timeout=5.0)
+                except TimeoutError:
+                    # A blocking call in a worker thread outlives the loop (a daemon thread:
+                    # it ends with the process). Quitting stays quiet: said in the log only.
+                    log.warning("the engine thread was still busy 5 s after stopping")
         finally:
             self._release()
             log.info("engine stopped")

@@ -440,7 +440,11 @@ class Node:
         return api.Done(message=f"mode: {command.mode}")
 
     async def _info(self, command: api.GetInfo) -> api.NodeInfo:
-        readiness = await trio.to_thread.run_sync(self.probes.check_readiness, self.gpus)
+        # Abandoned on cancel: read-only, and a Docker probe (the SDK's import, a slow
+        # engine) must not hold up quitting: that was "did not stop within 5 s".
+        readiness = await trio.to_thread.run_sync(
+            self.probes.check_readiness, self.gpus, abandon_on_cancel=True
+        )
         onboarded = self.store.get_onboarding()
         return api.NodeInfo(
             peer_id=self.identity.peer_id,

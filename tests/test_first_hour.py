@@ -232,3 +232,78 @@ def test_an_interrupted_demo_start_leaves_no_process_behind(
         _wait_line(proc, lines, seen, "demo: stopped", timeout=5)
         assert f"its files are in {root}" in seen[-1]
         assert "kept (--root)" in seen[-1]
+
+
+# --- a newcomer keeps the providers it learnt of by exchange --------------------------------
+
+
+def test_an_old_advert_from_exchange_lists_a_new_peer_until_its_heartbeat_is_due() -> None:
+    """The advert a bootstrap peer relays was signed long ago; its peer is alive (the relay
+    just heard from it). Dropped at the next expiry tick, it stayed unlisted until its next
+    advert: seconds of every newcomer's discovery."""
+    import msgspec
+
+    from engine.network.peers import PeerTable
+    from tests.test_network_wire import ALICE, advert
+
+    now = [1000.0]
+    changes: list[tuple[str, bool]] = []
+    table = PeerTable(
+        "ch", 1.0, lambda p, i: changes.append((p, i is not None)), clock=lambda: now[0]
+    )
+    old = msgspec.structs.replace(advert(ALICE), at=now[0] - 600, expires_at=now[0] + 3000)
+    assert table.on_advert(old)
+    now[0] += 0.5
+    assert table.expire() == []  # still listed: its first heartbeat is not due yet
+    assert changes == [(ALICE.peer_id, True)]
+    now[0] += 2.6  # no heartbeat at all: it was not alive after all
+    assert table.expire() == [ALICE.peer_id]
+    assert not table.on_advert(old)  # and the same old advert does not bring it back
+
+
+# --- quitting is quick and quiet ----------------------------------------------------------
+
+
+def test_quitting_never_waits_for_a_slow_readiness_probe(tmp_path: Path) -> None:
+    """The TUI asks for the node's readiness as its first frame paints; a Docker probe still
+    importing the SDK on a busy machine held the engine thread past its 5 s at quit."""
+    import dataclasses
+
+    from engine.api import GetInfo
+    from engine.errors import EngineError
+    from engine.facade import Engine
+    from tests.conftest import make_home
+    from tests.doubles.host import fixed_host
+
+    host = fixed_host(tmp_path / "host")
+    real = host.probes.check_readiness
+    armed, started, release = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_probe(*args: object, **kwargs: object) -> object:
+        if armed.is_set():
+            started.set()
+            release.wait(30)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    probes = dataclasses.replace(host.probes, check_readiness=slow_probe)
+    engine = Engine(make_home(tmp_path / "home"), network=False, probes=probes).start()
+    outcome: list[object] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(engine.call_blocking(GetInfo(), timeout=30))
+        except (EngineError, RuntimeError, TimeoutError) as exc:
+            outcome.append(exc)
+
+    armed.set()
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    try:
+        assert started.wait(20), "the probe never ran"
+        began = time.monotonic()
+        engine.close()  # raised "did not stop within 5 s" (after 5 s) before
+        assert time.monotonic() - began < 3
+    finally:
+        release.set()
+    asking.join(10)
+    assert outcome and not isinstance(outcome[0], dict)  # answered with an error, not hung
