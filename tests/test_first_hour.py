@@ -17,7 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO
+from engine.errors import EngineError
+from tests.conftest import REPO, run_cli
+from tests.docker_fixture import docker_host
+
+__all__ = ["docker_host"]
 
 EXAMPLE_FILES = sorted(
     p.relative_to(REPO / "examples").as_posix()
@@ -307,3 +311,47 @@ def test_quitting_never_waits_for_a_slow_readiness_probe(tmp_path: Path) -> None
         release.set()
     asking.join(10)
     assert outcome and not isinstance(outcome[0], dict)  # answered with an error, not hung
+
+
+# --- [ml_images] is what the Docker executor runs --------------------------------------------
+
+
+def test_the_docker_executor_runs_the_configured_ml_images(tmp_path: Path) -> None:
+    from engine.facade import Engine
+    from engine.jobs.executors.docker import DockerExecutor
+    from engine.jobs.service import build_executors
+    from tests.conftest import MACHINE_TOML, make_home
+    from tests.test_jobs_process import new_run, spec
+
+    toml = (
+        MACHINE_TOML + '[jobs]\nexecutors = ["docker"]\n'
+        '[ml_images]\npytorch_cpu = "registry.example/torch:9"\ntensorflow_cpu = ""\n'
+    )
+    engine = Engine(make_home(tmp_path / "home", machine_toml=toml), network=False).start()
+    try:
+        executor = build_executors(engine.node)["docker"]
+    finally:
+        engine.close()
+    assert isinstance(executor, DockerExecutor)
+    assert executor.image_for(new_run(tmp_path, spec("pytorch"))) == "registry.example/torch:9"
+    # An empty entry is no image: such jobs are refused with the reason, not run elsewhere.
+    with pytest.raises(EngineError, match="no image for tensorflow_cpu"):
+        executor.image_for(new_run(tmp_path, spec("tensorflow")))
+
+
+def test_a_missing_image_names_the_command_that_pulls_it(docker_host: str, tmp_path: Path) -> None:
+    import trio
+
+    from engine.jobs.executors.docker import DockerExecutor
+    from tests.test_jobs_process import new_run, spec
+
+    executor = DockerExecutor(
+        docker_host=docker_host, images={"pytorch_cpu": "nunet-test/absent:404"}
+    )
+    run = new_run(tmp_path, spec("pytorch"))
+    with pytest.raises(EngineError) as refused:
+        trio.run(executor.prepare, run, b"print(1)\n")
+    assert "nunet-test/absent:404 is not on this provider" in refused.value.message
+    assert "`nunet-tui onboard-ml`" in refused.value.message
+    assert "prepare-images" not in refused.value.message
+    assert run_cli("onboard-ml", "--help").returncode == 0  # the command it names exists

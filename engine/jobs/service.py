@@ -38,9 +38,11 @@ def build_executors(node: Node) -> dict[str, Executor]:
             )
             executors[name] = ProcessExecutor()
         elif name == "docker":
-            from engine.jobs.executors.docker import DockerExecutor
+            from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 
-            executors[name] = DockerExecutor(node_id=node.identity.peer_id)
+            # The images onboard-ml pulled ([ml_images]), not the built-in defaults.
+            images = images_from_settings(node.settings.ml_images.as_map())
+            executors[name] = DockerExecutor(node_id=node.identity.peer_id, images=images)
         else:
             raise EngineError(
                 "config", f"jobs.executors: unknown executor {name!r} (docker or process)"

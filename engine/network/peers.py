@@ -89,7 +89,15 @@ class PeerTable:
         addrs = advert.addrs or info.addrs
         # An advert proves the peer was alive when it signed it, not now: an old advert
         # fetched from the DHT must not revive a peer that went silent.
-        seen = max(info.last_seen, min(advert.at, self._clock()))
+        now = self._clock()
+        seen = max(info.last_seen, min(advert.at, now))
+        if advert.peer_id not in self._peers:
+            # A first sighting through peer exchange or the DHT carries an advert signed
+            # minutes ago: taken as is, the next expire() dropped the peer at once and it only
+            # came back with its next advert (seconds of a newcomer's discovery, bench/
+            # network_discovery.py). One interval to prove itself with a heartbeat instead; a
+            # peer dropped for silence is still refused above.
+            seen = max(seen, now - self.heartbeat_interval_s)
         self._dropped.pop(advert.peer_id, None)
         self._put(msgspec.structs.replace(info, advert=advert, addrs=addrs, last_seen=seen))
         return True

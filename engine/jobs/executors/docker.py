@@ -53,6 +53,18 @@ LOG_IDLE_S = 10.0  # after the exit, a log stream silent this long is given up
 NOBODY = "65534:65534"
 
 
+def images_from_settings(ml_images: Mapping[str, str]) -> dict[str, str]:
+    """The images jobs run in: [ml_images] (what onboard-ml pulled) over the defaults; an
+    empty string there means no image, so such jobs are refused with the reason."""
+    images = dict(DEFAULT_IMAGES)
+    for key, image in ml_images.items():
+        if image:
+            images[key] = image
+        else:
+            images.pop(key, None)
+    return images
+
+
 class DockerExecutor(BaseExecutor):
     name = "docker"
 
@@ -183,7 +195,7 @@ class DockerExecutor(BaseExecutor):
         except Exception as exc:
             raise EngineError(
                 "image",
-                f"image {image} is not on this provider: pull it (`nunet-tui gpu prepare-images`)"
+                f"image {image} is not on this provider: pull it (`nunet-tui onboard-ml`)"
                 " or build it (scripts/build_test_image.sh for the scikit-learn test image)",
             ) from exc
         await super().prepare(run, script)
