@@ -273,6 +273,9 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     require_payment: bool = True
     # Consumer: the escrow deadline is twice the expected duration plus this margin.
     deadline_margin_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 3600
+    # Provider: tell the oracle this often that a paid job is still running (the oracle
+    # refunds on the consumer's word only after ~3 of these are missed).
+    liveness_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=300)] = 30.0
 
 
 class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -18,6 +18,7 @@ import msgspec
 
 from oracle_client.models import (
     ErrorReply,
+    LivenessReport,
     OracleInfo,
     RewardGrant,
     RewardPending,
@@ -173,6 +174,10 @@ class OracleClient:
         except ValueError as exc:
             raise OracleProtocolError(f"the oracle's grant is not valid: {exc}") from None
         return grant
+
+    async def report_liveness(self, report: LivenessReport) -> RewardGrant | RewardPending:
+        """Provider: "still running this job"; the answer is the decision if there is one."""
+        return await self.request_reward(RewardRequest(job_id=report.job_id, liveness=report))
 
     async def send_status(self, report: StatusReport) -> StatusAck:
         response = await self._call("POST", "/send-status", _checked(report))

@@ -18,6 +18,10 @@ Wire shapes (JSON bodies; see docs/payments.md):
   problems, 409 decision_conflict / lock_not_found, 422 undecidable, 500 internal, 503
   chain_unavailable
 - ``POST /send-status`` ``StatusReport`` -> 200 ``StatusAck``; 400 bad_request, 404
+
+A provider running a paid job says so on ``/request-reward`` too: a ``RewardRequest`` with a
+``LivenessReport`` (no receipt), signed with its peer key, at the start and every interval; the
+answer is the decision if there is one, else 202 ``RewardPending``.
 """
 
 from __future__ import annotations
@@ -47,11 +51,15 @@ from oracle_client.fields import (
     TxHashHex,
     UtxoRef,
 )
-from oracle_client.receipt import Receipt
+from oracle_client.peerid import PeerIdError, public_key_from_peer_id
+from oracle_client.receipt import Receipt, _signing_key
 
 # What a quote signature covers starts with this tag; escrow release messages are CBOR
 # constructors (first byte 0xd8), so a quote can never be replayed as a withdraw or refund.
 QUOTE_DOMAIN = b"nunet-oracle-quote/v1\x00"
+# A liveness report's signature covers this tag first: it can never pass for a receipt (whose
+# tag differs) or for a release message, nor they for it.
+LIVENESS_DOMAIN = b"nunet-job-liveness/v1\x00"
 MAX_OFFERS = 64
 
 ErrorKind = Literal[
@@ -157,6 +165,49 @@ def quote_message(quote: ServiceQuote) -> bytes:
     return QUOTE_DOMAIN + cbor2.dumps(terms, canonical=True)
 
 
+class LivenessReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The provider says "I am running this job" at ``at``, signed with its peer key: the
+    oracle's own evidence that the provider did not vanish (rules.decide_vanished)."""
+
+    job_id: JobId
+    provider_peer_id: PeerIdText
+    at: PosixMs  # when the provider signed it; the oracle refuses one far from its own clock
+    kind: Literal["running"] = "running"
+    signature: SignatureHex
+
+    def verify(self) -> None:
+        """Raise ValueError unless the provider named in the report signed exactly it."""
+        try:
+            key = VerifyKey(public_key_from_peer_id(self.provider_peer_id))
+        except PeerIdError as exc:
+            raise ValueError(f"provider_peer_id: {exc}") from None
+        try:
+            key.verify(liveness_message(self), bytes.fromhex(self.signature))
+        except BadSignatureError:
+            raise ValueError("the liveness report is not signed by its provider") from None
+
+
+def liveness_message(report: LivenessReport) -> bytes:
+    body = {
+        "kind": report.kind,
+        "job_id": report.job_id,
+        "provider_peer_id": report.provider_peer_id,
+        "at": report.at,
+    }
+    return LIVENESS_DOMAIN + cbor2.dumps(body, canonical=True)
+
+
+def sign_liveness(
+    job_id: str, provider_peer_id: str, at_ms: int, private_key: bytes
+) -> LivenessReport:
+    """A liveness report signed with the provider's libp2p key (any form receipt.sign takes)."""
+    unsigned = LivenessReport(
+        job_id=job_id, provider_peer_id=provider_peer_id, at=at_ms, signature="00" * 64
+    )
+    signature = _signing_key(private_key).sign(liveness_message(unsigned)).signature.hex()
+    return msgspec.structs.replace(unsigned, signature=signature)
+
+
 class RewardRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Ask for the release signature. Without a receipt: "is it decided yet?" (202/102 until
     a receipt signed by both peers was accepted, then the decision)."""
@@ -167,10 +218,17 @@ class RewardRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # signature names one output, and the oracle signs only for a lock made by this tx: with
     # several outputs carrying the job's terms, a request without it is refused.
     lock_tx: TxHashHex | None = None
+    # The provider's "still running" (no receipt with it).
+    liveness: LivenessReport | None = None
 
     def __post_init__(self) -> None:
         if self.receipt is not None and self.receipt.job_id != self.job_id:
             raise ValueError("the receipt is for another job")
+        if self.liveness is not None:
+            if self.receipt is not None:
+                raise ValueError("a liveness report travels alone, without a receipt")
+            if self.liveness.job_id != self.job_id:
+                raise ValueError("the liveness report is for another job")
 
 
 class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):

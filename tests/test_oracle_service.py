@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,21 +41,34 @@ from oracle_client.client import (
     DecisionConflict,
     LockNotFound,
     OracleClient,
+    OracleRejected,
     OracleUnavailable,
     ReceiptRejected,
     Undecidable,
 )
 from oracle_client.contract.datum import EscrowDatum, oracle_message
-from oracle_client.models import RewardGrant, RewardPending, RewardRequest, ServiceQuote
+from oracle_client.models import (
+    RewardGrant,
+    RewardPending,
+    RewardRequest,
+    ServiceQuote,
+    sign_liveness,
+)
 from oracle_client.oracle.keys import KeyFileError, load_or_create_key
 from oracle_client.oracle.locks import ChainLockChecker, ChainUnavailable, ExpectedLock
 from oracle_client.oracle.locks import LockNotFound as ChainLockNotFound
-from oracle_client.oracle.rules import UndecidableReceipt, decide
+from oracle_client.oracle.rules import (
+    LIVENESS_GRACE_S,
+    UndecidableReceipt,
+    decide,
+    decide_vanished,
+)
 from oracle_client.oracle.server import OracleServer
 from oracle_client.oracle.service import Oracle
 from oracle_client.receipt import Fault, Outcome
 from tests.doubles.oracle import (
     CONSUMER,
+    OTHER_PROVIDER,
     PROVIDER,
     LockCheckerDouble,
     lock_for,
@@ -627,3 +641,99 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
     finally:
         store.close()
         ledger.stop()
+
+
+# --- the lone receipt against the provider's liveness -------------------------------------
+
+
+@dataclasses.dataclass
+class _Clock:
+    """The oracle's clock, moved by the test instead of waiting out the grace."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+def _liveness(quote: ServiceQuote, at: float, signer: Any = PROVIDER) -> RewardRequest:
+    report = sign_liveness(
+        quote.job_id, quote.provider_peer_id, int(at * 1000), bytes(signer.peer_key)
+    )
+    return RewardRequest(job_id=quote.job_id, liveness=report)
+
+
+def test_a_lone_receipt_waits_while_the_provider_is_alive_and_refunds_once_it_is_silent(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    clock = _Clock()
+    server.oracle.clock = clock
+    quote = _registered(server, checker, "job-live")
+    assert isinstance(_reward(server, _liveness(quote, clock())), RewardPending)
+    lie = RewardRequest(
+        job_id="job-live",
+        receipt=receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,)),
+    )
+    pending = _reward(server, lie)
+    assert isinstance(pending, RewardPending) and "said it was running" in pending.reason
+    clock.offset = LIVENESS_GRACE_S - 1  # still within the grace: still nothing
+    assert isinstance(_reward(server, lie), RewardPending)
+    assert server.oracle.store.decision("job-live") is None
+    clock.offset = LIVENESS_GRACE_S + 1  # silent past the grace: it vanished
+    grant = _reward(server, lie)
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "refund"
+    assert grant.beneficiary_pkh == quote.consumer_pkh
+
+
+def test_a_lone_receipt_refunds_when_the_provider_never_reported(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-never")
+    claim = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
+    grant = _reward(server, RewardRequest(job_id="job-never", receipt=claim))
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "refund"
+
+
+def test_liveness_reports_that_are_not_the_providers_own_and_fresh_are_refused(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-forged")
+    now = time.time()
+    for forged in (
+        _liveness(quote, now, signer=CONSUMER),  # the consumer cannot keep it "alive" either
+        _liveness(quote, now - LIVENESS_GRACE_S - 5),  # an old one, replayed
+        _liveness(quote, now + 3600),  # dated in the future, to last
+    ):
+        with pytest.raises(OracleRejected):
+            _reward(server, forged)
+    other = sign_liveness(
+        "job-forged", OTHER_PROVIDER.peer_id, int(now * 1000), bytes(OTHER_PROVIDER.peer_key)
+    )
+    with pytest.raises(ReceiptRejected, match="another provider"):
+        _reward(server, RewardRequest(job_id="job-forged", liveness=other))
+    assert server.oracle.store.last_alive("job-forged") is None
+    # Nothing recorded: the consumer's word alone decides, as for a provider that never spoke.
+    claim = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
+    grant = _reward(server, RewardRequest(job_id="job-forged", receipt=claim))
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "refund"
+
+
+def test_a_live_provider_is_paid_once_the_job_completes(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    quote = _registered(server, checker, "job-paid")
+    assert isinstance(_reward(server, _liveness(quote, time.time())), RewardPending)
+    lie = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
+    assert isinstance(_reward(server, RewardRequest(job_id="job-paid", receipt=lie)), RewardPending)
+    grant = _reward(server, RewardRequest(job_id="job-paid", receipt=receipt_for(quote)))
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+    # Once decided, a liveness report is answered with the decision; nothing changes.
+    assert _reward(server, _liveness(quote, time.time())) == grant
+
+
+def test_decide_vanished_rule(server: OracleServer, checker: LockCheckerDouble) -> None:
+    quote = _registered(server, checker, "job-rule")
+    lie = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
+    assert decide_vanished(lie, None) == "refund"
+    assert decide_vanished(lie, None, 1_000, 1_000 + int(LIVENESS_GRACE_S * 1000)) is None
+    assert decide_vanished(lie, None, 1_000, 2_000 + int(LIVENESS_GRACE_S * 1000)) == "refund"

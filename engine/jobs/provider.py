@@ -566,9 +566,14 @@ class ProviderJobs:
             executor.start_checkpoints(  # type: ignore[attr-defined]
                 run, checkpoints, interval, lambda c: self._checkpointed(job.job_id, c.number)
             )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump_logs, executor, run)
-            status = await executor.wait(run)
+        async with trio.open_nursery() as alive:
+            if self.node.payments_enabled:
+                # The oracle's own evidence that we are still here while a paid job runs.
+                alive.start_soon(self.node.payments().escrows.report_liveness, job.job_id)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump_logs, executor, run)
+                status = await executor.wait(run)
+            alive.cancel_scope.cancel()
         status = self._service_end(job, status)
         results = None
         notes: tuple[str, ...] = ()

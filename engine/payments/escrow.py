@@ -8,6 +8,9 @@ The steps, and where the job protocol calls them:
   the signed terms and the lock's tx id in ``Confirm``;
 - provider, on ``Confirm``: it checks the oracle's signature on the terms, that the oracle is
   the one it trusts and that the chain holds exactly that lock, before it runs anything;
+- provider, while the job runs: a signed "still running" report to the oracle at the start
+  and every ``[payments] liveness_interval_s`` (``report_liveness``): the oracle's own
+  evidence that the provider did not vanish, so it never takes the consumer's word alone;
 - provider, when the job ends: a receipt of the outcome and the metering, signed with its peer
   key, travels in the last ``Update``; the consumer checks it against what it saw, countersigns
   it and sends it back (``Countersign``);
@@ -16,7 +19,8 @@ The steps, and where the job protocol calls them:
   that never countersigns) the consumer can take the lock back after the deadline;
 - consumer, when its provider vanished mid-job (silent past the grace, jobs/consumer.py): its
   own receipt says "interrupted, the provider's fault" and asks the oracle for the refund at
-  once, which the oracle grants unless the provider reported the job.
+  once, which the oracle grants only once the provider's liveness reports stopped (past the
+  oracle's grace) or never came, and never after the provider reported the job's end.
 
 Every step is written to the store before it is acted on. A claim or refund transaction is
 kept (CBOR) before it is submitted, so after a restart the same transaction is sent again or
@@ -30,6 +34,7 @@ import logging
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
@@ -486,6 +491,37 @@ class Escrows:
         self.save(record, state="receipt")
         self._wake.set()
         return ""
+
+    # --- provider: liveness while a paid job runs --------------------------------------------
+
+    async def report_liveness(self, job_id: str) -> None:
+        """Provider: tell the oracle every interval that we are running this paid job, until
+        cancelled (the run ended). A failure is logged and tried again next interval: never
+        raised, so it can never end the run."""
+        from oracle_client.models import sign_liveness
+
+        record = self.get(job_id)
+        if not self.enabled or record is None or record.info.role != "provider":
+            return
+        interval = self.node.settings.payments.liveness_interval_s
+        failures = 0
+        while True:
+            try:
+                report = sign_liveness(
+                    job_id,
+                    self.node.identity.peer_id,
+                    int(time.time() * 1000),
+                    bytes(self.node.identity.signing_key),
+                )
+                async with self.oracle() as oracle:
+                    await _oracle_call(partial(oracle.report_liveness, report))
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                text = exc.message if isinstance(exc, EngineError) else str(exc)
+                if failures == 1 or failures % 20 == 0:  # not a line every interval for hours
+                    log.warning("job %s: liveness to the oracle failed: %s", job_id, text)
+            await trio.sleep(interval)
 
     # --- settling ---------------------------------------------------------------------------
 

@@ -16,17 +16,29 @@ map that agreement to one of the two messages the escrow accepts:
 |                           |         |          | deadline                             |
 
 A receipt the consumer signed alone says one thing only: the provider vanished mid-job
-(``interrupted``, the provider's fault, started or not). It decides ``refund`` while the
-provider never reported the job (a provider that is still there sends its own signed receipt
-as soon as the job ends, and then only a receipt both signed decides). It gives a consumer
-nothing it could not have without the oracle: a consumer that never countersigns takes its
-lock back after the deadline anyway; it only spares an honest one the wait.
+(``interrupted``, the provider's fault, started or not). The consumer's word is not taken for
+it: the oracle has its own evidence. A provider running a paid job sends a signed liveness
+report at the start and every ``LIVENESS_INTERVAL_S``; the lone receipt decides ``refund`` only
+while the provider never reported at all, or its last liveness report is older than
+``LIVENESS_GRACE_S``; while it is fresher the answer is "pending" (the consumer asks again),
+so a consumer that lies while the job runs gains nothing, and a provider that really vanished
+is found out within the grace. A provider that sent its own signed receipt (the job ended)
+was there: then only a receipt both signed decides. None of it gives a consumer anything it
+could not have without the oracle: a consumer that never countersigns takes its lock back
+after the deadline anyway; it only spares an honest one the wait.
 """
 
 from __future__ import annotations
 
 from oracle_client.fields import RewardType
 from oracle_client.receipt import Receipt
+
+# The provider's default period between liveness reports ([payments] liveness_interval_s).
+LIVENESS_INTERVAL_S = 30.0
+# Silence past three missed reports and a margin for a slow oracle or network: vanished.
+LIVENESS_GRACE_S = 3 * LIVENESS_INTERVAL_S + 10.0
+# How far a liveness report's own time may be ahead of the oracle's clock.
+LIVENESS_SKEW_S = 30.0
 
 
 class UndecidableReceipt(ValueError):
@@ -50,8 +62,15 @@ def decide(receipt: Receipt) -> RewardType:
     )
 
 
-def decide_vanished(receipt: Receipt, provider_reported: Receipt | None) -> RewardType:
-    """The decision on a receipt signed by the consumer alone (its signature already checked)."""
+def decide_vanished(
+    receipt: Receipt,
+    provider_reported: Receipt | None,
+    last_alive_ms: int | None = None,
+    now_ms: int = 0,
+    grace_s: float = LIVENESS_GRACE_S,
+) -> RewardType | None:
+    """The decision on a receipt signed by the consumer alone (its signature already checked);
+    None: not yet, the provider's last liveness report (at ``last_alive_ms``) is too fresh."""
     if receipt.outcome != "interrupted" or receipt.fault != "provider":
         raise UnsignedByProvider(
             "the receipt is not signed by the provider: the consumer's signature alone only "
@@ -63,6 +82,8 @@ def decide_vanished(receipt: Receipt, provider_reported: Receipt | None) -> Rewa
             "only a receipt both peers signed decides it now; countersign the provider's "
             "receipt, or take the lock back after its deadline"
         )
+    if last_alive_ms is not None and now_ms - last_alive_ms <= grace_s * 1000:
+        return None
     return "refund"
 
 

@@ -17,6 +17,7 @@ from oracle_client.contract.datum import format_ntx, oracle_message
 from oracle_client.fields import Network, RewardType
 from oracle_client.models import (
     ErrorKind,
+    LivenessReport,
     OracleInfo,
     ProviderOffer,
     RewardGrant,
@@ -30,6 +31,8 @@ from oracle_client.models import (
 )
 from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, LockChecker, LockNotFound
 from oracle_client.oracle.rules import (
+    LIVENESS_GRACE_S,
+    LIVENESS_SKEW_S,
     UndecidableReceipt,
     UnsignedByProvider,
     decide,
@@ -67,13 +70,16 @@ class Oracle:
         *,
         escrow_address: str | None = None,
         clock: Callable[[], float] = time.time,
+        liveness_grace_s: float = LIVENESS_GRACE_S,
     ) -> None:
         self._key = signing_key
         self.store = store
         self.locks = locks
         self.network = network
         self.escrow_address = escrow_address
-        self._clock = clock
+        self.clock = clock  # public: tests move it instead of waiting
+        # Silence longer than this after a provider's last liveness report: it vanished.
+        self.liveness_grace_s = liveness_grace_s
 
     @property
     def oracle_key(self) -> str:
@@ -115,6 +121,8 @@ class Oracle:
             raise OracleRefusal(404, "job_not_found", f"no job {request.job_id} to claim")
         quote = known[1]
         decided = self.store.decision(request.job_id)
+        if request.liveness is not None:
+            return self._liveness(request.liveness, quote, decided)
         if request.receipt is None:
             if decided is not None:
                 return decided
@@ -126,6 +134,8 @@ class Oracle:
         if not request.receipt.consumer_signature:
             return self._provider_report(request.receipt, quote)
         kind, vanished = self._judge(request.receipt, quote)
+        if kind is None:
+            return decided if decided is not None else self._alive(request.job_id)
         if decided is not None:
             return _same_decision(decided, kind)
         try:
@@ -150,8 +160,8 @@ class Oracle:
             decided = self.store.decision(request.job_id)
             if decided is not None:
                 return _same_decision(decided, kind)
-            if vanished:
-                self._vanished(request.receipt)
+            if vanished and self._vanished(request.receipt) is None:
+                return self._alive(request.job_id)  # it reported while we checked the lock
             grant = self._grant(quote, kind, lock_ref)
             self.store.add_decision(grant, msgspec.json.encode(request.receipt), lock_ref)
         return grant
@@ -177,6 +187,45 @@ class Oracle:
             job_id=receipt.job_id,
             reason=f"job {receipt.job_id}: the provider's receipt is recorded; the decision "
             "waits for the consumer's countersignature",
+        )
+
+    def _liveness(
+        self, report: LivenessReport, quote: ServiceQuote, decided: RewardGrant | None
+    ) -> RewardGrant | RewardPending:
+        """The provider says it is running the job: its signature checked, and its time near
+        ours (an old report replayed says nothing about now), the time is kept."""
+        if report.provider_peer_id != quote.provider_peer_id:
+            raise OracleRefusal(
+                400, "receipt_mismatch", "the liveness report names another provider than the job's"
+            )
+        try:
+            report.verify()
+        except ValueError as exc:
+            raise OracleRefusal(403, "receipt_invalid", str(exc)) from None
+        now = self._now_ms()
+        if not now - self.liveness_grace_s * 1000 <= report.at <= now + LIVENESS_SKEW_S * 1000:
+            raise OracleRefusal(
+                400,
+                "bad_request",
+                f"the liveness report is dated {(report.at - now) / 1000:+.0f} s from the "
+                "oracle's clock: sign a fresh one (is this machine's clock right?)",
+            )
+        if decided is None:
+            with self.store.transaction():
+                self.store.add_liveness(report.job_id, min(report.at, now))
+            return RewardPending(
+                job_id=report.job_id,
+                reason=f"job {report.job_id}: the provider's liveness is recorded",
+            )
+        return decided
+
+    def _alive(self, job_id: str) -> RewardPending:
+        last = self.store.last_alive(job_id) or 0
+        age = max(0.0, (self._now_ms() - last) / 1000)
+        return RewardPending(
+            job_id=job_id,
+            reason=f"job {job_id}: its provider said it was running the job {age:.0f} s ago; "
+            f"it counts as vanished only after {self.liveness_grace_s:g} s of silence",
         )
 
     def send_status(self, report: StatusReport) -> StatusAck:
@@ -249,9 +298,10 @@ class Oracle:
                 f"the receipt's {', '.join(mismatched)} differ from the registered job",
             )
 
-    def _judge(self, receipt: Receipt, quote: ServiceQuote) -> tuple[RewardType, bool]:
+    def _judge(self, receipt: Receipt, quote: ServiceQuote) -> tuple[RewardType | None, bool]:
         """The decision this receipt asks for, once it is shown to be this job's and signed;
-        True with it when the consumer alone signed (the provider vanished)."""
+        True with it when the consumer alone signed (the provider vanished); None for the
+        decision while that provider's liveness is still fresh."""
         self._check_parties(receipt, quote)
         alone = not receipt.provider_signature
         try:
@@ -270,9 +320,15 @@ class Oracle:
         except UndecidableReceipt as exc:
             raise OracleRefusal(422, "undecidable", str(exc)) from None
 
-    def _vanished(self, receipt: Receipt) -> RewardType:
+    def _vanished(self, receipt: Receipt) -> RewardType | None:
         try:
-            return decide_vanished(receipt, self.store.provider_report(receipt.job_id))
+            return decide_vanished(
+                receipt,
+                self.store.provider_report(receipt.job_id),
+                self.store.last_alive(receipt.job_id),
+                self._now_ms(),
+                self.liveness_grace_s,
+            )
         except UnsignedByProvider as exc:
             raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
 
@@ -296,7 +352,7 @@ class Oracle:
         )
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return int(self.clock() * 1000)
 
 
 def _same_decision(decided: RewardGrant, asked: RewardType) -> RewardGrant:

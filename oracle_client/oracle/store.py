@@ -1,5 +1,6 @@
 """The oracle's SQLite store: registered jobs, the one decision per job, the provider's own
-receipt (proof that it did not vanish), reported transactions.
+receipt and the last time it said it was running the job (proof that it did not vanish),
+reported transactions.
 
 The decisions table is what makes the oracle safe to run: its primary key is the job id, and a
 decision is written in the same IMMEDIATE transaction that checked there was none, so even two
@@ -43,6 +44,10 @@ CREATE TABLE IF NOT EXISTS reports (
     job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
     receipt TEXT NOT NULL,       -- the provider's own signed receipt, JSON (its first one)
     reported_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS liveness (
+    job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+    last_alive INTEGER NOT NULL  -- ms: the newest signed "running" report from its provider
 );
 CREATE TABLE IF NOT EXISTS tx_reports (
     id INTEGER PRIMARY KEY,
@@ -156,6 +161,23 @@ class Store:
             self._db.execute(
                 "INSERT OR IGNORE INTO reports VALUES (?, ?, ?)",
                 (receipt.job_id, msgspec.json.encode(receipt).decode(), _now_ms()),
+            )
+
+    def last_alive(self, job_id: str) -> int | None:
+        """When the job's provider last said it was running it (ms), if it ever did."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT last_alive FROM liveness WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def add_liveness(self, job_id: str, at_ms: int) -> None:
+        """Keep the newest: a report that arrives late never moves the time back."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO liveness VALUES (?, ?) ON CONFLICT (job_id) "
+                "DO UPDATE SET last_alive = max(last_alive, excluded.last_alive)",
+                (job_id, at_ms),
             )
 
     def add_tx_report(self, report: StatusReport) -> None:

@@ -13,10 +13,14 @@ mempool that dropped it), or breaks the connection while a transaction is submit
   claim lands once the link is back;
 - a provider killed mid-job: the consumer shows "provider unreachable" within three missed
   heartbeats, ends the job interrupted after the grace and gets its NTX back at once, long
-  before the escrow's deadline; the provider, back later, cannot claim.
+  before the escrow's deadline (its liveness reports to the oracle stopped with it, and the
+  oracle's grace passed); the provider, back later, cannot claim;
+- a consumer that claims "the provider vanished" while the provider is running its paid job:
+  the oracle has the provider's fresh liveness reports, answers "pending", and the provider is
+  paid exactly once when the job completes.
 
-The oracle's side of the last one (a receipt the consumer signed alone) is attacked directly
-too: it decides a refund only for a provider that never reported.
+The oracle's side of the last ones (a receipt the consumer signed alone) is attacked directly
+too: it decides a refund only for a provider that never reported or went silent.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from oracle_client.client import OracleClient, ReceiptRejected
 from oracle_client.models import RewardGrant, RewardPending, RewardRequest, ServiceQuote
 from oracle_client.oracle.server import OracleServer
 from oracle_client.transactions import DEFAULT_TTL_S
+from tests import test_payments_e2e
 from tests.adversarial.hostile import HostilePeer
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemons import Daemon, wait_for
@@ -271,16 +276,30 @@ def test_a_connection_error_while_submitting_is_retried_and_never_stops_the_daem
 # --- the provider that vanished ----------------------------------------------------------------
 
 
+LIVENESS_S = 1.0  # the provider's liveness interval where a test waits out the oracle's grace
+
+
 @E2E
 def test_a_vanished_provider_is_shown_unreachable_then_the_job_is_interrupted_and_refunded(
-    market: Market, scripts: str
+    market: Market, scripts: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # _paid_pair gives both daemons this env: a short liveness interval, and an oracle grace
+    # to match, so the killed provider's silence is found out in seconds, not minutes.
+    monkeypatch.setitem(
+        test_payments_e2e.PASSPHRASE, "NUNET_PAYMENTS_LIVENESS_INTERVAL_S", str(LIVENESS_S)
+    )
+    market.oracle.liveness_grace_s = 3 * LIVENESS_S + 1.0
     provider, consumer = _paid_pair(
         market, consumer_env={"NUNET_JOBS_PROVIDER_GRACE_S": str(GRACE_S)}
     )
     before = market.ntx(_address(consumer))
     job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]  # 8 s of epochs
     wait_for(lambda: _job(consumer, job_id)["state"] == "running", "never ran", 60)
+    wait_for(
+        lambda: market.oracle.store.last_alive(job_id) is not None,
+        "the provider never told the oracle it was running the job",
+        30,
+    )
     killed_at = time.time()
     provider.stop(kill=True)
 
@@ -328,6 +347,71 @@ def test_a_vanished_provider_is_shown_unreachable_then_the_job_is_interrupted_an
     )
     assert market.ntx(_address(provider)) == PAID
     assert market.ntx(_address(consumer)) == before - PAID
+
+
+# --- the consumer that says its live provider vanished --------------------------------------
+
+
+@E2E
+def test_a_consumer_that_claims_its_running_provider_vanished_gets_nothing_and_it_is_paid_once(
+    market: Market, scripts: str
+) -> None:
+    """The free job: while the provider runs it, the consumer signs "interrupted, the
+    provider's fault" alone and asks the oracle for the refund. The oracle has the provider's
+    own fresh word that it is running the job (default interval and grace): it answers
+    "pending", and the job completes and is paid once."""
+    from oracle_client import receipt as rc
+
+    provider, consumer = _paid_pair(market)
+    before = market.ntx(_address(consumer))
+    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]  # 8 s of epochs
+    wait_for(lambda: _job(consumer, job_id)["state"] == "running", "never ran", 60)
+    wait_for(
+        lambda: market.oracle.store.last_alive(job_id) is not None,
+        "the provider never told the oracle it was running the job",
+        30,
+    )
+    book = _book(consumer, job_id)
+    quote = msgspec.json.decode(book["quote"].encode(), type=ServiceQuote)
+    lie = rc.Receipt(
+        job_id=job_id,
+        consumer_peer_id=consumer.peer_id,
+        provider_peer_id=provider.peer_id,
+        consumer_pkh=quote.consumer_pkh,
+        provider_pkh=quote.provider_pkh,
+        amount=quote.estimated_price,
+        outcome="interrupted",
+        fault="provider",
+        started=True,
+        metering=rc.Metering(),
+        finished_at=int(time.time() * 1000),
+    )
+    # Signed with the consumer daemon's own peer key (tests/daemons.py: seed 41).
+    lie = rc.sign(lie, bytes([41]) * 32)
+    request = RewardRequest(job_id=job_id, receipt=lie, lock_tx=book["info"]["lock_tx"])
+    answer = _ask(market.oracle_server, request)
+    assert isinstance(answer, RewardPending) and "said it was running" in answer.reason
+    assert market.oracle.store.decision(job_id) is None
+    wait_for(lambda: _job(consumer, job_id)["state"] == "completed", "never completed", 60)
+    claimed = wait_for(
+        lambda: (e := _escrow(provider, job_id)).get("state") == "claimed" and e,
+        "the provider was never paid",
+        90,
+    )
+    assert claimed["reward_type"] == "withdraw"
+    # Too late now, as always: the provider reported the job's end.
+    with pytest.raises(ReceiptRejected):
+        _ask(market.oracle_server, request)
+    decision = market.oracle.store.decision(job_id)
+    assert decision is not None and decision.reward_type == "withdraw"
+    assert market.ntx(_address(provider)) == PAID  # once
+    assert market.ntx(_address(consumer)) == before - PAID
+    wait_for(
+        lambda: _escrow(consumer, job_id).get("state") == "paid_out",
+        "the consumer never saw the payment",
+        40,
+    )
+    assert market.ntx(_address(provider)) == PAID
 
 
 # --- the provider that holds the stream open and says nothing -------------------------------
