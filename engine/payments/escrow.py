@@ -396,8 +396,10 @@ class Escrows:
     def provider_vanished(self, job: api.JobInfo) -> bool:
         """Consumer: the provider went silent mid-job and the grace passed. Our own receipt
         says so (interrupted, the provider's fault), and the refund is asked for at once; the
-        oracle grants it only while the provider never reported the job. False: nothing to
-        do (unpaid, or a receipt is already under way)."""
+        oracle grants it only once the provider's liveness reports stopped past its grace (or
+        never came), and never after the provider reported the job; "pending" until then, and
+        the settle loop asks again. False: nothing to do (unpaid, or a receipt is already
+        under way)."""
         from oracle_client import receipt as rc
 
         record = self.get(job.job_id)
