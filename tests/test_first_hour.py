@@ -355,3 +355,22 @@ def test_a_missing_image_names_the_command_that_pulls_it(docker_host: str, tmp_p
     assert "`nunet-tui onboard-ml`" in refused.value.message
     assert "prepare-images" not in refused.value.message
     assert run_cli("onboard-ml", "--help").returncode == 0  # the command it names exists
+
+
+# --- a consumer-only node keeps to loopback ---------------------------------------------------
+
+
+def test_a_consumer_only_node_listens_on_loopback_unless_configured() -> None:
+    from engine.config import NetworkSettings
+    from engine.network.link import DEFAULT_LISTEN, listen_for
+
+    default = NetworkSettings().listen
+    assert tuple(default) == DEFAULT_LISTEN  # the same default as the config's
+    assert listen_for(default, onboarded=False, mode="consumer") == ["/ip4/127.0.0.1/tcp/9000"]
+    assert listen_for(default, onboarded=False, mode=None) == ["/ip4/127.0.0.1/tcp/9000"]
+    # Providers are dialled by consumers: every interface, as configured.
+    assert listen_for(default, onboarded=True, mode="consumer") == default
+    assert listen_for(default, onboarded=False, mode="provider") == default
+    # A listen address the operator chose is never second-guessed.
+    chosen = ["/ip4/0.0.0.0/tcp/9100"]
+    assert listen_for(chosen, onboarded=False, mode="consumer") == chosen

@@ -44,6 +44,18 @@ QUEUE_RETRY_S = 2.0
 NETWORK_RESTART = "network failed, restarting"
 
 
+DEFAULT_LISTEN = ("/ip4/0.0.0.0/tcp/9000",)  # engine/config.py's network.listen default
+
+
+def listen_for(listen: list[str], onboarded: bool, mode: str | None) -> list[str]:
+    """Where to listen: a node that only buys (not onboarded, not in provider mode) with the
+    default, every-interface listen address keeps to loopback; it dials providers itself and
+    needs no one to dial it. A listen address set in the config is used as it is."""
+    if onboarded or mode == "provider" or tuple(listen) != DEFAULT_LISTEN:
+        return list(listen)
+    return [addr.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/", 1) for addr in listen]
+
+
 class NodeNetwork:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -56,6 +68,7 @@ class NodeNetwork:
         # The addresses bound by the first start (tcp/0 resolved): a restart listens there
         # again, or peers that know our address would lose us for good.
         self._bound_listen: list[str] | None = None
+        self._bound_listen_loopback = False
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -76,6 +89,16 @@ class NodeNetwork:
             channel = self.channel()
             mdns = self.mdns()
             settings = self.node.settings.network
+            listen = listen_for(
+                settings.listen, self.node.store.get_onboarding() is not None, self.node.mode()
+            )
+            if listen != settings.listen:
+                settings = msgspec.structs.replace(settings, listen=listen)
+            if self._bound_listen is not None and self._bound_listen_loopback != (
+                listen != self.node.settings.network.listen
+            ):
+                self._bound_listen = None  # a consumer became a provider, or back
+            self._bound_listen_loopback = listen != self.node.settings.network.listen
             if self._bound_listen and failures >= FALLBACK_AFTER_FAILURES:
                 log.warning(
                     "cannot listen on %s again; back to %s",
@@ -126,7 +149,19 @@ class NodeNetwork:
 
     def onboarding_changed(self) -> None:
         """Called by the node after onboarding, pause, resume, resource-config, offboard."""
-        if self._scope is not None and self._running_channel not in (None, self.channel()):
+        public = listen_for(
+            self.node.settings.network.listen,
+            self.node.store.get_onboarding() is not None,
+            self.node.mode(),
+        )
+        if (
+            self._scope is not None
+            and self._bound_listen_loopback
+            and (public == self.node.settings.network.listen)
+        ):
+            log.info("onboarded: listening on %s", ", ".join(public))
+            self._scope.cancel()  # providers must be reachable: restart on the real address
+        elif self._scope is not None and self._running_channel not in (None, self.channel()):
             log.info("channel changed to %s; restarting the network", self.channel())
             self._scope.cancel()
         elif self.service is not None:
