@@ -502,7 +502,11 @@ class Escrows:
         raised, so it can never end the run."""
         from oracle_client.models import sign_liveness
 
-        record = self.get(job_id)
+        try:
+            record = self.get(job_id)
+        except Exception:  # a store that cannot be read: the run goes on, without reports
+            log.exception("job %s: no liveness reports (its escrow cannot be read)", job_id)
+            return
         if not self.enabled or record is None or record.info.role != "provider":
             return
         interval = self.node.settings.payments.liveness_interval_s
