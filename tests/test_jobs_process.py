@@ -6,6 +6,7 @@ Also the shared helpers of the executor tests (the Docker ones import them).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import time
 import zipfile
@@ -330,7 +331,14 @@ def test_a_failing_checkpoint_ends_neither_the_run_nor_the_executor(
             await executor.start(second)
             return status, (await collect(executor, second))[0]
 
-    first_status, second_status = trio.run(main)
+    # An engine started earlier in this process configured "nunet" not to propagate (its
+    # records go to its own file): listen on that logger itself.
+    nunet = logging.getLogger("nunet")
+    nunet.addHandler(caplog.handler)
+    try:
+        first_status, second_status = trio.run(main)
+    finally:
+        nunet.removeHandler(caplog.handler)
     assert first_status.outcome == "completed" and second_status.outcome == "completed"
     messages = [record.getMessage() for record in caplog.records]
     assert any("checkpoint failed: pause refused" in m for m in messages), messages
