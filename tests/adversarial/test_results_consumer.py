@@ -26,6 +26,7 @@ from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import HostilePeer, provider_advert, read_job_message
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemons import Daemon, wait_for
+from tests.test_jobs_results import _raw_header, _zeros_gz
 
 HONEST = """
 import pathlib
@@ -76,32 +77,13 @@ def _cve_2025_4517(outside: Path) -> Callable[[tarfile.TarFile], None]:
     return build
 
 
-def _raw_header(name: bytes, size: int, kind: bytes) -> bytes:
-    block = bytearray(512)
-    block[0 : len(name)] = name
-    block[100:108] = b"0000644\x00"
-    block[108:124] = b"0000000\x000000000\x00"
-    block[124:136] = b"%011o\x00" % size
-    block[136:148] = b"00000000000\x00"
-    block[156:157] = kind
-    block[257:265] = b"ustar\x0000"
-    block[148:156] = b" " * 8
-    block[148:156] = b"%06o\x00 " % sum(block)
-    return bytes(block)
-
-
-def _zeros(mib: int) -> bytes:
-    """``mib`` MiB of zeros as concatenated gzip members: tiny, and quick to build."""
-    return gzip.compress(bytes(1 << 20), compresslevel=9) * mib
-
-
 def _pax_256_mib() -> bytes:
-    return gzip.compress(_raw_header(b"././@PaxHeader", 256 << 20, b"x")) + _zeros(256)
+    return gzip.compress(_raw_header(b"././@PaxHeader", 256 << 20, b"x")) + _zeros_gz(256)
 
 
 def _bomb_over_the_total() -> bytes:
     """1100 members of 1 MiB of zeros: 1.1 GiB unpacked (the cap is 1 GiB), ~1.2 MB sent."""
-    zeros = _zeros(1)
+    zeros = _zeros_gz(1)
     members = (gzip.compress(_raw_header(b"z%d" % i, 1 << 20, b"0")) + zeros for i in range(1100))
     return b"".join(members) + gzip.compress(bytes(1024))
 
@@ -245,7 +227,7 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
         ("gzip bomb", _bomb_over_the_total(), f"more than {1 << 30} bytes"),
         (
             "huge member",
-            gzip.compress(_raw_header(b"big", 4 << 30, b"0")) + _zeros(2),
+            gzip.compress(_raw_header(b"big", 4 << 30, b"0")) + _zeros_gz(2),
             "at most",
         ),
         ("too many members", _tar_gz(_too_many_members), "more than 10000 members"),
