@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import pytest
 import trio
 from libp2p.custom_types import TProtocol
+from libp2p.host.exceptions import StreamFailure
 
 from engine import api
 from engine.config import Paths
 from engine.facade import Engine
 from engine.network import adverts, supervise, wire
 from engine.network.addrs import dialable, is_usable
+from engine.network.chat import PeerUnreachable
 from engine.network.discovery import topic_name
 from engine.network.host import peer_id_of
 from tests.conftest import TEST_ADDRESS
 from tests.test_network_service import service, wait_until
 
+T = TypeVar("T")
 MESHSUB = TProtocol("/meshsub/1.1.0")
 MALFORMED_RPC = b"\x05\x0a\x03\xff\xff\xff"  # a 5-byte body that is no protobuf RPC
 
@@ -98,6 +102,18 @@ def test_a_supervised_loop_is_restarted_until_it_returns(failures: supervise.Fai
     assert other == ["still here"]
 
 
+async def _retried(open_: Callable[[], Awaitable[T]], attempts: int = 3) -> T:
+    """A stream's multistream negotiation can time out on a loaded machine (py-libp2p's 5 s):
+    that is no failure of containment, so it gets a second chance; the same error thrice is."""
+    for attempt in range(attempts):
+        try:
+            return await open_()
+        except (StreamFailure, PeerUnreachable):
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
     """On real hosts: a handler that raises on a stranger's stream no longer closes the host."""
 
@@ -114,7 +130,9 @@ def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
                 raise KeyError("boom")
 
             a.host.set_stream_handler(TProtocol("/test/boom"), boom)
-            stream = await b.host.new_stream(peer_id_of(a.identity.peer_id), ["/test/boom"])
+            stream = await _retried(
+                lambda: b.host.new_stream(peer_id_of(a.identity.peer_id), ["/test/boom"])
+            )
             with trio.fail_after(5):
                 try:  # the reset arrives as an error or as the end of the stream
                     while await stream.read(10):
@@ -125,7 +143,7 @@ def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
                 lambda: supervise.FAILURES.snapshot().get("stream /test/boom", 0) == before + 1
             )
             # Chat still flows both ways: the connection and both hosts are untouched.
-            await b.send_chat(a.identity.peer_id, "after the boom")
+            await _retried(lambda: b.send_chat(a.identity.peer_id, "after the boom"))
             assert b.identity.peer_id in a.connected_peers()
             nursery.cancel_scope.cancel()
 

@@ -151,7 +151,21 @@ def test_heartbeats_of_50_peers_all_reach_the_observer() -> None:
             window_start = time.monotonic()
             await trio.sleep(ROUNDS * INTERVAL_S)
             window_end = time.monotonic()
-            await trio.sleep(3 * INTERVAL_S)  # the last beats of the window are in flight
+
+            def all_arrived() -> bool:
+                return all(
+                    seq in observer_hooks.beats[peer.identity.peer_id]
+                    for peer in peers
+                    for when, seq in peer.sent
+                    if window_start <= when < window_end
+                )
+
+            # The last beats of the window are in flight, and on loaded cores the observer's
+            # validation queue runs seconds behind: wait for them, up to a bound (what is
+            # still missing then is reported below).
+            with trio.move_on_after(20 * INTERVAL_S):
+                while not all_arrived():
+                    await trio.sleep(0.05)
 
             missing: dict[str, list[int]] = {}
             per_round: collections.Counter[int] = collections.Counter()

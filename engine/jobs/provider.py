@@ -354,8 +354,12 @@ class ProviderJobs:
         except EngineError as exc:
             self._quotes.pop(quote.job_id)
             return p.refusal(quote.job_id, f"cannot fetch the job's script: {exc.message}")
-        self._quotes.add(dataclasses.replace(held, script=script))
-        return quote
+        # The quote's life starts once it can be had: a slow fetch must not hand the
+        # consumer a quote that is already (nearly) stale.
+        fresh = msgspec.structs.replace(quote, expires_at=time.time() + self._quote_ttl())
+        raw = p.encode(self.node.identity, fresh)
+        self._quotes.add(dataclasses.replace(held, quote=fresh, quote_raw=raw, script=script))
+        return fresh
 
     def _refusal_reason(self, spec: JobSpec) -> str:
         return self._admission(spec).reason

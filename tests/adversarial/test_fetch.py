@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,13 @@ def secret_servers() -> Iterator[list[Served]]:
         yield servers
 
 
+@dataclass(frozen=True)
+class Refused:
+    """The provider refused the offer (no job was made): the consumer's error, as it reads."""
+
+    reason: str
+
+
 class Consumer:
     """The consumer daemon's control socket, held open: a job is a few calls on it, not a
     CLI process each (this suite runs two dozen jobs)."""
@@ -63,25 +71,31 @@ class Consumer:
         self.client = ControlClient(daemon.home.control_socket)
         self.provider_id = provider.peer_id
 
-    def submit(self, spec: dict[str, Any]) -> str:
+    def submit(self, spec: dict[str, Any]) -> str | Refused:
         """While the consumer still counts the provider's last job as running (the next
-        heartbeat says otherwise) it answers busy: ask again."""
+        heartbeat says otherwise) it answers busy: ask again. A script the provider cannot
+        fetch is refused at the offer, before any job exists (engine/jobs/provider.py fetches
+        it before quoting): that refusal is the answer."""
         command = api.SubmitJob(spec={**spec, "expected_minutes": 1}, peer_id=self.provider_id)
 
-        def submitted() -> str | None:
+        def submitted() -> str | Refused | None:
             try:
                 job: api.JobInfo = self.client.call_blocking(command, timeout=60)
             except EngineError as exc:
+                if "cannot fetch the job's script" in exc.message:
+                    return Refused(exc.message)
                 assert "busy" in exc.message, exc.message
                 return None
             return job.job_id
 
-        job_id: str = wait_for(submitted, f"the provider stayed busy for {spec}", 30)
-        return job_id
+        answer: str | Refused = wait_for(submitted, f"the provider stayed busy for {spec}", 30)
+        return answer
 
-    def run(self, spec: dict[str, Any]) -> tuple[api.JobInfo, str]:
-        """One job, once it has ended, and its log."""
+    def run(self, spec: dict[str, Any]) -> tuple[api.JobInfo, str] | Refused:
+        """One job, once it has ended, and its log; or the offer's refusal."""
         job_id = self.submit(spec)
+        if isinstance(job_id, Refused):
+            return job_id
 
         def ended() -> api.JobInfo | None:
             job: api.JobInfo = self.client.call_blocking(api.GetJob(job_id=job_id))
@@ -103,17 +117,24 @@ def _git_job(url: str) -> dict[str, Any]:
     return {"framework": "scikit-learn", "git": {"url": url, "entry": "train.py", "ref": "main"}}
 
 
-def _refused(ended: tuple[api.JobInfo, str], *expected: str) -> None:
-    job, logs = ended
-    assert job.state == "failed", job
-    assert "refused to fetch from" in job.reason, job.reason
+def _refused(ended: tuple[api.JobInfo, str] | Refused, *expected: str) -> None:
+    """Refused with a reason that says why: at the offer (a script URL) or at the job's start
+    (a git clone), and never with the secret in the reason or the log."""
+    if isinstance(ended, Refused):
+        reason, logs = ended.reason, ""
+    else:
+        job, logs = ended
+        assert job.state == "failed", job
+        reason = job.reason
+    assert "refused to fetch from" in reason, reason
     for text in expected:
-        assert text in job.reason, (text, job.reason)
-    assert "\n" not in job.reason
-    assert "do-not-leak" not in job.reason and "do-not-leak" not in logs
+        assert text in reason, (text, reason)
+    assert "\n" not in reason
+    assert "do-not-leak" not in reason and "do-not-leak" not in logs
 
 
-def _completed(ended: tuple[api.JobInfo, str]) -> None:
+def _completed(ended: tuple[api.JobInfo, str] | Refused) -> None:
+    assert not isinstance(ended, Refused), ended
     job, logs = ended
     assert job.state == "completed", job
     assert "honest job ran" in logs
