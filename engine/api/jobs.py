@@ -1,0 +1,147 @@
+"""Jobs (issue 5): their records, logs and results, and the commands that run them.
+
+Data and commands of engine/jobs/; handlers in engine/jobs/service.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from engine.api.base import Command, Event, Record
+
+JobState = Literal[
+    "pending",  # consumer: created, looking for a provider
+    "accepted",  # both sides agreed; the provider prepares it
+    "running",
+    "completed",
+    "failed",  # the script failed (exit code and traceback kept)
+    "oom",
+    "timeout",
+    "cancelled",
+    "interrupted",  # the provider shut down and there was no checkpoint to resume from
+    "refused",
+]
+TERMINAL_STATES: tuple[str, ...] = (
+    "completed",
+    "failed",
+    "oom",
+    "timeout",
+    "cancelled",
+    "interrupted",
+    "refused",
+)
+
+
+class JobMetering(Record, frozen=True):
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    mticks: float = 0.0
+    ram_mb_s: float = 0.0
+    peak_ram_mb: float = 0.0
+    net_rx_bytes: int | None = None
+    net_tx_bytes: int | None = None
+    gpu_s: float = 0.0
+    cost_ntx: float = 0.0
+
+
+class JobInfo(Record, frozen=True):
+    job_id: str
+    role: Literal["consumer", "provider"]
+    state: JobState
+    provider: str  # peer id of the provider (this node's own id on the provider side)
+    consumer: str
+    spec: dict[str, Any]
+    reason: str = ""
+    exit_code: int | None = None
+    price_ntx_hour: float | None = None
+    quoted_ntx: float | None = None
+    executor: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
+    checkpoint: int = 0
+    resumed_from: int | None = None
+    log_lines: int = 0
+    metering: JobMetering | None = None
+    results_sha256: str = ""
+    results_size: int = 0
+    results_dir: str = ""
+    # Paid jobs, once ended: the receipt (JSON) with the signatures gathered so far.
+    receipt: str = ""
+
+
+class JobList(Record, frozen=True):
+    jobs: tuple[JobInfo, ...] = ()
+
+
+class JobLogLine(Record, frozen=True):
+    seq: int
+    stream: Literal["stdout", "stderr", "system"]
+    text: str
+    at: float
+
+
+class JobLogs(Record, frozen=True):
+    job_id: str
+    lines: tuple[JobLogLine, ...] = ()
+    next_seq: int = 0
+    done: bool = False
+
+
+class JobResults(Record, frozen=True):
+    job_id: str
+    directory: str
+    files: tuple[str, ...] = ()
+    sha256: str = ""
+    size: int = 0
+
+
+class SubmitJob(Command, tag="job_submit", frozen=True):
+    reply = JobInfo
+    spec: dict[str, Any]  # engine.jobs.spec.JobSpec fields; validated by the engine
+    peer_id: str | None = None  # pick the provider by hand
+
+
+class ListJobs(Command, tag="job_list", frozen=True):
+    reply = JobList
+
+
+class GetJob(Command, tag="job_show", frozen=True):
+    reply = JobInfo
+    job_id: str
+
+
+class GetJobLogs(Command, tag="job_logs", frozen=True):
+    reply = JobLogs
+    job_id: str
+    after_seq: int = -1
+    limit: int = 10_000
+    newest: bool = False  # the last ``limit`` lines after ``after_seq`` (a live tail)
+
+
+class CancelJob(Command, tag="job_cancel", frozen=True):
+    reply = JobInfo
+    job_id: str
+
+
+class StopJob(Command, tag="job_stop", frozen=True):
+    """End a service job normally (it ends "completed"); ``CancelJob`` is for batch jobs."""
+
+    reply = JobInfo
+    job_id: str
+
+
+class FetchJobResults(Command, tag="job_results", frozen=True):
+    reply = JobResults
+    job_id: str
+    out_dir: str
+
+
+class JobChanged(Event, tag="job_changed", frozen=True):
+    job: JobInfo
+
+
+class JobLogEvent(Event, tag="job_log", frozen=True):
+    job_id: str
+    lines: tuple[JobLogLine, ...]

@@ -1,0 +1,188 @@
+"""The network: peers, their adverts and heartbeats, chat, the channel's dashboard.
+
+Data and commands of engine/network/; handlers in engine/network/service.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from engine.api.base import Command, Done, Event, Record
+
+
+class PeerGpu(Record, frozen=True):
+    vendor: str
+    model: str
+    vram_mb: int
+
+
+class PeerResources(Record, frozen=True):
+    """A provider's offer (from its signed advert) and load (from its heartbeats)."""
+
+    cpu_mhz: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    gpus: tuple[PeerGpu, ...] = ()
+    prices: dict[str, float] = msgspec.field(default_factory=dict)  # tier -> NTX per hour
+    executors: tuple[str, ...] = ()
+    frameworks: tuple[str, ...] = ()
+    version: str = ""
+    slots: int = 1
+    shell: bool = True  # the provider lets consumers open `job shell` into their jobs
+    free_cpu_mhz: int | None = None
+    free_memory_mb: int | None = None
+    free_gpus: int | None = None
+    free_vram_mb: int | None = None
+    running_jobs: int | None = None
+    ntx_claimed: float | None = None  # NTX the provider has claimed from escrows (heartbeat)
+    uptime_s: float | None = None
+
+
+class Peer(Record, frozen=True):
+    peer_id: str
+    addrs: tuple[str, ...] = ()
+    relayed: bool = False
+    latency_ms: float | None = None
+    channel: str = ""
+    resources: PeerResources | None = None
+    last_seen: float = 0.0
+    last_heartbeat: float | None = None
+
+
+class PeerList(Record, frozen=True):
+    channel: str | None
+    peers: tuple[Peer, ...] = ()
+
+
+class ChatMessage(Record, frozen=True):
+    peer_id: str  # the other side of the conversation
+    sender: str = msgspec.field(name="from")
+    text: str
+    at: float
+    seq: int | None = None
+    direction: Literal["in", "out"] = "in"
+    # delivered: acknowledged by the peer; queued: waiting for the peer to come back
+    status: Literal["delivered", "queued", "received"] = "received"
+
+
+class ChatRequest(Record, frozen=True):
+    id: int
+    peer_id: str
+    at: float
+
+
+class ChatConversation(Record, frozen=True):
+    peer_id: str
+    messages: int
+    last_at: float
+
+
+class ChatOverview(Record, frozen=True):
+    requests: tuple[ChatRequest, ...] = ()
+    conversations: tuple[ChatConversation, ...] = ()
+
+
+class ChatHistoryReply(Record, frozen=True):
+    peer_id: str
+    messages: tuple[ChatMessage, ...] = ()
+
+
+class ChannelTotals(Record, frozen=True):
+    providers: int = 0
+    cpu_mhz: int = 0
+    free_cpu_mhz: int = 0
+    memory_mb: int = 0
+    free_memory_mb: int = 0
+    gpus: int = 0
+    free_gpus: int = 0
+    vram_mb: int = 0
+    free_vram_mb: int = 0
+    running_jobs: int = 0
+    ntx_paid: float = 0.0  # NTX providers on the channel have claimed from escrows
+
+
+class NetworkStatus(Record, frozen=True):
+    """NuNet's network-status dashboard, from the heartbeats this node has heard."""
+
+    channel: str | None
+    online: bool
+    listen_addrs: tuple[str, ...] = ()
+    connected_peers: int = 0
+    totals: ChannelTotals = msgspec.field(default_factory=ChannelTotals)
+    cpu_utilisation_percent: float | None = None
+    memory_utilisation_percent: float | None = None
+    peers: tuple[Peer, ...] = ()
+    # This node's own jobs, from their metering: what it ran and earned, what it bought.
+    jobs_run: int = 0
+    cpu_mticks_run: float = 0.0
+    ntx_earned: float = 0.0
+    jobs_bought: int = 0
+    ntx_spent: float = 0.0
+    # This node's NTX that moved on chain through the escrow (paid jobs).
+    ntx_claimed: float = 0.0
+    ntx_paid_out: float = 0.0
+    ntx_locked: float = 0.0
+    # Handler and task failures contained since the node started, by name (supervise.py).
+    contained_failures: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class ListPeers(Command, tag="peer_list", frozen=True):
+    reply = PeerList
+    dht: bool = False  # look the channel up in the DHT first, not only what gossip brought
+
+
+class ChatStart(Command, tag="chat_start", frozen=True):
+    reply = Done
+    peer_id: str
+
+
+class ChatList(Command, tag="chat_list", frozen=True):
+    reply = ChatOverview
+
+
+class ChatJoin(Command, tag="chat_join", frozen=True):
+    reply = Done
+    request_id: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]  # a SQLite rowid
+
+
+class ChatClear(Command, tag="chat_clear", frozen=True):
+    reply = Done
+
+
+class ChatSend(Command, tag="chat_send", frozen=True):
+    reply = ChatMessage
+    peer_id: str
+    text: str
+    queue: bool = True  # keep it for later when the peer is unreachable (else refuse)
+
+
+class ChatHistory(Command, tag="chat_history", frozen=True):
+    reply = ChatHistoryReply
+    peer_id: str
+    limit: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 500
+
+
+class GetNetworkStatus(Command, tag="network_status", frozen=True):
+    reply = NetworkStatus
+
+
+class PeerChanged(Event, tag="peer_changed", frozen=True):
+    peer_id: str
+    peer: Peer | None  # None: the peer left the list
+
+
+class ChatMessageEvent(Event, tag="chat_message", frozen=True):
+    message: ChatMessage
+
+
+class ChatRequestEvent(Event, tag="chat_request", frozen=True):
+    request: ChatRequest
+
+
+class NetworkChanged(Event, tag="network_changed", frozen=True):
+    online: bool
+    channel: str | None
+    listen_addrs: tuple[str, ...] = ()
+    error: str | None = None
