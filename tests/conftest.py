@@ -112,3 +112,60 @@ def run_cli(
         cwd=REPO,
         input=input,
     )
+
+
+# -- markers --------------------------------------------------------------------------------
+# Applied from what a test uses, so a new test is marked without anyone remembering to:
+# `pytest -m "not docker and not multiprocess"` is the fast inner loop (README, "Tests").
+_FIXTURE_MARKS = {
+    "daemons": "multiprocess",  # tests/daemons.py: real `nunet-tui daemon` processes
+    "docker_host": "docker",  # tests/docker_fixture.py (sklearn_image depends on it)
+    "snap_compare": "snapshot",  # pytest-textual-snapshot
+}
+
+
+def _starts_processes(func: object, seen: set[int]) -> bool:
+    """Whether the code of ``func`` starts a process (a subprocess, the CLI in a fresh
+    interpreter, a standalone network node), following the functions and classes of tests/
+    it uses (helpers, fixtures) and its nested functions."""
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or id(code) in seen:
+        return False
+    seen.add(id(code))
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    module_globals: dict[str, object] = getattr(func, "__globals__", {})
+    for name in names:
+        target = module_globals.get(name)
+        if target is subprocess or target is subprocess.Popen or target is subprocess.run:
+            return True
+        if target is _starts_processes:  # this hook's own code names subprocess
+            continue
+        if not str(getattr(target, "__module__", "")).startswith("tests"):
+            continue
+        members = vars(target).values() if isinstance(target, type) else (target,)
+        if any(_starts_processes(member, seen) for member in members):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        marks = {mark for fixture, mark in _FIXTURE_MARKS.items() if fixture in fixtures}
+        if "multiprocess" not in marks:
+            seen: set[int] = set()
+            info = getattr(item, "_fixtureinfo", None)
+            reached = [getattr(item, "function", None)]
+            # The Docker fixtures start dockerd once a session: that is the `docker` mark.
+            for name in fixtures - {"docker_host", "sklearn_image"}:
+                reached += [d.func for d in (info.name2fixturedefs.get(name, ()) if info else ())]
+            if any(_starts_processes(func, seen) for func in reached):
+                marks.add("multiprocess")
+        for mark in sorted(marks):
+            item.add_marker(mark)

@@ -43,7 +43,7 @@ def flood_url(tmp_path: Path) -> Iterator[str]:
     server.server_close()
 
 
-@pytest.mark.parametrize("executor", ["process", "docker"])
+@pytest.mark.parametrize("executor", ["process", pytest.param("docker", marks=pytest.mark.docker)])
 def test_a_log_flood_arrives_whole_and_the_job_completes(
     executor: str,
     daemons: Callable[..., Daemon],
