@@ -88,19 +88,33 @@ printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 
 staging="$image-staging"
-tar -C "$root" -c . | docker import \
-    --change 'CMD ["python3"]' \
-    --change 'WORKDIR /workspace' \
-    --change 'ENV PYTHONUNBUFFERED=1' \
-    - "$staging" >/dev/null
+changes=(--change 'CMD ["python3"]' --change 'WORKDIR /workspace' --change 'ENV PYTHONUNBUFFERED=1')
+tar -C "$root" -c . | docker import "${changes[@]}" - "$staging" >/dev/null
 # The skipped postinst scripts would also have byte-compiled the modules: without .pyc files
 # (and with the read-only root jobs get) importing scikit-learn takes ~7 s instead of ~1 s.
+# Detached, then waited for: Podman's Docker-compatible API refuses the docker CLI's attach
+# ("unable to upgrade to tcp, received 409"), and this works on both engines.
+run_detached() {
+    local name="$1"
+    shift
+    docker run -d --name "$name" --network none "$@" >/dev/null
+    local status
+    status="$(docker wait "$name")"
+    [[ "$status" == 0 ]] || docker logs "$name" >&2 || true
+    return "$status"
+}
 builder="nunet-build-$$"
-docker run --name "$builder" --network none "$staging" \
-    python3 -m compileall -q -j 0 /usr/lib/python3/dist-packages /usr/lib/python3.11 >/dev/null || true
-docker commit "$builder" "$image" >/dev/null
+run_detached "$builder" "$staging" \
+    python3 -m compileall -q -j 0 /usr/lib/python3/dist-packages /usr/lib/python3.11 || true
+# export | import rather than commit: Podman's compatible API fails the CLI's commit
+# ("Decode(): EOF"); the image is one layer either way.
+docker export "$builder" | docker import "${changes[@]}" - "$image" >/dev/null
 docker rm -f "$builder" >/dev/null
 docker rmi "$staging" >/dev/null
-docker run --rm --network none "$image" python3 -c 'import sklearn, numpy' ||
+checker="nunet-check-$$"
+checked=0
+run_detached "$checker" "$image" python3 -c 'import sklearn, numpy' || checked=$?
+docker rm -f "$checker" >/dev/null
+((checked == 0)) ||
     { echo "build_test_image.sh: $image was built but cannot import scikit-learn" >&2; exit 1; }
 echo "build_test_image.sh: built $image" >&2
