@@ -1,6 +1,6 @@
 """What the NTX escrow costs on-chain: script size, and execution units and fee of each path.
 
-Runs the committed compiled script (oracle_client/contract/build/escrow.json) with uplc on
+Runs the committed compiled script (oracle_client/escrow/contract/build/escrow.json) with uplc on
 signed transactions, as tests/test_escrow_contract.py does, and prints the figures against
 the per-tx limits. Usage: python bench/escrow_costs.py [ROUNDS]
 """
@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pycardano import TransactionId, TransactionInput, UTxO
 
-from oracle_client.contract.artifact import load_artifact
-from oracle_client.contract.datum import Claim, Refund
-from oracle_client.plutus import MAX_TX_EX_UNITS, ScriptResult, evaluate_tx
+from oracle_client.cardano.plutus import MAX_TX_EX_UNITS, ScriptResult, evaluate_tx
+from oracle_client.escrow.contract.artifact import load_artifact
+from oracle_client.escrow.contract.datum import Claim, Refund
 from tests.escrow_world import (
     CONSUMER,
     DEADLINE_SLOT,

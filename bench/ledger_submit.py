@@ -34,8 +34,8 @@ from pycardano import (
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PYTHON, REPO, summary
-from oracle_client import transactions as T
-from oracle_client.contract import EscrowDatum, oracle_message
+from oracle_client.escrow import transactions as T
+from oracle_client.escrow.contract import EscrowDatum, oracle_message
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
 

@@ -1,7 +1,7 @@
 """Bech32 (BIP-173) checksum arithmetic without the 90-character limit.
 
 The ``bech32`` package refuses strings over 90 characters and a Cardano address is 103-108,
-so the two address readers (``oracle_client.addresses`` for the escrow's parties,
+so the two address readers (``oracle_client.cardano.address`` for the escrow's parties,
 ``engine.cardano_address`` for onboarding's messages) share these two functions instead.
 """
 

@@ -34,7 +34,8 @@ from msgspec import Meta
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from oracle_client.addresses import AddressError, parse_payment_address
+from oracle_client.cardano.address import AddressError, parse_payment_address
+from oracle_client.escrow.receipt import Receipt, _signing_key
 from oracle_client.fields import (
     AddressText,
     Amount,
@@ -52,7 +53,6 @@ from oracle_client.fields import (
     UtxoRef,
 )
 from oracle_client.peerid import PeerIdError, public_key_from_peer_id
-from oracle_client.receipt import Receipt, _signing_key
 
 # What a quote signature covers starts with this tag; escrow release messages are CBOR
 # constructors (first byte 0xd8), so a quote can never be replayed as a withdraw or refund.
@@ -259,7 +259,7 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
         """Raise ValueError unless the signed message is exactly the release these fields
         describe (kind, job, beneficiary, amount, escrow output) and its oracle key signed it."""
         # Imported here: it pulls in pycardano, which the app's imports of models must not.
-        from oracle_client.contract.datum import oracle_message
+        from oracle_client.escrow.contract.datum import oracle_message
 
         expected = oracle_message(
             self.reward_type,

@@ -21,8 +21,8 @@ from typing import Any
 from pycardano import Address, Network, PlutusV3Script, plutus_script_hash
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "oracle_client" / "contract" / "escrow_validator.py"
-ARTIFACT = REPO / "oracle_client" / "contract" / "build" / "escrow.json"
+SOURCE = REPO / "oracle_client" / "escrow" / "contract" / "escrow_validator.py"
+ARTIFACT = REPO / "oracle_client" / "escrow" / "contract" / "build" / "escrow.json"
 
 
 def opshin_version() -> str:

@@ -42,9 +42,9 @@ from pycardano import (
 from pycardano.plutus import CostModels
 from uplc.cost_model import latest_network_config
 
-from oracle_client.contract import escrow_address, escrow_script
-from oracle_client.contract.datum import EscrowDatum, OracleKind, oracle_message
-from oracle_client.plutus import PREPROD, ScriptResult, evaluate_tx, execution_units
+from oracle_client.cardano.plutus import PREPROD, ScriptResult, evaluate_tx, execution_units
+from oracle_client.escrow.contract import escrow_address, escrow_script
+from oracle_client.escrow.contract.datum import EscrowDatum, OracleKind, oracle_message
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
 

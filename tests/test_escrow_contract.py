@@ -1,6 +1,6 @@
 """The NTX escrow contract: the committed artifact, the oracle message, and every case of the
 validator, run as the COMMITTED compiled script (uplc) on ScriptContexts that
-oracle_client.plutus builds from real, signed pycardano transactions."""
+oracle_client.cardano.plutus builds from real, signed pycardano transactions."""
 
 from __future__ import annotations
 
@@ -43,24 +43,7 @@ from uplc.cost_model import (
 from uplc.machine import Machine
 from uplc.tools import parse
 
-from oracle_client.contract import (
-    escrow_address,
-    escrow_script,
-    escrow_script_hash,
-    format_ntx,
-    ntx_to_base,
-)
-from oracle_client.contract.artifact import ARTIFACT_PATH, load_artifact
-from oracle_client.contract.datum import (
-    ORACLE_DOMAIN,
-    Claim,
-    EscrowDatum,
-    EscrowRef,
-    Refund,
-    base_to_ntx,
-    oracle_message,
-)
-from oracle_client.plutus import (
+from oracle_client.cardano.plutus import (
     MAX_TX_EX_UNITS,
     ContextError,
     ScriptFailure,
@@ -70,7 +53,24 @@ from oracle_client.plutus import (
     execution_units,
     require_success,
 )
-from oracle_client.plutus.evaluate import run_script
+from oracle_client.cardano.plutus.evaluate import run_script
+from oracle_client.escrow.contract import (
+    escrow_address,
+    escrow_script,
+    escrow_script_hash,
+    format_ntx,
+    ntx_to_base,
+)
+from oracle_client.escrow.contract.artifact import ARTIFACT_PATH, load_artifact
+from oracle_client.escrow.contract.datum import (
+    ORACLE_DOMAIN,
+    Claim,
+    EscrowDatum,
+    EscrowRef,
+    Refund,
+    base_to_ntx,
+    oracle_message,
+)
 from tests.escrow_world import (
     AMOUNT,
     CONSUMER,
@@ -96,7 +96,7 @@ from tests.escrow_world import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-VALIDATOR = REPO / "oracle_client" / "contract" / "escrow_validator.py"
+VALIDATOR = REPO / "oracle_client" / "escrow" / "contract" / "escrow_validator.py"
 
 # The world's lock (A, escrow_utxo()) and a second lock B with the very same datum, made by
 # another transaction at another output index.

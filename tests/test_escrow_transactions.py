@@ -32,8 +32,8 @@ from pycardano import (
     min_lovelace_post_alonzo,
 )
 
-from oracle_client import transactions as T
-from oracle_client.contract import (
+from oracle_client.escrow import transactions as T
+from oracle_client.escrow.contract import (
     Claim,
     EscrowDatum,
     escrow_address,

@@ -32,7 +32,17 @@ from oracle_client.client import (
     PriceAboveBudget,
     ProviderBusy,
 )
-from oracle_client.contract.datum import oracle_message
+from oracle_client.escrow.contract.datum import oracle_message
+from oracle_client.escrow.receipt import (
+    InvalidSignature,
+    MissingSignature,
+    Receipt,
+    ReceiptError,
+    sign,
+    signing_bytes,
+    verify,
+    verify_signature,
+)
 from oracle_client.models import (
     ProviderOffer,
     RewardGrant,
@@ -42,22 +52,12 @@ from oracle_client.models import (
     ServiceRequest,
     StatusReport,
 )
-from oracle_client.oracle.server import OracleHandler, OracleServer
+from oracle_client.oracle_server.server import OracleHandler, OracleServer
 from oracle_client.peerid import (
     PeerIdError,
     b58encode,
     peer_id_from_public_key,
     public_key_from_peer_id,
-)
-from oracle_client.receipt import (
-    InvalidSignature,
-    MissingSignature,
-    Receipt,
-    ReceiptError,
-    sign,
-    signing_bytes,
-    verify,
-    verify_signature,
 )
 from tests.doubles.oracle import (
     CONSUMER,

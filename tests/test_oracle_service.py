@@ -46,7 +46,8 @@ from oracle_client.client import (
     ReceiptRejected,
     Undecidable,
 )
-from oracle_client.contract.datum import EscrowDatum, oracle_message
+from oracle_client.escrow.contract.datum import EscrowDatum, oracle_message
+from oracle_client.escrow.receipt import Fault, Outcome
 from oracle_client.models import (
     RewardGrant,
     RewardPending,
@@ -54,18 +55,17 @@ from oracle_client.models import (
     ServiceQuote,
     sign_liveness,
 )
-from oracle_client.oracle.keys import KeyFileError, load_or_create_key
-from oracle_client.oracle.locks import ChainLockChecker, ChainUnavailable, ExpectedLock
-from oracle_client.oracle.locks import LockNotFound as ChainLockNotFound
-from oracle_client.oracle.rules import (
+from oracle_client.oracle_server.keys import KeyFileError, load_or_create_key
+from oracle_client.oracle_server.locks import ChainLockChecker, ChainUnavailable, ExpectedLock
+from oracle_client.oracle_server.locks import LockNotFound as ChainLockNotFound
+from oracle_client.oracle_server.rules import (
     LIVENESS_GRACE_S,
     UndecidableReceipt,
     decide,
     decide_vanished,
 )
-from oracle_client.oracle.server import OracleServer
-from oracle_client.oracle.service import Oracle
-from oracle_client.receipt import Fault, Outcome
+from oracle_client.oracle_server.server import OracleServer
+from oracle_client.oracle_server.service import Oracle
 from tests.doubles.oracle import (
     CONSUMER,
     OTHER_PROVIDER,
@@ -460,7 +460,7 @@ def _serve_cli(tmp_path: Path, ledger_url: str) -> tuple[subprocess.Popen[bytes]
     command = [
         sys.executable,
         "-m",
-        "oracle_client.oracle.cli",
+        "oracle_client.oracle_server.cli",
         "serve",
         "--db",
         str(tmp_path / "oracle.db"),
@@ -551,10 +551,10 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
     refund signature; the ledger runs the escrow script on both."""
     from pycardano import BlockFrostChainContext, PaymentSigningKey
 
-    from oracle_client.contract import escrow_address
+    from oracle_client.escrow.contract import escrow_address
+    from oracle_client.escrow.transactions import claim, lock, refund, submit
     from oracle_client.ledger import start_server
-    from oracle_client.oracle.store import Store
-    from oracle_client.transactions import claim, lock, refund, submit
+    from oracle_client.oracle_server.store import Store
 
     ledger = start_server(tmp_path / "ledger.db")
     store = Store(tmp_path / "oracle.db")

@@ -42,7 +42,7 @@ class Market:
 
     def oracle_up(self) -> None:
         """The same oracle (key, store) back on the same port, as after a restart."""
-        from oracle_client.oracle.server import OracleServer
+        from oracle_client.oracle_server.server import OracleServer
 
         port = int(self.oracle_url.rsplit(":", 1)[1].strip("/"))
         self.oracle_server = OracleServer(self.oracle, port=port, poll_interval=0.05).start()
@@ -74,13 +74,13 @@ class Market:
 def market(tmp_path: Path, daemons: Callable[..., Daemon]) -> Iterator[Market]:
     from pycardano import Network
 
-    from oracle_client.contract import escrow_address
+    from oracle_client.escrow.contract import escrow_address
     from oracle_client.ledger import start_server
-    from oracle_client.oracle.keys import load_or_create_key
-    from oracle_client.oracle.locks import ChainLockChecker
-    from oracle_client.oracle.server import OracleServer
-    from oracle_client.oracle.service import Oracle
-    from oracle_client.oracle.store import Store
+    from oracle_client.oracle_server.keys import load_or_create_key
+    from oracle_client.oracle_server.locks import ChainLockChecker
+    from oracle_client.oracle_server.server import OracleServer
+    from oracle_client.oracle_server.service import Oracle
+    from oracle_client.oracle_server.store import Store
 
     ledger = start_server(tmp_path / "ledger.db")
     store = Store(tmp_path / "oracle.db")

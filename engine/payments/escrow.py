@@ -73,7 +73,7 @@ class EscrowRecord(msgspec.Struct, kw_only=True):
 
 def to_base(ntx: float) -> int:
     """A quoted NTX figure to base units; quotes are rounded to 6 decimals already."""
-    from oracle_client.contract.datum import ntx_to_base
+    from oracle_client.escrow.contract.datum import ntx_to_base
 
     return ntx_to_base(Decimal(f"{ntx:.6f}"))
 
@@ -232,8 +232,8 @@ class Escrows:
     async def _submit_lock(self, record: EscrowRecord) -> str:
         from pycardano import Address
 
-        from oracle_client import transactions as txs
-        from oracle_client.contract.datum import EscrowDatum
+        from oracle_client.escrow import transactions as txs
+        from oracle_client.escrow.contract.datum import EscrowDatum
 
         payments = self.node.payments()
         context = await payments.chain_context()
@@ -332,7 +332,7 @@ class Escrows:
         return ""
 
     async def _wait_for_lock(self, quote: Any, lock_tx: str) -> bool:
-        from oracle_client import transactions as txs
+        from oracle_client.escrow import transactions as txs
 
         context = await self.node.payments().chain_context()
         unit = txs.NtxUnit.parse(await self._ntx_unit())
@@ -366,7 +366,7 @@ class Escrows:
 
     def provider_receipt(self, job: api.JobInfo) -> str:
         """The provider's signed receipt for a finished paid job ("" for an unpaid one)."""
-        from oracle_client import receipt as rc
+        from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
         if record is None or record.info.role != "provider":
@@ -400,7 +400,7 @@ class Escrows:
         never came), and never after the provider reported the job; "pending" until then, and
         the settle loop asks again. False: nothing to do (unpaid, or a receipt is already
         under way)."""
-        from oracle_client import receipt as rc
+        from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
         if record is None or record.info.role != "consumer" or record.info.state != "locked":
@@ -434,7 +434,7 @@ class Escrows:
 
     async def countersign(self, job: api.JobInfo, text: str) -> str:
         """Consumer: check the provider's receipt against what we saw; our signature added."""
-        from oracle_client import receipt as rc
+        from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
         if record is None or record.info.role != "consumer":
@@ -472,7 +472,7 @@ class Escrows:
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
         """Provider: the consumer's countersignature; "" when accepted, else why not."""
-        from oracle_client import receipt as rc
+        from oracle_client.escrow import receipt as rc
 
         record = self.get(job_id)
         if record is None or record.info.role != "provider" or not record.receipt:
@@ -588,7 +588,7 @@ class Escrows:
 
 
 def _metering(job: api.JobInfo) -> Any:
-    from oracle_client import receipt as rc
+    from oracle_client.escrow import receipt as rc
 
     metering = job.metering
     return rc.Metering(

@@ -74,7 +74,7 @@ async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
 
 async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
     """The job's lock if it is still at the script address, else None (it was spent)."""
-    from oracle_client import transactions as txs
+    from oracle_client.escrow import transactions as txs
 
     context = await escrows.node.payments().chain_context()
     info = record.info
@@ -90,7 +90,7 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
 
 async def _chain(escrows: Escrows, call: Callable[[], T], what: str) -> T:
     """A blocking chain call whose network failures come back as one retryable line."""
-    from oracle_client import transactions as txs
+    from oracle_client.escrow import transactions as txs
 
     try:
         return await escrows.blocking(call)
@@ -150,8 +150,8 @@ async def _locking(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
 
 async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
     from oracle_client.client import OracleUnavailable, ReceiptRejected, Undecidable
+    from oracle_client.escrow.receipt import Receipt
     from oracle_client.models import RewardGrant, RewardPending, RewardRequest
-    from oracle_client.receipt import Receipt
 
     info = record.info
     if info.role == "consumer" and await _lock_utxo(escrows, record) is None:
@@ -217,7 +217,7 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
     """Build the claim (provider) or refund (consumer), keep it, submit it."""
     from pycardano import Address
 
-    from oracle_client import transactions as txs
+    from oracle_client.escrow import transactions as txs
 
     payments = escrows.node.payments()
     context = await payments.chain_context()
@@ -270,7 +270,7 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = Fal
     shows the lock spent."""
     from pycardano import Transaction
 
-    from oracle_client import transactions as txs
+    from oracle_client.escrow import transactions as txs
 
     done = "claimed" if record.info.role == "provider" else "refunded"
     lock = await _lock_utxo(escrows, record)

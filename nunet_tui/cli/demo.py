@@ -367,7 +367,7 @@ def _wait_ledger_then_oracle(
     progress("ledger up")
     oracle = _service(
         sandbox,
-        "oracle",
+        "oracle_server",
         *("--db", str(root / "oracle.db"), "--key-file", str(root / "oracle.key")),
         *("--ledger-url", ready["url"], "--ntx-unit", ready["ntx_unit"]),
         *("--port", str(oracle_port)),

@@ -1,4 +1,4 @@
-"""The ledger's bridge to the offline Plutus evaluator (oracle_client.plutus).
+"""The ledger's bridge to the offline Plutus evaluator (oracle_client.cardano.plutus).
 
 Kept apart so the validator sees a small, stable shape (`RedeemerRun`) and every evaluator
 exception, expected or not, becomes a `ScriptRunError` with a message instead of a 500.
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pycardano.plutus import ExecutionUnits
 from pycardano.transaction import Transaction, UTxO
 
+from oracle_client.cardano.plutus import ContextError, SlotConfig, evaluate_tx
 from oracle_client.ledger.clock import LedgerClock
 from oracle_client.ledger.params import SLOT_LENGTH_S
-from oracle_client.plutus import ContextError, SlotConfig, evaluate_tx
 
 
 class ScriptRunError(Exception):

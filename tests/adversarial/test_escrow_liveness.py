@@ -40,9 +40,9 @@ import pytest
 import trio
 
 from oracle_client.client import OracleClient, ReceiptRejected
+from oracle_client.escrow.transactions import DEFAULT_TTL_S
 from oracle_client.models import RewardGrant, RewardPending, RewardRequest, ServiceQuote
-from oracle_client.oracle.server import OracleServer
-from oracle_client.transactions import DEFAULT_TTL_S
+from oracle_client.oracle_server.server import OracleServer
 from tests import test_payments_e2e
 from tests.adversarial.hostile import HostilePeer
 from tests.conftest import TEST_ADDRESS, run_cli
@@ -360,7 +360,7 @@ def test_a_consumer_that_claims_its_running_provider_vanished_gets_nothing_and_i
     provider's fault" alone and asks the oracle for the refund. The oracle has the provider's
     own fresh word that it is running the job (default interval and grace): it answers
     "pending", and the job completes and is paid once."""
-    from oracle_client import receipt as rc
+    from oracle_client.escrow import receipt as rc
 
     provider, consumer = _paid_pair(market)
     before = market.ntx(_address(consumer))
@@ -605,7 +605,7 @@ def test_network_failures_are_told_apart_from_refusals() -> None:
     from pycardano.exception import TransactionFailedException
 
     from engine.payments.settle import unreachable
-    from oracle_client.transactions import SubmitRejected
+    from oracle_client.escrow.transactions import SubmitRejected
 
     def api_error(status: int) -> ApiError:
         response = requests.Response()

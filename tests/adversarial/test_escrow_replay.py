@@ -33,16 +33,16 @@ from pycardano import (
     VerificationKeyHash,
 )
 
-from oracle_client import transactions as T
 from oracle_client.client import LockNotFound, OracleClient
-from oracle_client.contract import Claim, EscrowDatum, escrow_address, escrow_script
+from oracle_client.escrow import transactions as T
+from oracle_client.escrow.contract import Claim, EscrowDatum, escrow_address, escrow_script
 from oracle_client.ledger import LedgerServer, start_server
 from oracle_client.models import RewardGrant, RewardRequest, ServiceQuote
-from oracle_client.oracle.keys import load_or_create_key
-from oracle_client.oracle.locks import ChainLockChecker
-from oracle_client.oracle.server import OracleServer
-from oracle_client.oracle.service import Oracle
-from oracle_client.oracle.store import Store
+from oracle_client.oracle_server.keys import load_or_create_key
+from oracle_client.oracle_server.locks import ChainLockChecker
+from oracle_client.oracle_server.server import OracleServer
+from oracle_client.oracle_server.service import Oracle
+from oracle_client.oracle_server.store import Store
 from tests.doubles.oracle import CONSUMER, PROVIDER, Party, receipt_for, service_request
 
 JOB = "job-replay"

@@ -20,14 +20,14 @@ from pathlib import Path
 from nacl.signing import SigningKey
 from pycardano import Address, Network, PaymentVerificationKey
 
+from oracle_client.escrow.receipt import Fault, Metering, Outcome, Receipt, sign
 from oracle_client.models import ProviderOffer, ServiceQuote, ServiceRequest
-from oracle_client.oracle.keys import load_or_create_key
-from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, pick_lock
-from oracle_client.oracle.server import OracleHandler, OracleServer
-from oracle_client.oracle.service import Oracle
-from oracle_client.oracle.store import Store
+from oracle_client.oracle_server.keys import load_or_create_key
+from oracle_client.oracle_server.locks import ChainUnavailable, ExpectedLock, pick_lock
+from oracle_client.oracle_server.server import OracleHandler, OracleServer
+from oracle_client.oracle_server.service import Oracle
+from oracle_client.oracle_server.store import Store
 from oracle_client.peerid import peer_id_from_public_key
-from oracle_client.receipt import Fault, Metering, Outcome, Receipt, sign
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ after the deadline anyway; it only spares an honest one the wait.
 
 from __future__ import annotations
 
+from oracle_client.escrow.receipt import Receipt
 from oracle_client.fields import RewardType
-from oracle_client.receipt import Receipt
 
 # The provider's default period between liveness reports ([payments] liveness_interval_s).
 LIVENESS_INTERVAL_S = 30.0

@@ -1,7 +1,7 @@
 """The NTX escrow contract: validator source, compiled artifact, datum and oracle message."""
 
-from oracle_client.contract.artifact import escrow_address, escrow_script, escrow_script_hash
-from oracle_client.contract.datum import (
+from oracle_client.escrow.contract.artifact import escrow_address, escrow_script, escrow_script_hash
+from oracle_client.escrow.contract.datum import (
     Claim,
     EscrowDatum,
     EscrowRef,

@@ -12,8 +12,15 @@ from collections.abc import Callable
 import msgspec
 from nacl.signing import SigningKey
 
-from oracle_client.addresses import parse_payment_address
-from oracle_client.contract.datum import format_ntx, oracle_message
+from oracle_client.cardano.address import parse_payment_address
+from oracle_client.escrow.contract.datum import format_ntx, oracle_message
+from oracle_client.escrow.receipt import (
+    InvalidSignature,
+    MissingSignature,
+    Receipt,
+    verify,
+    verify_signature,
+)
 from oracle_client.fields import Network, RewardType
 from oracle_client.models import (
     ErrorKind,
@@ -29,8 +36,13 @@ from oracle_client.models import (
     StatusReport,
     quote_message,
 )
-from oracle_client.oracle.locks import ChainUnavailable, ExpectedLock, LockChecker, LockNotFound
-from oracle_client.oracle.rules import (
+from oracle_client.oracle_server.locks import (
+    ChainUnavailable,
+    ExpectedLock,
+    LockChecker,
+    LockNotFound,
+)
+from oracle_client.oracle_server.rules import (
     LIVENESS_GRACE_S,
     LIVENESS_SKEW_S,
     UndecidableReceipt,
@@ -38,14 +50,7 @@ from oracle_client.oracle.rules import (
     decide,
     decide_vanished,
 )
-from oracle_client.oracle.store import Store
-from oracle_client.receipt import (
-    InvalidSignature,
-    MissingSignature,
-    Receipt,
-    verify,
-    verify_signature,
-)
+from oracle_client.oracle_server.store import Store
 
 # A quote holds a provider slot until it is decided or its deadline passes; a deadline far in
 # the future would let one consumer block a provider for that long.

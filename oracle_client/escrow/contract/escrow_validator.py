@@ -5,8 +5,9 @@ docs/payments.md is the contract's specification. This file is OpShin, not plain
 it is compiled to Plutus V3, so it may only use what OpShin supports (no imports but the
 OpShin standard library, PlutusData classes, no exceptions but assert).
 
-The datum/redeemer classes and `oracle_message` mirror oracle_client/contract/datum.py, which
-is what off-chain code uses; tests/test_escrow_contract.py proves both encode the same bytes.
+The datum/redeemer classes and `oracle_message` mirror oracle_client/escrow/contract/datum.py,
+which is what off-chain code uses; tests/test_escrow_contract.py proves both encode the same
+bytes.
 """
 
 from opshin.prelude import *

@@ -61,12 +61,12 @@ def _serve(args: argparse.Namespace) -> int:
     from pycardano import BlockFrostChainContext
     from pycardano import Network as CardanoNetwork
 
-    from oracle_client.contract.artifact import escrow_address
-    from oracle_client.oracle.keys import load_or_create_key
-    from oracle_client.oracle.locks import ChainLockChecker
-    from oracle_client.oracle.server import OracleServer
-    from oracle_client.oracle.service import Oracle
-    from oracle_client.oracle.store import Store
+    from oracle_client.escrow.contract.artifact import escrow_address
+    from oracle_client.oracle_server.keys import load_or_create_key
+    from oracle_client.oracle_server.locks import ChainLockChecker
+    from oracle_client.oracle_server.server import OracleServer
+    from oracle_client.oracle_server.service import Oracle
+    from oracle_client.oracle_server.store import Store
 
     network: Network = args.network
     address = str(

@@ -54,7 +54,8 @@ from pycardano.exception import (
 from pycardano.serialization import RawCBOR
 from pycardano.utils import max_tx_fee
 
-from oracle_client.contract import (
+from oracle_client.cardano.plutus import MAINNET, PREPROD, PREVIEW, SlotConfig
+from oracle_client.escrow.contract import (
     Claim,
     EscrowDatum,
     Refund,
@@ -63,7 +64,6 @@ from oracle_client.contract import (
     format_ntx,
     oracle_message,
 )
-from oracle_client.plutus import MAINNET, PREPROD, PREVIEW, SlotConfig
 
 # The builder logs its whole state at WARNING on any error; our exceptions carry the reason.
 logging.getLogger("PyCardano").setLevel(logging.ERROR)

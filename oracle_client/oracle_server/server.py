@@ -22,7 +22,7 @@ from oracle_client.models import (
     ServiceRequest,
     StatusReport,
 )
-from oracle_client.oracle.service import Oracle, OracleRefusal
+from oracle_client.oracle_server.service import Oracle, OracleRefusal
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
+from oracle_client.escrow.receipt import Receipt
 from oracle_client.models import RewardGrant, ServiceQuote, ServiceRequest, StatusReport
-from oracle_client.receipt import Receipt
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

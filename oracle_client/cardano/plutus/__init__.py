@@ -2,7 +2,7 @@
 
 import logging
 
-from oracle_client.plutus.context import (
+from oracle_client.cardano.plutus.context import (
     MAINNET,
     PREPROD,
     PREVIEW,
@@ -11,7 +11,7 @@ from oracle_client.plutus.context import (
     TxContext,
     script_context,
 )
-from oracle_client.plutus.evaluate import (
+from oracle_client.cardano.plutus.evaluate import (
     DEFAULT_PRICES,
     MAX_TX_EX_UNITS,
     ExPrices,

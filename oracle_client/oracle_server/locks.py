@@ -17,7 +17,7 @@ from typing import Protocol
 
 from pycardano import Address, AssetName, ChainContext, ScriptHash, UTxO
 
-from oracle_client.contract.datum import EscrowDatum
+from oracle_client.escrow.contract.datum import EscrowDatum
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from uplc.cost_model import (
 from uplc.machine import Machine
 from uplc.tools import apply, unflatten
 
-from oracle_client.plutus.context import (
+from oracle_client.cardano.plutus.context import (
     ContextError,
     SlotConfig,
     TxContext,
