@@ -81,6 +81,11 @@ class NodeCommands(Provider):
                     "Describe an ML job, see its price and who can run it (s)",
                     partial(app.action_open, "submit"),
                 )
+                yield (
+                    "Notebooks",
+                    "JupyterLab on a provider: new, open, stop, delete (b)",
+                    partial(app.action_open, "notebooks"),
+                )
         yield ("Help", "Show every key (?)", app.action_help)
         yield ("Quit", "Leave nunet-tui (q)", app.action_quit)
 

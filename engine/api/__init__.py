@@ -38,6 +38,7 @@ from engine.api.gpus import (
 from engine.api.jobs import (
     TERMINAL_STATES,
     CancelJob,
+    DeleteJobResults,
     FetchJobResults,
     GetJob,
     GetJobLogs,
@@ -189,6 +190,7 @@ __all__ = [
     "EscrowList",
     "EscrowState",
     "Event",
+    "DeleteJobResults",
     "FetchJobResults",
     "ForwardList",
     "GetCapacity",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from engine.api.base import Command, Event, Record
+from engine.api.base import Command, Done, Event, Record
 
 JobState = Literal[
     "pending",  # consumer: created, looking for a provider
@@ -136,6 +136,13 @@ class FetchJobResults(Command, tag="job_results", frozen=True):
     reply = JobResults
     job_id: str
     out_dir: str
+
+
+class DeleteJobResults(Command, tag="job_delete_results", frozen=True):
+    """``notebook delete``: a finished job's files removed on its provider (owner only)."""
+
+    reply = Done
+    job_id: str
 
 
 class JobChanged(Event, tag="job_changed", frozen=True):

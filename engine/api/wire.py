@@ -16,6 +16,7 @@ from engine.api.gpus import (
 )
 from engine.api.jobs import (
     CancelJob,
+    DeleteJobResults,
     FetchJobResults,
     GetJob,
     GetJobLogs,
@@ -102,6 +103,7 @@ AnyCommand = (
     | ListForwards
     | JobShell
     | StopJob
+    | DeleteJobResults
     | WalletNew
     | WalletImport
     | WalletShow

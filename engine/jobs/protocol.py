@@ -4,8 +4,9 @@ Consumer -> provider: ``Offer`` (answered by a signed ``Quote`` or a ``Refusal``
 ``Confirm`` (the escrow lock goes between quote and confirm; answered by ``Accepted``),
 ``Follow`` (the provider streams ``Update`` frames: state, log lines, metering, until the job
 ends; a paid job's last one carries the provider's signed receipt), ``Countersign`` (the
-consumer's signature on that receipt), ``Cancel``, and ``FetchResults`` (a signed
-``ResultsHeader``, then raw chunks whose sha256 the header fixes). Every frame is
+consumer's signature on that receipt), ``Cancel``, ``FetchResults`` (a signed
+``ResultsHeader``, then raw chunks whose sha256 the header fixes) and ``DeleteResults`` (a
+finished job's files removed on the provider: ``notebook delete``). Every frame is
 length-prefixed, size-bounded and signed by its sender; the receiver checks that the signer
 is the peer at the other end of the stream.
 """
@@ -128,6 +129,11 @@ class ResultsHeader(JobMessage, tag="results", frozen=True):
     size: int
 
 
+class DeleteResults(JobMessage, tag="delete_results", frozen=True):
+    """``notebook delete``: remove a finished job's files on its provider (owner only;
+    engine/jobs/notebooks.py). Answered ``Accepted`` or a ``Refusal``."""
+
+
 AnyJobMessage = (
     Offer
     | Quote
@@ -140,6 +146,7 @@ AnyJobMessage = (
     | FetchResults
     | ResultsHeader
     | Countersign
+    | DeleteResults
 )
 
 _encoder = msgspec.msgpack.Encoder()

@@ -23,6 +23,7 @@ from nunet_tui.cli import (
     gpu_output,
     job_output,
     log_archive,
+    notebook,
     output,
     reward_output,
     wallet_output,
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     wallet_output.add_parsers(sub, common)
     reward_output.add_parsers(sub, common)
     log_archive.add_parser(sub, common)
+    notebook.add_parsers(sub, common)
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -260,6 +262,7 @@ RUNNERS: dict[str, Runner] = {
     **gpu_output.RUNNERS,
     **wallet_output.RUNNERS,
     **reward_output.RUNNERS,
+    **notebook.RUNNERS,
 }
 
 
