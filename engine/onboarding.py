@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 
 from engine.api import Capacity, GpuInfo
-from engine.cardano_address import check_address, network_for_channel
 from engine.errors import FieldProblem, ValidationReport
+from oracle_client.cardano.address import check_address, network_for_channel
 
 MINUS = "\u2212"
 

@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.cardano_address import check_address, encode_address, network_for_channel
+from oracle_client.cardano.address import (
+    AddressError,
+    check_address,
+    encode_address,
+    network_for_channel,
+    parse_payment_address,
+)
 
 # CIP-19's test keys: payment and stake key hashes behind its vectors.
 PAY = bytes.fromhex("9493315cd92eb5d8c4304e67b7e16ae36d61d34502694657811a2c8e")
@@ -193,3 +199,86 @@ def test_any_well_formed_base_address_passes(header: int, hashes: bytes, mainnet
 )
 def test_network_for_channel(channel: str, network: str) -> None:
     assert network_for_channel(channel) == network
+
+
+# -- the escrow's reading: the payment key hash, for key addresses only ----------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "network"),
+    [
+        (MAINNET_BASE, "mainnet"),
+        (TESTNET_BASE, "testnet"),
+        (TESTNET_ENTERPRISE, "testnet"),
+        (MAINNET_POINTER, "mainnet"),
+        (TESTNET_POINTER, "testnet"),
+    ],
+)
+def test_parse_gives_the_payment_key_hash(address: str, network: str) -> None:
+    parsed = parse_payment_address(address)
+    assert parsed.network == network and parsed.text == address
+    assert parsed.payment_key_hash == PAY
+    assert parse_payment_address(address, network).payment_key_hash == PAY  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("header", [0x10, 0x30, 0x50, 0x70])
+def test_parse_refuses_a_script_payment_part(header: int) -> None:
+    # check_address accepts these (rewards can go to a script); an escrow party needs a key.
+    rest = STAKE if header < 0x40 else POINTER if header < 0x60 else b""
+    address = encode_address("addr_test", bytes([header]) + SCRIPT + rest)
+    assert check_address(address, "testnet") is None
+    with pytest.raises(AddressError, match="pays a script"):
+        parse_payment_address(address)
+
+
+def test_parse_refuses_upper_case_and_the_other_network() -> None:
+    assert check_address(TESTNET_BASE.upper(), "testnet") is None
+    with pytest.raises(AddressError, match="lowercase"):
+        parse_payment_address(TESTNET_BASE.upper())
+    with pytest.raises(AddressError, match="this is a testnet address"):
+        parse_payment_address(TESTNET_BASE, "mainnet")
+    with pytest.raises(AddressError, match="should start with addr1 or addr_test1"):
+        parse_payment_address("hello")
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "",
+        "addr_test1",
+        TESTNET_BASE[:-1],
+        TESTNET_BASE[:20] + TESTNET_BASE[20:].upper(),
+        STAKE_ADDRESS,
+        encode_address("addr_test", bytes([0x01]) + PAY + STAKE),  # header says mainnet
+        encode_address("addr_test", bytes([0x00]) + PAY + STAKE[:-1]),
+        encode_address("addr_test", bytes([0x40]) + PAY + bytes([0x81, 0x00, 0x81])),
+        encode_address("addr_test", bytes([0x80]) + PAY),
+    ],
+)
+def test_both_readings_refuse_with_the_same_sentence(address: str) -> None:
+    message = check_address(address, "testnet")
+    assert message is not None
+    with pytest.raises(AddressError) as refused:
+        parse_payment_address(address, "testnet")
+    assert str(refused.value) == message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    header=st.integers(min_value=0, max_value=15),
+    network_id=st.integers(min_value=0, max_value=2),
+    body=st.binary(min_size=0, max_size=70),
+    hrp=st.sampled_from(["addr", "addr_test", "stake_test"]),
+)
+def test_both_readings_agree_on_any_payload(
+    header: int, network_id: int, body: bytes, hrp: str
+) -> None:
+    address = encode_address(hrp, bytes([header << 4 | network_id]) + body)
+    message = check_address(address, "testnet")
+    try:
+        parsed = parse_payment_address(address, "testnet")
+    except AddressError as exc:
+        assert message == str(exc) or (message is None and header & 1), (message, exc)
+    else:
+        assert message is None and not header & 1
+        assert parsed.payment_key_hash == body[:28]

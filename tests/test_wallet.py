@@ -99,7 +99,7 @@ def test_known_vector_and_network_prefixes() -> None:
     ],
 )
 def test_address_prefix_follows_the_channel(channel: str, prefix: str) -> None:
-    from engine.cardano_address import network_for_channel
+    from oracle_client.cardano.address import network_for_channel
 
     address = base_address(VECTOR_PAYMENT_HASH, VECTOR_STAKE_HASH, network_for_channel(channel))
     assert address.startswith(prefix) and not address.startswith(prefix + "_")

@@ -15,9 +15,9 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from engine.cardano_address import Network
 from engine.config import PaymentsSettings
 from engine.errors import EngineError
+from oracle_client.cardano.address import Network
 
 if TYPE_CHECKING:
     from pycardano import ChainContext

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from engine import api
-from engine.cardano_address import Network, network_for_channel
 from engine.errors import EngineError
 from engine.payments import chain
 from engine.payments.keystore import (
@@ -35,6 +34,7 @@ from engine.payments.wallet import (
     validate_mnemonic,
 )
 from engine.store import WalletRow
+from oracle_client.cardano.address import Network, network_for_channel
 
 if TYPE_CHECKING:
     from pycardano import ChainContext, PaymentExtendedSigningKey

@@ -16,8 +16,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.cardano_address import PAYMENT_PREFIX, Network, encode_address
 from engine.errors import EngineError
+from oracle_client.cardano.address import NETWORK_ID, PAYMENT_PREFIX, Network, encode_address
 
 if TYPE_CHECKING:
     from pycardano import PaymentExtendedSigningKey
@@ -26,7 +26,6 @@ PAYMENT_PATH = "m/1852'/1815'/0'/0/0"
 STAKE_PATH = "m/1852'/1815'/0'/2/0"
 NEW_WALLET_WORDS = 24
 WORD_COUNTS = (12, 15, 18, 21, 24)  # every BIP-39 length (Yoroi uses 15, Daedalus 24)
-_NETWORK_ID: dict[Network, int] = {"testnet": 0, "mainnet": 1}
 # "1." "12)" "3:" : the numbering of a mnemonic pasted from a list.
 _NUMBERING = re.compile(r"^\d+[.):]?$")
 
@@ -119,6 +118,6 @@ def derive_keys(mnemonic: str) -> WalletKeys:
 
 def base_address(payment_key_hash: str, stake_key_hash: str, network: Network) -> str:
     """CIP-19 base address (header type 0: key payment, key stake) without pycardano."""
-    header = bytes([_NETWORK_ID[network]])  # type 0 in the high nibble, network id low
+    header = bytes([NETWORK_ID[network]])  # type 0 in the high nibble, network id low
     payload = header + bytes.fromhex(payment_key_hash) + bytes.fromhex(stake_key_hash)
     return encode_address(PAYMENT_PREFIX[network], payload)
