@@ -1,5 +1,6 @@
-"""The NTX escrow: the contract (contract/), its transactions (transactions.py) and the job
-receipt both peers sign (receipt.py).
+"""The NTX escrow: the contract, the transactions that spend it, the receipt both peers sign.
 
-Empty on purpose: ``transactions`` imports pycardano (~2 s), so each module is imported by name.
+contract/ (the OpShin validator, its datum, the compiled artifact), transactions.py (lock,
+claim, refund), receipt.py. Empty on purpose: ``transactions`` imports pycardano (~2 s), so
+each module is imported by name.
 """
