@@ -1,7 +1,7 @@
 """``b``: your JupyterLab notebooks (consumer mode): create, open, stop, delete.
 
 One row per notebook (engine/jobs/notebooks.py: a service job running JupyterLab): its id,
-state, name, provider and, while forwarded, its local URL. ``n`` starts one (the demo's
+state, name, local URL (while forwarded) and provider. ``n`` starts one (the demo's
 launcher, or a URL you give), ``o`` forwards it to 127.0.0.1, copies the URL with its token
 and opens it in the browser, ``s`` stops it (its notebooks/ come back as results), ``d``
 deletes its files on the provider (asks first). Rows change live as ``JobChanged`` arrives.
@@ -23,7 +23,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Static
 from engine import api
 from engine.errors import EngineError
 from engine.jobs import notebooks as nb
-from nunet_tui.format import ago, plural, safe, table_cell
+from nunet_tui.format import plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -37,7 +37,6 @@ COLUMNS = (
     ("name", "Name"),
     ("url", "Local URL"),
     ("peer", "Provider"),
-    ("created", "Created"),
 )
 
 
@@ -88,7 +87,13 @@ class LauncherUrlScreen(ModalScreen[str | None]):
 
 class NotebooksScreen(CapabilityScreen):
     TITLE_TEXT = "the notebooks"
-    CSS_PATH = "jobs.tcss"
+    CSS_PATH = "jobs.tcss"  # the jobs list's panel and table
+    DEFAULT_CSS = """
+    NotebooksScreen #notebooks-table { height: 1fr; }
+    NotebooksScreen #notebook-detail {
+        height: auto; max-height: 3; padding: 0 1; color: $text-muted;
+    }
+    """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
         Binding("n", "new", "New", tooltip="Start a notebook (JupyterLab) on a provider"),
@@ -116,6 +121,7 @@ class NotebooksScreen(CapabilityScreen):
             for key, label in COLUMNS:
                 table.add_column(label, key=key)
             yield table
+            yield Static(id="notebook-detail", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -158,15 +164,16 @@ class NotebooksScreen(CapabilityScreen):
         table: DataTable[Text] = self.query_one("#notebooks-table", DataTable)
         note = self.query_one("#jobs-note", Static)
         panel = self.query_one("#jobs-panel", Vertical)
-        now = self.nunet.clock()
         found = self.notebooks
-        refill(table, [(n.job_id, [table_cell(c) for c in notebook_row(n, now)]) for n in found])
+        refill(table, [(n.job_id, [table_cell(c) for c in notebook_row(n)]) for n in found])
         running = sum(1 for n in found if n.state == "running")
         panel.border_subtitle = plural(len(found), "notebook") + (
             f" · {running} running" if running else ""
         )
         table.display = bool(found)
         note.display = not found
+        self.refresh_bindings()  # o, s and d need a notebook
+        self._detail()
         if self.problem is not None:
             note.update(self.problem)
         elif not found:
@@ -176,6 +183,26 @@ class NotebooksScreen(CapabilityScreen):
                     "Press n to start JupyterLab on a provider; o opens it here.",
                 )
             )
+
+    def _detail(self) -> None:
+        """What the selected notebook is doing, in words (the provider's reason as it is)."""
+        detail = self.query_one("#notebook-detail", Static)
+        job = self._selected() if self.jobs else None
+        detail.display = job is not None
+        if job is None:
+            return
+        if job.state == "running":
+            text = "running: o opens its JupyterLab here, s stops it"
+        elif job.state in api.TERMINAL_STATES:
+            why = f" ({safe(job.reason)})" if job.reason else ""
+            files = "its files are back: job results " + job.job_id if job.results_dir else ""
+            text = f"{job.state}{why}" + (f"; {files}" if files else "")
+        else:
+            text = f"{job.state}: waiting for the provider to start it"
+        detail.update(f"{job.job_id} {text}")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail()
 
     # --- actions -------------------------------------------------------------------------
 
@@ -294,14 +321,14 @@ class NotebooksScreen(CapabilityScreen):
         return True
 
 
-def notebook_row(notebook: nb.Notebook, now: float) -> tuple[Content, ...]:
+def notebook_row(notebook: nb.Notebook) -> tuple[Content, ...]:
     return (
         Content.styled(safe(notebook.job_id), "bold"),
         state_text(notebook.state),
-        Content(safe(notebook.name)[:20]),
-        Content(notebook.local_url or "-"),
+        Content(safe(notebook.name)[:18]),
+        # The host and port only (the scheme and / are always the same): fits 80 columns.
+        Content(notebook.local_url.removeprefix("http://").rstrip("/") or "-"),
         Content(peer_short(notebook.provider)),
-        Content(ago(notebook.created_at, now)),
     )
 
 

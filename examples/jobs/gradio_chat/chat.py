@@ -67,7 +67,7 @@ def main() -> int:
     demo = gr.ChatInterface(respond, title="A chatbot on NuNet", chatbot=gr.Chatbot(value=turns))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `job stop`: saved already
     print(f"serving on 127.0.0.1:{PORT}", flush=True)
-    demo.launch(server_name="127.0.0.1", server_port=PORT, share=False, show_api=False)
+    demo.launch(server_name="127.0.0.1", server_port=PORT, share=False)
     return 0
 
 
