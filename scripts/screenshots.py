@@ -11,8 +11,8 @@ network pictures have someone in them.
 The script walks a provider through the first run: choose the mode, onboard (with a typo
 first), look at the GPUs, peers, chat and network status, a job running here (the dashboard's
 job panels, then its detail with the GPUs beside the log), pause, then help, the command
-palette and consumer mode. Then scripts/screenshots_payments.py walks the wallet and the
-rewards (``--only payments``: just those).
+palette and consumer mode, its jobs and notebooks. Then scripts/screenshots_payments.py walks
+the wallet and the rewards (``--only payments``: just those).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ from nunet_tui.app import NunetApp  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
 from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW  # noqa: E402
+from tests.test_snapshots_notebooks import NOTEBOOKS  # noqa: E402
+from tests.test_snapshots_notebooks import NOW as NOTEBOOKS_NOW  # noqa: E402
 from tests.test_snapshots_provider_jobs import NOW as RUN_NOW  # noqa: E402
 from tests.test_snapshots_provider_jobs import RUNNING, TRAIN_LOG  # noqa: E402
 
@@ -278,6 +280,15 @@ async def tour(
         await until(pilot, on(pilot, "JobDetailScreen"))
         await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 7)  # type: ignore[attr-defined]
         await shoot(pilot, out, "job-detail-failed", size)
+
+        # Notebooks (b): the snapshot tests' three, written while the engine runs.
+        store_notebooks(engine.paths)
+        await pilot.press("escape", "escape")
+        await until(pilot, on(pilot, "ConsumerDashboard"))
+        await pilot.press("b")
+        await until(pilot, on(pilot, "NotebooksScreen"))
+        await until(pilot, lambda: len(app.screen.notebooks) == len(NOTEBOOKS))  # type: ignore[attr-defined]
+        await shoot(pilot, out, "notebooks", size)
     moving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await moving
@@ -304,6 +315,24 @@ def store_jobs(home: Paths) -> None:
                 at=time.time(),
             )
             for seq, text in enumerate(lines)
+        )
+    store.close()
+
+
+def store_notebooks(home: Paths) -> None:
+    """The notebook snapshot tests' notebooks (tests/test_snapshots_notebooks.py), moved to
+    the present."""
+    shift = time.time() - NOTEBOOKS_NOW
+    store = Store(home.database)
+    for job in NOTEBOOKS:
+        store.save_job(
+            msgspec.structs.replace(
+                job,
+                created_at=job.created_at + shift,
+                updated_at=job.updated_at + shift,
+                started_at=None if job.started_at is None else job.started_at + shift,
+                finished_at=None if job.finished_at is None else job.finished_at + shift,
+            )
         )
     store.close()
 

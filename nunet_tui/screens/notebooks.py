@@ -223,8 +223,10 @@ class NotebooksScreen(CapabilityScreen):
         url = await self.app.push_screen_wait(LauncherUrlScreen(self._launcher_url()))
         if not url:
             return
+        # The demo's providers run jobs as local processes, whose Python has no JupyterLab.
+        deps = ("jupyterlab",) if getattr(self.app, "examples", None) else ()
         try:
-            spec = nb.notebook_spec(url)
+            spec = nb.notebook_spec(url, deps=deps)
         except EngineError as exc:
             self.notify(_message(exc), title="New notebook", severity="error", markup=False)
             return
