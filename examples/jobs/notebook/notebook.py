@@ -64,7 +64,7 @@ def main() -> int:
         print("no JUPYTER_TOKEN: create notebooks with `nunet-tui notebook create`", flush=True)
         return 2
     try:
-        import jupyterlab  # noqa: F401
+        import jupyterlab
     except ImportError:
         print("this image has no JupyterLab: create the notebook with --dep jupyterlab")
         return 2
@@ -73,6 +73,12 @@ def main() -> int:
         (ROOT / "welcome.ipynb").write_text(json.dumps(WELCOME, indent=1))
     runtime = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / f"jupyter-{os.getpid()}"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime)}
+    # Installed with --dep jupyterlab (pip --target /workspace/.deps): its app and kernel
+    # specs are in .deps/share/jupyter, where JupyterLab does not look by itself.
+    shared = pathlib.Path(jupyterlab.__file__).resolve().parent.parent / "share" / "jupyter"
+    if (shared / "lab").is_dir() and not str(shared).startswith(sys.prefix):
+        env["JUPYTERLAB_DIR"] = str(shared / "lab")
+        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, (str(shared), env.get("JUPYTER_PATH"))))
     command = [
         sys.executable,
         "-m",
@@ -81,6 +87,7 @@ def main() -> int:
         f"--port={PORT}",
         "--ServerApp.port_retries=0",
         "--no-browser",
+        "--allow-root",  # who the job runs as is the provider's choice (a process job: maybe root)
         f"--ServerApp.root_dir={ROOT}",
     ]
     child = subprocess.Popen(
