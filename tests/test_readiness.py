@@ -96,7 +96,7 @@ def no_docker() -> DockerStatus:
 def test_this_machine_without_docker_or_gpu() -> None:
     started = time.perf_counter()
     readiness = check_readiness((), environ={})
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < 3.0
     assert not readiness.docker.ok
     assert readiness.docker.detail == (
         "no Docker engine at unix:///var/run/docker.sock: start dockerd or set DOCKER_HOST"
@@ -115,7 +115,7 @@ def test_nothing_listening_on_a_tcp_docker_host() -> None:
     url = f"tcp://127.0.0.1:{closed_port()}"
     started = time.perf_counter()
     status = probe_docker({"DOCKER_HOST": url})
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < 3.0
     assert (status.url, status.reachable) == (url, False)
 
 
@@ -145,7 +145,7 @@ def test_a_hung_engine_costs_a_bounded_time() -> None:
 
     started = time.perf_counter()
     readiness = check_readiness((), docker_probe=hangs, environ={"DOCKER_HOST": "tcp://h:1"})
-    assert time.perf_counter() - started < 1.5
+    assert time.perf_counter() - started < 3.0
     assert not readiness.docker.ok
     assert readiness.docker.detail.startswith("Docker engine at tcp://h:1 timed out")
 

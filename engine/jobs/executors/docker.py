@@ -38,6 +38,7 @@ from engine.jobs.executors.base import (
     failure_reason,
 )
 from engine.jobs.executors.dockerlogs import LogReader
+from engine.resources.container_engine import EngineFacts, probe_facts
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
 
 LABEL_JOB = "nunet.job"
@@ -92,6 +93,7 @@ class DockerExecutor(BaseExecutor):
         self._stream_client: Any = None
         self._containers: dict[str, Any] = {}
         self._paused: set[str] = set()  # job ids whose container a checkpoint froze
+        self._facts: EngineFacts | None = None
 
     # --- docker plumbing -----------------------------------------------------------------
 
@@ -143,11 +145,26 @@ class DockerExecutor(BaseExecutor):
             await self._call(self.cleanup_orphans)
 
     def _user(self) -> str:
+        rootless = self._engine_facts().job_user
+        if rootless is not None:
+            return rootless
         # Root on the provider: the job runs as nobody, not as (capability-less) root.
         return NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 
+    def _engine_facts(self) -> EngineFacts:
+        """Docker or Podman, rootless or not: asked once (blocking, from a worker thread)."""
+        if self._facts is None:
+            try:
+                self._facts = probe_facts(self.client())
+            except EngineError:
+                raise
+            except Exception:  # an engine that cannot say: treat it as rootful Docker
+                self._facts = EngineFacts("Docker", "", rootless=False, cgroup_version="")
+        return self._facts
+
     def _chown(self, run: JobRun) -> None:
-        if os.getuid() != 0:
+        # Rootless, the job runs as the engine's own user, who owns the workspace already.
+        if os.getuid() != 0 or self._engine_facts().rootless:
             return
         workspace = safe_paths.real_dir(run.workspace, what="the job's workspace")
         # fwalk with dir fds, never following a link: a folder the job swapped for a link
@@ -198,6 +215,7 @@ class DockerExecutor(BaseExecutor):
                 f"image {image} is not on this provider: pull it (`nunet-tui onboard-ml`)"
                 " or build it (scripts/build_test_image.sh for the scikit-learn test image)",
             ) from exc
+        await self._call(self._engine_facts)  # before any options are built in this thread
         await super().prepare(run, script)
         await trio.to_thread.run_sync(self._chown, run)
 
@@ -481,9 +499,10 @@ class DockerExecutor(BaseExecutor):
         try:
             await self._call(container.pause)
         except docker.errors.APIError as exc:
-            # 409: it has just exited. Its workspace no longer changes, so the snapshot is
-            # consistent without a pause; the supervisor still has its last lines to read.
-            if exc.status_code != 409:
+            # It has just exited (Docker: 409; Podman: 500 "container state improper"). Its
+            # workspace no longer changes, so the snapshot is consistent without a pause; the
+            # supervisor still has its last lines to read.
+            if exc.status_code != 409 and "state improper" not in str(exc.explanation):
                 raise
             return
         self._paused.add(state.run.job_id)
