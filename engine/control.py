@@ -29,6 +29,7 @@ import trio
 
 from engine import api
 from engine.client import EventCallback
+from engine.commands import decode_command
 from engine.config import check_socket_dir, check_socket_file
 from engine.errors import EngineError
 
@@ -146,7 +147,7 @@ class ControlServer:
         self, req_id: Any, raw: object, send: Callable[[dict[str, Any]], Any]
     ) -> None:
         try:
-            command = api.decode_command(raw)
+            command = decode_command(raw)
         except msgspec.ValidationError as exc:
             await send(
                 {"id": req_id, "error": EngineError("protocol", f"bad command: {exc}").to_wire()}

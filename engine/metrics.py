@@ -15,7 +15,7 @@ import time
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
@@ -24,12 +24,11 @@ from prometheus_client.registry import Collector
 
 from engine import api
 from engine.config import metrics_address
+from engine.context import NodeContext
 from engine.network import supervise
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-
-    from engine.node import Node
 
 log = logging.getLogger("nunet.metrics")
 
@@ -63,11 +62,42 @@ class Figures:
     failures: dict[str, int] = field(default_factory=dict)
 
 
+class OnlineFigures(Protocol):
+    """The running network service, as far as a scrape reads it."""
+
+    channel: str | None
+
+    def connected_peers(self) -> list[str]: ...
+
+    def peers(self) -> list[Any]: ...
+
+
+class MetricsSource(Protocol):
+    """What a scrape reads from the node besides its context (implemented by ``Node``)."""
+
+    started_at: float
+
+    def mode(self) -> api.Mode | None: ...
+
+    def running_network(self) -> OnlineFigures | None:
+        """The network service once started and up (None: offline, or never started)."""
+        ...
+
+    def escrow_list(self) -> tuple[api.EscrowInfo, ...]:
+        """The escrow book (empty when payments are off)."""
+        ...
+
+    async def handle(self, command: api.Command) -> Any: ...
+
+
 class NodeCollector(Collector):
     """Reads the node on each scrape (from the HTTP server's thread, through the trio token)."""
 
-    def __init__(self, node: Node, token: trio.lowlevel.TrioToken) -> None:
-        self.node = node
+    def __init__(
+        self, ctx: NodeContext, source: MetricsSource, token: trio.lowlevel.TrioToken
+    ) -> None:
+        self.ctx = ctx
+        self.source = source
         self.token = token
         self._readiness: tuple[float, api.Readiness] | None = None
         self._failed_once = False
@@ -88,41 +118,39 @@ class NodeCollector(Collector):
         yield from metric_families(figures)
 
     async def gather(self) -> Figures:
-        node = self.node
+        node, source = self.ctx, self.source
         onboarding = node.store.get_onboarding()
         figures = Figures(
             peer_id=node.identity.peer_id,
             version=node.version,
-            mode=node.mode() or "",
+            mode=source.mode() or "",
             channel=onboarding.channel if onboarding else node.settings.network.channel,
-            started_at=node.started_at,
+            started_at=source.started_at,
             onboarded=onboarding is not None,
             paused=onboarding is not None and onboarding.state == "paused",
             jobs=node.store.job_summary(),
             failures=supervise.FAILURES.snapshot(),
             payments=node.payments_enabled,
         )
-        # network() builds the network part (and loads py-libp2p): only once it was started.
-        service = node.network().service if node.network_started else None
+        service = source.running_network()
         if service is not None:
             figures.online = True
             figures.connected_peers = len(service.connected_peers())
             for info in service.peers():
                 channel = info.channel or service.channel or ""
                 figures.peers[channel] = figures.peers.get(channel, 0) + 1
-        if node.payments_enabled:
-            figures.escrows = node.payments().escrows.listing().escrows
+        figures.escrows = source.escrow_list()
         with trio.move_on_after(GATHER_TIMEOUT_S):
             figures.readiness = await self._ready()
             if node.gpus:  # the sampler only where there is something to sample
-                status = await node.handle(api.GetGpuStatus())
+                status = await source.handle(api.GetGpuStatus())
                 figures.gpus = status.gpus
         return figures
 
     async def _ready(self) -> api.Readiness:
         now = time.monotonic()
         if self._readiness is None or now - self._readiness[0] > READINESS_TTL_S:
-            node = self.node
+            node = self.ctx
             ready = await trio.to_thread.run_sync(
                 node.probes.check_readiness, node.gpus, abandon_on_cancel=True
             )
@@ -277,20 +305,22 @@ def _escrow_families(escrows: tuple[api.EscrowInfo, ...], payments: bool) -> Ite
     yield states
 
 
-def registry_for(node: Node, token: trio.lowlevel.TrioToken) -> CollectorRegistry:
+def registry_for(
+    ctx: NodeContext, source: MetricsSource, token: trio.lowlevel.TrioToken
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node, token))
+    registry.register(NodeCollector(ctx, source, token))
     ProcessCollector(namespace="nunet", registry=registry)  # CPU, memory, open files
     return registry
 
 
-async def serve_metrics(node: Node) -> None:
+async def serve_metrics(node: NodeContext, source: MetricsSource) -> None:
     """Serve the endpoint while the node runs, if ``[metrics] listen`` says where."""
     address = metrics_address(node.settings.metrics.listen)
     if address is None:
         return
     host, port = address
-    registry = registry_for(node, trio.lowlevel.current_trio_token())
+    registry = registry_for(node, source, trio.lowlevel.current_trio_token())
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

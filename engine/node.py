@@ -1,15 +1,18 @@
-"""The node core on the trio side: state, command handlers and the event fan-out.
+"""The node core on the trio side, and the composition root of the engine.
 
 Only ever touched from the engine's trio thread. ``Engine`` (facade.py) and the control socket
-(control.py) both reach it through ``handle``; later subsystems (network, jobs, payments) are
-started from ``run`` and get their commands added to ``_handlers``.
+(control.py) both reach it through ``handle``. ``Node`` builds each subsystem once (network,
+jobs, payments, the GPU commands, metrics, notifications), hands each the shared
+``NodeContext`` and, for what it needs from the others, a narrow port (engine/ports.py), and
+routes every command to the room that answers it (engine/commands.py). No subsystem imports
+this module: what they need of the node is in the context or behind a port.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -17,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from engine import api
+from engine.commands import Dispatch, Handlers
 from engine.config import Paths, Settings
+from engine.context import EventSink, NodeContext
 from engine.errors import EngineError, ValidationReport
 from engine.identity import Identity
 from engine.network.supervise import supervised
@@ -29,53 +34,17 @@ from engine.resources.capacity import (
     full_capacity,
     onboarded_capacity,
 )
-from engine.resources.gpu.commands import handlers as gpu_handlers
+from engine.resources.gpu.commands import commands as gpu_commands
 from engine.store import Store
 
 if TYPE_CHECKING:
     from engine.jobs.service import NodeJobs
     from engine.network.link import NodeNetwork
+    from engine.network.service import NetworkService
+    from engine.payments.escrow import Escrows
     from engine.payments.service import NodePayments
 
 log = logging.getLogger("nunet.node")
-
-NETWORK_COMMANDS: tuple[type[api.Command], ...] = (
-    api.ListPeers,
-    api.ChatStart,
-    api.ChatList,
-    api.ChatJoin,
-    api.ChatClear,
-    api.ChatSend,
-    api.ChatHistory,
-    api.GetNetworkStatus,
-)
-JOB_COMMANDS: tuple[type[api.Command], ...] = (
-    api.SubmitJob,
-    api.ListJobs,
-    api.GetJob,
-    api.GetJobLogs,
-    api.CancelJob,
-    api.FetchJobResults,
-    api.JobForward,
-    api.JobForwardClose,
-    api.ListForwards,
-    api.JobShell,
-    api.StopJob,
-)
-PAYMENT_COMMANDS: tuple[type[api.Command], ...] = (
-    api.WalletNew,
-    api.WalletImport,
-    api.WalletShow,
-    api.WalletBalance,
-    api.UnlockKeystore,
-    api.SetBlockfrostProjectId,
-    api.RewardList,
-    api.RewardClaim,
-    api.RewardRefund,
-)
-
-EventSink = Callable[[api.Event], None]
-Handler = Callable[[Any], Awaitable[Any]]
 
 
 def version() -> str:
@@ -97,25 +66,76 @@ class Node:
         probes: HostProbes | None = None,
         autostart_network: bool = True,
     ) -> None:
-        self.paths = paths
-        self.settings = settings
-        self.identity = identity
-        self.store = store
         self.daemon = daemon
         self.started_at = time.time()
-        self.version = version()
-        # One-shot CLI commands run without the network: it would only join to leave again.
-        self.network_enabled = network
+        self._sinks: list[EventSink] = []
+        self.ctx = NodeContext(
+            paths=paths,
+            settings=settings,
+            identity=identity,
+            store=store,
+            emit=self.emit,
+            probes=probes or HostProbes(),
+            version=version(),
+            # One-shot CLI commands run without the network: it would only join to leave again.
+            network_enabled=network,
+        )
         self._autostart_network = autostart_network
         self._services: trio.Nursery | None = None
         self._network_started = False
         self._network: NodeNetwork | None = None
-        self._sinks: list[EventSink] = []
-        self.probes = probes or HostProbes()
+        self._jobs: NodeJobs | None = None
+        self._payments: NodePayments | None = None
         self.machine = detect_machine(settings.machine, host=self.probes.host_files)
-        self.gpus: tuple[api.GpuInfo, ...] = ()
-        self.gpu_reason: str | None = None
-        self._handlers: dict[type[api.Command], Handler] = {
+        self._dispatch = Dispatch(
+            {
+                "node": self.commands,
+                "gpu": partial(gpu_commands, self.ctx),
+                "network": lambda: self.network().commands(),
+                "jobs": lambda: self.jobs().commands(),
+                "payments": lambda: self.payments().commands(),
+            }
+        )
+
+    # The context's facts, under the names the facade, the CLI and the tests know.
+    @property
+    def paths(self) -> Paths:
+        return self.ctx.paths
+
+    @property
+    def settings(self) -> Settings:
+        return self.ctx.settings
+
+    @property
+    def identity(self) -> Identity:
+        return self.ctx.identity
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    @property
+    def probes(self) -> HostProbes:
+        return self.ctx.probes
+
+    @property
+    def version(self) -> str:
+        return self.ctx.version
+
+    @property
+    def network_enabled(self) -> bool:
+        return self.ctx.network_enabled
+
+    @property
+    def gpus(self) -> tuple[api.GpuInfo, ...]:
+        return self.ctx.gpus
+
+    @property
+    def gpu_reason(self) -> str | None:
+        return self.ctx.gpu_reason
+
+    def commands(self) -> Handlers:
+        return {
             api.GetCapacity: self._get_capacity,
             api.OnboardRequest: self._onboard,
             api.CheckOnboarding: self._check_onboarding,
@@ -128,33 +148,30 @@ class Node:
             api.SetMode: self._set_mode,
             api.StartNetwork: self._start_network,
         }
-        self._handlers.update(gpu_handlers(self))  # GPU status, doctor, capabilities, images
-        for command_type in NETWORK_COMMANDS:
-            self._handlers[command_type] = self._network_command
-        for command_type in JOB_COMMANDS:
-            self._handlers[command_type] = self._job_command
-        self._jobs: NodeJobs | None = None
-        for command_type in PAYMENT_COMMANDS:
-            self._handlers[command_type] = self._payments_command
-        self._payments: NodePayments | None = None
 
     async def prepare(self) -> None:
         """Slow probes, off the trio loop: GPU libraries may take a while to answer."""
-        self.gpus, self.gpu_reason = await trio.to_thread.run_sync(self.probes.detect_gpus)
+        self.ctx.gpus, self.ctx.gpu_reason = await trio.to_thread.run_sync(self.probes.detect_gpus)
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Long-running services live here: the network now, jobs and payments later."""
+        """Long-running services live here: the network, jobs, settling, metrics, notices."""
         async with trio.open_nursery() as nursery:
             self._services = nursery
             if self.network_enabled:  # a long-running engine (daemon, TUI): the operator's tools
                 from engine.notify import serve_notifications
 
                 # Supervised like every service: a failing hook never ends the node.
-                nursery.start_soon(supervised, "notifications", partial(serve_notifications, self))
+                nursery.start_soon(
+                    supervised,
+                    "notifications",
+                    partial(serve_notifications, self.ctx, self.add_sink),
+                )
                 if self.settings.metrics.listen:
                     from engine.metrics import serve_metrics  # prometheus-client: only when on
 
-                    nursery.start_soon(supervised, "metrics", partial(serve_metrics, self))
+                    nursery.start_soon(
+                        supervised, "metrics", partial(serve_metrics, self.ctx, self)
+                    )
             if self._autostart_network:
                 self._start_services()
             task_status.started()
@@ -180,8 +197,7 @@ class Node:
     @property
     def payments_enabled(self) -> bool:
         """Paid jobs: a chain backend and an oracle are configured."""
-        payments = self.settings.payments
-        return payments.backend != "none" and bool(payments.oracle_url)
+        return self.ctx.payments_enabled
 
     async def _start_network(self, command: api.StartNetwork) -> api.Done:
         if not self.network_enabled:
@@ -189,19 +205,22 @@ class Node:
         started = self._start_services()
         return api.Done(message="network starting" if started else "network already started")
 
+    # --- the subsystems, each built once on first use, and wired ----------------------------
+
     def network(self) -> NodeNetwork:
         if self._network is None:
             # Imported here: py-libp2p costs about a second to import.
             from engine.network.link import NodeNetwork
 
-            self._network = NodeNetwork(self)
+            self._network = NodeNetwork(self.ctx, facts=self, jobs=self.jobs, totals=self)
         return self._network
 
     def jobs(self) -> NodeJobs:
         if self._jobs is None:
             from engine.jobs.service import NodeJobs
 
-            self._jobs = NodeJobs(self)
+            escrows = self._escrows if self.payments_enabled else None
+            self._jobs = NodeJobs(self.ctx, network=self.network, escrows=escrows)
         return self._jobs
 
     def payments(self) -> NodePayments:
@@ -209,27 +228,43 @@ class Node:
             # Imported here: pycardano and the keyring backends load on the first use.
             from engine.payments.service import NodePayments
 
-            self._payments = NodePayments(self)
+            self._payments = NodePayments(self.ctx)
         return self._payments
 
-    async def _payments_command(self, command: api.Command) -> Any:
-        return await self.payments().handlers()[type(command)](command)
+    def _escrows(self) -> Escrows:
+        return self.payments().escrows
 
-    async def _job_command(self, command: api.Command) -> Any:
-        return await self.jobs().handlers()[type(command)](command)
+    # --- ports the node itself implements (engine/ports.py, engine/metrics.py) ---------------
 
-    async def _network_command(self, command: api.Command) -> Any:
-        return await self.network().handlers()[type(command)](command)
+    def job_totals(self) -> dict[str, Any]:
+        """TotalsPort: the jobs' metering and, with payments, the escrow book's sums."""
+        totals = self.jobs().job_totals()
+        if self.payments_enabled:
+            listing = self._escrows().listing()
+            totals["ntx_claimed"] = listing.earned_ntx
+            totals["ntx_paid_out"] = listing.spent_ntx
+            totals["ntx_locked"] = listing.locked_ntx
+        return totals
+
+    def ntx_claimed(self) -> int:
+        """TotalsPort: base units this provider claimed."""
+        if not self.payments_enabled:
+            return 0
+        listing = self._escrows().listing()
+        return sum(e.amount for e in listing.escrows if e.state == "claimed")
+
+    def escrow_list(self) -> tuple[api.EscrowInfo, ...]:
+        """MetricsSource: the escrow book (empty when payments are off)."""
+        return self._escrows().listing().escrows if self.payments_enabled else ()
+
+    def running_network(self) -> NetworkService | None:
+        """MetricsSource: the service once started; network() loads py-libp2p, so not before."""
+        return self.network().service if self.network_started else None
 
     # --- commands and events -------------------------------------------------------------
 
     async def handle(self, command: api.Command) -> Any:
-        handler = self._handlers.get(type(command))
-        if handler is None:
-            raise EngineError(
-                "unknown_command", f"this node does not handle {type(command).__name__}"
-            )
-        return await handler(command)
+        return await self._dispatch.handle(command)
 
     def add_sink(self, sink: EventSink) -> Callable[[], None]:
         self._sinks.append(sink)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     import httpx
 
     from engine.config import NotifySettings
-    from engine.node import Node
+    from engine.context import NodeContext
 
 log = logging.getLogger("nunet.notify")
 
@@ -304,7 +304,9 @@ async def _quietly(job: Callable[[], Awaitable[Any]]) -> None:
         log.exception("notify: a delivery failed")
 
 
-async def serve_notifications(node: Node) -> None:
+async def serve_notifications(
+    node: NodeContext, add_sink: Callable[[Callable[[api.Event], None]], Callable[[], None]]
+) -> None:
     """Hand the node's notices to ``[notify]``'s channels while it runs (none set: return)."""
     settings = node.settings.notify
     if not (settings.webhook_url or settings.command or settings.desktop):
@@ -328,7 +330,7 @@ async def serve_notifications(node: Node) -> None:
 
     if settings.webhook_url:
         log.info("notify: webhook %s", redact_url(settings.webhook_url))
-    remove = node.add_sink(sink)
+    remove = add_sink(sink)
     try:
         client = _client(settings) if settings.webhook_url else None
         notifier = Notifier(settings, client, user_agent=f"nunet-tui/{node.version}")

@@ -12,7 +12,7 @@ import trio
 from nacl.signing import SigningKey
 
 from engine import api
-from engine.config import JobSettings, Settings
+from engine.config import JobSettings
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
@@ -25,7 +25,9 @@ from engine.jobs.spec import JobSpec
 from engine.network import wire
 from engine.network.peers import PeerInfo
 from engine.network.ratelimit import StreamLimiter
-from engine.store import Store
+from tests.fakes.context import make_context, onboard
+from tests.fakes.escrows import FakeEscrows
+from tests.fakes.network import FakeNetwork, FakePeerLink
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
 PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
@@ -37,59 +39,18 @@ def job(**fields: Any) -> JobSpec:
     return JobSpec(**values)
 
 
-class FakeNode:
-    """The part of engine.node.Node that job admission reads (a fake of our own port)."""
-
-    def __init__(
-        self, tmp: Path, *, payments: bool = False, jobs: JobSettings | None = None
-    ) -> None:
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.store = Store(tmp / "state.db")
-        self.settings = Settings(jobs=jobs or JobSettings(executors=["process"]))
-        self.gpus: tuple[api.GpuInfo, ...] = ()
-        self.payments_enabled = payments
-        self.network_enabled = False
-        self.identity = Identity(SigningKey(b"\x07" * 32))
-        self.service: FakeNetworkService | None = None
-
-    def onboard(self, memory_mb: int, cpu_mhz: int) -> None:
-        self.store.save_onboarding(
-            api.Onboarding(memory_mb=memory_mb, cpu_mhz=cpu_mhz, channel="c", address="a"),
-            "onboard",
-        )
-
-    def network(self) -> FakeNetworkService:
-        assert self.service is not None
-        return self.service
-
-
-class FakeHost:
-    """Records every stream asked for: a hand-picked peer that fails admission gets none."""
-
-    def __init__(self) -> None:
-        self.opened: list[Any] = []
-
-    async def new_stream(self, peer_id: Any, protocols: Any) -> Any:
-        self.opened.append(peer_id)
-        raise AssertionError("no stream may be opened")
-
-
-class FakeNetworkService:
-    def __init__(self, peers: list[PeerInfo]) -> None:
-        self._peers = peers
-        self.host = FakeHost()
-
-    def require_service(self, what: str) -> FakeNetworkService:
-        return self
-
-    def peers(self) -> list[PeerInfo]:
-        return self._peers
-
-
-def provider(tmp_path: Path, memory_mb: int, cpu_mhz: int, **node: Any) -> ProviderJobs:
-    fake = FakeNode(tmp_path, **node)
-    fake.onboard(memory_mb, cpu_mhz)
-    return ProviderJobs(fake, {"process": object()})  # type: ignore[arg-type, dict-item]
+def provider(
+    tmp_path: Path, memory_mb: int, cpu_mhz: int, *, payments: bool = False, **kw: Any
+) -> ProviderJobs:
+    ctx, _ = make_context(tmp_path, payments=payments, **kw)
+    onboard(ctx, memory_mb, cpu_mhz)
+    escrows = FakeEscrows()
+    return ProviderJobs(
+        ctx,
+        {"process": object()},  # type: ignore[dict-item]
+        network=FakeNetwork,
+        escrows=(lambda: escrows) if payments else None,
+    )
 
 
 def as_peer(res: api.PeerResources, peer_id: str = "p1") -> api.Peer:
@@ -175,17 +136,17 @@ def _advert_info(peer_id: str, cpu_mhz: int) -> PeerInfo:
 def test_a_hand_picked_unsuitable_peer_fails_with_the_reasons_before_any_offer(
     tmp_path: Path,
 ) -> None:
-    node = FakeNode(tmp_path)
+    ctx, _ = make_context(tmp_path)
     picked = Identity(SigningKey(b"\x09" * 32)).peer_id
-    node.service = FakeNetworkService([_advert_info(picked, 1000)])
-    consumer = ConsumerJobs(node)  # type: ignore[arg-type]
+    link = FakePeerLink(me=ctx.identity.peer_id, listed=[_advert_info(picked, 1000)])
+    consumer = ConsumerJobs(ctx, network=lambda: FakeNetwork(link))
     command = api.SubmitJob(spec=msgspec.to_builtins(job(tier="high")), peer_id=picked)
     with pytest.raises(EngineError) as info:
         trio.run(consumer.submit, command)
     assert info.value.code == "unsuitable"
     assert "not enough CPU: 1000 MHz, the high tier needs 8000 MHz" in info.value.message
     assert picked in info.value.message
-    assert node.service.host.opened == []  # no stream, so no offer, was ever sent
+    assert link.opened == []  # no stream, so no offer, was ever sent
 
 
 def test_quotes_are_bounded_per_peer_and_in_all_and_dropped_at_expiry(tmp_path: Path) -> None:

@@ -15,14 +15,16 @@ import contextlib
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import trio
 
 from engine import api, safe_paths
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog
@@ -30,10 +32,7 @@ from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, offer_spec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
-
-if TYPE_CHECKING:
-    from engine.network.service import NetworkService
-    from engine.node import Node
+from engine.ports import EscrowPort, NetworkPort, PeerLink
 
 log = logging.getLogger("nunet.jobs.consumer")
 
@@ -52,14 +51,25 @@ class _Heard:
 
 
 class ConsumerJobs:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
+    are off). Both are built on first use."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        *,
+        network: Callable[[], NetworkPort],
+        escrows: Callable[[], EscrowPort] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self._network = network
+        self._escrows = escrows if ctx.payments_enabled else None
         self._following: set[str] = set()
         self._logs: dict[str, JobLog] = {}
         self._nursery: trio.Nursery | None = None
 
     def job_dir(self, job_id: str) -> Path:
-        return safe_paths.job_dir(self.node.paths.state_dir / "jobs", job_id)
+        return safe_paths.job_dir(self.ctx.paths.state_dir / "jobs", job_id)
 
     def job_path(self, job_id: str, name: str) -> Path:
         """A file of the job's own (its log, its results archive)."""
@@ -73,7 +83,7 @@ class ConsumerJobs:
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for job in self.node.store.list_jobs():
+            for job in self.ctx.store.list_jobs():
                 if job.role == "consumer" and (
                     job.state not in api.TERMINAL_STATES or self._results_missing(job)
                 ):
@@ -81,13 +91,13 @@ class ConsumerJobs:
             task_status.started()
             await trio.sleep_forever()
 
-    def _service(self) -> NetworkService:
-        return self.node.network().require_service("job submit")
+    def _service(self) -> PeerLink:
+        return self._network().require_service("job submit")
 
     def _save(self, job: api.JobInfo) -> api.JobInfo:
         job = msgspec.structs.replace(job, updated_at=time.time())
-        self.node.store.save_job(job)
-        self.node.emit(api.JobChanged(at=job.updated_at, job=job))
+        self.ctx.store.save_job(job)
+        self.ctx.emit(api.JobChanged(at=job.updated_at, job=job))
         return job
 
     # --- submit ------------------------------------------------------------------------
@@ -132,7 +142,7 @@ class ConsumerJobs:
             candidates = [c.peer_id for c in result.candidates[:MAX_CANDIDATES]]
             refusals.extend(result.excluded)
         job_id = secrets.token_hex(6)
-        me = self.node.identity.peer_id
+        me = self.ctx.identity.peer_id
         for provider in candidates:
             try:
                 quote = await self._ask(
@@ -167,9 +177,9 @@ class ConsumerJobs:
                 )
             )
             terms, lock_tx = "", ""
-            if self.node.payments_enabled and quote.total_ntx > 0:
+            if self._escrows is not None and quote.total_ntx > 0:
                 try:
-                    terms, lock_tx = await self.node.payments().escrows.lock(
+                    terms, lock_tx = await self._escrows().lock(
                         job_id,
                         provider,
                         quote.payment_address,
@@ -204,30 +214,28 @@ class ConsumerJobs:
         raise NoMatch(refusals)
 
     async def _ask(
-        self, service: NetworkService, provider: str, message: p.JobMessage
+        self, service: PeerLink, provider: str, message: p.JobMessage
     ) -> p.AnyJobMessage:
         stream = await self._open(service, provider)
         try:
             with trio.fail_after(ASK_TIMEOUT_S):
-                raw = await p.send(stream, self.node.identity, message)
-            self.node.store.record_job_message(message.job_id, "out", p.kind(message), raw)
+                raw = await p.send(stream, self.ctx.identity, message)
+            self.ctx.store.record_job_message(message.job_id, "out", p.kind(message), raw)
             with trio.fail_after(ASK_TIMEOUT_S):
                 # Only a short answer may come (Quote, Refusal, Accepted): bounded to fit.
                 received = await p.receive(stream, provider, p.MAX_ANSWER_BYTES)
             if received is None:
                 raise p.ProtocolError("the provider closed the stream without answering")
             answer, raw_answer = received
-            self.node.store.record_job_message(message.job_id, "in", p.kind(answer), raw_answer)
+            self.ctx.store.record_job_message(message.job_id, "in", p.kind(answer), raw_answer)
             return answer
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
 
-    async def _open(self, service: NetworkService, provider: str) -> Any:
-        from engine.network.host import peer_id_of
-
+    async def _open(self, service: PeerLink, provider: str) -> Any:
         with trio.fail_after(ASK_TIMEOUT_S):
-            return await service.host.new_stream(peer_id_of(provider), [p.JOB_PROTOCOL])
+            return await service.open_stream(provider, p.JOB_PROTOCOL)
 
     # --- following -----------------------------------------------------------------------
 
@@ -242,7 +250,7 @@ class ConsumerJobs:
         heard = _Heard(time.time())  # a restart gives the provider the whole limit again
         try:
             while True:
-                job = self.node.store.get_job(job_id)
+                job = self.ctx.store.get_job(job_id)
                 if job is None:
                     return
                 try:
@@ -274,17 +282,17 @@ class ConsumerJobs:
     # --- a provider that vanishes ----------------------------------------------------------
 
     def _silence_limit_s(self) -> float:
-        return MISSED_HEARTBEATS * self.node.settings.network.heartbeat_interval_s
+        return MISSED_HEARTBEATS * self.ctx.settings.network.heartbeat_interval_s
 
     def _watch_poll_s(self) -> float:
-        return max(0.1, min(self.node.settings.network.heartbeat_interval_s / 4, 5.0))
+        return max(0.1, min(self.ctx.settings.network.heartbeat_interval_s / 4, 5.0))
 
     def _silent_for(self, provider: str, heard: _Heard) -> float:
         """Seconds since the provider was last heard: a heartbeat or advert on the channel, or
         an Update of this job. Our own network down blames nobody: the count starts again."""
         now = time.time()
         try:
-            info = self._service().table.get(provider)
+            info = self._service().peer(provider)
         except EngineError:
             heard.at = now
             return 0.0
@@ -323,14 +331,14 @@ class ConsumerJobs:
     def _ended_by_silence(self, job_id: str, heard: _Heard) -> bool:
         """While a follow is down: a provider silent for three heartbeats is shown as
         unreachable; past the grace the job ends interrupted (True) and its refund is asked."""
-        job = self.node.store.get_job(job_id)
+        job = self.ctx.store.get_job(job_id)
         if job is None or job.state in api.TERMINAL_STATES:
             return False
         silent = self._silent_for(job.provider, heard)
         limit = self._silence_limit_s()
         if silent < limit:
             return False
-        grace = max(0.0, self.node.settings.jobs.provider_grace_s)
+        grace = max(0.0, self.ctx.settings.jobs.provider_grace_s)
         if silent < limit + grace:
             if not job.reason.startswith(PROVIDER_UNREACHABLE):
                 self._save(
@@ -342,9 +350,9 @@ class ConsumerJobs:
                 )
             return False
         asked = False
-        if self.node.payments_enabled:
+        if self._escrows is not None:
             try:  # the escrow first: a crash after it still finds the job to end again
-                asked = self.node.payments().escrows.provider_vanished(job)
+                asked = self._escrows().provider_vanished(job)
             except Exception as exc:
                 log.warning("job %s: cannot ask for the refund: %s", job_id, exc)
         reason = f"{PROVIDER_UNREACHABLE} for {silent:.0f} s: the job ended interrupted"
@@ -366,7 +374,7 @@ class ConsumerJobs:
         try:
             await p.send(
                 stream,
-                self.node.identity,
+                self.ctx.identity,
                 p.Follow(job_id=job.job_id, after_seq=joblog.last_seq),
             )
             while True:
@@ -393,7 +401,7 @@ class ConsumerJobs:
     def _apply(self, job: api.JobInfo, update: p.Update, joblog: JobLog) -> api.JobInfo:
         fresh = joblog.append(update.lines)
         if fresh:
-            self.node.emit(api.JobLogEvent(at=time.time(), job_id=job.job_id, lines=tuple(fresh)))
+            self.ctx.emit(api.JobLogEvent(at=time.time(), job_id=job.job_id, lines=tuple(fresh)))
         changed = msgspec.structs.replace(
             job,
             state=update.state,
@@ -412,22 +420,21 @@ class ConsumerJobs:
             return job
         if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:
             # Only the line count moved: keep it, but the JobLogEvent already told everyone.
-            self.node.store.save_job(changed)
+            self.ctx.store.save_job(changed)
             return changed
         return self._save(changed)
 
     def _receipt_missing(self, job: api.JobInfo) -> bool:
-        if not self.node.payments_enabled:
+        if self._escrows is None:
             return False
-        record = self.node.payments().escrows.get(job.job_id)
-        return record is not None and record.info.state == "locked"
+        return self._escrows().awaiting_receipt(job.job_id)
 
     async def _countersign(self, job: api.JobInfo, receipt: str) -> None:
         """Sign the provider's receipt (if it says what we saw) and send it back."""
-        if not self.node.payments_enabled:
+        if self._escrows is None:
             return
         try:
-            signed = await self.node.payments().escrows.countersign(job, receipt)
+            signed = await self._escrows().countersign(job, receipt)
         except EngineError as exc:
             log.warning("job %s: not countersigning the receipt: %s", job.job_id, exc.message)
             return
@@ -452,7 +459,7 @@ class ConsumerJobs:
         stream = await self._open(service, job.provider)
         target = self.job_path(job.job_id, "results.tar.gz")
         try:
-            await p.send(stream, self.node.identity, p.FetchResults(job_id=job.job_id))
+            await p.send(stream, self.ctx.identity, p.FetchResults(job_id=job.job_id))
             received = await p.receive(stream, job.provider)
             if received is None or not isinstance(received[0], p.ResultsHeader):
                 raise p.ProtocolError("the provider did not send results")
@@ -479,7 +486,7 @@ class ConsumerJobs:
         self._save(msgspec.structs.replace(job, results_dir=str(target)))
 
     async def results(self, command: api.FetchJobResults) -> api.JobResults:
-        job = self.node.store.get_job(command.job_id.strip())
+        job = self.ctx.store.get_job(command.job_id.strip())
         if job is None:
             raise EngineError("not_found", f"no job {command.job_id!r}; `nunet-tui job list`")
         if job.role != "consumer":
@@ -496,7 +503,7 @@ class ConsumerJobs:
 
     async def stop(self, command: api.StopJob) -> api.JobInfo:
         """`job stop`: a service job's normal end (it ends "completed")."""
-        job = self.node.store.get_job(command.job_id.strip())
+        job = self.ctx.store.get_job(command.job_id.strip())
         if job is not None and job.role == "consumer" and job.spec.get("kind") != "service":
             raise EngineError(
                 "invalid",
@@ -505,8 +512,28 @@ class ConsumerJobs:
             )
         return await self._end(command.job_id, stop=True)
 
+    async def delete_results(self, command: api.DeleteJobResults) -> api.Done:
+        """`notebook delete`: a finished job's files removed on its provider (helper D;
+        engine/jobs/notebooks.py). Our own fetched copy stays for `job results`."""
+        job = self.ctx.store.get_job(command.job_id.strip())
+        if job is None or job.role != "consumer":
+            raise EngineError(
+                "not_found", f"no job {command.job_id!r} of yours; `nunet-tui job list`"
+            )
+        if job.state not in api.TERMINAL_STATES:
+            raise EngineError(
+                "not_finished", f"job {job.job_id} is {job.state}: stop it first (notebook stop)"
+            )
+        if self._results_missing(job):  # never delete the only copy
+            raise EngineError("not_fetched", f"job {job.job_id}'s files are not fetched yet")
+        answer = await self._ask(self._service(), job.provider, p.DeleteResults(job_id=job.job_id))
+        if not isinstance(answer, p.Accepted):
+            why = answer.reason if isinstance(answer, p.Refusal) else "an unexpected answer"
+            raise EngineError("refused", f"the provider did not delete the files: {why}")
+        return api.Done(message=f"job {job.job_id}'s files were deleted on its provider")
+
     async def _end(self, job_id: str, *, stop: bool) -> api.JobInfo:
-        job = self.node.store.get_job(job_id.strip())
+        job = self.ctx.store.get_job(job_id.strip())
         if job is None or job.role != "consumer":
             raise EngineError("not_found", f"no job {job_id} of yours")
         if job.state in api.TERMINAL_STATES:
@@ -517,11 +544,11 @@ class ConsumerJobs:
             what = "stop" if stop else "cancel"
             raise EngineError("refused", f"the provider refused to {what}: {answer.reason}")
         with trio.move_on_after(5):
-            while (current := self.node.store.get_job(job.job_id)) is not None and (
+            while (current := self.ctx.store.get_job(job.job_id)) is not None and (
                 current.state not in api.TERMINAL_STATES
             ):
                 await trio.sleep(0.05)
-        return self.node.store.get_job(job.job_id) or job
+        return self.ctx.store.get_job(job.job_id) or job
 
 
 def _slots(peers: list[api.Peer], provider: str) -> int:

@@ -23,14 +23,16 @@ import dataclasses
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import trio
 
 from engine import api, safe_paths
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.admission import Needs, Verdict, judge
@@ -42,9 +44,7 @@ from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
-
-if TYPE_CHECKING:
-    from engine.node import Node
+from engine.ports import Committed, EscrowPort, NetworkPort
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -120,21 +120,24 @@ class QuoteBook:
         self._held[held.quote.job_id] = held
 
 
-@dataclass
-class Committed:
-    jobs: int = 0
-    cpu_mhz: int = 0
-    memory_mb: int = 0
-    gpus: int = 0
-    vram_mb: int = 0
-
-
 FOLLOW_POLL_S = 0.1
 
 
 class ProviderJobs:
-    def __init__(self, node: Node, executors: dict[str, Executor]) -> None:
-        self.node = node
+    """``network``: the node's network (None: this engine runs without one); ``escrows``:
+    the escrow of paid jobs (None: payments are off). Both are built on first use."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        executors: dict[str, Executor],
+        *,
+        network: Callable[[], NetworkPort] | None = None,
+        escrows: Callable[[], EscrowPort] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self._network = network if ctx.network_enabled else None
+        self._escrows = escrows if ctx.payments_enabled else None
         self.executors = executors
         self._quotes = QuoteBook()
         self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
@@ -143,7 +146,7 @@ class ProviderJobs:
         self._changed: dict[str, trio.Event] = {}
         self._logs: dict[str, JobLog] = {}
         self._nursery: trio.Nursery | None = None
-        self.tunnels = TunnelServer(self)  # /nunet/tunnel/1.0.0 into running jobs
+        self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
 
     def running(self, job_id: str) -> tuple[Executor, JobRun] | None:
@@ -151,7 +154,7 @@ class ProviderJobs:
         return self._runs.get(job_id)
 
     def job_dir(self, job_id: str) -> Path:
-        return safe_paths.job_dir(self.node.paths.state_dir / "jobs", job_id)
+        return safe_paths.job_dir(self.ctx.paths.state_dir / "jobs", job_id)
 
     def job_path(self, job_id: str, name: str) -> Path:
         """A file or folder of the job's own (its log, workspace, checkpoints)."""
@@ -167,7 +170,7 @@ class ProviderJobs:
             self._nursery = nursery
             for executor in self.executors.values():
                 await nursery.start(executor.serve)
-            for job in self.node.store.list_jobs(states=("accepted", "running")):
+            for job in self.ctx.store.list_jobs(states=("accepted", "running")):
                 if job.role == "provider":
                     nursery.start_soon(self._resume, job)
             nursery.start_soon(self._drop_expired_quotes)
@@ -182,27 +185,25 @@ class ProviderJobs:
                 log.debug("dropped %d expired quote(s)", dropped)
 
     def _quote_ttl(self) -> float:
-        return float(self.node.settings.jobs.quote_ttl_s)
+        return float(self.ctx.settings.jobs.quote_ttl_s)
 
     # --- bookkeeping ---------------------------------------------------------------------
 
     def _save(self, job: api.JobInfo) -> api.JobInfo:
         job = msgspec.structs.replace(job, updated_at=time.time())
-        before = self.node.store.get_job(job.job_id)
-        self.node.store.save_job(job)
-        if before is None or before.state != job.state:
-            service = self.node.network().service if self.node.network_enabled else None
-            if service is not None:
-                service.beat_now()  # free slots and resources changed: say so at once
+        before = self.ctx.store.get_job(job.job_id)
+        self.ctx.store.save_job(job)
+        if (before is None or before.state != job.state) and self._network is not None:
+            self._network().beat_now()  # free slots and resources changed: say so at once
         self._changed.setdefault(job.job_id, trio.Event()).set()
         self._changed[job.job_id] = trio.Event()
-        self.node.emit(api.JobChanged(at=job.updated_at, job=job))
+        self.ctx.emit(api.JobChanged(at=job.updated_at, job=job))
         return job
 
     def committed(self) -> Committed:
         """What running jobs hold (their tiers' maximums): subtracted from free in heartbeats."""
         used = Committed()
-        for job in self.node.store.list_jobs(states=("accepted", "running")):
+        for job in self.ctx.store.list_jobs(states=("accepted", "running")):
             if job.role != "provider":
                 continue
             need = estimate_resource(str(job.spec.get("tier")), str(job.spec.get("device")))
@@ -217,7 +218,7 @@ class ProviderJobs:
     def running_jobs(self) -> int:
         return sum(
             1
-            for job in self.node.store.list_jobs(states=("accepted", "running"))
+            for job in self.ctx.store.list_jobs(states=("accepted", "running"))
             if job.role == "provider"
         )
 
@@ -276,19 +277,21 @@ class ProviderJobs:
             await self._follow(stream, message, peer)
         elif isinstance(message, p.FetchResults):
             await self._send_results(stream, message, peer)
+        elif isinstance(message, p.DeleteResults):  # notebook delete (helper D)
+            await self._reply(stream, peer, await self._delete_results(message, peer))
         else:
             raise p.ProtocolError(f"unexpected {type(message).__name__}")
 
     def _record(self, job_id: str, consumer: str, direction: str, kind: str, raw: bytes) -> None:
         """Keep a signed message, but only one of ``consumer``'s own job on this provider."""
-        job = self.node.store.get_job(job_id)
+        job = self.ctx.store.get_job(job_id)
         if job is not None and job.role == "provider" and job.consumer == consumer:
-            self.node.store.record_job_message(job_id, direction, kind, raw)
+            self.ctx.store.record_job_message(job_id, direction, kind, raw)
 
     async def _reply(
         self, stream: Any, consumer: str, message: p.JobMessage, *, keep: bool = True
     ) -> None:
-        raw = p.encode(self.node.identity, message)
+        raw = p.encode(self.ctx.identity, message)
         if keep:
             self._record(message.job_id, consumer, "out", p.kind(message), raw)
         with trio.fail_after(WRITE_S):
@@ -302,7 +305,7 @@ class ProviderJobs:
             return p.refusal(job_id, f"too many offers from you: at most {OFFERS_PER_S:g} a second")
         if offer.consumer != consumer:
             return p.refusal(job_id, "offer names another consumer")
-        if self.node.store.get_job(job_id) is not None:
+        if self.ctx.store.get_job(job_id) is not None:
             return p.refusal(job_id, "job id already in use")
         try:
             spec = msgspec.convert(offer.spec, JobSpec)
@@ -316,21 +319,21 @@ class ProviderJobs:
         if why := self._quotes.no_room(consumer, now):
             return p.refusal(job_id, why)
         payment_address = ""
-        if self.node.payments_enabled:
+        if self._escrows is not None:
             try:
-                payment_address = self.node.payments().wallet().address
+                payment_address = self._escrows().payment_address()
             except EngineError:
                 return p.refusal(job_id, "this provider has no wallet to be paid into yet")
         quote = p.Quote(
             job_id=job_id,
-            provider=self.node.identity.peer_id,
+            provider=self.ctx.identity.peer_id,
             price_ntx_hour=verdict.price_ntx_hour,
             total_ntx=verdict.cost_ntx,
             expires_at=now + self._quote_ttl(),
             executor=self._executor_for(spec) or "",
             payment_address=payment_address,
         )
-        quote_raw = p.encode(self.node.identity, quote)
+        quote_raw = p.encode(self.ctx.identity, quote)
         self._quotes.add(HeldQuote(quote, spec, consumer, raw, quote_raw))
         return quote
 
@@ -340,7 +343,7 @@ class ProviderJobs:
         held = self._quotes.get(quote.job_id)
         if held is None or held.spec.script_url is None:
             return quote
-        policy = FetchPolicy.from_settings(self.node.settings.jobs.fetch_allow_networks)
+        policy = FetchPolicy.from_settings(self.ctx.settings.jobs.fetch_allow_networks)
         try:
             script = await trio.to_thread.run_sync(
                 functools.partial(
@@ -357,7 +360,7 @@ class ProviderJobs:
         # The quote's life starts once it can be had: a slow fetch must not hand the
         # consumer a quote that is already (nearly) stale.
         fresh = msgspec.structs.replace(quote, expires_at=time.time() + self._quote_ttl())
-        raw = p.encode(self.node.identity, fresh)
+        raw = p.encode(self.ctx.identity, fresh)
         self._quotes.add(dataclasses.replace(held, quote=fresh, quote_raw=raw, script=script))
         return fresh
 
@@ -367,14 +370,14 @@ class ProviderJobs:
     def _admission(self, spec: JobSpec) -> Verdict:
         """The verdict on ``spec`` here: the shared rules (admission.judge) on this provider's
         own figures, after what only the provider knows (onboarded, the spec's validity)."""
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":
             return _refused("not accepting jobs (not onboarded or paused)")
         report = validate_spec(spec)
         if not report.ok:
             return _refused(*(problem.message for problem in report.problems))
         verdict = judge(
-            Needs.of(spec), self.own_resources(), takes_payments=self.node.payments_enabled
+            Needs.of(spec), self.own_resources(), takes_payments=self._escrows is not None
         )
         if verdict.ok and spec.device == "gpu":
             try:
@@ -386,15 +389,15 @@ class ProviderJobs:
     def own_resources(self) -> api.PeerResources:
         """What this provider advertises and beats about itself, as a consumer sees it: the
         figures admission judges here (engine/network/link.py sends the same)."""
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         if onboarding is None:
             return api.PeerResources()
-        settings = self.node.settings.jobs
+        settings = self.ctx.settings.jobs
         used = self.committed()
         offered = set(onboarding.gpus)
         gpus = tuple(
             api.PeerGpu(vendor=gpu.vendor, model=gpu.name, vram_mb=gpu.vram_mb)
-            for gpu in self.node.gpus
+            for gpu in self.ctx.gpus
             if gpu.uuid in offered
         )
         vram = sum(gpu.vram_mb for gpu in gpus)
@@ -419,9 +422,9 @@ class ProviderJobs:
         machine's own vendor when it named none (never every GPU the machine has)."""
         if spec.device != "gpu":
             return ()
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         offered = set(onboarding.gpus) if onboarding is not None else set()
-        cards = [gpu for gpu in self.node.gpus if gpu.uuid in offered]
+        cards = [gpu for gpu in self.ctx.gpus if gpu.uuid in offered]
         if not cards:
             raise EngineError("no_gpu", "no onboarded GPU is present on this provider now")
         vendor = spec.gpu_vendor or cards[0].vendor
@@ -432,7 +435,7 @@ class ProviderJobs:
         return chosen
 
     def _executor_for(self, spec: JobSpec) -> str | None:
-        for name in self.node.settings.jobs.executors:
+        for name in self.ctx.settings.jobs.executors:
             if name in self.executors and not (spec.device == "gpu" and name == "process"):
                 return name
         return None
@@ -456,7 +459,7 @@ class ProviderJobs:
         self, confirm: p.Confirm, consumer: str, held: HeldQuote | None
     ) -> tuple[p.Accepted | p.Refusal, bool]:
         """The answer, and True when this call made the job."""
-        existing = self.node.store.get_job(confirm.job_id)
+        existing = self.ctx.store.get_job(confirm.job_id)
         if existing is not None:
             if existing.consumer != consumer:
                 return p.refusal(confirm.job_id, "job id already in use"), False
@@ -470,10 +473,10 @@ class ProviderJobs:
             return p.refusal(confirm.job_id, "quote expired (ask again)"), False
         if abs(confirm.total_ntx - quote.total_ntx) > 1e-9:
             return p.refusal(confirm.job_id, "confirmed amount differs from quote"), False
-        if self.node.payments_enabled and quote.total_ntx > 0:
-            paid = confirm.escrow_tx or self.node.settings.payments.require_payment
+        if self._escrows is not None and quote.total_ntx > 0:
+            paid = confirm.escrow_tx or self.ctx.settings.payments.require_payment
             reason = (
-                await self.node.payments().escrows.verify_lock(
+                await self._escrows().verify_lock(
                     confirm.job_id,
                     consumer,
                     quote.total_ntx,
@@ -485,16 +488,16 @@ class ProviderJobs:
             )
             if reason:
                 return p.refusal(confirm.job_id, reason), False
-            if self.node.store.get_job(confirm.job_id) is not None:
+            if self.ctx.store.get_job(confirm.job_id) is not None:
                 return p.Accepted(job_id=confirm.job_id), False  # a repeat answered while we looked
-        if self.running_jobs() >= self.node.settings.jobs.slots:
+        if self.running_jobs() >= self.ctx.settings.jobs.slots:
             return p.refusal(confirm.job_id, "busy: another consumer was first"), False
         now = time.time()
         job = api.JobInfo(
             job_id=confirm.job_id,
             role="provider",
             state="accepted",
-            provider=self.node.identity.peer_id,
+            provider=self.ctx.identity.peer_id,
             consumer=consumer,
             spec=msgspec.to_builtins(spec),
             price_ntx_hour=quote.price_ntx_hour,
@@ -508,13 +511,13 @@ class ProviderJobs:
         return p.Accepted(job_id=confirm.job_id), True
 
     def _countersigned(self, message: p.Countersign, consumer: str) -> p.Accepted | p.Refusal:
-        if not self.node.payments_enabled:
+        if self._escrows is None:
             return p.Refusal(job_id=message.job_id, reason="this provider takes no payments")
-        escrows = self.node.payments().escrows
+        escrows = self._escrows()
         reason = escrows.accept_countersigned(message.job_id, consumer, message.receipt)
         if reason:
             return p.refusal(message.job_id, reason)  # clipped to the schema's bound
-        job = self.node.store.get_job(message.job_id)
+        job = self.ctx.store.get_job(message.job_id)
         if job is not None and job.receipt != message.receipt:
             self._save(msgspec.structs.replace(job, receipt=message.receipt))
         return p.Accepted(job_id=message.job_id)
@@ -532,9 +535,9 @@ class ProviderJobs:
             limits=limits_for(spec, timeout_factor=1.0)
             if spec.kind == "service"
             else limits_for(spec),
-            node_id=self.node.identity.peer_id,
+            node_id=self.ctx.identity.peer_id,
             gpus=self._gpus_for(spec),
-            fetch_policy=FetchPolicy.from_settings(self.node.settings.jobs.fetch_allow_networks),
+            fetch_policy=FetchPolicy.from_settings(self.ctx.settings.jobs.fetch_allow_networks),
         )
         return executor, run
 
@@ -565,15 +568,15 @@ class ProviderJobs:
                 resumed_from=resume_from.number if resume_from is not None else job.resumed_from,
             )
         )
-        interval = self.node.settings.jobs.checkpoint_interval_s
+        interval = self.ctx.settings.jobs.checkpoint_interval_s
         if interval > 0:
             executor.start_checkpoints(  # type: ignore[attr-defined]
                 run, checkpoints, interval, lambda c: self._checkpointed(job.job_id, c.number)
             )
         async with trio.open_nursery() as alive:
-            if self.node.payments_enabled:
+            if self._escrows is not None:
                 # The oracle's own evidence that we are still here while a paid job runs.
-                alive.start_soon(self.node.payments().escrows.report_liveness, job.job_id)
+                alive.start_soon(self._escrows().report_liveness, job.job_id)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump_logs, executor, run)
                 status = await executor.wait(run)
@@ -591,7 +594,7 @@ class ProviderJobs:
             api.JobLogLine(seq=joblog.last_seq + 1 + i, stream="system", text=note, at=now)
             for i, note in enumerate(notes)
         )
-        current = self.node.store.get_job(job.job_id) or job
+        current = self.ctx.store.get_job(job.job_id) or job
         self._finish(current, status, executor.usage(run), results)
 
     def _service_end(self, job: api.JobInfo, status: ExitStatus) -> ExitStatus:
@@ -609,7 +612,7 @@ class ProviderJobs:
         return status
 
     def _checkpointed(self, job_id: str, number: int) -> None:
-        job = self.node.store.get_job(job_id)
+        job = self.ctx.store.get_job(job_id)
         if job is not None and job.state == "running":
             self._save(msgspec.structs.replace(job, checkpoint=number))
 
@@ -664,9 +667,9 @@ class ProviderJobs:
             results_size=results.size if results else 0,
             results_dir=str(results.path) if results else "",
         )
-        if self.node.payments_enabled:
+        if self._escrows is not None:
             # Signed before the end is announced: the last Update carries it to the consumer.
-            receipt = self.node.payments().escrows.provider_receipt(ended)
+            receipt = self._escrows().provider_receipt(ended)
             ended = msgspec.structs.replace(ended, receipt=receipt)
         self._save(ended)
         self._runs.pop(job.job_id, None)
@@ -697,7 +700,7 @@ class ProviderJobs:
         await self._run(job, checkpoint)
 
     async def _cancel(self, cancel: p.Cancel, consumer: str) -> p.Accepted | p.Refusal:
-        job = self.node.store.get_job(cancel.job_id)
+        job = self.ctx.store.get_job(cancel.job_id)
         if job is None or job.consumer != consumer:
             return p.Refusal(job_id=cancel.job_id, reason="no such job of yours")
         if cancel.stop and job.spec.get("kind") != "service":
@@ -722,7 +725,7 @@ class ProviderJobs:
     # --- following and results ---------------------------------------------------------
 
     async def _follow(self, stream: Any, follow: p.Follow, consumer: str) -> None:
-        job = self.node.store.get_job(follow.job_id)
+        job = self.ctx.store.get_job(follow.job_id)
         if job is None or job.consumer != consumer:
             await self._reply(stream, consumer, p.refusal(follow.job_id, "no such job of yours"))
             return
@@ -731,7 +734,7 @@ class ProviderJobs:
         last_state: tuple[Any, ...] = ()
         while True:
             changed = self._changed.setdefault(follow.job_id, trio.Event())
-            job = self.node.store.get_job(follow.job_id) or job
+            job = self.ctx.store.get_job(follow.job_id) or job
             lines = _within_budget(joblog.read(after, p.MAX_LINES_PER_UPDATE))
             more = bool(lines) and bool(joblog.read(lines[-1].seq, 1))
             # The end goes out with the last line: a consumer that sees "completed" has the
@@ -739,7 +742,7 @@ class ProviderJobs:
             shown = _before_the_end(job) if more and job.state in api.TERMINAL_STATES else job
             state = (shown.state, shown.checkpoint, shown.resumed_from, shown.reason)
             if lines or state != last_state:
-                await p.send(stream, self.node.identity, _update(shown, lines))
+                await p.send(stream, self.ctx.identity, _update(shown, lines))
                 if lines:
                     after = lines[-1].seq
                 last_state = state
@@ -750,8 +753,26 @@ class ProviderJobs:
             with trio.move_on_after(FOLLOW_POLL_S * 10):
                 await changed.wait()
 
+    async def _delete_results(
+        self, message: p.DeleteResults, consumer: str
+    ) -> p.Accepted | p.Refusal:
+        """`notebook delete`: the owner's finished job's files go (engine/jobs/notebooks.py)."""
+        from engine.jobs.notebooks import delete_job_files, deletion_refusal
+
+        job = self.ctx.store.get_job(message.job_id)
+        if (why := deletion_refusal(job, consumer)) or job is None:
+            return p.refusal(message.job_id, why)
+        try:
+            removed = await trio.to_thread.run_sync(delete_job_files, self.job_dir(job.job_id), job)
+        except (EngineError, OSError) as exc:
+            why = exc.message if isinstance(exc, EngineError) else str(exc)
+            return p.refusal(message.job_id, f"could not delete job {job.job_id}'s files: {why}")
+        log.info("job %s: its consumer deleted its files (%s)", job.job_id, ", ".join(removed))
+        self._save(msgspec.structs.replace(job, results_dir=""))
+        return p.Accepted(job_id=message.job_id)
+
     async def _send_results(self, stream: Any, fetch: p.FetchResults, consumer: str) -> None:
-        job = self.node.store.get_job(fetch.job_id)
+        job = self.ctx.store.get_job(fetch.job_id)
         if job is None or job.consumer != consumer:
             await self._reply(stream, consumer, p.refusal(fetch.job_id, "no such job of yours"))
             return
@@ -761,7 +782,7 @@ class ProviderJobs:
         header = p.ResultsHeader(
             job_id=job.job_id, sha256=job.results_sha256, size=job.results_size
         )
-        await p.send(stream, self.node.identity, header)
+        await p.send(stream, self.ctx.identity, header)
         with Path(job.results_dir).open("rb") as handle:
             while chunk := handle.read(p.RESULT_CHUNK):
                 await stream.write(chunk)

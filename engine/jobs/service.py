@@ -8,27 +8,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel import ConsumerTunnels
-
-if TYPE_CHECKING:
-    from engine.network.service import NetworkService
-    from engine.node import Node
+from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
 
 log = logging.getLogger("nunet.jobs")
 
 
-def build_executors(node: Node) -> dict[str, Executor]:
+def build_executors(ctx: NodeContext) -> dict[str, Executor]:
     executors: dict[str, Executor] = {}
-    for name in node.settings.jobs.executors:
+    for name in ctx.settings.jobs.executors:
         if name == "process":
             from engine.jobs.executors.process import ProcessExecutor
 
@@ -41,8 +39,8 @@ def build_executors(node: Node) -> dict[str, Executor]:
             from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 
             # The images onboard-ml pulled ([ml_images]), not the built-in defaults.
-            images = images_from_settings(node.settings.ml_images.as_map())
-            executors[name] = DockerExecutor(node_id=node.identity.peer_id, images=images)
+            images = images_from_settings(ctx.settings.ml_images.as_map())
+            executors[name] = DockerExecutor(node_id=ctx.identity.peer_id, images=images)
         else:
             raise EngineError(
                 "config", f"jobs.executors: unknown executor {name!r} (docker or process)"
@@ -51,11 +49,22 @@ def build_executors(node: Node) -> dict[str, Executor]:
 
 
 class NodeJobs:
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.provider = ProviderJobs(node, build_executors(node))
-        self.consumer = ConsumerJobs(node)
-        self.tunnels = ConsumerTunnels(node)  # job forward / job shell (the provider's: .provider)
+    """Both roles of the job protocol and their commands. ``network``: the node's network,
+    built on first use; ``escrows``: the escrow of paid jobs (None: payments are off)."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        network: Callable[[], NetworkPort],
+        escrows: Callable[[], EscrowPort] | None,
+        executors: dict[str, Executor] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        executors = build_executors(ctx) if executors is None else executors
+        self.provider = ProviderJobs(ctx, executors, network=network, escrows=escrows)
+        self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows)
+        # job forward / job shell (the provider's side: .provider.tunnels)
+        self.tunnels = ConsumerTunnels(ctx, network)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -64,17 +73,39 @@ class NodeJobs:
             await nursery.start(self.tunnels.serve)
             task_status.started()
 
-    def attach(self, service: NetworkService) -> None:
+    def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts: serve the job protocol on its host."""
-        from libp2p.custom_types import TProtocol
-
         from engine.jobs.protocol import JOB_PROTOCOL
         from engine.jobs.tunnel import TUNNEL_PROTOCOL
 
-        service.host.set_stream_handler(TProtocol(JOB_PROTOCOL), self.provider.handle)
-        service.host.set_stream_handler(TProtocol(TUNNEL_PROTOCOL), self.provider.tunnels.handle)
+        link.set_stream_handler(JOB_PROTOCOL, self.provider.handle)
+        link.set_stream_handler(TUNNEL_PROTOCOL, self.provider.tunnels.handle)
 
-    def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
+    def committed(self) -> Committed:
+        return self.provider.committed()
+
+    def job_totals(self) -> dict[str, Any]:
+        """What this node ran and bought, from the metering of its ended jobs."""
+        totals: dict[str, Any] = {
+            "jobs_run": 0,
+            "cpu_mticks_run": 0.0,
+            "ntx_earned": 0.0,
+            "jobs_bought": 0,
+            "ntx_spent": 0.0,
+        }
+        for job in self.ctx.store.list_jobs(states=api.TERMINAL_STATES, limit=100_000):
+            if job.metering is None:
+                continue
+            if job.role == "provider":
+                totals["jobs_run"] += 1
+                totals["cpu_mticks_run"] += job.metering.mticks
+                totals["ntx_earned"] += job.metering.cost_ntx
+            else:
+                totals["jobs_bought"] += 1
+                totals["ntx_spent"] += job.metering.cost_ntx
+        return totals
+
+    def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
             api.SubmitJob: self.consumer.submit,
             api.ListJobs: self._list,
@@ -87,13 +118,14 @@ class NodeJobs:
             api.ListForwards: self.tunnels.list_forwards,
             api.JobShell: self.tunnels.shell,
             api.StopJob: self.consumer.stop,
+            api.DeleteJobResults: self.consumer.delete_results,
         }
 
     async def _list(self, command: api.ListJobs) -> api.JobList:
-        return api.JobList(jobs=tuple(self.node.store.list_jobs()))
+        return api.JobList(jobs=tuple(self.ctx.store.list_jobs()))
 
     def _job(self, job_id: str) -> api.JobInfo:
-        job = self.node.store.get_job(job_id.strip())
+        job = self.ctx.store.get_job(job_id.strip())
         if job is None:
             raise EngineError("not_found", f"no job {job_id!r} here; `nunet-tui job list`")
         return job

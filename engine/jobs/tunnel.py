@@ -43,6 +43,7 @@ import msgspec
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.network import wire
@@ -51,8 +52,7 @@ from engine.safe_paths import JobId
 from engine.safe_text import safe
 
 if TYPE_CHECKING:
-    from engine.jobs.provider import ProviderJobs
-    from engine.node import Node
+    from engine.ports import NetworkPort
 
 log = logging.getLogger("nunet.jobs.tunnel")
 
@@ -344,18 +344,16 @@ class _Open:
 class TunnelServer:
     """Serves ``/nunet/tunnel/1.0.0`` for the provider's running jobs."""
 
-    def __init__(self, provider: ProviderJobs) -> None:
-        self.provider = provider
+    def __init__(self, ctx: NodeContext, running: Callable[[str], tuple[Any, Any] | None]) -> None:
+        """``running``: the executor and run of a job running here now (None otherwise)."""
+        self.ctx = ctx
+        self._running = running
         self.idle_s = IDLE_S
         self.shell_idle_s = SHELL_IDLE_S
         self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
         self._open: dict[str, list[_Open]] = {}
         self._bytes: dict[str, list[int]] = {}  # job id -> [into the job, out of it]
         self.refused = 0  # tunnels refused (any reason), for tests and status
-
-    @property
-    def node(self) -> Node:
-        return self.provider.node
 
     def open_count(self, job_id: str) -> int:
         return len(self._open.get(job_id, ()))
@@ -395,7 +393,7 @@ class TunnelServer:
             self.refused += 1
         answer = TunnelAnswer(ok=ok, reason=reason[:1000])
         with trio.fail_after(HEADER_S):
-            await stream.write(seal(self.node.identity, answer))
+            await stream.write(seal(self.ctx.identity, answer))
 
     async def _refuse(self, stream: Any, peer: str, reason: str) -> None:
         from engine.jobs import protocol as p
@@ -438,13 +436,13 @@ class TunnelServer:
 
     def _refusal(self, request: TunnelOpen, peer: str) -> tuple[str, Any, Any]:
         """Why ``peer`` may not open this tunnel ("" when it may), with the job's run."""
-        job = self.node.store.get_job(request.job_id)
+        job = self.ctx.store.get_job(request.job_id)
         # A stranger learns nothing about other people's jobs: the same words as for none.
         if job is None or job.role != "provider" or job.consumer != peer:
             return "no such job of yours", None, None
         if job.state != "running":
             return f"job {job.job_id} is {job.state}, not running", None, None
-        running = self.provider.running(job.job_id)
+        running = self._running(job.job_id)
         if running is None:
             return f"job {job.job_id} is not running here yet; try again", None, None
         executor, run = running
@@ -459,7 +457,7 @@ class TunnelServer:
                     None,
                     None,
                 )
-        elif not self.node.settings.jobs.allow_shell:
+        elif not self.ctx.settings.jobs.allow_shell:
             return "shells are turned off on this provider (jobs.allow_shell)", None, None
         if self.open_count(job.job_id) >= STREAMS_PER_JOB:
             return (
@@ -594,22 +592,22 @@ def _program(command: tuple[str, ...]) -> str:
 # --- the consumer's side ---------------------------------------------------------------------
 
 
-async def open_tunnel(node: Node, provider: str, request: TunnelOpen) -> Any:
+async def open_tunnel(
+    network: NetworkPort, identity: Identity, provider: str, request: TunnelOpen
+) -> Any:
     """A tunnel stream to ``provider``, its header accepted; EngineError with the provider's
     reason when refused."""
-    from engine.network.host import peer_id_of
-
-    service = node.network().require_service("job tunnels")
+    service = network.require_service("job tunnels")
     try:
         with trio.fail_after(HEADER_S):
-            stream = await service.host.new_stream(peer_id_of(provider), [TUNNEL_PROTOCOL])
+            stream = await service.open_stream(provider, TUNNEL_PROTOCOL)
     except trio.TooSlowError:
         raise EngineError("unreachable", f"the provider did not answer in {HEADER_S:g} s") from None
     except Exception as exc:  # py-libp2p's dial and negotiation errors, of many types
         raise EngineError("unreachable", f"cannot reach the provider: {safe(exc)[:300]}") from None
     try:
         with trio.fail_after(HEADER_S):
-            await stream.write(seal(node.identity, request))
+            await stream.write(seal(identity, request))
             data = await wire.read_frame(stream, MAX_HEADER_BYTES)
         if data is None:
             raise EngineError("tunnel", "the provider closed the tunnel without answering")
@@ -639,8 +637,9 @@ class Forward:
 class ConsumerTunnels:
     """``job forward`` listeners and ``job shell`` relays of this consumer node."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, ctx: NodeContext, network: Callable[[], NetworkPort]) -> None:
+        self.ctx = ctx
+        self._network = network
         self.idle_s = IDLE_S
         self._forwards: dict[str, Forward] = {}
         self._nursery: trio.Nursery | None = None
@@ -652,7 +651,7 @@ class ConsumerTunnels:
             await trio.sleep_forever()
 
     def _job(self, job_id: str) -> api.JobInfo:
-        job = self.node.store.get_job(job_id.strip())
+        job = self.ctx.store.get_job(job_id.strip())
         if job is None or job.role != "consumer":
             raise EngineError("not_found", f"no job {job_id!r} of yours; `nunet-tui job list`")
         if job.state in api.TERMINAL_STATES:
@@ -681,7 +680,8 @@ class ConsumerTunnels:
         # One stream now, closed at once: a refusal (not running, port, owner) is said here,
         # not later to a browser that only sees its connection dropped.
         probe = await open_tunnel(
-            self.node,
+            self._network(),
+            self.ctx.identity,
             job.provider,
             TunnelOpen(job_id=job.job_id, kind="tcp", port=command.remote_port),
         )
@@ -745,7 +745,7 @@ class ConsumerTunnels:
         """A forward lasts as long as its job, and its lease if it has one: then its
         listener closes."""
         while True:
-            job = self.node.store.get_job(forward.info.job_id)
+            job = self.ctx.store.get_job(forward.info.job_id)
             if job is None or job.state in api.TERMINAL_STATES:
                 scope.cancel()
                 return
@@ -765,7 +765,8 @@ class ConsumerTunnels:
         forward.connections += 1
         try:
             stream = await open_tunnel(
-                self.node,
+                self._network(),
+                self.ctx.identity,
                 provider,
                 TunnelOpen(job_id=forward.info.job_id, kind="tcp", port=forward.info.remote_port),
             )
@@ -823,9 +824,9 @@ class ConsumerTunnels:
             request = msgspec.convert(fields, TunnelOpen)
         except msgspec.ValidationError as exc:
             raise EngineError("invalid", f"job shell: {exc}") from None
-        stream = await open_tunnel(self.node, job.provider, request)
+        stream = await open_tunnel(self._network(), self.ctx.identity, job.provider, request)
         try:
-            path, listener = _shell_socket(self.node.paths.control_socket.parent)
+            path, listener = _shell_socket(self.ctx.paths.control_socket.parent)
             self._spawn(self._relay_shell, stream, listener, path)
         except BaseException:
             await reset(stream)

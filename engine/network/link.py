@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.network import supervise, wire
 from engine.network.chat import (
@@ -30,9 +31,7 @@ from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
 from engine.network.peers import PeerInfo
 from engine.network.service import NetworkService
-
-if TYPE_CHECKING:
-    from engine.node import Node
+from engine.ports import JobsPort, NodeFacts, TotalsPort
 
 log = logging.getLogger("nunet.network.link")
 
@@ -57,8 +56,22 @@ def listen_for(listen: list[str], onboarded: bool, mode: str | None) -> list[str
 
 
 class NodeNetwork:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    """``jobs``: the jobs room (built on first use), served on each (re)started service;
+    ``totals``: what this node ran, bought, earned and spent; ``facts``: its capacity and
+    mode, for the advert and the listen address."""
+
+    def __init__(
+        self,
+        ctx: NodeContext,
+        *,
+        facts: NodeFacts,
+        jobs: Callable[[], JobsPort],
+        totals: TotalsPort,
+    ) -> None:
+        self.ctx = ctx
+        self._facts = facts
+        self._jobs = jobs
+        self._totals = totals
         self.service: NetworkService | None = None
         self._scope: trio.CancelScope | None = None
         self._running_channel: str | None = None
@@ -73,12 +86,12 @@ class NodeNetwork:
     # --- lifecycle -------------------------------------------------------------------------
 
     def channel(self) -> str:
-        onboarding = self.node.store.get_onboarding()
-        return onboarding.channel if onboarding else self.node.settings.network.channel
+        onboarding = self.ctx.store.get_onboarding()
+        return onboarding.channel if onboarding else self.ctx.settings.network.channel
 
     def mdns(self) -> bool:
         """mDNS only for an active provider onboarded with -l (local discovery)."""
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         return bool(onboarding and onboarding.local_discovery and onboarding.state == "active")
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -88,17 +101,17 @@ class NodeNetwork:
         while True:
             channel = self.channel()
             mdns = self.mdns()
-            settings = self.node.settings.network
+            settings = self.ctx.settings.network
             listen = listen_for(
-                settings.listen, self.node.store.get_onboarding() is not None, self.node.mode()
+                settings.listen, self.ctx.store.get_onboarding() is not None, self._facts.mode()
             )
             if listen != settings.listen:
                 settings = msgspec.structs.replace(settings, listen=listen)
             if self._bound_listen is not None and self._bound_listen_loopback != (
-                listen != self.node.settings.network.listen
+                listen != self.ctx.settings.network.listen
             ):
                 self._bound_listen = None  # a consumer became a provider, or back
-            self._bound_listen_loopback = listen != self.node.settings.network.listen
+            self._bound_listen_loopback = listen != self.ctx.settings.network.listen
             if self._bound_listen and failures >= FALLBACK_AFTER_FAILURES:
                 log.warning(
                     "cannot listen on %s again; back to %s",
@@ -109,11 +122,11 @@ class NodeNetwork:
             if self._bound_listen:
                 settings = msgspec.structs.replace(settings, listen=list(self._bound_listen))
             service = NetworkService(
-                self.node.identity,
+                self.ctx.identity,
                 settings,
                 channel,
                 self,
-                chat_seq_floor=self.node.store.chat_seq_floor,
+                chat_seq_floor=self.ctx.store.chat_seq_floor,
                 mdns=mdns,
             )
             began = trio.current_time()
@@ -125,7 +138,7 @@ class NodeNetwork:
                         self._bound_listen = self._bound_listen or service.bound_listen()
                         self.service = service
                         self._running_channel = channel
-                        self.node.jobs().attach(service)
+                        self._jobs().attach(service)
                         failures = 0
                         self._announce(online=True, channel=channel)
                         nursery.start_soon(
@@ -150,14 +163,14 @@ class NodeNetwork:
     def onboarding_changed(self) -> None:
         """Called by the node after onboarding, pause, resume, resource-config, offboard."""
         public = listen_for(
-            self.node.settings.network.listen,
-            self.node.store.get_onboarding() is not None,
-            self.node.mode(),
+            self.ctx.settings.network.listen,
+            self.ctx.store.get_onboarding() is not None,
+            self._facts.mode(),
         )
         if (
             self._scope is not None
             and self._bound_listen_loopback
-            and (public == self.node.settings.network.listen)
+            and (public == self.ctx.settings.network.listen)
         ):
             log.info("onboarded: listening on %s", ", ".join(public))
             self._scope.cancel()  # providers must be reachable: restart on the real address
@@ -174,7 +187,7 @@ class NodeNetwork:
 
     def _announce(self, *, online: bool, channel: str | None, error: str | None = None) -> None:
         addrs = tuple(self.service.listen_addrs()) if online and self.service else ()
-        self.node.emit(
+        self.ctx.emit(
             api.NetworkChanged(
                 at=time.time(), online=online, channel=channel, listen_addrs=addrs, error=error
             )
@@ -183,9 +196,14 @@ class NodeNetwork:
     def listen_addrs(self) -> tuple[str, ...]:
         return tuple(self.service.listen_addrs()) if self.service else ()
 
+    def beat_now(self) -> None:
+        """Free resources changed (a job started or ended): a heartbeat at once."""
+        if self.service is not None:
+            self.service.beat_now()
+
     def require_service(self, what: str) -> NetworkService:
         if self.service is None:
-            if not self.node.network_enabled:
+            if not self.ctx.network_enabled:
                 raise EngineError(
                     "no_network",
                     f"{what} needs a running node: start `nunet-tui daemon` (or keep the TUI "
@@ -199,10 +217,10 @@ class NodeNetwork:
     # --- NetworkCallbacks (trio thread) --------------------------------------------------
 
     def advert(self) -> wire.Advert | None:
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":
             return None
-        full = self.node.full()
+        full = self._facts.full()
         offered = set(onboarding.gpus)
         return wire.Advert(
             peer_id="",
@@ -215,21 +233,21 @@ class NodeNetwork:
                 for g in full.gpus
                 if g.uuid in offered
             ),
-            prices=dict(self.node.settings.jobs.prices),
-            executors=tuple(self.node.settings.jobs.executors),
+            prices=dict(self.ctx.settings.jobs.prices),
+            executors=tuple(self.ctx.settings.jobs.executors),
             frameworks=FRAMEWORKS,
-            version=self.node.version,
-            slots=self.node.settings.jobs.slots,
-            no_shell=not self.node.settings.jobs.allow_shell,
+            version=self.ctx.version,
+            slots=self.ctx.settings.jobs.slots,
+            no_shell=not self.ctx.settings.jobs.allow_shell,
         )
 
     def heartbeat(self) -> HeartbeatFigures | None:
-        onboarding = self.node.store.get_onboarding()
+        onboarding = self.ctx.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":
             return None
-        offered = [g for g in self.node.gpus if g.uuid in set(onboarding.gpus)]
+        offered = [g for g in self.ctx.gpus if g.uuid in set(onboarding.gpus)]
         vram = sum(g.vram_mb for g in offered)
-        used = self.node.jobs().provider.committed()
+        used = self._jobs().committed()
         return HeartbeatFigures(
             cpu_mhz=onboarding.cpu_mhz,
             ram_mb=onboarding.memory_mb,
@@ -240,49 +258,43 @@ class NodeNetwork:
             free_gpus=max(len(offered) - used.gpus, 0),
             free_vram_mb=max(vram - used.vram_mb, 0),
             running_jobs=used.jobs,
-            ntx_claimed=self._ntx_claimed(),
+            ntx_claimed=self._totals.ntx_claimed(),
         )
-
-    def _ntx_claimed(self) -> int:
-        if not self.node.payments_enabled:
-            return 0
-        listing = self.node.payments().escrows.listing()
-        return sum(e.amount for e in listing.escrows if e.state == "claimed")
 
     def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
         peer = to_api_peer(info) if info is not None else None
         if peer is not None:
-            self.node.store.save_peer(
+            self.ctx.store.save_peer(
                 peer_id, peer.channel, msgspec.json.encode(peer).decode(), peer.last_seen
             )
-            if self.node.store.peers_with_queued_chat():
+            if self.ctx.store.peers_with_queued_chat():
                 self._wake_queue.set()
-        self.node.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
+        self.ctx.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
 
     def on_chat_request(self, peer_id: str, conversation: str, at: float) -> None:
-        if self.node.store.add_chat_request(peer_id, conversation, at):
-            for request_id, pid, conv, when in self.node.store.chat_requests():
+        if self.ctx.store.add_chat_request(peer_id, conversation, at):
+            for request_id, pid, conv, when in self.ctx.store.chat_requests():
                 if pid == peer_id and conv == conversation:
                     request = api.ChatRequest(id=request_id, peer_id=pid, at=when)
-                    self.node.emit(api.ChatRequestEvent(at=time.time(), request=request))
+                    self.ctx.emit(api.ChatRequestEvent(at=time.time(), request=request))
 
     def on_chat_join(self, peer_id: str, conversation: str, at: float) -> None:
         log.info("peer %s joined the chat", peer_id)
 
     def on_message(self, peer_id: str, conversation: str, text: str, seq: int, at: float) -> None:
         # Stored before the chat layer acknowledges: an ack means "kept on this side".
-        stored = self.node.store.add_chat_message(
+        stored = self.ctx.store.add_chat_message(
             peer_id, conversation, "in", seq, text, at, "received"
         )
         if stored is not None:
             message = api.ChatMessage(
                 peer_id=peer_id, sender=peer_id, text=text, at=at, seq=seq, direction="in"
             )
-            self.node.emit(api.ChatMessageEvent(at=time.time(), message=message))
+            self.ctx.emit(api.ChatMessageEvent(at=time.time(), message=message))
 
     # --- commands --------------------------------------------------------------------------
 
-    def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
+    def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
             api.ListPeers: self._list_peers,
             api.ChatStart: self._chat_start,
@@ -303,7 +315,7 @@ class NodeNetwork:
         return api.PeerList(channel=service.channel, peers=peers)
 
     async def _chat_start(self, command: api.ChatStart) -> api.Done:
-        peer_id = _check_peer_id(command.peer_id, self.node.identity.peer_id)
+        peer_id = _check_peer_id(command.peer_id, self.ctx.identity.peer_id)
         service = self.require_service("chat start")
         try:
             await service.start_chat(peer_id)
@@ -312,7 +324,7 @@ class NodeNetwork:
         return api.Done(message=f"chat request sent to {peer_id}")
 
     async def _chat_list(self, command: api.ChatList) -> api.ChatOverview:
-        store = self.node.store
+        store = self.ctx.store
         return api.ChatOverview(
             requests=tuple(
                 api.ChatRequest(id=i, peer_id=p, at=at) for i, p, _, at in store.chat_requests()
@@ -324,7 +336,7 @@ class NodeNetwork:
         )
 
     async def _chat_join(self, command: api.ChatJoin) -> api.Done:
-        found = self.node.store.chat_request(command.request_id)
+        found = self.ctx.store.chat_request(command.request_id)
         if found is None or found[2] == "cleared":
             raise EngineError(
                 "not_found",
@@ -336,21 +348,21 @@ class NodeNetwork:
             await service.join_chat(peer_id, conversation)
         except ChatFailure as exc:
             raise EngineError("unreachable", f"could not join: {exc}") from exc
-        self.node.store.set_chat_request_state(command.request_id, "joined")
+        self.ctx.store.set_chat_request_state(command.request_id, "joined")
         return api.Done(message=f"joined the chat with {peer_id}")
 
     async def _chat_clear(self, command: api.ChatClear) -> api.Done:
-        cleared = self.node.store.clear_chat_requests()
+        cleared = self.ctx.store.clear_chat_requests()
         return api.Done(message=f"cleared {cleared} open chat request(s)")
 
     async def _chat_send(self, command: api.ChatSend) -> api.ChatMessage:
-        me = self.node.identity.peer_id
+        me = self.ctx.identity.peer_id
         peer_id = _check_peer_id(command.peer_id, me)
         try:
             check_text(command.text)
         except ChatFailure as exc:
             raise EngineError("invalid", f"text: {exc}") from exc
-        store = self.node.store
+        store = self.ctx.store
         service = self.service
         if service is None and not command.queue:
             self.require_service("chat send")
@@ -402,8 +414,8 @@ class NodeNetwork:
             service = self.service
             if service is None:
                 continue
-            for peer_id in self.node.store.peers_with_queued_chat():
-                for row, conversation, text in self.node.store.queued_chat(peer_id):
+            for peer_id in self.ctx.store.peers_with_queued_chat():
+                for row, conversation, text in self.ctx.store.queued_chat(peer_id):
                     if row in self._in_flight:
                         break  # a command is sending it; later rows wait to keep the order
                     try:
@@ -412,12 +424,12 @@ class NodeNetwork:
                         break
                     except ChatFailure as exc:
                         log.warning("dropping undeliverable chat message to %s: %s", peer_id, exc)
-                        self.node.store.delete_chat_message(row)
+                        self.ctx.store.delete_chat_message(row)
                         continue
-                    self.node.store.mark_chat_delivered(row, seq, at)
+                    self.ctx.store.mark_chat_delivered(row, seq, at)
 
     async def _chat_history(self, command: api.ChatHistory) -> api.ChatHistoryReply:
-        me = self.node.identity.peer_id
+        me = self.ctx.identity.peer_id
         peer_id = _check_peer_id(command.peer_id, me)
         limit = max(1, min(command.limit, 10_000))
         messages = tuple(
@@ -430,7 +442,7 @@ class NodeNetwork:
                 direction="out" if direction == "out" else "in",
                 status=status,  # type: ignore[arg-type]
             )
-            for _, _, direction, seq, text, at, status in self.node.store.chat_messages(
+            for _, _, direction, seq, text, at, status in self.ctx.store.chat_messages(
                 peer_id, limit
             )
         )
@@ -438,7 +450,7 @@ class NodeNetwork:
 
     async def _network_status(self, command: api.GetNetworkStatus) -> api.NetworkStatus:
         service = self.service
-        jobs = self._job_totals()
+        jobs = self._totals.job_totals()
         if service is None:
             return api.NetworkStatus(channel=self.channel(), online=False, **jobs)
         peers = [to_api_peer(info) for info in service.peers()]
@@ -457,8 +469,8 @@ class NodeNetwork:
                     ntx_claimed=mine.ntx_claimed / 1_000_000,
                     gpus=tuple(
                         api.PeerGpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
-                        for g in self.node.gpus
-                        if g.uuid in set(self.node.store.get_onboarding().gpus)  # type: ignore[union-attr]
+                        for g in self.ctx.gpus
+                        if g.uuid in set(self.ctx.store.get_onboarding().gpus)  # type: ignore[union-attr]
                     ),
                 )
             )
@@ -475,31 +487,6 @@ class NodeNetwork:
             contained_failures=supervise.FAILURES.snapshot(),
             **jobs,
         )
-
-    def _job_totals(self) -> dict[str, Any]:
-        totals: dict[str, Any] = {
-            "jobs_run": 0,
-            "cpu_mticks_run": 0.0,
-            "ntx_earned": 0.0,
-            "jobs_bought": 0,
-            "ntx_spent": 0.0,
-        }
-        if self.node.payments_enabled:
-            listing = self.node.payments().escrows.listing()
-            totals["ntx_claimed"] = listing.earned_ntx
-            totals["ntx_paid_out"] = listing.spent_ntx
-            totals["ntx_locked"] = listing.locked_ntx
-        for job in self.node.store.list_jobs(states=api.TERMINAL_STATES, limit=100_000):
-            if job.metering is None:
-                continue
-            if job.role == "provider":
-                totals["jobs_run"] += 1
-                totals["cpu_mticks_run"] += job.metering.mticks
-                totals["ntx_earned"] += job.metering.cost_ntx
-            else:
-                totals["jobs_bought"] += 1
-                totals["ntx_spent"] += job.metering.cost_ntx
-        return totals
 
 
 def to_api_peer(info: PeerInfo) -> api.Peer:

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -118,8 +118,20 @@ class NetworkService:
     def peers(self) -> list[PeerInfo]:
         return self.table.snapshot()
 
+    def peer(self, peer_id: str) -> PeerInfo | None:
+        return self.table.get(peer_id)
+
     def connected_peers(self) -> list[str]:
         return [str(p) for p in self.host.get_connected_peers()] if self.host else []
+
+    async def open_stream(self, peer_id: str, protocol: str) -> Any:
+        """A new stream to ``peer_id`` (ValueError for a bad id; py-libp2p's dial errors)."""
+        if self.host is None:
+            raise PeerUnreachable("the network is not running")
+        return await self.host.new_stream(hostmod.peer_id_of(peer_id), [TProtocol(protocol)])
+
+    def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
+        self.host.set_stream_handler(TProtocol(protocol), handler)
 
     async def send_chat(
         self, peer_id: str, text: str, conversation: str | None = None

@@ -41,11 +41,15 @@ import msgspec
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.payments.records import EscrowRecord
+from engine.ports import WalletPort
 
 if TYPE_CHECKING:
-    from engine.node import Node
     from oracle_client.client import OracleClient
+
+__all__ = ["EscrowRecord", "Escrows"]  # EscrowRecord: the row's type, as before
 
 log = logging.getLogger("nunet.payments.escrow")
 T = TypeVar("T")
@@ -57,18 +61,6 @@ SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provi
 SETTLE_BACKOFF_S = 1.0  # a failing escrow is tried again after 1, 2, 4 ... s
 SETTLE_BACKOFF_MAX_S = 30.0
 Role = Literal["consumer", "provider"]
-
-
-class EscrowRecord(msgspec.Struct, kw_only=True):
-    """The store's escrow row: what the API shows, plus the evidence kept for settling."""
-
-    info: api.EscrowInfo
-    consumer_peer: str
-    provider_peer: str
-    quote: str = ""  # the oracle's signed ServiceQuote, JSON
-    receipt: str = ""  # the job receipt, JSON, with the signatures gathered so far
-    grant: str = ""  # the oracle's RewardGrant, JSON
-    tx_cbor: str = ""  # the claim or refund tx kept before submitting (hex)
 
 
 def to_base(ntx: float) -> int:
@@ -94,8 +86,11 @@ def fault_of(state: str, exit_code: int | None, started: bool) -> str:
 
 
 class Escrows:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    """Implements ``EscrowPort`` for the jobs; ``wallet``: this node's wallet and chain."""
+
+    def __init__(self, ctx: NodeContext, *, wallet: WalletPort) -> None:
+        self.ctx = ctx
+        self.wallet = wallet
         self._locks: dict[str, trio.Lock] = {}
         self._oracle_key: str | None = None
         self._wake = trio.Event()
@@ -104,13 +99,15 @@ class Escrows:
 
     @property
     def enabled(self) -> bool:
-        settings = self.node.settings.payments
-        return settings.backend != "none" and bool(settings.oracle_url)
+        return self.ctx.payments_enabled
+
+    def payment_address(self) -> str:
+        return self.wallet.wallet().address
 
     def oracle(self) -> OracleClient:
         from oracle_client.client import OracleClient
 
-        return OracleClient(self.node.settings.payments.oracle_url, timeout=10.0, retries=2)
+        return OracleClient(self.ctx.settings.payments.oracle_url, timeout=10.0, retries=2)
 
     async def oracle_key(self) -> str:
         """The key of the oracle this node trusts: the one at its configured URL."""
@@ -130,15 +127,19 @@ class Escrows:
     # --- the book --------------------------------------------------------------------------
 
     def get(self, job_id: str) -> EscrowRecord | None:
-        raw = self.node.store.get_escrow(job_id)
+        raw = self.ctx.store.get_escrow(job_id)
         return None if raw is None else msgspec.json.decode(raw, type=EscrowRecord)
 
     def save(self, record: EscrowRecord, **changes: Any) -> EscrowRecord:
         info = msgspec.structs.replace(record.info, updated_at=time.time(), **changes)
         record = msgspec.structs.replace(record, info=info)
-        self.node.store.save_escrow(info.job_id, info.state, msgspec.json.encode(record))
-        self.node.emit(api.EscrowChanged(at=info.updated_at, escrow=info))
+        self.ctx.store.save_escrow(info.job_id, info.state, msgspec.json.encode(record))
+        self.ctx.emit(api.EscrowChanged(at=info.updated_at, escrow=info))
         return record
+
+    def awaiting_receipt(self, job_id: str) -> bool:
+        record = self.get(job_id)
+        return record is not None and record.info.state == "locked"
 
     def keep(self, record: EscrowRecord, **evidence: str) -> EscrowRecord:
         record = msgspec.structs.replace(record, **evidence)
@@ -147,7 +148,7 @@ class Escrows:
     def listing(self) -> api.EscrowList:
         escrows = tuple(
             msgspec.json.decode(raw, type=EscrowRecord).info
-            for raw in self.node.store.list_escrows()
+            for raw in self.ctx.store.list_escrows()
         )
 
         def total(role: str, states: tuple[str, ...]) -> float:
@@ -175,10 +176,9 @@ class Escrows:
         """Register the terms with the oracle and lock the amount: (signed terms, lock tx id)."""
         from oracle_client.models import ProviderOffer, ServiceRequest
 
-        payments = self.node.payments()
-        wallet = payments.wallet()
+        wallet = self.wallet.wallet()
         amount = to_base(total_ntx)
-        margin = self.node.settings.payments.deadline_margin_s
+        margin = self.ctx.settings.payments.deadline_margin_s
         deadline_ms = int((time.time() + expected_minutes * 120 + margin) * 1000)
         if not provider_address:
             raise EngineError("payment", "the provider quoted no payment address: it has no wallet")
@@ -186,7 +186,7 @@ class Escrows:
             request = ServiceRequest(
                 job_id=job_id,
                 network=wallet.network,
-                consumer_peer_id=self.node.identity.peer_id,
+                consumer_peer_id=self.ctx.identity.peer_id,
                 consumer_address=wallet.address,
                 budget=amount,
                 deadline=deadline_ms,
@@ -221,7 +221,7 @@ class Escrows:
                 oracle_key=quote.oracle_key,
                 created_at=time.time(),
             ),
-            consumer_peer=self.node.identity.peer_id,
+            consumer_peer=self.ctx.identity.peer_id,
             provider_peer=provider_peer,
             quote=msgspec.json.encode(quote).decode(),
         )
@@ -235,7 +235,7 @@ class Escrows:
         from oracle_client.escrow import transactions as txs
         from oracle_client.escrow.contract.datum import EscrowDatum
 
-        payments = self.node.payments()
+        payments = self.wallet
         context = await payments.chain_context()
         key = await payments.payment_signing_key()
         info = record.info
@@ -266,7 +266,7 @@ class Escrows:
     async def _ntx_unit(self) -> str:
         from engine.payments import chain
 
-        unit = await self.blocking(lambda: chain.ntx_unit(self.node.settings.payments))
+        unit = await self.blocking(lambda: chain.ntx_unit(self.ctx.settings.payments))
         if unit is None:
             raise EngineError("config", "the NTX token is not known: set [payments] ntx_policy_id")
         return unit.unit
@@ -294,11 +294,11 @@ class Escrows:
             quote.verify()
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
             return f"the escrow terms are not valid: {exc}"
-        wallet = self.node.payments().wallet()
+        wallet = self.wallet.wallet()
         problems = [
             (quote.oracle_key != await self.oracle_key(), "the terms are signed by another oracle"),
             (quote.job_id != job_id, "the terms are for another job"),
-            (quote.provider_peer_id != self.node.identity.peer_id, "the terms name another peer"),
+            (quote.provider_peer_id != self.ctx.identity.peer_id, "the terms name another peer"),
             (quote.provider_pkh != wallet.payment_key_hash, "the terms pay another wallet"),
             (quote.consumer_peer_id != consumer_peer, "the terms name another consumer"),
             (quote.estimated_price != to_base(total_ntx), "the terms differ from the quote"),
@@ -325,7 +325,7 @@ class Escrows:
                 created_at=time.time(),
             ),
             consumer_peer=consumer_peer,
-            provider_peer=self.node.identity.peer_id,
+            provider_peer=self.ctx.identity.peer_id,
             quote=terms,
         )
         self.save(record)
@@ -334,7 +334,7 @@ class Escrows:
     async def _wait_for_lock(self, quote: Any, lock_tx: str) -> bool:
         from oracle_client.escrow import transactions as txs
 
-        context = await self.node.payments().chain_context()
+        context = await self.wallet.chain_context()
         unit = txs.NtxUnit.parse(await self._ntx_unit())
 
         def matching() -> bool:
@@ -387,7 +387,7 @@ class Escrows:
             metering=_metering(job),
             finished_at=int((job.finished_at or time.time()) * 1000),
         )
-        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
         self.save(msgspec.structs.replace(record, receipt=text), outcome=job.state)
         self._wake.set()  # reported to the oracle at once: it then knows the provider stayed
@@ -420,7 +420,7 @@ class Escrows:
             metering=_metering(job),
             finished_at=int(time.time() * 1000),
         )
-        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
         self.save(
             msgspec.structs.replace(record, receipt=text),
@@ -463,7 +463,7 @@ class Escrows:
                 raise EngineError(
                     "payment", f"the provider's receipt says {name} = {getattr(receipt, name)!r}"
                 )
-        signed = rc.sign(receipt, bytes(self.node.identity.signing_key))
+        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
         record = self.keep(record, receipt=text)
         self.save(record, state="receipt", outcome=job.state)
@@ -509,15 +509,15 @@ class Escrows:
             return
         if not self.enabled or record is None or record.info.role != "provider":
             return
-        interval = self.node.settings.payments.liveness_interval_s
+        interval = self.ctx.settings.payments.liveness_interval_s
         failures = 0
         while True:
             try:
                 report = sign_liveness(
                     job_id,
-                    self.node.identity.peer_id,
+                    self.ctx.identity.peer_id,
                     int(time.time() * 1000),
-                    bytes(self.node.identity.signing_key),
+                    bytes(self.ctx.identity.signing_key),
                 )
                 async with self.oracle() as oracle:
                     await _oracle_call(partial(oracle.report_liveness, report))
@@ -545,7 +545,7 @@ class Escrows:
             due = now + SETTLE_RETRY_S
             # "undecided" too: a consumer's lock the oracle would not release comes back
             # after its deadline without anyone asking.
-            for raw in self.node.store.list_escrows((*api.ESCROW_OPEN_STATES, "undecided")):
+            for raw in self.ctx.store.list_escrows((*api.ESCROW_OPEN_STATES, "undecided")):
                 record = msgspec.json.decode(raw, type=EscrowRecord)
                 job_id = record.info.job_id
                 count, retry_at = failures.get(job_id, (0, 0.0))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.payments import chain
 from engine.payments.keystore import (
@@ -39,8 +40,6 @@ from oracle_client.cardano.address import Network, network_for_channel
 if TYPE_CHECKING:
     from pycardano import ChainContext, PaymentExtendedSigningKey
 
-    from engine.node import Node
-
 log = logging.getLogger("nunet.payments")
 
 MNEMONIC = "cardano-wallet-mnemonic"
@@ -50,17 +49,17 @@ _MAX_PROJECT_ID = 100
 
 
 class NodePayments:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
         self._keystore: Keystore | None = None
         self._context: ChainContext | None = None
         # One wallet change at a time: new/import each read, then replace, the one wallet.
         self._changing = trio.Lock()
         from engine.payments.escrow import Escrows
 
-        self.escrows = Escrows(node)
+        self.escrows = Escrows(ctx, wallet=self)
 
-    def handlers(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
+    def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
             api.WalletNew: self._new,
             api.WalletImport: self._import,
@@ -99,8 +98,8 @@ class NodePayments:
     # --- for other engine code (the escrow flow) -------------------------------------------
 
     def channel(self) -> str:
-        onboarding = self.node.store.get_onboarding()
-        return onboarding.channel if onboarding else self.node.settings.network.channel
+        onboarding = self.ctx.store.get_onboarding()
+        return onboarding.channel if onboarding else self.ctx.settings.network.channel
 
     def network(self) -> Network:
         return network_for_channel(self.channel())
@@ -136,7 +135,7 @@ class NodePayments:
     async def chain_context(self) -> ChainContext:
         """The configured chain backend (cached once it answered)."""
         if self._context is None:
-            settings = self.node.settings.payments
+            settings = self.ctx.settings.payments
             project_id = None
             if chain.require_backend(settings) != "local":
                 keystore = await self.keystore()
@@ -147,9 +146,9 @@ class NodePayments:
 
     async def keystore(self) -> Keystore:
         if self._keystore is None:
-            settings = self.node.settings.payments
-            keyfile = self.node.paths.keys_dir / FILE_NAME
-            recorded = self.node.store.get_value(KEYSTORE_CHOICE)
+            settings = self.ctx.settings.payments
+            keyfile = self.ctx.paths.keys_dir / FILE_NAME
+            recorded = self.ctx.store.get_value(KEYSTORE_CHOICE)
             # Probing the Secret Service is a D-Bus round trip: off the trio thread.
             backend = await trio.to_thread.run_sync(
                 lambda: choose_backend(
@@ -161,7 +160,7 @@ class NodePayments:
             keystore = Keystore(
                 backend,
                 keyfile,
-                namespace=self.node.identity.peer_id,
+                namespace=self.ctx.identity.peer_id,
                 sources=passphrase_sources(os.environ, self._passphrase_file()),
             )
             if self._keystore is None:  # another command may have built one meanwhile
@@ -172,7 +171,7 @@ class NodePayments:
 
     async def _new(self, command: api.WalletNew) -> api.WalletCreated:
         async with self._changing:
-            existing = self.node.store.get_wallet()
+            existing = self.ctx.store.get_wallet()
             if existing is not None and not command.force:
                 raise self._exists(existing, "new")
             keystore = await self.keystore()
@@ -199,7 +198,7 @@ class NodePayments:
     async def _import(self, command: api.WalletImport) -> api.WalletImported:
         mnemonic = validate_mnemonic(command.mnemonic)  # before anything is unlocked
         async with self._changing:
-            existing = self.node.store.get_wallet()
+            existing = self.ctx.store.get_wallet()
             keys = await trio.to_thread.run_sync(derive_keys, mnemonic)
             same = existing is not None and existing.payment_key_hash == keys.payment_key_hash
             if existing is not None and not same and not command.force:
@@ -225,7 +224,7 @@ class NodePayments:
         return self._info(row, keystore.info())
 
     async def _balance(self, command: api.WalletBalance) -> api.Balance:
-        settings = self.node.settings.payments
+        settings = self.ctx.settings.payments
         info = self.wallet()
         chain.check_network(settings, info.network, info.channel)
         context = await self.chain_context()
@@ -273,7 +272,7 @@ class NodePayments:
     # --- helpers ---------------------------------------------------------------------------
 
     def _require_wallet(self) -> WalletRow:
-        row = self.node.store.get_wallet()
+        row = self.ctx.store.get_wallet()
         if row is None:
             raise EngineError(
                 "no_wallet",
@@ -306,13 +305,13 @@ class NodePayments:
             origin=origin,
             created_at=time.time(),
         )
-        self.node.store.save_wallet(row)
+        self.ctx.store.save_wallet(row)
         self._record_backend(keystore)
         return self._info(row, keystore.info())
 
     def _record_backend(self, keystore: Keystore) -> None:
-        if self.node.store.get_value(KEYSTORE_CHOICE) != keystore.backend:
-            self.node.store.set_value(KEYSTORE_CHOICE, keystore.backend)
+        if self.ctx.store.get_value(KEYSTORE_CHOICE) != keystore.backend:
+            self.ctx.store.set_value(KEYSTORE_CHOICE, keystore.backend)
 
     def _exists(self, row: WalletRow, verb: str) -> EngineError:
         return EngineError(
@@ -323,11 +322,11 @@ class NodePayments:
         )
 
     def _passphrase_file(self) -> Path | None:
-        name = self.node.settings.payments.passphrase_file.strip()
+        name = self.ctx.settings.payments.passphrase_file.strip()
         if not name:
             return None
         path = Path(name).expanduser()
-        return path if path.is_absolute() else self.node.paths.config_dir / path
+        return path if path.is_absolute() else self.ctx.paths.config_dir / path
 
 
 def _orphan_mnemonic(verb: str) -> EngineError:

@@ -32,18 +32,36 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.payments.records import EscrowRecord
+from engine.ports import WalletPort
 
 if TYPE_CHECKING:
-    from engine.payments.escrow import EscrowRecord, Escrows
+    from oracle_client.client import OracleClient
 
 log = logging.getLogger("nunet.payments.settle")
 T = TypeVar("T")
+
+
+class Escrows(Protocol):
+    """The escrow book as settling uses it (payments/escrow.py ``Escrows``)."""
+
+    ctx: NodeContext
+    wallet: WalletPort
+
+    def get(self, job_id: str) -> EscrowRecord | None: ...
+
+    def save(self, record: EscrowRecord, **changes: Any) -> EscrowRecord: ...
+
+    def oracle(self) -> OracleClient: ...
+
+    async def blocking(self, fn: Callable[[], T]) -> T: ...
 
 
 async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
@@ -76,7 +94,7 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
     """The job's lock if it is still at the script address, else None (it was spent)."""
     from oracle_client.escrow import transactions as txs
 
-    context = await escrows.node.payments().chain_context()
+    context = await escrows.wallet.chain_context()
     info = record.info
 
     def find() -> Any:
@@ -219,7 +237,7 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
 
     from oracle_client.escrow import transactions as txs
 
-    payments = escrows.node.payments()
+    payments = escrows.wallet
     context = await payments.chain_context()
     key = await payments.payment_signing_key()
     address = Address.from_primitive(payments.wallet().address)
@@ -276,7 +294,7 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = Fal
     lock = await _lock_utxo(escrows, record)
     if lock is None:
         return await _done(escrows, record, "confirmed")
-    context = await escrows.node.payments().chain_context()
+    context = await escrows.wallet.chain_context()
     tx = Transaction.from_cbor(record.tx_cbor)
     if not fresh:
         dead = await _never_lands(escrows, record, tx, lock)
@@ -315,8 +333,8 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = Fal
 async def _never_lands(escrows: Escrows, record: EscrowRecord, tx: Any, lock: Any) -> str:
     """Why a kept tx can never be on chain ("" while it still can): its validity upper bound
     passed on the chain's clock, or a wallet input of it was spent by another tx."""
-    context = await escrows.node.payments().chain_context()
-    address = escrows.node.payments().wallet().address
+    context = await escrows.wallet.chain_context()
+    address = escrows.wallet.wallet().address
     body = tx.transaction_body
 
     def verdict() -> str:
@@ -369,7 +387,7 @@ async def _deadline_refund(
     escrows: Escrows, record: EscrowRecord, *, automatic: bool
 ) -> EscrowRecord:
     info = record.info
-    job = escrows.node.store.get_job(info.job_id)
+    job = escrows.ctx.store.get_job(info.job_id)
     if await _lock_utxo(escrows, record) is None:
         return escrows.save(record, state="paid_out", error="")
     # The chain's clock decides (transactions.refund checks the slot): the wall clock only

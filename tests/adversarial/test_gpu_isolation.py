@@ -15,14 +15,18 @@ import msgspec
 import pytest
 import trio
 from docker.types import DeviceRequest
+from nacl.signing import SigningKey
 
 from engine import api
-from engine.config import Settings
+from engine.config import Paths, Settings
+from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.identity import Identity
 from engine.jobs.executors.base import JobRun, limits_for
 from engine.jobs.executors.docker import DockerExecutor
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.spec import JobSpec
+from engine.probes import HostProbes
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import DockerStatus
 from engine.store import Store
@@ -160,17 +164,6 @@ def test_an_amd_card_whose_node_is_unknown_is_refused_not_widened(
     assert fake.containers.created == []
 
 
-class FakeNode:
-    """The part of engine.node.Node the provider's offer checks read, over a real store."""
-
-    payments_enabled = False
-
-    def __init__(self, store: Store, gpus: tuple[api.GpuInfo, ...]) -> None:
-        self.store = store
-        self.gpus = gpus
-        self.settings = msgspec.convert({"jobs": {"executors": ["docker"]}}, Settings)
-
-
 def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[str]) -> Any:
     store = Store(tmp_path / "nunet.db")
     store.save_onboarding(
@@ -183,7 +176,18 @@ def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[s
         ),
         "onboard",
     )
-    return ProviderJobs(FakeNode(store, machine), {"docker": DockerExecutor()})  # type: ignore[arg-type]
+    ctx = NodeContext(
+        paths=Paths.for_home(tmp_path),
+        settings=msgspec.convert({"jobs": {"executors": ["docker"]}}, Settings),
+        identity=Identity(SigningKey(b"\x07" * 32)),
+        store=store,
+        emit=lambda event: None,
+        probes=HostProbes(),
+        version="0+test",
+        network_enabled=False,
+        gpus=machine,
+    )
+    return ProviderJobs(ctx, {"docker": DockerExecutor()})
 
 
 def test_the_provider_gives_a_job_the_onboarded_cards_of_its_own_vendor(tmp_path: Path) -> None:

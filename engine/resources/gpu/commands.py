@@ -1,6 +1,6 @@
 """The GPU commands of the facade: live status, doctor, capabilities, ML image preparation.
 
-``handlers(node)`` returns the handlers that ``Node.__init__`` merges into its table. Every
+``commands(ctx)`` returns the handlers that ``Node`` registers (engine/commands.py). Every
 blocking call (NVML, sysfs walks, Docker) runs in a worker thread, never on the trio loop.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from engine import api
+from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.resources.gpu.capabilities import (
     container_capabilities,
@@ -26,19 +27,16 @@ from engine.resources.gpu.service import GpuService
 from engine.resources.ml_images import DEFAULT_ML_IMAGES, prepare_images, select_images
 from engine.resources.readiness import DockerStatus, probe_docker
 
-if TYPE_CHECKING:
-    from engine.node import Node
-
 Handler = Callable[[Any], Awaitable[Any]]
 
 
-def ml_image_map(node: Node) -> dict[str, str]:
+def ml_image_map(node: NodeContext) -> dict[str, str]:
     settings = getattr(node.settings, "ml_images", None)
     return settings.as_map() if settings is not None else dict(DEFAULT_ML_IMAGES)
 
 
-def handlers(
-    node: Node,
+def commands(
+    node: NodeContext,
     *,
     service: GpuService | None = None,
     docker_probe: Callable[[], DockerStatus] | None = None,

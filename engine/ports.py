@@ -1,0 +1,179 @@
+"""The narrow ports between the node's subsystems.
+
+Each subsystem says in its constructor which of these it needs; ``Node`` (engine/node.py),
+the composition root, builds the subsystems once and hands each the others behind these
+ports. A port shared by one consumer only lives next to that consumer instead (the
+network's ``NetworkCallbacks``, the metrics' ``MetricsSource``).
+
+Ports are handed over as getters (``Callable[[], Port]``) where the subsystem behind them is
+built on first use: py-libp2p and pycardano each cost a second or more to import, and a
+one-shot CLI command must not pay for a room it never enters.
+
+| port             | implemented by                    | used by                              |
+|------------------|-----------------------------------|--------------------------------------|
+| ``PeerLink``     | network/service.py NetworkService | jobs (consumer, tunnels), jobs.attach |
+| ``NetworkPort``  | network/link.py NodeNetwork       | jobs (provider, consumer, tunnels)   |
+| ``EscrowPort``   | payments/escrow.py Escrows        | jobs (provider, consumer)            |
+| ``WalletPort``   | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
+| ``JobsPort``     | jobs/service.py NodeJobs          | network/link.py NodeNetwork          |
+| ``TotalsPort``   | node.py Node                      | network/link.py NodeNetwork          |
+| ``NodeFacts``    | node.py Node                      | network/link.py NodeNetwork          |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine import api
+
+if TYPE_CHECKING:
+    from engine.network.peers import PeerInfo
+
+StreamHandler = Callable[[Any], Awaitable[None]]
+
+
+@dataclass
+class Committed:
+    """What a provider's running jobs hold (their tiers' maximums)."""
+
+    jobs: int = 0
+    cpu_mhz: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    vram_mb: int = 0
+
+
+class PeerLink(Protocol):
+    """The running network service, as the job and tunnel protocols use it."""
+
+    def peers(self) -> list[PeerInfo]:
+        """The peers listed on our channel now."""
+        ...
+
+    def peer(self, peer_id: str) -> PeerInfo | None:
+        """One listed peer (None: not listed, or gone)."""
+        ...
+
+    async def open_stream(self, peer_id: str, protocol: str) -> Any:
+        """A new stream to ``peer_id`` speaking ``protocol`` (dial errors of many types)."""
+        ...
+
+    def set_stream_handler(self, protocol: str, handler: StreamHandler) -> None:
+        """Serve ``protocol``: each incoming stream goes to ``handler``."""
+        ...
+
+
+class NetworkPort(Protocol):
+    """The node's network as the other subsystems see it."""
+
+    def require_service(self, what: str) -> PeerLink:
+        """The running service, or an EngineError saying why ``what`` cannot be done now."""
+        ...
+
+    def beat_now(self) -> None:
+        """Our free resources changed: send a heartbeat at once (nothing when offline)."""
+        ...
+
+
+class EscrowPort(Protocol):
+    """A paid job's money, as the job protocol uses it (payments/escrow.py)."""
+
+    def payment_address(self) -> str:
+        """This node's wallet address to be paid into; EngineError ``no_wallet`` without."""
+        ...
+
+    async def lock(
+        self,
+        job_id: str,
+        provider_peer: str,
+        provider_address: str,
+        total_ntx: float,
+        expected_minutes: float,
+        slots: int = 1,
+    ) -> tuple[str, str]:
+        """Consumer: register the terms with the oracle and lock: (signed terms, lock tx)."""
+        ...
+
+    async def verify_lock(
+        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+    ) -> str:
+        """Provider: why the chain does not hold the promised lock ("": it does)."""
+        ...
+
+    async def report_liveness(self, job_id: str) -> None:
+        """Provider: tell the oracle we run the job, every interval, until cancelled."""
+        ...
+
+    def provider_receipt(self, job: api.JobInfo) -> str:
+        """Provider: the signed receipt of a finished paid job ("" for an unpaid one)."""
+        ...
+
+    def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
+        """Provider: take the consumer's countersignature ("" accepted, else why not)."""
+        ...
+
+    def awaiting_receipt(self, job_id: str) -> bool:
+        """Consumer: the job's lock is in place and no receipt has come yet."""
+        ...
+
+    def provider_vanished(self, job: api.JobInfo) -> bool:
+        """Consumer: our own receipt for a provider gone silent; whether one was made."""
+        ...
+
+    async def countersign(self, job: api.JobInfo, text: str) -> str:
+        """Consumer: check the provider's receipt and add our signature."""
+        ...
+
+
+class WalletPort(Protocol):
+    """The wallet and the chain, as the escrow flow uses them (payments/service.py)."""
+
+    def wallet(self) -> api.WalletInfo:
+        """The wallet's public half, or an EngineError ``no_wallet``."""
+        ...
+
+    async def chain_context(self) -> Any:
+        """The configured chain backend (a pycardano ``ChainContext``)."""
+        ...
+
+    async def payment_signing_key(self) -> Any:
+        """The wallet's payment key, for signing inside the engine only."""
+        ...
+
+
+class JobsPort(Protocol):
+    """The jobs room, as the network sees it."""
+
+    def attach(self, link: PeerLink) -> None:
+        """The network (re)started: serve the job protocols on it."""
+        ...
+
+    def committed(self) -> Committed:
+        """What running provider jobs hold: subtracted from the free figures in heartbeats."""
+        ...
+
+
+class TotalsPort(Protocol):
+    """What this node ran, bought, earned and spent: figures of ``api.NetworkStatus``."""
+
+    def job_totals(self) -> dict[str, Any]:
+        """The job and NTX figures of ``api.NetworkStatus``, by its field names."""
+        ...
+
+    def ntx_claimed(self) -> int:
+        """NTX this provider claimed, base units (for its heartbeats)."""
+        ...
+
+
+class NodeFacts(Protocol):
+    """Facts of the node the network advertises."""
+
+    def full(self) -> api.Capacity:
+        """The machine's full capacity (disk, GPUs)."""
+        ...
+
+    def mode(self) -> api.Mode | None:
+        """The mode the operator chose (provider, consumer), if any."""
+        ...

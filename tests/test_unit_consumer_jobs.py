@@ -1,0 +1,127 @@
+"""``ConsumerJobs`` on its own: a real context and fakes of its ports. Submitting matches the
+peers the network port lists, offers to them in turn over streams it opens, locks a paid
+job's NTX through the escrow port before confirming, and keeps the job it confirmed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from engine import api
+from engine.errors import EngineError
+from engine.jobs import protocol as p
+from engine.jobs.consumer import ConsumerJobs
+from engine.jobs.spec import JobSpec
+from tests.fakes.context import identity, make_context
+from tests.fakes.escrows import FakeEscrows
+from tests.fakes.network import FakeNetwork, FakePeerLink, FakeProviderPeer, provider_info
+
+
+def spec(**fields: Any) -> JobSpec:
+    values: dict[str, Any] = {"framework": "scikit-learn", "script_url": "https://h/x.py"}
+    values.update(fields)
+    return JobSpec(**values)
+
+
+def submit(consumer: ConsumerJobs, link: FakePeerLink, **fields: Any) -> api.JobInfo:
+    async def main() -> api.JobInfo | EngineError:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            try:
+                return await consumer.submit(
+                    api.SubmitJob(spec=msgspec.to_builtins(spec(**fields)))
+                )
+            except EngineError as exc:  # raised outside, not inside the nursery's group
+                return exc
+
+    answer = trio.run(main)
+    if isinstance(answer, EngineError):
+        raise answer
+    return answer
+
+
+def world(
+    tmp_path: Path, *providers: tuple[FakeProviderPeer, float], escrows: FakeEscrows | None = None
+) -> tuple[ConsumerJobs, FakePeerLink, list[api.Event]]:
+    ctx, events = make_context(tmp_path, seed=9, payments=escrows is not None)
+    link = FakePeerLink(me=ctx.identity.peer_id)
+    for peer, price in providers:
+        link.add(provider_info(peer.peer_id, prices={"low": price}), peer.handle)
+    consumer = ConsumerJobs(
+        ctx,
+        network=lambda: FakeNetwork(link),
+        escrows=(lambda: escrows) if escrows is not None else None,
+    )
+    return consumer, link, events
+
+
+def test_submit_offers_to_the_cheapest_match_first_and_keeps_the_peer_that_accepts(
+    tmp_path: Path,
+) -> None:
+    busy = FakeProviderPeer(identity(1), refuse="busy: another consumer was first")
+    willing = FakeProviderPeer(identity(2), total_ntx=0.25)
+    consumer, link, events = world(tmp_path, (busy, 0.5), (willing, 1.5))
+    job = submit(consumer, link)
+    assert [peer for peer, _ in link.opened] == [busy.peer_id, willing.peer_id, willing.peer_id]
+    assert [type(m) for m in busy.received] == [p.Offer]
+    assert [type(m) for m in willing.received] == [p.Offer, p.Confirm]
+    confirm = willing.received[1]
+    assert isinstance(confirm, p.Confirm) and confirm.total_ntx == 0.25
+    assert confirm.escrow_tx == "" and confirm.escrow_terms == ""  # unpaid: nothing locked
+    assert job.provider == willing.peer_id and job.state == "accepted"
+    assert job.quoted_ntx == 0.25 and job.executor == "process"
+    stored = consumer.ctx.store.get_job(job.job_id)
+    assert stored is not None and (stored.state, stored.provider) == ("accepted", willing.peer_id)
+    assert [e.job.state for e in events if isinstance(e, api.JobChanged)] == [
+        "pending",
+        "accepted",
+    ]
+    # Every signed message is kept as evidence, in both directions, the refusal too.
+    kept = [(way, kind) for way, kind, _ in consumer.ctx.store.job_messages(job.job_id)]
+    assert kept == [
+        ("out", "offer"),
+        ("in", "refusal"),
+        ("out", "offer"),
+        ("in", "quote"),
+        ("out", "confirm"),
+        ("in", "accepted"),
+    ]
+
+
+def test_submit_needs_the_network_up_and_keeps_nothing_without_it(tmp_path: Path) -> None:
+    ctx, events = make_context(tmp_path)
+    consumer = ConsumerJobs(ctx, network=FakeNetwork)  # a network that is not up
+    with pytest.raises(EngineError) as info:
+        trio.run(consumer.submit, api.SubmitJob(spec=msgspec.to_builtins(spec())))
+    assert info.value.code == "offline"
+    assert ctx.store.list_jobs() == [] and events == []
+
+
+def test_a_paid_job_is_locked_through_the_escrow_port_before_it_is_confirmed(
+    tmp_path: Path,
+) -> None:
+    provider = FakeProviderPeer(identity(3), total_ntx=0.5, payment_address="addr_test1qp")
+    escrows = FakeEscrows(lock_answer=("the-signed-terms", "ef" * 32))
+    consumer, link, _ = world(tmp_path, (provider, 1.0), escrows=escrows)
+    job = submit(consumer, link)
+    assert escrows.called("lock") == [(job.job_id, provider.peer_id, "addr_test1qp", 0.5)]
+    confirm = provider.received[-1]
+    assert isinstance(confirm, p.Confirm)
+    assert (confirm.escrow_tx, confirm.escrow_terms) == ("ef" * 32, "the-signed-terms")
+    assert job.state == "accepted"
+
+
+def test_a_failed_lock_ends_the_job_refused_and_confirms_nothing(tmp_path: Path) -> None:
+    provider = FakeProviderPeer(identity(4), total_ntx=0.5, payment_address="addr_test1qp")
+    escrows = FakeEscrows(lock_error="could not lock 0.5 NTX: not enough funds")
+    consumer, link, _ = world(tmp_path, (provider, 1.0), escrows=escrows)
+    with pytest.raises(EngineError) as info:
+        submit(consumer, link)
+    assert info.value.code == "payment"
+    assert [type(m) for m in provider.received] == [p.Offer]  # no Confirm went out
+    (job,) = consumer.ctx.store.list_jobs()
+    assert job.state == "refused" and job.reason == "could not lock 0.5 NTX: not enough funds"

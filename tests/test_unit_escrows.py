@@ -1,0 +1,165 @@
+"""``Escrows`` and the settle loop on their own: a real context (store, identity) and a fake
+of the wallet port (``FakeWallet``: a wallet, and a chain backend that can be unreachable).
+Receipts are signed and checked as both peers must; the book's sums are the rows' sums; the
+settle loop retries an escrow whose chain backend is away, with backoff, until it settles."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from engine import api
+from engine.errors import EngineError
+from engine.payments import escrow as escrow_module
+from engine.payments.escrow import EscrowRecord, Escrows
+from oracle_client.escrow import receipt as rc
+from tests.fakes.context import identity, make_context
+from tests.fakes.wallet import FakeWallet
+
+CONSUMER, PROVIDER = identity(9), identity(8)
+JOB = "0123456789ab"
+
+
+def wallet_info() -> api.WalletInfo:
+    return api.WalletInfo(
+        address="addr_test1qfake",
+        network="preprod",
+        channel="nunet-test",
+        payment_key_hash="11" * 28,
+        stake_key_hash="22" * 28,
+        origin="new",
+        created_at=0.0,
+    )
+
+
+def build(tmp_path: Path, seed: int, failures: int = 0) -> tuple[Escrows, FakeWallet, list[Any]]:
+    ctx, events = make_context(tmp_path, seed=seed, payments=True)
+    wallet = FakeWallet(wallet_info(), failures=failures)
+    return Escrows(ctx, wallet=wallet), wallet, events
+
+
+def record(role: str, state: str, amount: int = 500_000, **info: Any) -> EscrowRecord:
+    return EscrowRecord(
+        info=api.EscrowInfo(
+            job_id=info.pop("job_id", JOB),
+            role=role,  # type: ignore[arg-type]
+            state=state,  # type: ignore[arg-type]
+            amount=amount,
+            ntx=amount / 1_000_000,
+            deadline_ms=int((time.time() + 3600) * 1000),
+            consumer_pkh="aa" * 28,
+            provider_pkh="bb" * 28,
+            oracle_key="cc" * 32,
+            lock_tx="dd" * 32,
+            **info,
+        ),
+        consumer_peer=CONSUMER.peer_id,
+        provider_peer=PROVIDER.peer_id,
+    )
+
+
+def job(role: str, state: str = "completed") -> api.JobInfo:
+    return api.JobInfo(
+        job_id=JOB,
+        role=role,  # type: ignore[arg-type]
+        state=state,  # type: ignore[arg-type]
+        provider=PROVIDER.peer_id,
+        consumer=CONSUMER.peer_id,
+        spec={},
+        started_at=time.time() - 60,
+        finished_at=time.time(),
+    )
+
+
+def test_the_providers_receipt_is_signed_kept_and_countersigned_by_the_consumer(
+    tmp_path: Path,
+) -> None:
+    provider, _, provider_events = build(tmp_path / "provider", seed=8)
+    consumer, _, _ = build(tmp_path / "consumer", seed=9)
+    provider.save(record("provider", "verified"))
+    consumer.save(record("consumer", "locked"))
+    assert consumer.awaiting_receipt(JOB)
+
+    text = provider.provider_receipt(job("provider"))
+    signed = msgspec.json.decode(text.encode(), type=rc.Receipt)
+    rc.verify_signature(signed, "provider")
+    assert (signed.outcome, signed.fault, signed.amount) == ("completed", "none", 500_000)
+    assert provider.provider_receipt(job("provider")) == text  # kept: the same one again
+    assert isinstance(provider_events[-1], api.EscrowChanged)
+
+    both = trio.run(consumer.countersign, job("consumer"), text)
+    rc.verify(msgspec.json.decode(both.encode(), type=rc.Receipt))  # both signatures hold
+    kept = consumer.get(JOB)
+    assert kept is not None and kept.info.state == "receipt" and kept.receipt == both
+    assert not consumer.awaiting_receipt(JOB)
+
+    assert provider.accept_countersigned(JOB, identity(5).peer_id, both) == (
+        "this job belongs to another consumer"
+    )
+    assert provider.accept_countersigned(JOB, CONSUMER.peer_id, both) == ""
+    settled = provider.get(JOB)
+    assert settled is not None and settled.info.state == "receipt"
+
+
+def test_the_consumer_refuses_a_receipt_that_says_what_it_did_not_see(tmp_path: Path) -> None:
+    provider, _, _ = build(tmp_path / "provider", seed=8)
+    consumer, _, _ = build(tmp_path / "consumer", seed=9)
+    provider.save(record("provider", "verified"))
+    consumer.save(record("consumer", "locked"))
+    text = provider.provider_receipt(job("provider", state="completed"))
+    with pytest.raises(EngineError) as info:  # the consumer saw the job fail
+        trio.run(consumer.countersign, job("consumer", state="failed"), text)
+    assert info.value.code == "payment"
+    assert info.value.message == "the provider's receipt says outcome = 'completed'"
+    kept = consumer.get(JOB)
+    assert kept is not None and kept.info.state == "locked" and not kept.receipt
+    assert provider.provider_receipt(job("provider")) == text
+    assert consumer.provider_receipt(job("consumer")) == ""  # not a provider's escrow
+
+
+def test_the_books_sums_are_the_rows_sums(tmp_path: Path) -> None:
+    escrows, _, _ = build(tmp_path, seed=8)
+    escrows.save(record("provider", "claimed", 2_000_000, job_id="000000000001"))
+    escrows.save(record("consumer", "paid_out", 500_000, job_id="000000000002"))
+    escrows.save(record("consumer", "locked", 250_000, job_id="000000000003"))
+    escrows.save(record("consumer", "refunded", 125_000, job_id="000000000004"))
+    listing = escrows.listing()
+    assert len(listing.escrows) == 4
+    assert (listing.earned_ntx, listing.spent_ntx) == (2.0, 0.5)
+    assert (listing.locked_ntx, listing.refunded_ntx) == (0.25, 0.125)
+    assert escrows.payment_address() == "addr_test1qfake"  # the wallet port's
+
+
+def test_the_settle_loop_retries_an_unreachable_chain_with_backoff_until_it_settles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer's escrow with both signatures: the loop asks the chain whether the lock is
+    still there; the backend is away twice (each a retry after a growing backoff), then
+    answers that the lock is gone: the provider claimed it, the escrow is paid out."""
+    monkeypatch.setattr(escrow_module, "SETTLE_BACKOFF_S", 0.05)
+    escrows, wallet, events = build(tmp_path, seed=9, failures=2)
+    escrows.save(msgspec.structs.replace(record("consumer", "receipt"), receipt="{}"))
+
+    async def main() -> float:
+        began = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(escrows.serve)
+            with trio.fail_after(20):
+                while (escrows.get(JOB) or record("consumer", "x")).info.state != "paid_out":
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+        return trio.current_time() - began
+
+    took = trio.run(main)
+    assert wallet.chain_calls == 3  # two failures, then the answer
+    assert took >= 0.05 + 0.1  # backoff of 0.05 s, then 0.1 s
+    settled = escrows.get(JOB)
+    assert settled is not None and settled.info.state == "paid_out"
+    assert settled.info.reward_type == "withdraw" and settled.info.error == ""
+    assert wallet.chain.asked  # it looked for the lock at the escrow script's address
+    assert isinstance(events[-1], api.EscrowChanged) and events[-1].escrow.state == "paid_out"

@@ -1,0 +1,167 @@
+"""``ProviderJobs`` on its own: a real context (store, identity) and fakes of its ports
+(network, escrow). The offer is judged, quoted and held as the job protocol says; the
+escrow and the network are reached only through their ports."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from engine import api
+from engine.jobs import protocol as p
+from engine.jobs.consumer import ConsumerJobs
+from engine.jobs.matching import NoMatch
+from engine.jobs.provider import ProviderJobs
+from engine.jobs.spec import JobSpec, offer_spec
+from tests.fakes.context import identity, make_context, onboard
+from tests.fakes.escrows import FakeEscrows
+from tests.fakes.network import FakeNetwork, FakePeerLink, provider_info
+
+CONSUMER = identity(9).peer_id
+
+
+def spec(**fields: Any) -> JobSpec:
+    values: dict[str, Any] = {"framework": "scikit-learn", "script_url": "https://h/x.py"}
+    values.update(fields)
+    return JobSpec(**values)
+
+
+def build(
+    tmp_path: Path, *, onboarded: bool = True, escrows: FakeEscrows | None = None
+) -> tuple[ProviderJobs, FakeNetwork, list[api.Event]]:
+    ctx, events = make_context(tmp_path, payments=escrows is not None)
+    if onboarded:
+        onboard(ctx)
+    network = FakeNetwork()
+    jobs = ProviderJobs(
+        ctx,
+        {"process": object()},  # type: ignore[dict-item]  # never run: nothing starts here
+        network=lambda: network,
+        escrows=(lambda: escrows) if escrows is not None else None,
+    )
+    return jobs, network, events
+
+
+def offer(job_id: str = "0123456789ab", **fields: Any) -> p.Offer:
+    return p.Offer(job_id=job_id, spec=offer_spec(spec(**fields)), consumer=CONSUMER)
+
+
+def test_a_provider_that_is_not_onboarded_refuses_an_offer_over_the_wire(
+    tmp_path: Path,
+) -> None:
+    """A real consumer offers through the fake network; the provider's stream handler answers
+    with a refusal, which the consumer reports, and neither side keeps a job."""
+    provider, _, provider_events = build(tmp_path / "provider", onboarded=False)
+    consumer_ctx, _ = make_context(tmp_path / "consumer", seed=9)
+    link = FakePeerLink(me=consumer_ctx.identity.peer_id)
+    link.add(provider_info(provider.ctx.identity.peer_id), provider.handle)
+    consumer = ConsumerJobs(consumer_ctx, network=lambda: FakeNetwork(link))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            command = api.SubmitJob(spec=msgspec.to_builtins(spec()))
+            with pytest.raises(NoMatch) as info:
+                await consumer.submit(command)
+            assert "not accepting jobs (not onboarded or paused)" in str(info.value)
+
+    trio.run(main)
+    assert link.opened == [(provider.ctx.identity.peer_id, p.JOB_PROTOCOL)]
+    assert provider.ctx.store.list_jobs() == [] and provider_events == []
+    assert len(provider._quotes) == 0
+
+
+def test_an_onboarded_provider_quotes_a_signed_offer_with_its_wallet_and_holds_it(
+    tmp_path: Path,
+) -> None:
+    escrows = FakeEscrows(address="addr_test1qprovider")
+    provider, _, _ = build(tmp_path, escrows=escrows)
+    quote = provider._offer(offer(), CONSUMER, b"offer-bytes")
+    assert isinstance(quote, p.Quote), quote
+    assert quote.provider == provider.ctx.identity.peer_id
+    assert quote.payment_address == "addr_test1qprovider"  # asked of the escrow port
+    assert quote.total_ntx == pytest.approx(1.0 * 10 / 60, abs=1e-6)  # low tier, 10 min
+    assert quote.expires_at > time.time()
+    held = provider._quotes.get("0123456789ab")
+    assert held is not None and held.consumer == CONSUMER and held.offer_raw == b"offer-bytes"
+    # What is held is the quote as signed: the consumer can check it came from this peer.
+    signed, _ = p.decode(held.quote_raw, provider.ctx.identity.peer_id)
+    assert signed == quote
+    assert provider.ctx.store.list_jobs() == []  # nothing stored before a Confirm
+
+
+def test_a_paid_offer_is_refused_when_the_provider_has_no_wallet(tmp_path: Path) -> None:
+    provider, _, _ = build(tmp_path, escrows=FakeEscrows(address=""))
+    answer = provider._offer(offer(), CONSUMER, b"")
+    assert answer == p.Refusal(
+        job_id="0123456789ab", reason="this provider has no wallet to be paid into yet"
+    )
+    assert len(provider._quotes) == 0
+
+
+def test_a_paid_confirm_is_refused_with_the_escrow_ports_reason_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    reason = "no matching escrow lock on the chain (tx abababababababab...)"
+    escrows = FakeEscrows(verify_reason=reason)
+    provider, network, events = build(tmp_path, escrows=escrows)
+    quote = provider._offer(offer(), CONSUMER, b"")
+    assert isinstance(quote, p.Quote)
+    confirm = p.Confirm(
+        job_id=quote.job_id, total_ntx=quote.total_ntx, escrow_tx="cd" * 32, escrow_terms="{}"
+    )
+    answer, created = trio.run(provider._confirm, confirm, CONSUMER, b"confirm")
+    assert answer == p.Refusal(job_id=quote.job_id, reason=reason) and not created
+    assert escrows.called("verify_lock") == [
+        (quote.job_id, CONSUMER, quote.total_ntx, "{}", "cd" * 32)
+    ]
+    assert provider.ctx.store.list_jobs() == [] and events == [] and network.beats == 0
+
+
+def test_a_countersignature_goes_to_the_escrow_port_and_only_with_payments(
+    tmp_path: Path,
+) -> None:
+    unpaid, _, _ = build(tmp_path / "unpaid")
+    message = p.Countersign(job_id="0123456789ab", receipt="{}")
+    assert unpaid._countersigned(message, CONSUMER) == p.Refusal(
+        job_id="0123456789ab", reason="this provider takes no payments"
+    )
+    escrows = FakeEscrows(countersign_reason="this job belongs to another consumer")
+    paid, _, _ = build(tmp_path / "paid", escrows=escrows)
+    assert paid._countersigned(message, CONSUMER) == p.Refusal(
+        job_id="0123456789ab", reason="this job belongs to another consumer"
+    )
+    assert escrows.called("accept_countersigned") == [("0123456789ab", CONSUMER, "{}")]
+    escrows.countersign_reason = ""
+    assert paid._countersigned(message, CONSUMER) == p.Accepted(job_id="0123456789ab")
+
+
+def test_a_job_changing_state_is_announced_and_beats_through_the_network_port(
+    tmp_path: Path,
+) -> None:
+    provider, network, events = build(tmp_path)
+    job = api.JobInfo(
+        job_id="0123456789ab",
+        role="provider",
+        state="accepted",
+        provider=provider.ctx.identity.peer_id,
+        consumer=CONSUMER,
+        spec=msgspec.to_builtins(spec()),
+    )
+    saved = provider._save(job)
+    assert network.beats == 1  # free slots changed: a heartbeat at once
+    provider._save(msgspec.structs.replace(saved, checkpoint=1))
+    assert network.beats == 1  # the same state: no extra beat
+    provider._save(msgspec.structs.replace(saved, state="running"))
+    assert network.beats == 2
+    assert [e.job.state for e in events if isinstance(e, api.JobChanged)] == [
+        "accepted",
+        "accepted",
+        "running",
+    ]
+    assert provider.committed().jobs == 1  # what the heartbeat subtracts from free figures
