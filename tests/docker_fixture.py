@@ -19,6 +19,7 @@ from engine.resources.readiness import probe_docker
 from tests.conftest import REPO
 
 SKLEARN_IMAGE = "nunet/python-sklearn:test"
+NOTEBOOK_IMAGE = "nunet/jupyterlab:test"  # scripts/build_notebook_image.sh
 
 
 def _unavailable(reason: str) -> None:
@@ -58,16 +59,29 @@ def docker_host() -> Iterator[str]:
             subprocess.run(["bash", str(script), "stop"], capture_output=True, timeout=60)
 
 
-@pytest.fixture(scope="session")
-def sklearn_image(docker_host: str) -> str:
-    """The jobs' test image, built from Debian packages when it is not there yet."""
+def _built(script: str, image: str, docker_host: str, what: str) -> str:
+    """``image``, built by scripts/``script`` when it is not there yet (each script keeps an
+    image already present)."""
     done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build_test_image.sh"), SKLEARN_IMAGE],
+        ["bash", str(REPO / "scripts" / script), image],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1200,
         env={**os.environ, "DOCKER_HOST": docker_host},
     )
     if done.returncode != 0:
-        _unavailable(f"the test image could not be built: {done.stderr.strip()[-400:]}")
-    return SKLEARN_IMAGE
+        _unavailable(f"{what} could not be built: {done.stderr.strip()[-400:]}")
+    return image
+
+
+@pytest.fixture(scope="session")
+def sklearn_image(docker_host: str) -> str:
+    """The jobs' test image, built from Debian packages when it is not there yet."""
+    return _built("build_test_image.sh", SKLEARN_IMAGE, docker_host, "the test image")
+
+
+@pytest.fixture(scope="session")
+def notebook_image(docker_host: str) -> str:
+    """The test image plus JupyterLab (wheels from the package index pip is configured
+    with, installed in a container without network), built when it is not there yet."""
+    return _built("build_notebook_image.sh", NOTEBOOK_IMAGE, docker_host, "the notebook image")

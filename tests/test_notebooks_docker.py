@@ -11,13 +11,11 @@ the test runs.
 
 from __future__ import annotations
 
-import functools
 import http.client
 import http.server
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,14 +23,13 @@ import pytest
 
 from tests.conftest import REPO, run_cli
 from tests.daemons import Daemon, daemons, wait_for
-from tests.docker_fixture import _unavailable, docker_host
-from tests.tunnel_helpers import pair
+from tests.docker_fixture import NOTEBOOK_IMAGE, docker_host, notebook_image
+from tests.tunnel_helpers import pair, serving
 
-__all__ = ["daemons", "docker_host"]
+__all__ = ["daemons", "docker_host", "notebook_image"]
 
 pytestmark = pytest.mark.docker
 
-NOTEBOOK_IMAGE = "nunet/jupyterlab:test"
 # The notebook asks for the pytorch image: this provider's is the JupyterLab test image.
 PROVIDER_TOML = (
     '[jobs]\nexecutors = ["docker"]\ncheckpoint_interval_s = 0\n'
@@ -40,31 +37,11 @@ PROVIDER_TOML = (
 )
 
 
-@pytest.fixture(scope="session")
-def notebook_image(docker_host: str) -> str:
-    done = subprocess.run(
-        ["bash", str(REPO / "scripts" / "build_notebook_image.sh"), NOTEBOOK_IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env={**os.environ, "DOCKER_HOST": docker_host},
-    )
-    if done.returncode != 0:
-        _unavailable(f"the notebook image could not be built: {done.stderr.strip()[-400:]}")
-    return NOTEBOOK_IMAGE
-
-
 @pytest.fixture
-def launcher_url(tmp_path: Path) -> Iterator[str]:
+def launcher_url() -> Iterator[str]:
     """examples/jobs/notebook/notebook.py over HTTP, as a provider fetches it."""
-    root = REPO / "examples" / "jobs" / "notebook"
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/notebook.py"
-    server.shutdown()
-    server.server_close()
+    with serving(REPO / "examples" / "jobs" / "notebook") as url:
+        yield url + "notebook.py"
 
 
 def _request(

@@ -3,6 +3,7 @@ pair, `job forward` as a real CLI process, and HTTP through it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
 import http.server
@@ -23,19 +24,28 @@ from tests.daemons import Daemon, wait_for
 SERVICE = (REPO / "examples" / "jobs" / "http_service" / "serve.py").read_text()
 
 
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """http://127.0.0.1:N/: the files of ``root``, as a provider fetches a job's script."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def service_url(tmp_path: Path) -> Iterator[str]:
     """http://127.0.0.1:N/serve.py: the example service's script, as a provider fetches it."""
     root = tmp_path / "www"
     root.mkdir()
     (root / "serve.py").write_text(SERVICE)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[assignment, attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/serve.py"
-    server.shutdown()
-    server.server_close()
+    with serving(root) as url:
+        yield url + "serve.py"
 
 
 def pair(

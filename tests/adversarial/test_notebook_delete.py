@@ -11,9 +11,6 @@ is a real libp2p host that signs whatever the test gives it.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
 from tests.daemons import Daemon, wait_for
-from tests.tunnel_helpers import free_port, pair, service_url
+from tests.tunnel_helpers import free_port, pair, service_url, serving
 
 __all__ = ["service_url"]
 
@@ -46,13 +43,8 @@ def links_url(tmp_path: Path) -> Iterator[str]:
     root = tmp_path / "links-www"
     root.mkdir()
     (root / "links.py").write_text(LINKS)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/links.py"
-    server.shutdown()
-    server.server_close()
+    with serving(root) as url:
+        yield url + "links.py"
 
 
 def _delete(peer: HostilePeer, provider: str, job_id: str) -> list[bytes]:
