@@ -200,8 +200,18 @@ def _parse(line: bytes) -> dict[str, Any] | EngineError:
     return obj
 
 
+DAEMON_GONE = "daemon_gone"
+"""The code of every EngineError a ControlClient raises once its daemon went away (stopped,
+restarted, killed): callers catch EngineError alone, never the socket's OSError."""
+
+
 class ControlClient:
-    """An EngineClient for a daemon's control socket; one connection, a reader thread."""
+    """An EngineClient for a daemon's control socket; one connection, a reader thread.
+
+    Once connected, every failure of the connection reaches callers as
+    ``EngineError(DAEMON_GONE)``: a pending call when the daemon dies under it, a new call
+    after that, and the subscription.
+    """
 
     def __init__(self, path: Path, timeout: float = 5.0) -> None:
         # A missing folder or socket is an OSError (no daemon yet: callers retry); one that
@@ -222,6 +232,7 @@ class ControlClient:
         self._callbacks: list[EventCallback] = []
         self._subscribed = False
         self._closed = False
+        self._closed_reason = "the daemon connection is closed"
         self._reader = threading.Thread(target=self._read_loop, name="nunet-control", daemon=True)
         self._reader.start()
 
@@ -235,7 +246,7 @@ class ControlClient:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
-                future.set_exception(EngineError("stopped", "the daemon connection is closed"))
+                future.set_exception(EngineError(DAEMON_GONE, self._closed_reason))
                 return future
             req_id = next(self._ids)
             self._pending[req_id] = (command, future)
@@ -244,7 +255,7 @@ class ControlClient:
                 self._sock.sendall(data)
             except OSError as exc:
                 del self._pending[req_id]
-                future.set_exception(EngineError("stopped", f"the daemon went away: {exc}"))
+                future.set_exception(EngineError(DAEMON_GONE, f"the daemon went away: {exc}"))
         return future
 
     def submit(self, command: api.Command) -> concurrent.futures.Future[Any]:
@@ -267,7 +278,10 @@ class ControlClient:
             first = not self._subscribed
             self._subscribed = True
         if first:
-            self._send({"subscribe": True}, None).result(10)
+            try:
+                self._send({"subscribe": True}, None).result(10)
+            except concurrent.futures.TimeoutError:  # an OSError: the daemon hangs
+                raise EngineError(DAEMON_GONE, "the daemon did not answer within 10 s") from None
 
         def unsubscribe() -> None:
             with self._lock:
@@ -336,12 +350,14 @@ class ControlClient:
 
     def _fail_all(self, reason: str) -> None:
         with self._lock:
+            if not self._closed:
+                self._closed_reason = reason
             self._closed = True
             pending = list(self._pending.values())
             self._pending.clear()
         for _, future in pending:
             if not future.done():
-                future.set_exception(EngineError("stopped", reason))
+                future.set_exception(EngineError(DAEMON_GONE, reason))
 
     def close(self) -> None:
         with self._lock:

@@ -53,22 +53,19 @@ from engine.errors import EngineError
 from engine.notify import NoticeFilter
 from nunet_tui.commands import NodeCommands
 from nunet_tui.format import mb, mhz, safe, short_peer_id
-from nunet_tui.messages import EngineEvent, EngineUpdate
-from nunet_tui.screens.base import (
-    CapabilityScreen,
-    NetworkState,
-    NetworkView,
-    NodeScreen,
-    NodeView,
-)
+from nunet_tui.messages import EngineEvent, EngineUpdate, OpenJob
+from nunet_tui.presets import Preset, load_presets
+from nunet_tui.screens.base import CapabilityScreen, NodeScreen
 from nunet_tui.screens.chat import ChatScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
 from nunet_tui.screens.gpus import GpuScreen
 from nunet_tui.screens.help import HelpScreen
+from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.screens.jobs import JobsScreen
 from nunet_tui.screens.mode_chooser import ModeChooserScreen
 from nunet_tui.screens.network import NetworkScreen
+from nunet_tui.screens.notebooks import NotebooksScreen
 from nunet_tui.screens.onboarding import OnboardingScreen
 from nunet_tui.screens.peers import PeersScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
@@ -76,6 +73,7 @@ from nunet_tui.screens.rewards import RewardsScreen
 from nunet_tui.screens.start import StartScreen
 from nunet_tui.screens.submit import SubmitScreen
 from nunet_tui.screens.wallet import WalletScreen
+from nunet_tui.viewmodels.node import NetworkState, NetworkView, NodeView
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key; GPUs only in provider mode.
@@ -85,6 +83,7 @@ CAPABILITY_SCREENS: dict[str, type[CapabilityScreen]] = {
     "network": NetworkScreen,
     "gpus": GpuScreen,
     "jobs": JobsScreen,
+    "notebooks": NotebooksScreen,
     "submit": SubmitScreen,
     "wallet": WalletScreen,
     "rewards": RewardsScreen,
@@ -117,6 +116,7 @@ class NunetApp(App[None]):
         # own footers name them.
         Binding("w", "open('wallet')", "Wallet", show=False, tooltip="Address, NTX, transactions"),
         Binding("dollar_sign,R", "open('rewards')", "Rewards", show=False, key_display="$"),
+        Binding("b", "open('notebooks')", "Notebooks", show=False, tooltip="JupyterLab notebooks"),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)
@@ -139,7 +139,9 @@ class NunetApp(App[None]):
         self.clock = clock
         """What "now" is for "3 s ago" (tests may pin it)."""
         self.examples = examples
-        """The demo sandbox (``Sandbox.describe()``): the submit form offers its example jobs."""
+        """The demo sandbox (``Sandbox.describe()``), or None outside the demo."""
+        self.presets: list[Preset] = load_presets(examples)
+        """Its example jobs, which the submit form offers one key away (F1, F2, ...)."""
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
@@ -161,7 +163,7 @@ class NunetApp(App[None]):
 
     @work(group="network-start")
     async def _start_network(self) -> None:
-        with contextlib.suppress(EngineError, OSError):
+        with contextlib.suppress(EngineError):
             await self.client.call(StartNetwork())
 
     def on_unmount(self) -> None:
@@ -177,8 +179,8 @@ class NunetApp(App[None]):
     async def start_up(self) -> None:
         try:
             node = await self.reload_node()
-        except (EngineError, OSError) as exc:
-            self.startup_error = _message(exc)
+        except EngineError as exc:
+            self.startup_error = safe(exc.message)
             self.engine_state = "error"
             self.notify(self.startup_error, title="Engine", severity="error", markup=False)
             return
@@ -199,7 +201,7 @@ class NunetApp(App[None]):
         """The network's state now; later changes arrive as NetworkChanged and PeerChanged."""
         try:
             status = await self.client.call(GetNetworkStatus())
-        except (EngineError, OSError):
+        except EngineError:
             return
         state: NetworkState = "online" if status.online else "offline"
         if not status.online:
@@ -208,8 +210,6 @@ class NunetApp(App[None]):
             except EngineError as exc:
                 if exc.code == "no_network":
                     state = "off"
-            except OSError:
-                pass
         self._peer_ids = {peer.peer_id for peer in status.peers}
         self.network = NetworkView(state=state, channel=status.channel, peers=len(self._peer_ids))
 
@@ -228,8 +228,8 @@ class NunetApp(App[None]):
     async def refresh_node(self) -> None:
         try:
             await self.reload_node()
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Engine", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Engine", severity="error", markup=False)
 
     def watch_node(self) -> None:
         self.refresh_bindings()
@@ -307,8 +307,8 @@ class NunetApp(App[None]):
         """Run one engine command; on failure show its message and return None."""
         try:
             return await self.client.call(command)
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title=title, severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title=title, severity="error", markup=False)
             return None
 
     # --- modes -----------------------------------------------------------------------------
@@ -361,6 +361,11 @@ class NunetApp(App[None]):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
+
+    def on_open_job(self, message: OpenJob) -> None:
+        """A widget picked a job (widgets post, never push): its detail screen on top."""
+        message.stop()
+        self.push_screen(JobDetailScreen(message.job_id, job=message.job))
 
     async def action_quit(self) -> None:
         """With jobs still running, ask first (in the demo, quitting stops the providers)."""
@@ -478,8 +483,8 @@ class NunetApp(App[None]):
     async def _reload_quietly(self) -> None:
         try:
             await self.reload_node()
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Engine", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Engine", severity="error", markup=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         onboarding = self.onboarding
@@ -493,7 +498,7 @@ class NunetApp(App[None]):
                 return False
             if name == "gpus":
                 return self.mode == "provider"
-            if name == "submit":
+            if name in ("submit", "notebooks"):
                 return self.mode == "consumer"
             return True
         if action == "onboard":
@@ -511,12 +516,6 @@ class NunetApp(App[None]):
 
 def _amounts(onboarding: Onboarding) -> str:
     return f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} on {safe(onboarding.channel)}"
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, EngineError):
-        return safe(exc.message)
-    return safe(f"lost the engine: {exc}")
 
 
 def run_app(client: EngineClient) -> None:

@@ -29,7 +29,7 @@ async def live_jobs(client: Any) -> list[api.JobInfo]:
     never be held up by an engine that is already gone)."""
     try:
         listed: api.JobList = await client.call(api.ListJobs())
-    except (EngineError, OSError):
+    except EngineError:
         return []
     return [job for job in listed.jobs if job.state in LIVE_STATES]
 

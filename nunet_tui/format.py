@@ -200,3 +200,26 @@ def plural(count: int, word: str) -> str:
 def short_addr(addr: str) -> str:
     """A multiaddr without its ``/p2p/<peer id>`` tail (the peer id is shown beside it)."""
     return safe(addr.split("/p2p/", 1)[0])
+
+
+def span(low: float, high: float) -> str:
+    """``1,024-2,048`` (en dash); one number when both ends are the same."""
+    return thousands(low) if low == high else f"{thousands(low)}{DASH}{thousands(high)}"
+
+
+def ntx_amount(value: float) -> str:
+    """An estimated NTX amount with the digits that matter: ``0.017``, ``1.25``, ``12.5``."""
+    if value == 0:
+        return "0"
+    if value < 0.1:
+        return f"{value:.3f}"
+    if value < 10:
+        return f"{value:.2f}"
+    return f"{value:,.1f}"
+
+
+def problem_lines(messages: Sequence[str]) -> Content:
+    """A form field's problems, one ``✗`` line each, shown literally."""
+    return Content("\n").join(
+        Content.assemble(("✗ ", "bold"), safe(message)) for message in messages
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from engine.api import Event
+from engine.api import Event, JobInfo
 
 
 class EngineEvent(Message):
@@ -33,3 +33,12 @@ class EngineUpdate(Message, bubble=False):
     def __init__(self, event: Event) -> None:
         super().__init__()
         self.event = event
+
+
+class OpenJob(Message):
+    """A widget asks for a job's detail screen (widgets post; the app pushes the screen)."""
+
+    def __init__(self, job_id: str, job: JobInfo | None = None) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.job = job

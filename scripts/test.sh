@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then lint, type-check and run every test.
+# Install everything the tests need into .venv, then lint, type-check, check the import
+# contracts and run every test.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,6 +22,11 @@ echo "== ruff"
 .venv/bin/ruff format --check engine nunet_tui oracle_client tests scripts bench
 echo "== mypy"
 .venv/bin/mypy
+echo "== import contracts"
+# The rooms' boundaries: [tool.importlinter] in pyproject.toml (layers, no Textual in the engine,
+# subsystems without the node, screens and widgets without the command line, widgets without
+# screens).
+.venv/bin/lint-imports
 echo "== docker engine and test image"
 # A private dockerd (installed with apt when missing) and the jobs' image built from Debian
 # packages: the container tests run against the real thing. Stopped again on exit if we

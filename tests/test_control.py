@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import stat
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 import pytest
 
 from engine import api
 from engine.config import Paths
-from engine.control import MAX_LINE, ControlClient
+from engine.control import DAEMON_GONE, MAX_LINE, ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
 from tests.conftest import TEST_ADDRESS
+from tests.daemons import Daemon, daemons, wait_for
+
+__all__ = ["daemons"]
 
 
 def _raw(path: Paths, payload: bytes) -> list[dict[str, object]]:
@@ -100,9 +108,74 @@ def test_client_learns_when_the_engine_stops(node_home: Paths) -> None:
     try:
         client.call_blocking(api.GetInfo(), timeout=5)
     except EngineError as exc:
-        assert exc.code == "stopped"
+        assert exc.code == DAEMON_GONE
     else:
         raise AssertionError("a call to a stopped engine succeeded")
+    finally:
+        client.close()
+
+
+def test_a_daemon_that_dies_mid_call_gives_an_engine_error(tmp_path: Path) -> None:
+    """The daemon reads the request and goes away before it answers: the pending call fails
+    with EngineError(daemon_gone), and so does the next one (never the socket's OSError)."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "control.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    got_request = threading.Event()
+
+    def serve_then_die() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            while b"\n" not in conn.recv(65536):
+                pass
+            got_request.set()
+            conn.shutdown(socket.SHUT_RDWR)
+        server.close()
+
+    thread = threading.Thread(target=serve_then_die, daemon=True)
+    thread.start()
+    client = ControlClient(path)
+    try:
+        pending = client.submit(api.GetInfo())
+        assert got_request.wait(10)
+        with pytest.raises(EngineError) as first:
+            pending.result(10)
+        assert first.value.code == DAEMON_GONE
+        assert "closed the connection" in first.value.message
+        with pytest.raises(EngineError) as second:
+            client.call_blocking(api.GetInfo(), timeout=5)
+        assert second.value.code == DAEMON_GONE
+    finally:
+        client.close()
+        thread.join(10)
+
+
+def test_a_daemon_killed_under_its_client_gives_engine_errors(
+    daemons: Callable[..., Daemon],
+) -> None:
+    """kill -9 of a real daemon: the subscribed client's calls fail as EngineError."""
+    daemon = daemons("gone", 60)
+    client = ControlClient(daemon.home.control_socket)
+    try:
+        client.subscribe(lambda event: None)
+        assert client.call_blocking(api.GetInfo()).peer_id
+        assert daemon.proc is not None
+        os.kill(daemon.proc.pid, signal.SIGKILL)
+        daemon.proc.wait(15)
+
+        def refused() -> EngineError | None:
+            try:
+                client.call_blocking(api.GetInfo(), timeout=5)
+            except EngineError as exc:
+                return exc
+            return None
+
+        error = wait_for(refused, "calls to a killed daemon kept succeeding", timeout=10)
+        assert error.code == DAEMON_GONE
     finally:
         client.close()
 

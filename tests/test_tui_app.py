@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Static
-from textual.worker import WorkerCancelled, WorkerFailed
 
 from engine.api import GetInfo, OnboardRequest, SetMode
 from engine.facade import Engine
@@ -25,43 +20,12 @@ from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
+from tests.pilot import anyio_backend, on_screen, settle, text_of, until
+
+__all__ = ["anyio_backend"]
 
 SIZE = (100, 32)
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # Textual runs on asyncio; the engine brings its own trio thread
-
-
-async def wait_for(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Let the app run until ``predicate()`` holds (engine calls finish in their own time)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting; screen is {pilot.app.screen!r}")
-        await pilot.pause(0.02)
-    await pilot.pause()
-
-
-async def wait_for_screen(pilot: Pilot[Any], kind: type) -> Any:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, kind))
-    return pilot.app.screen
-
-
-async def settle(pilot: Pilot[Any], *groups: str) -> None:
-    """Wait for the workers of ``groups`` (not the ones waiting on a screen to close)."""
-    groups = groups or ("validate", "submit", "refresh")
-    for worker in [worker for worker in pilot.app.workers if worker.group in groups]:
-        with contextlib.suppress(WorkerCancelled, WorkerFailed):
-            await worker.wait()
-    await pilot.pause()
-
-
-def text_of(screen: Any, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
 
 
 def onboard(engine: Engine, memory_mb: int = 8000, cpu_mhz: int = 3000) -> None:
@@ -77,10 +41,10 @@ def provider_engine(engine_client: Engine) -> Engine:
 async def test_first_run_asks_for_the_mode_and_remembers_it(engine_client: Engine) -> None:
     app = NunetApp(client=engine_client)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ModeChooserScreen)
+        await on_screen(pilot, ModeChooserScreen)
         assert engine_client.call_blocking(GetInfo()).mode is None
         await pilot.press("down", "enter")  # the second choice: consumer
-        await wait_for_screen(pilot, ConsumerDashboard)
+        await on_screen(pilot, ConsumerDashboard)
         assert app.current_mode == "consumer"
         assert engine_client.call_blocking(GetInfo()).mode == "consumer"
 
@@ -88,8 +52,8 @@ async def test_first_run_asks_for_the_mode_and_remembers_it(engine_client: Engin
 async def test_a_stored_mode_opens_straight_on_its_dashboard(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        screen = await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        screen = await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         assert "not onboarded" in text_of(screen, "#node-state")
         assert "AMD EPYC 7543" in text_of(screen, "#machine-line")
         assert screen.query_one("#ram-meter", Meter).total == 16_000
@@ -99,17 +63,17 @@ async def test_a_stored_mode_opens_straight_on_its_dashboard(provider_engine: En
 async def test_onboard_entirely_from_the_keyboard(engine_client: Engine) -> None:
     app = NunetApp(client=engine_client)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ModeChooserScreen)
+        await on_screen(pilot, ModeChooserScreen)
         await pilot.press("p")
-        await wait_for_screen(pilot, ProviderDashboard)
+        await on_screen(pilot, ProviderDashboard)
         await pilot.press("o")
-        form = await wait_for_screen(pilot, OnboardingScreen)
+        form = await on_screen(pilot, OnboardingScreen)
         assert form.focused is not None and form.focused.id == "memory_mb"
         await pilot.press(*"8000", "tab", *"3000", "tab", "tab", *TEST_ADDRESS)
         await settle(pilot)
         await pilot.press("enter")
-        dashboard = await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
+        dashboard = await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
         assert dashboard.query_one("#ram-meter", Meter).used == 8_000
         assert dashboard.query_one("#cpu-meter", Meter).used == 3_000
         assert "nunet-test" in dashboard.query_one("#offer-table", KeyTable).plain_text()
@@ -125,28 +89,28 @@ async def test_onboard_entirely_from_the_keyboard(engine_client: Engine) -> None
 async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         await pilot.press("o")
-        form = await wait_for_screen(pilot, OnboardingScreen)
+        form = await on_screen(pilot, OnboardingScreen)
         # Nothing touched yet: no shouting.
         await settle(pilot)
         assert not form.query_one("#memory_mb-problems").has_class("-shown")
 
         await pilot.press(*"99999")
-        await wait_for(pilot, lambda: "requested but only" in text_of(form, "#memory_mb-problems"))
+        await until(pilot, lambda: "requested but only" in text_of(form, "#memory_mb-problems"))
         assert "memory: 99,999 MB requested" in text_of(form, "#memory_mb-problems")
         assert form.query_one("#memory_mb-field").has_class("-invalid")
 
         await pilot.press("tab", "tab", "tab", *"addr1notanaddress")
-        await wait_for(pilot, lambda: "address:" in text_of(form, "#address-problems"))
+        await until(pilot, lambda: "address:" in text_of(form, "#address-problems"))
         # The memory message is still there, the CPU field was never touched.
         assert "requested but only" in text_of(form, "#memory_mb-problems")
         assert not form.query_one("#cpu_mhz-problems").has_class("-shown")
 
         # Fixing the value makes its message go away.
         form.query_one("#memory_mb").value = "8000"
-        await wait_for(pilot, lambda: not form.query_one("#memory_mb-problems").has_class("-shown"))
+        await until(pilot, lambda: not form.query_one("#memory_mb-problems").has_class("-shown"))
 
         # Submitting with problems left keeps the form open and onboards nothing.
         await pilot.press("ctrl+s")
@@ -160,37 +124,37 @@ async def test_pause_resume_and_offboard_ask_first(provider_engine: Engine) -> N
     onboard(provider_engine)
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        dashboard = await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
+        dashboard = await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
 
         await pilot.press("space")
-        await wait_for_screen(pilot, ConfirmScreen)
+        await on_screen(pilot, ConfirmScreen)
         await pilot.press("n")  # changed my mind
-        await wait_for_screen(pilot, ProviderDashboard)
+        await on_screen(pilot, ProviderDashboard)
         assert provider_engine.call_blocking(GetInfo()).onboarded.state == "active"
 
         await pilot.press("space")
-        await wait_for_screen(pilot, ConfirmScreen)
+        await on_screen(pilot, ConfirmScreen)
         await pilot.press("y")
-        await wait_for(pilot, lambda: "paused" in text_of(dashboard, "#node-state"))
+        await until(pilot, lambda: "paused" in text_of(dashboard, "#node-state"))
         assert provider_engine.call_blocking(GetInfo()).onboarded.state == "paused"
 
         await pilot.press("space")
-        await wait_for_screen(pilot, ConfirmScreen)
+        await on_screen(pilot, ConfirmScreen)
         await pilot.press("enter")  # the focused button: Resume
-        await wait_for(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
+        await until(pilot, lambda: "accepting jobs" in text_of(dashboard, "#node-state"))
         assert provider_engine.call_blocking(GetInfo()).onboarded.state == "active"
 
         await pilot.press("x")
-        await wait_for_screen(pilot, ConfirmScreen)
+        await on_screen(pilot, ConfirmScreen)
         await pilot.press("enter")  # offboarding is dangerous: Cancel has the focus
-        await wait_for_screen(pilot, ProviderDashboard)
+        await on_screen(pilot, ProviderDashboard)
         assert provider_engine.call_blocking(GetInfo()).onboarded is not None
 
         await pilot.press("x")
-        await wait_for_screen(pilot, ConfirmScreen)
+        await on_screen(pilot, ConfirmScreen)
         await pilot.press("y")
-        await wait_for(pilot, lambda: "not onboarded" in text_of(dashboard, "#node-state"))
+        await until(pilot, lambda: "not onboarded" in text_of(dashboard, "#node-state"))
         assert provider_engine.call_blocking(GetInfo()).onboarded is None
 
 
@@ -200,67 +164,67 @@ async def test_resources_form_is_prefilled_and_changes_the_amounts(
     onboard(provider_engine)
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        dashboard = await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.onboarding is not None)
+        dashboard = await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.onboarding is not None)
         await pilot.press("o")
-        form = await wait_for_screen(pilot, OnboardingScreen)
+        form = await on_screen(pilot, OnboardingScreen)
         assert form.query_one("#memory_mb").value == "8000"
         assert form.query_one("#address").disabled
         form.query_one("#memory_mb").value = ""
         await pilot.press(*"10000", "enter")
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: dashboard.query_one("#ram-meter", Meter).used == 10_000)
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: dashboard.query_one("#ram-meter", Meter).used == 10_000)
         assert provider_engine.call_blocking(GetInfo()).onboarded.memory_mb == 10_000
 
 
 async def test_m_switches_mode_and_the_engine_remembers(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ProviderDashboard)
+        await on_screen(pilot, ProviderDashboard)
         await pilot.press("m")
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "consumer")
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "consumer")
         await pilot.press("m")
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "provider")
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "provider")
 
 
 async def test_question_mark_opens_help_and_escape_goes_back(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         await pilot.press("question_mark")
-        help_screen = await wait_for_screen(pilot, HelpScreen)
+        help_screen = await on_screen(pilot, HelpScreen)
         keys = " ".join(str(s.render()) for s in help_screen.query(Static))
         assert "Onboard this machine" in keys
         assert "ctrl+p" in keys
         await pilot.press("escape")
-        await wait_for_screen(pilot, ProviderDashboard)
+        await on_screen(pilot, ProviderDashboard)
 
 
 async def test_command_palette_switches_mode(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         await pilot.press("ctrl+p")
         await pilot.pause(0.1)
         await pilot.press(*"consumer mode")
         await pilot.pause(0.3)
         await pilot.press("enter")
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "consumer")
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: provider_engine.call_blocking(GetInfo()).mode == "consumer")
 
 
 async def test_dashboard_follows_changes_made_elsewhere(provider_engine: Engine) -> None:
     """An onboarding from the CLI (same engine) reaches the dashboard as an event."""
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        dashboard = await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        dashboard = await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         await asyncio.to_thread(onboard, provider_engine, 6000, 2500)
-        await wait_for(pilot, lambda: dashboard.query_one("#ram-meter", Meter).used == 6_000)
+        await until(pilot, lambda: dashboard.query_one("#ram-meter", Meter).used == 6_000)
         assert "accepting jobs" in text_of(dashboard, "#node-state")
 
 
@@ -273,8 +237,8 @@ async def test_peer_text_is_shown_literally(tmp_path: Path) -> None:
         engine.call_blocking(SetMode(mode="provider"))
         app = NunetApp(client=engine)
         async with app.run_test(size=SIZE) as pilot:
-            dashboard = await wait_for_screen(pilot, ProviderDashboard)
-            await wait_for(pilot, lambda: app.node is not None)
+            dashboard = await on_screen(pilot, ProviderDashboard)
+            await until(pilot, lambda: app.node is not None)
             line = text_of(dashboard, "#machine-line")
             assert "[b red]rig[/]" in line
             assert "\x1b" not in line

@@ -22,15 +22,12 @@ from nunet_tui.widgets.gpu_card import GpuCard, GpuSummary
 from tests.conftest import make_home
 from tests.doubles.fake_pynvml import FakeNvml, FakeProcess
 from tests.doubles.host import fixed_host
-from tests.test_tui_app import wait_for, wait_for_screen
+from tests.pilot import anyio_backend, on_screen, until
+
+__all__ = ["anyio_backend"]
 
 SIZE = (160, 48)
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -53,33 +50,33 @@ async def test_eight_gpus_get_a_card_each_with_live_history(rig: tuple[Engine, F
     engine, nvml = rig
     app = NunetApp(client=engine)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ProviderDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
         await pilot.press("g")
-        screen = await wait_for_screen(pilot, GpuScreen)
-        await wait_for(pilot, lambda: len(screen.query(GpuCard)) == 8)
+        screen = await on_screen(pilot, GpuScreen)
+        await until(pilot, lambda: len(screen.query(GpuCard)) == 8)
         cards = list(screen.query(GpuCard))
         first = str(cards[0].render())
         assert "37%" in first and "61°C / 90" in first and "215 / 350 W" in first
         assert cards[3].has_class("-error") and cards[5].has_class("-warning")
         assert not cards[1].has_class("-warning") and not cards[1].has_class("-error")
         processes = screen.query_one("#process-table", DataTable)
-        await wait_for(pilot, lambda: processes.row_count == 1)
+        await until(pilot, lambda: processes.row_count == 1)
         assert "python3" in " ".join(str(c) for c in processes.get_row_at(0))
 
         # One new sample a second is appended, and a change shows on the card.
         uuid = cards[0].gpu.uuid
         before = len(screen.feed.trace(uuid).utilization)
         nvml.gpus[0].utilization_gpu = 99
-        await wait_for(pilot, lambda: "99%" in str(cards[0].render()), timeout=5)
+        await until(pilot, lambda: "99%" in str(cards[0].render()), timeout=5)
         assert len(screen.feed.trace(uuid).utilization) > before
         assert 99.0 in screen.feed.trace(uuid).utilization
 
         await pilot.press("escape")
-        dashboard = await wait_for_screen(pilot, ProviderDashboard)
+        dashboard = await on_screen(pilot, ProviderDashboard)
         summary = dashboard.query_one(GpuSummary)
         # The dashboard's own 1 Hz look at the GPUs picks the change up too.
-        await wait_for(pilot, lambda: "99%" in str(summary.render()), timeout=5)
+        await until(pilot, lambda: "99%" in str(summary.render()), timeout=5)
 
 
 async def test_no_gpu_says_why_and_what_to_do(tmp_path: Path) -> None:
@@ -89,12 +86,12 @@ async def test_no_gpu_says_why_and_what_to_do(tmp_path: Path) -> None:
         engine.call_blocking(SetMode(mode="provider"))
         app = NunetApp(client=engine)
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for_screen(pilot, ProviderDashboard)
-            await wait_for(pilot, lambda: app.node is not None)
+            await on_screen(pilot, ProviderDashboard)
+            await until(pilot, lambda: app.node is not None)
             await pilot.press("g")
-            screen = await wait_for_screen(pilot, GpuScreen)
+            screen = await on_screen(pilot, GpuScreen)
             text = screen.query_one("#no-gpu-text", Static)
-            await wait_for(pilot, lambda: screen.query_one("#no-gpu").display)
+            await until(pilot, lambda: screen.query_one("#no-gpu").display)
             shown = str(text.render())
             assert "libnvidia-ml.so" in shown
             assert "nunet-tui gpu doctor" in shown
@@ -110,13 +107,13 @@ async def test_the_gpu_key_is_for_providers_only(tmp_path: Path) -> None:
         engine.call_blocking(SetMode(mode="consumer"))
         app = NunetApp(client=engine)
         async with app.run_test(size=(100, 30)) as pilot:
-            await wait_for(pilot, lambda: app.node is not None and app.mode == "consumer")
+            await until(pilot, lambda: app.node is not None and app.mode == "consumer")
             await pilot.press("g")
             await pilot.pause(0.2)
             assert not isinstance(app.screen, GpuScreen)
             await pilot.press("m")
-            await wait_for_screen(pilot, ProviderDashboard)
+            await on_screen(pilot, ProviderDashboard)
             await pilot.press("g")
-            await wait_for_screen(pilot, GpuScreen)
+            await on_screen(pilot, GpuScreen)
     finally:
         engine.close()

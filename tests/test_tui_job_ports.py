@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 
 from engine.api import JobInfo, SetMode, TunnelForward
 from engine.control import ControlClient
@@ -20,27 +19,13 @@ from nunet_tui.widgets import job_ports
 from nunet_tui.widgets.key_table import KeyTable
 from tests.conftest import run_cli
 from tests.daemons import Daemon, daemons
+from tests.pilot import anyio_backend, until
 from tests.tunnel_helpers import free_port, http_get, pair, service_url, submit_service
 
-__all__ = ["daemons", "service_url"]
+__all__ = ["anyio_backend", "daemons", "service_url"]
 
 pytestmark = pytest.mark.anyio
 PROCESS_JOBS = '[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\n'
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
-        await pilot.pause(0.05)
-    await pilot.pause()
 
 
 def _job(**extra: Any) -> JobInfo:

@@ -6,7 +6,6 @@ The form is filled from the keyboard; everything the screens show comes from the
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import http.server
 import threading
@@ -16,23 +15,37 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input, OptionList, Static
+from textual.widgets import Button, Input, OptionList
 
-from engine.api import JobLogLine, SetMode
-from engine.control import ControlClient
+from engine.api import (
+    JobLogLine,
+    ListPeers,
+    Peer,
+    PeerList,
+    PeerResources,
+    SetMode,
+    SubmitJob,
+)
+from engine.control import DAEMON_GONE, ControlClient
+from engine.errors import EngineError
+from engine.facade import Engine
 from nunet_tui.app import NunetApp
 from nunet_tui.format import DASH
+from nunet_tui.presets import load_presets
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.job_detail import JobDetailScreen, traceback_tail
 from nunet_tui.screens.job_results import ResultsDirScreen, ResultsScreen, pretty_json
-from nunet_tui.screens.submit import SubmitScreen, load_presets, tier_table
+from nunet_tui.screens.submit import SubmitScreen
+from nunet_tui.widgets.job_estimate import tier_table
+from nunet_tui.widgets.job_form import JobForm
 from nunet_tui.widgets.job_log import JobLogView, clean_line
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.running_jobs import RunningJobs
 from tests.conftest import REPO, TEST_ADDRESS
 from tests.daemons import Daemon, daemons, wait_for
+from tests.pilot import FakeEngineClient, anyio_backend, on_screen, text_of, until
 
-__all__ = ["daemons"]
+__all__ = ["anyio_backend", "daemons"]
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 40)
@@ -52,11 +65,6 @@ FAILING = """
 print("about to fail", flush=True)
 raise RuntimeError("The size of tensor a (5) must match the size of tensor b (3)")
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -97,22 +105,8 @@ def market(daemons: Callable[..., Daemon]) -> Iterator[tuple[Daemon, Daemon, Con
         client.close()
 
 
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
-        await pilot.pause(0.05)
-    await pilot.pause()
-
-
 def log_lines(screen: Any) -> list[str]:
     return list(screen.query_one(JobLogView).lines)
-
-
-def text_of(screen: Any, selector: str) -> str:
-    return str(screen.query_one(selector, Static).render())
 
 
 def who(screen: Any) -> str:
@@ -144,7 +138,7 @@ async def test_submit_iris_follow_it_and_view_its_results(
         await until(pilot, lambda: isinstance(app.screen, SubmitScreen))
         form: SubmitScreen = app.screen  # type: ignore[assignment]
         await fill_form(pilot, f"{scripts}/iris.py")
-        assert form.framework == "scikit-learn"
+        assert form.query_one(JobForm).framework == "scikit-learn"
         # GPU is off the table for scikit-learn, and the form says why.
         assert form.query_one("#dev-gpu").disabled
         assert "CPU only" in text_of(form, "#device-hint")
@@ -294,6 +288,73 @@ async def test_a_provider_sees_the_job_it_runs(
     finally:
         consumer.cli("job", "cancel", job["job_id"])
         client.close()
+
+
+# --- the submit form against scripted engine replies --------------------------------------
+
+FAKE_PROVIDER = Peer(
+    peer_id="12D3KooWFakeProviderOfTheFormTestxyz9",
+    channel="nunet-test",
+    latency_ms=12.0,
+    resources=PeerResources(
+        cpu_mhz=8000,
+        memory_mb=16000,
+        disk_mb=50000,
+        prices={"low": 1.0, "moderate": 2.0, "high": 4.0},
+        executors=("process",),
+        frameworks=("pytorch", "tensorflow", "scikit-learn"),
+    ),
+)
+
+
+async def _submit_form(app: NunetApp, pilot: Pilot[Any]) -> SubmitScreen:
+    await until(pilot, lambda: type(app.screen).__name__ == "ConsumerDashboard")
+    await pilot.press("s")
+    screen: SubmitScreen = await on_screen(pilot, SubmitScreen)
+    return screen
+
+
+async def test_a_daemon_gone_at_submit_is_one_line_under_the_form(engine_client: Engine) -> None:
+    """The control client's EngineError(daemon_gone) is the only error the screen catches:
+    it shows as the form's general problem and the form stays, ready to submit again."""
+    gone = EngineError(DAEMON_GONE, "the daemon closed the connection (stopped or restarted)")
+    client = FakeEngineClient({SubmitJob: gone}, delegate=engine_client)
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=client)
+    async with app.run_test(size=SIZE) as pilot:
+        form = await _submit_form(app, pilot)
+        await pilot.press(*"http://127.0.0.1:9/train.py")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "closed the connection" in text_of(form, "#general-problems"))
+        assert isinstance(app.screen, SubmitScreen)
+        assert [type(c) for c in client.calls].count(SubmitJob) == 1
+        assert not form.query_one("#submit", Button).disabled
+
+
+async def test_enter_on_a_provider_picks_it_and_again_goes_back_to_the_best(
+    engine_client: Engine,
+) -> None:
+    """The "who can run it" list posts Picked; the screen puts the peer in the form."""
+    client = FakeEngineClient(
+        {ListPeers: PeerList(channel="nunet-test", peers=(FAKE_PROVIDER,))},
+        delegate=engine_client,
+    )
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=client)
+    async with app.run_test(size=SIZE) as pilot:
+        form = await _submit_form(app, pilot)
+        await until(pilot, lambda: FAKE_PROVIDER.peer_id[-4:] in who(form))
+        options = form.query_one("#who-list", OptionList)
+        options.focus()
+        options.highlighted = 0
+        await pilot.press("enter")
+        field = form.query_one("#peer_id", Input)
+        await until(pilot, lambda: field.value == FAKE_PROVIDER.peer_id)
+        assert "← picked" in who(form)
+        assert str(form.query_one("#submit", Button).label).startswith("Submit to 12D3KooW")
+        await pilot.press("enter")
+        await until(pilot, lambda: field.value == "")
+        assert str(form.query_one("#submit", Button).label) == "Submit to best match"
 
 
 # --- pieces, on real inputs ------------------------------------------------------------

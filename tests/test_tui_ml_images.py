@@ -35,8 +35,10 @@ from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from tests import docker_fixture
 from tests.conftest import MACHINE_TOML, make_home
 from tests.doubles.host import fixed_host
+from tests.pilot import anyio_backend, on_screen, until
 from tests.test_gpu_doctor import make_env, nvidia_card
-from tests.test_tui_app import wait_for, wait_for_screen
+
+__all__ = ["anyio_backend"]
 
 docker_host = docker_fixture.docker_host  # the shared session fixtures
 sklearn_image = docker_fixture.sklearn_image
@@ -44,11 +46,6 @@ sklearn_image = docker_fixture.sklearn_image
 SIZE = (140, 44)
 UNREACHABLE = "127.0.0.1:9/nope/image:1"  # nothing listens on port 9
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def provider_engine(home: Paths, host_root: Path) -> Engine:
@@ -60,12 +57,12 @@ def provider_engine(home: Paths, host_root: Path) -> Engine:
 
 async def open_from_gpu_screen(app: NunetApp, pilot: Pilot[Any], key: str, kind: type) -> Any:
     """Dashboard, ``g`` for the GPU screen, then ``key`` (``i`` or ``d``) for ``kind``."""
-    await wait_for_screen(pilot, ProviderDashboard)
-    await wait_for(pilot, lambda: app.node is not None)
+    await on_screen(pilot, ProviderDashboard)
+    await until(pilot, lambda: app.node is not None)
     await pilot.press("g")
-    await wait_for_screen(pilot, GpuScreen)
+    await on_screen(pilot, GpuScreen)
     await pilot.press(key)
-    return await wait_for_screen(pilot, kind)
+    return await on_screen(pilot, kind)
 
 
 def row_text(row: ImageRow) -> str:
@@ -109,7 +106,7 @@ async def test_a_bar_per_image_and_the_registry_error(
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_from_gpu_screen(app, pilot, "i", MlImagesScreen)
         assert isinstance(screen, MlImagesScreen)
-        await wait_for(pilot, lambda: screen.report is not None, timeout=60)
+        await until(pilot, lambda: screen.report is not None, timeout=60)
         assert screen.problem is None
         assert screen.report is not None
         assert [(r.key, r.status) for r in screen.report.results] == [
@@ -119,7 +116,7 @@ async def test_a_bar_per_image_and_the_registry_error(
         rows = list(screen.query(ImageRow))
         assert [row.image for row in rows] == [sklearn_image, UNREACHABLE]
         # The rows moved with the engine's events, not only with the final report.
-        await wait_for(pilot, lambda: (UNREACHABLE, "failed") in seen)
+        await until(pilot, lambda: (UNREACHABLE, "failed") in seen)
         assert {(sklearn_image, "waiting"), (sklearn_image, "present")} <= set(seen)
         assert (UNREACHABLE, "pulling") in seen
         if os.environ.get("NUNET_SCREENSHOTS"):
@@ -144,12 +141,12 @@ async def test_a_bar_per_image_and_the_registry_error(
         # Run again: the same two rows, settled the same way (no duplicates).
         assert screen.runs == 1
         await pilot.press("r")
-        await wait_for(pilot, lambda: screen.runs == 2 and screen.report is not None, 60)
+        await until(pilot, lambda: screen.runs == 2 and screen.report is not None, 60)
         assert len(screen.query(ImageRow)) == 2
         assert failed.pull_state == "failed" and present.pull_state == "present"
 
         await pilot.press("escape")
-        await wait_for_screen(pilot, GpuScreen)
+        await on_screen(pilot, GpuScreen)
 
 
 async def test_without_docker_the_engine_error_is_shown(
@@ -162,7 +159,7 @@ async def test_without_docker_the_engine_error_is_shown(
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_from_gpu_screen(app, pilot, "i", MlImagesScreen)
             assert isinstance(screen, MlImagesScreen)
-            await wait_for(pilot, lambda: screen.problem is not None, timeout=30)
+            await until(pilot, lambda: screen.problem is not None, timeout=30)
             assert screen.query_one("#ml-problem").display
             text = str(screen.query_one("#ml-problem-text", Static).render())
             assert text.startswith("no Docker engine at unix:///nonexistent (no such socket)")
@@ -182,7 +179,7 @@ async def test_doctor_on_this_machine_renders_its_findings(tmp_path: Path) -> No
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_from_gpu_screen(app, pilot, "d", GpuDoctorScreen)
             assert isinstance(screen, GpuDoctorScreen)
-            await wait_for(pilot, lambda: screen.report is not None, timeout=60)
+            await until(pilot, lambda: screen.report is not None, timeout=60)
             report = screen.report
             assert report is not None
             rows = list(screen.query(".finding").results(Static))
@@ -212,7 +209,7 @@ async def test_doctor_problems_show_their_fix_commands_and_run_nothing(
         async with app.run_test(size=SIZE) as pilot:
             screen = await open_from_gpu_screen(app, pilot, "d", GpuDoctorScreen)
             assert isinstance(screen, GpuDoctorScreen)
-            await wait_for(pilot, lambda: screen.report is not None, timeout=30)
+            await until(pilot, lambda: screen.report is not None, timeout=30)
             report = screen.report
             assert report is not None and not report.ok and report.fixes
             facts = str(screen.query_one("#doctor-facts", Static).render())

@@ -7,8 +7,7 @@ every second) joins her. Host probes read the fixed host of tests/doubles/host.p
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +31,15 @@ from nunet_tui.screens.network import NetworkScreen
 from nunet_tui.screens.peers import PeersScreen
 from nunet_tui.widgets.key_table import KeyTable
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
+from tests.daemons import wait_for
 from tests.doubles.host import fixed_host
-from tests.test_tui_app import wait_for, wait_for_screen
+from tests.pilot import anyio_backend, on_screen, until
+
+__all__ = ["anyio_backend"]
 
 SIZE = (140, 36)
 LITERAL = "[bold red]x[/] and \x1b[2J"
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-def _until(check: Callable[[], Any], message: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(message)
 
 
 def _network_toml(bootstrap: str | None = None) -> str:
@@ -65,7 +52,7 @@ def _network_toml(bootstrap: str | None = None) -> str:
 def _start(root: Path, seed: int, bootstrap: str | None = None) -> Engine:
     home = make_home(root / "home", seed=bytes([seed]) * 32, machine_toml=_network_toml(bootstrap))
     engine = Engine(home, probes=fixed_host(root / "host").probes).start()
-    _until(lambda: engine.call_blocking(GetPeerSelf()).addrs, f"{root} never listened")
+    wait_for(lambda: engine.call_blocking(GetPeerSelf()).addrs, f"{root} never listened", 30)
     return engine
 
 
@@ -87,7 +74,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Eng
             found = peers.get(bob_id)
             return bool(found and found.resources and found.last_heartbeat)
 
-        _until(bob_beats, "alice never heard bob's heartbeat")
+        wait_for(bob_beats, "alice never heard bob's heartbeat", 30)
         yield alice, bob
     finally:
         if bob is not None:
@@ -114,12 +101,12 @@ async def test_peers_lists_bob_filters_and_opens_a_chat(pair: tuple[Engine, Engi
     bob_id = peer_id(bob)
     app = NunetApp(client=alice)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: app.network.state == "online")
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: app.network.state == "online")
         await pilot.press("p")
-        screen = await wait_for_screen(pilot, PeersScreen)
+        screen = await on_screen(pilot, PeersScreen)
         table = screen.query_one("#peers-table", DataTable)
-        await wait_for(pilot, lambda: bob_id in table.rows)
+        await until(pilot, lambda: bob_id in table.rows)
         row = table_text(table)
         assert bob_id[:8] in row and "direct" in row and "127.0.0.1" in row
         assert "6,000" in row  # bob's onboarded RAM, from his advert
@@ -129,21 +116,21 @@ async def test_peers_lists_bob_filters_and_opens_a_chat(pair: tuple[Engine, Engi
         await pilot.press("slash")
         assert isinstance(app.focused, Input)
         await pilot.press(*bob_id[-6:])
-        await wait_for(pilot, lambda: table.row_count == 1)
+        await until(pilot, lambda: table.row_count == 1)
         await pilot.press(*"zzz")
-        await wait_for(pilot, lambda: not table.display)
+        await until(pilot, lambda: not table.display)
         assert "No peer matches" in str(screen.query_one("#peers-note", Static).render())
         await pilot.press("escape")  # clears the filter, stays
-        await wait_for(pilot, lambda: table.display and bob_id in table.rows)
+        await until(pilot, lambda: table.display and bob_id in table.rows)
         assert isinstance(app.screen, PeersScreen)
 
         await pilot.press("d")  # the DHT lookup keeps bob in the list
-        await wait_for(pilot, lambda: bob_id in table.rows)
+        await until(pilot, lambda: bob_id in table.rows)
 
         table.move_cursor(row=table.get_row_index(bob_id))
         table.focus()
         await pilot.press("enter")
-        chat = await wait_for_screen(pilot, ChatScreen)
+        chat = await on_screen(pilot, ChatScreen)
         assert chat.peer_id == bob_id
 
 
@@ -152,31 +139,32 @@ async def test_chat_round_trip_shows_peer_text_literally(pair: tuple[Engine, Eng
     alice_id, bob_id = peer_id(alice), peer_id(bob)
     app = NunetApp(client=alice)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: app.node is not None)
         app.open_screen("chat", peer_id=bob_id)
-        chat = await wait_for_screen(pilot, ChatScreen)
-        await wait_for(pilot, lambda: isinstance(app.focused, Input))
+        chat = await on_screen(pilot, ChatScreen)
+        await until(pilot, lambda: isinstance(app.focused, Input))
         await pilot.press(*"hello bob", "enter")
-        _until(
+        wait_for(
             lambda: any(
                 m.text == "hello bob"
                 for m in bob.call_blocking(ChatHistory(peer_id=alice_id)).messages
             ),
             "bob never got the message",
+            30,
         )
-        await wait_for(pilot, lambda: "hello bob" in messages_text(chat))
+        await until(pilot, lambda: "hello bob" in messages_text(chat))
         assert chat.query_one("#message-input", Input).value == ""
 
         # Bob answers with markup and a terminal escape: both must show as plain text.
         bob.call_blocking(ChatSend(peer_id=alice_id, text=LITERAL))
-        await wait_for(pilot, lambda: "[bold red]x[/]" in messages_text(chat))
+        await until(pilot, lambda: "[bold red]x[/]" in messages_text(chat))
         shown = messages_text(chat)
         assert "\\x1b[2J" in shown
         assert "\x1b" not in shown
         # The conversation list counts both messages.
         options = chat.query_one("#conversation-list", OptionList)
-        await wait_for(pilot, lambda: options.option_count >= 1)
+        await until(pilot, lambda: options.option_count >= 1)
 
 
 async def test_a_chat_request_is_announced_and_joined(pair: tuple[Engine, Engine]) -> None:
@@ -184,17 +172,17 @@ async def test_a_chat_request_is_announced_and_joined(pair: tuple[Engine, Engine
     alice_id = peer_id(alice)
     app = NunetApp(client=alice)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: app.network.state == "online")
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: app.network.state == "online")
         bob.call_blocking(ChatStart(peer_id=alice_id))
-        await wait_for(pilot, lambda: any("wants to chat" in n.message for n in app._notifications))
+        await until(pilot, lambda: any("wants to chat" in n.message for n in app._notifications))
         await pilot.press("c")
-        chat = await wait_for_screen(pilot, ChatScreen)
-        await wait_for(pilot, lambda: bool(chat.overview.requests))
+        chat = await on_screen(pilot, ChatScreen)
+        await until(pilot, lambda: bool(chat.overview.requests))
         options = chat.query_one("#conversation-list", OptionList)
         options.focus()
         await pilot.press("j")
-        await wait_for(pilot, lambda: not chat.overview.requests)
+        await until(pilot, lambda: not chat.overview.requests)
         assert chat.peer_id == peer_id(bob)
 
 
@@ -203,21 +191,21 @@ async def test_network_status_counts_bob(pair: tuple[Engine, Engine]) -> None:
     bob_id = peer_id(bob)
     app = NunetApp(client=alice)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for_screen(pilot, ConsumerDashboard)
-        await wait_for(pilot, lambda: app.node is not None)
+        await on_screen(pilot, ConsumerDashboard)
+        await until(pilot, lambda: app.node is not None)
         await pilot.press("n")
-        screen = await wait_for_screen(pilot, NetworkScreen)
-        await wait_for(pilot, lambda: screen.status is not None and screen.status.online)
-        await wait_for(
+        screen = await on_screen(pilot, NetworkScreen)
+        await until(pilot, lambda: screen.status is not None and screen.status.online)
+        await until(
             pilot, lambda: screen.status is not None and screen.status.totals.providers >= 1
         )
         facts = screen.query_one("#channel-facts", KeyTable).plain_text()
         assert "online" in facts and "1 onboarded" in facts
         table = screen.query_one("#beats-table", DataTable)
-        await wait_for(pilot, lambda: bob_id in table.rows)
+        await until(pilot, lambda: bob_id in table.rows)
         assert "6,000" in table_text(table)
         await pilot.press("escape")
-        await wait_for_screen(pilot, ConsumerDashboard)
+        await on_screen(pilot, ConsumerDashboard)
 
 
 async def test_offline_peer_gets_a_queued_message_and_limits_are_explained(
@@ -231,27 +219,27 @@ async def test_offline_peer_gets_a_queued_message_and_limits_are_explained(
         engine.call_blocking(SetMode(mode="consumer"))
         app = NunetApp(client=engine)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for_screen(pilot, ConsumerDashboard)
-            await wait_for(pilot, lambda: app.network.state == "off")
+            await on_screen(pilot, ConsumerDashboard)
+            await until(pilot, lambda: app.network.state == "off")
             await pilot.press("p")
-            peers = await wait_for_screen(pilot, PeersScreen)
+            peers = await on_screen(pilot, PeersScreen)
             note = peers.query_one("#peers-note", Static)
-            await wait_for(pilot, lambda: "without the network" in str(note.render()))
+            await until(pilot, lambda: "without the network" in str(note.render()))
 
             app.open_screen("chat", peer_id=other)
-            chat = await wait_for_screen(pilot, ChatScreen)
-            await wait_for(pilot, lambda: isinstance(app.focused, Input))
+            chat = await on_screen(pilot, ChatScreen)
+            await until(pilot, lambda: isinstance(app.focused, Input))
             await pilot.press(*"see you later", "enter")
             send_note = chat.query_one("#send-note", Static)
-            await wait_for(pilot, lambda: "queued" in str(send_note.render()))
+            await until(pilot, lambda: "queued" in str(send_note.render()))
             assert "delivered when it is back" in str(send_note.render())
-            await wait_for(pilot, lambda: "see you later" in messages_text(chat))
+            await until(pilot, lambda: "see you later" in messages_text(chat))
 
             field = chat.query_one("#message-input", Input)
             field.value = "x" * 5000
-            await wait_for(pilot, lambda: "Too long" in str(send_note.render()))
+            await until(pilot, lambda: "Too long" in str(send_note.render()))
             await pilot.press("enter")
-            await wait_for(pilot, lambda: "Not sent" in str(send_note.render()))
+            await until(pilot, lambda: "Not sent" in str(send_note.render()))
             assert "see you later" in messages_text(chat)
     finally:
         engine.close()

@@ -7,14 +7,12 @@ running one's log appended on the engine's own thread as an executor's pump woul
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from textual.pilot import Pilot
 
 from engine.api import GetJobLogs, JobLogLine
 from engine.facade import Engine
@@ -27,6 +25,7 @@ from nunet_tui.widgets.provider_jobs import ProviderJobs
 from nunet_tui.widgets.recent_runs import FIXED_W, NAME_MAX, RunList, columns, earned, why
 from nunet_tui.widgets.running_jobs import LogTail, RunningJobs, job_block
 from tests.doubles.host import RIG_GPUS
+from tests.pilot import anyio_backend, until
 from tests.test_snapshots_provider_jobs import (
     FINISHED,
     NOW,
@@ -35,14 +34,9 @@ from tests.test_snapshots_provider_jobs import (
     provider_engine,
 )
 
-__all__ = ["provider_engine"]
+__all__ = ["anyio_backend", "provider_engine"]
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --- progress lines ------------------------------------------------------------------------
@@ -224,15 +218,6 @@ def test_the_engine_reads_a_log_from_its_newest_lines(tmp_path: Path) -> None:
 # --- on the real engine ----------------------------------------------------------------------
 
 
-async def _until(pilot: Pilot[Any], check: Callable[[], bool], timeout: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out on {pilot.app.screen!r}")
-        await pilot.pause(0.05)
-
-
 def _jobs_panel(app: NunetApp) -> ProviderJobs | None:
     found = app.screen.query(ProviderJobs)
     return found.first() if found else None
@@ -243,8 +228,8 @@ async def test_a_provider_without_jobs_sees_its_machine_first(
 ) -> None:
     app = NunetApp(client=provider_engine([]), clock=lambda: NOW)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
-        await _until(pilot, lambda: bool(app.screen.query("#machine-line")))
+        await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+        await until(pilot, lambda: bool(app.screen.query("#machine-line")))
         await pilot.pause(0.5)
         panel = _jobs_panel(app)
         assert panel is not None and not panel.display
@@ -258,17 +243,17 @@ async def test_the_running_job_follows_its_log_and_enter_opens_it(
     engine = provider_engine([(RUNNING, TRAIN_LOG), *((job, []) for job in FINISHED)])
     app = NunetApp(client=engine, clock=lambda: NOW)
     async with app.run_test(size=(160, 48)) as pilot:
-        await _until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+        await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
 
         def tail() -> LogTail | None:
             panel = _jobs_panel(app)
             return panel.tails.get(RUNNING.job_id) if panel is not None else None
 
-        await _until(pilot, lambda: (t := tail()) is not None and t.last_seq == len(TRAIN_LOG) - 1)
+        await until(pilot, lambda: (t := tail()) is not None and t.last_seq == len(TRAIN_LOG) - 1)
         running = app.screen.query_one(RunningJobs)
         assert running.display and [job.job_id for job in running.jobs] == [RUNNING.job_id]
         rows = app.screen.query_one(RunList)
-        await _until(pilot, lambda: rows.option_count == 5)  # drawn once it has a width
+        await until(pilot, lambda: rows.option_count == 5)  # drawn once it has a width
         assert app.focused is rows
 
         # New lines, written on the engine's thread as the executor's pump does: the panel
@@ -276,16 +261,16 @@ async def test_the_running_job_follows_its_log_and_enter_opens_it(
         joblog = engine.node.jobs().provider.job_log(RUNNING.job_id)
         fresh = _lines(["[epoch 38/100] loss 0.780 acc 0.70", "saved"], first=len(TRAIN_LOG))
         engine._thread.run_sync_soon(lambda: joblog.append(fresh))  # type: ignore[union-attr]
-        await _until(pilot, lambda: (t := tail()) is not None and t.last_line == "saved")
+        await until(pilot, lambda: (t := tail()) is not None and t.last_line == "saved")
         assert tail().progress.share == pytest.approx(0.38)  # type: ignore[union-attr]
 
         await pilot.press("enter")  # the newest row: the running job
-        await _until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
         assert app.screen.job_id == RUNNING.job_id  # type: ignore[attr-defined]
         await pilot.press("down", "escape")
-        await _until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+        await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
         await pilot.press("down", "down", "enter")  # the third: the failed one
-        await _until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
         assert app.screen.job_id == FINISHED[1].job_id  # type: ignore[attr-defined]
 
 
@@ -294,12 +279,12 @@ async def test_no_gpu_box_without_a_gpu(provider_engine: Callable[..., Engine]) 
     engine = provider_engine([(RUNNING, TRAIN_LOG)])
     app = NunetApp(client=engine, clock=lambda: NOW)
     async with app.run_test(size=(160, 48)) as pilot:
-        await _until(pilot, lambda: bool(app.screen.query(RunList)))
-        await _until(pilot, lambda: app.screen.query_one(RunList).option_count == 1)
+        await until(pilot, lambda: bool(app.screen.query(RunList)))
+        await until(pilot, lambda: app.screen.query_one(RunList).option_count == 1)
         await pilot.press("enter")
-        await _until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
         gpus = app.screen.query_one(JobGpus)
-        await _until(pilot, lambda: gpus.latest is not None)
+        await until(pilot, lambda: gpus.latest is not None)
         assert gpus.active and not gpus.latest.gpus  # type: ignore[union-attr]
         assert not gpus.display
 
@@ -313,18 +298,18 @@ async def test_the_gpu_strip_on_a_rig_and_not_for_a_cpu_job(
     engine = provider_engine([(RUNNING, TRAIN_LOG), (cpu_job, [])], gpus=tuple(RIG_GPUS))
     app = NunetApp(client=engine, clock=lambda: NOW)
     async with app.run_test(size=(80, 24)) as pilot:
-        await _until(pilot, lambda: bool(app.screen.query(RunList)))
-        await _until(pilot, lambda: app.screen.query_one(RunList).option_count == 2)
+        await until(pilot, lambda: bool(app.screen.query(RunList)))
+        await until(pilot, lambda: app.screen.query_one(RunList).option_count == 2)
         await pilot.press("enter")  # the newest: the CPU job
-        await _until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
         await pilot.pause(0.5)
         assert not app.screen.query_one(JobGpus).display
         await pilot.press("escape")
-        await _until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+        await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
         await pilot.press("down", "enter")  # the GPU job
-        await _until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
         gpus = app.screen.query_one(JobGpus)
-        await _until(pilot, lambda: gpus.display)
+        await until(pilot, lambda: gpus.display)
         shown = gpus.render().plain.splitlines()
         assert shown[0].startswith("GPU0  RTX 3090") and "87%" in shown[0]
         assert shown[1].startswith("GPU1  RTX 4070")

@@ -4,13 +4,10 @@ buttons, a screenshot with no Downloads folder."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
 from engine.api import SetMode, WalletNew
@@ -24,30 +21,16 @@ from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
 from nunet_tui.screens.onboarding import OnboardingScreen
 from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from tests.conftest import MACHINE_TOML, make_home
+from tests.pilot import anyio_backend, until
 from tests.test_snapshots import host_engine
 from tests.test_snapshots_jobs import NOW, stored_jobs
 from tests.test_wallet import PASSPHRASE
 
-__all__ = ["host_engine", "stored_jobs"]
+__all__ = ["anyio_backend", "host_engine", "stored_jobs"]
 
 pytestmark = pytest.mark.anyio
 SIZE = (100, 32)
 SANDBOX_CHANNEL = "nunet-demo-test"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
-        await pilot.pause(0.02)
-    await pilot.pause()
 
 
 @pytest.fixture

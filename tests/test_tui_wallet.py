@@ -9,8 +9,7 @@ steps would.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +32,18 @@ from nunet_tui.screens.rewards import RewardsScreen
 from nunet_tui.screens.wallet import WalletScreen, tilde
 from nunet_tui.screens.wallet_dialogs import ImportScreen, MnemonicScreen, PassphraseScreen
 from nunet_tui.widgets.escrow_view import ntx, short_hash, span, totals
-from nunet_tui.widgets.key_table import KeyTable
 from tests.conftest import MACHINE_TOML, make_home
+from tests.pilot import anyio_backend, on_screen, rows, text_of, until
 from tests.test_snapshots_wallet import ESCROWS, escrow
 from tests.test_wallet import PASSPHRASE, VECTOR, VECTOR_TESTNET, leaks, pycardano_address
+
+__all__ = ["anyio_backend"]
 
 pytestmark = pytest.mark.anyio
 SIZE = (100, 32)
 FILE_KEYSTORE = '\n[payments]\nkeystore = "file"\n'
 # The vector with its last word changed: every word valid, the checksum wrong.
 BAD_CHECKSUM = VECTOR.rsplit(" ", 1)[0] + " filter"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture
@@ -63,32 +59,6 @@ def passphrase_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def no_passphrase_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out; screen is {pilot.app.screen!r}")
-        await pilot.pause(0.02)
-    await pilot.pause()
-
-
-async def on_screen(pilot: Pilot[Any], kind: type) -> Any:
-    await until(pilot, lambda: isinstance(pilot.app.screen, kind))
-    return pilot.app.screen
-
-
-def text(screen: Any, selector: str) -> str:
-    widget = screen.query_one(selector)
-    if isinstance(widget, KeyTable):
-        return widget.plain_text()
-    return str(widget.render())
-
-
-def rows(table: DataTable[Any]) -> list[str]:
-    return [" ".join(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
 
 
 async def open_wallet(pilot: Pilot[Any]) -> WalletScreen:
@@ -143,11 +113,11 @@ async def test_new_wallet_confirms_then_shows_the_words_once(
     async with app.run_test(size=SIZE) as pilot:
         wallet = await open_wallet(pilot)
         assert wallet.has_wallet is False
-        assert "No wallet yet" in text(wallet, "#wallet-note")
+        assert "No wallet yet" in text_of(wallet, "#wallet-note")
 
         await pilot.press("n")
         confirm = await on_screen(pilot, ConfirmScreen)
-        assert "nobody can see your screen" in text(confirm, "#detail")
+        assert "nobody can see your screen" in text_of(confirm, "#detail")
         await pilot.press("y")
         shown: MnemonicScreen = await on_screen(pilot, MnemonicScreen)
         labels = [str(label.render()) for label in shown.query("#words Label").results(Label)]
@@ -166,14 +136,14 @@ async def test_new_wallet_confirms_then_shows_the_words_once(
         address = engine_client.call_blocking(WalletShow()).address
         assert wallet.wallet is not None and wallet.wallet.address == address
         assert address == pycardano_address(mnemonic, "testnet")
-        assert text(wallet, "#address") == address
-        assert "created here" in text(wallet, "#wallet-facts")
-        assert "unlocked" in text(wallet, "#wallet-facts")
+        assert text_of(wallet, "#address") == address
+        assert "created here" in text_of(wallet, "#wallet-facts")
+        assert "unlocked" in text_of(wallet, "#wallet-facts")
         # With backend "none" the balance says why, in place.
         await until(
             pilot, lambda: not wallet.balance_reading and wallet.balance_problem is not None
         )
-        assert "No chain backend" in text(wallet, "#balance")
+        assert "No chain backend" in text_of(wallet, "#balance")
         notes = " ".join(str(n.message) for n in pilot.app._notifications)
 
     logs = " ".join(
@@ -195,9 +165,9 @@ async def test_new_keystore_passphrase_is_chosen_in_a_prompt_then_the_wallet_is_
         assert prompt.new and all(field.password for field in prompt.query(Input))
 
         await pilot.press(*"short", "enter", *"short", "enter")
-        await until(pilot, lambda: "at least 8" in text(prompt, "#error"))
+        await until(pilot, lambda: "at least 8" in text_of(prompt, "#error"))
         await pilot.press(*PASSPHRASE, "enter", *"something else", "enter")
-        await until(pilot, lambda: "differ" in text(prompt, "#error"))
+        await until(pilot, lambda: "differ" in text_of(prompt, "#error"))
         assert pilot.app.screen is prompt
         await pilot.press(*PASSPHRASE, "enter", *PASSPHRASE, "enter")
 
@@ -206,7 +176,7 @@ async def test_new_keystore_passphrase_is_chosen_in_a_prompt_then_the_wallet_is_
         await pilot.press("tab", "enter")
         await on_screen(pilot, WalletScreen)
         await until(pilot, lambda: wallet.wallet is not None)
-        assert "unlocked" in text(wallet, "#wallet-facts")
+        assert "unlocked" in text_of(wallet, "#wallet-facts")
 
 
 async def test_locked_keystore_says_a_wrong_passphrase_in_place(
@@ -225,17 +195,17 @@ async def test_locked_keystore_says_a_wrong_passphrase_in_place(
         app = provider_app(engine)
         async with app.run_test(size=SIZE) as pilot:
             wallet = await open_wallet(pilot)
-            assert "locked · press u" in text(wallet, "#wallet-facts")
+            assert "locked · press u" in text_of(wallet, "#wallet-facts")
             await pilot.press("u")
             prompt: PassphraseScreen = await on_screen(pilot, PassphraseScreen)
             assert not prompt.new
             await pilot.press(*"not the passphrase", "enter")
-            await until(pilot, lambda: "wrong passphrase" in text(prompt, "#error"))
+            await until(pilot, lambda: "wrong passphrase" in text_of(prompt, "#error"))
             assert pilot.app.screen is prompt
             assert prompt.query_one("#passphrase", Input).value == ""
             await pilot.press(*PASSPHRASE, "enter")
             await on_screen(pilot, WalletScreen)
-            await until(pilot, lambda: "· unlocked" in text(wallet, "#wallet-facts"))
+            await until(pilot, lambda: "· unlocked" in text_of(wallet, "#wallet-facts"))
             assert wallet.wallet is not None and wallet.wallet.address == VECTOR_TESTNET
     finally:
         engine.close()
@@ -252,15 +222,15 @@ async def test_import_with_bad_words_says_why_in_place(
         field = dialog.query_one("#mnemonic", Input)
         assert field.password
         await pilot.press(*BAD_CHECKSUM, "enter")
-        await until(pilot, lambda: "checksum" in text(dialog, "#error"))
+        await until(pilot, lambda: "checksum" in text_of(dialog, "#error"))
         assert pilot.app.screen is dialog and field.value == BAD_CHECKSUM
 
         field.value = VECTOR
         await pilot.press("enter")
         await on_screen(pilot, WalletScreen)
         await until(pilot, lambda: wallet.wallet is not None)
-        assert text(wallet, "#address") == VECTOR_TESTNET
-        assert "imported" in text(wallet, "#wallet-facts")
+        assert text_of(wallet, "#address") == VECTOR_TESTNET
+        assert "imported" in text_of(wallet, "#wallet-facts")
 
 
 # --- rewards ---------------------------------------------------------------------------
@@ -288,14 +258,14 @@ async def test_rewards_empty_state_tells_what_to_do(provider_engine: Engine) -> 
         await pilot.press("dollar_sign")
         rewards: RewardsScreen = await on_screen(pilot, RewardsScreen)
         await until(pilot, lambda: rewards.loaded)
-        assert "No paid jobs yet" in text(rewards, "#open-note")
-        assert "Earned 0.00 NTX" in text(rewards, "#totals")
+        assert "No paid jobs yet" in text_of(rewards, "#open-note")
+        assert "Earned 0.00 NTX" in text_of(rewards, "#totals")
         await pilot.press("c")
-        await until(pilot, lambda: "Nothing to claim" in text(rewards, "#status"))
+        await until(pilot, lambda: "Nothing to claim" in text_of(rewards, "#status"))
         await pilot.press("v")
         assert rewards.view == "consumer"
-        assert "No NTX locked" in text(rewards, "#open-note")
-        assert "Nothing settled yet" in text(rewards, "#done-note")
+        assert "No NTX locked" in text_of(rewards, "#open-note")
+        assert "Nothing settled yet" in text_of(rewards, "#done-note")
 
 
 @pytest.fixture
@@ -321,18 +291,18 @@ async def test_rewards_follow_escrow_events_and_show_claim_errors(
         save(provider_engine, running)
         await until(pilot, lambda: open_table.row_count == 1)
         assert "5d2e8f10aa07" in rows(open_table)[0] and "12.50" in rows(open_table)[0]
-        assert "To claim 12.50 NTX · 1 job" in text(rewards, "#totals")
-        assert "5d2e8f10aa07" in text(rewards, "#detail")
+        assert "To claim 12.50 NTX · 1 job" in text_of(rewards, "#totals")
+        assert "5d2e8f10aa07" in text_of(rewards, "#detail")
 
         # No receipt yet: the engine refuses, and the screen says why under the table.
         await pilot.press("c")
-        await until(pilot, lambda: "failed" in text(rewards, "#status"))
-        assert "no receipt signed by both peers" in text(rewards, "#status")
+        await until(pilot, lambda: "failed" in text_of(rewards, "#status"))
+        assert "no receipt signed by both peers" in text_of(rewards, "#status")
 
         # An oracle's words with markup in them stay literal, in the row's detail.
         save(provider_engine, msgspec.structs.replace(running, error="[bold]down[/bold] \x1b[2J"))
         await until(pilot, lambda: "⚠" in rows(open_table)[0])
-        assert "[bold]down[/bold] \\x1b[2J" in text(rewards, "#detail")
+        assert "[bold]down[/bold] \\x1b[2J" in text_of(rewards, "#detail")
 
         save(
             provider_engine,
@@ -340,15 +310,17 @@ async def test_rewards_follow_escrow_events_and_show_claim_errors(
         )
         await until(pilot, lambda: done_table.row_count == 1 and not open_table.display)
         assert "+12.50" in rows(done_table)[0] and "c1c1c1c1…c1c1" in rows(done_table)[0]
-        assert "Earned 12.50 NTX" in text(rewards, "#totals")
+        assert "Earned 12.50 NTX" in text_of(rewards, "#totals")
 
         # The consumer side: f asks for the refund; without a chain it says so.
         save(provider_engine, escrow("7f3a90c1d2e3", "consumer", "locked", 50_000_000, age_s=0))
         await pilot.press("v")
         await until(pilot, lambda: open_table.row_count == 1)
-        assert "Locked 50.00 NTX · 1 job" in text(rewards, "#totals")
+        assert "Locked 50.00 NTX · 1 job" in text_of(rewards, "#totals")
         await pilot.press("f")
-        await until(pilot, lambda: "Refund of job 7f3a90c1d2e3 failed" in text(rewards, "#status"))
+        await until(
+            pilot, lambda: "Refund of job 7f3a90c1d2e3 failed" in text_of(rewards, "#status")
+        )
 
 
 def test_escrow_cells_never_read_markup() -> None:

@@ -33,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,15 +41,8 @@ from engine import api
 from engine.config import Paths
 from engine.control import ControlClient
 from engine.errors import EngineError
+from nunet_tui.presets import EXAMPLES
 
-
-def _examples_dir() -> Path:
-    # Package data (nunet_tui/examples links to the repository's examples/ in a checkout), so
-    # a wheel or pipx install has them too.
-    return Path(str(resources.files("nunet_tui") / "examples" / "jobs")).resolve()
-
-
-EXAMPLES = _examples_dir()
 CHANNEL = "nunet-demo-test"
 STOP_WAIT_S = 10.0
 # A CIP-19 test vector: a well-formed testnet address for nodes of an unpaid sandbox (bench/).
@@ -154,6 +146,14 @@ class Sandbox:
                 )
                 for name in sorted(_example_names())
             },
+            # Not a submit-form preset: a notebook needs the token `notebook create` makes
+            # (the Notebooks screen's n does the same). The providers' Python has no
+            # JupyterLab: it is installed into the job first.
+            "notebook": (
+                f"nunet-tui --home {self.consumer.home} notebook create --spec "
+                f"{EXAMPLES / 'notebook' / 'notebook.toml'} --base-url {self.scripts_url}notebook/"
+                " --dep jupyterlab"
+            ),
         }
 
     def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:

@@ -345,9 +345,8 @@ def _from_daemon(paths: Paths) -> dict[str, Any] | None:
         for name, command, shape in calls:
             try:
                 node[name] = shape(client.call_blocking(command, timeout=CALL_TIMEOUT_S))
-            except (EngineError, OSError) as exc:
-                message = exc.message if isinstance(exc, EngineError) else str(exc)
-                node["problems"].append(f"{name}: {message}")
+            except EngineError as exc:
+                node["problems"].append(f"{name}: {exc.message}")
     finally:
         client.close()
     info = node.get("info")

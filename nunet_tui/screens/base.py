@@ -1,30 +1,19 @@
-"""What every nunet screen shares: the node picture and a way to reach the app."""
+"""What every nunet screen shares: the node picture and a way to reach the app.
+
+``NodeView`` and ``NetworkView`` live in nunet_tui/viewmodels/node.py (widgets show them too).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual.screen import Screen
 from textual.widgets import DataTable, Input
 
-from engine.api import Capacity, NodeInfo, Onboarding
+from nunet_tui.viewmodels.node import NodeView
 
 if TYPE_CHECKING:
     from nunet_tui.app import NunetApp
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One consistent reading of the node: info plus the full and onboarded capacity."""
-
-    info: NodeInfo
-    full: Capacity
-    onboarded: Capacity | None = None
-
-    @property
-    def onboarding(self) -> Onboarding | None:
-        return self.info.onboarded
 
 
 class NodeScreen(Screen[Any]):
@@ -45,19 +34,6 @@ class NodeScreen(Screen[Any]):
 
     def show_node(self, node: NodeView) -> None:
         """Redraw from ``node``; screens override this."""
-
-
-NetworkState = Literal["unknown", "off", "offline", "online"]
-
-
-@dataclass(frozen=True)
-class NetworkView:
-    """The node's place on the network, as the header shows it."""
-
-    state: NetworkState = "unknown"
-    channel: str | None = None
-    peers: int = 0
-    error: str | None = None
 
 
 class CapabilityScreen(NodeScreen):

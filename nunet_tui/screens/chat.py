@@ -272,9 +272,6 @@ class ChatScreen(CapabilityScreen):
         except EngineError as exc:
             note.update(Content.styled(f"Not sent: {safe(exc.message)}", "$text-error"))
             return
-        except OSError as exc:
-            note.update(Content.styled(safe(f"Not sent: lost the engine: {exc}"), "$text-error"))
-            return
         if field.value == text:
             field.value = ""
         if sent.status == "queued":

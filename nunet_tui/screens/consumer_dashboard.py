@@ -13,7 +13,8 @@ from textual.widgets import Footer
 from engine.api import JobChanged
 from nunet_tui.format import mb, mhz, safe
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.screens.base import NodeScreen
+from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.job_panels import RecentJobs
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader

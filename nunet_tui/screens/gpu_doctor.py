@@ -96,8 +96,6 @@ class GpuDoctorScreen(CapabilityScreen):
             report: DoctorReport = await self.nunet.client.call(GpuDoctor())
         except EngineError as exc:
             self.problem = safe(exc.message)
-        except OSError as exc:
-            self.problem = safe(f"lost the engine: {exc}")
         else:
             self.problem = None
             self.report = report

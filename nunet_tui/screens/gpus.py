@@ -94,10 +94,6 @@ class GpuScreen(CapabilityScreen):
             self.problem = safe(exc.message)
             self.show(None)
             return
-        except OSError as exc:
-            self.problem = safe(f"lost the engine: {exc}")
-            self.show(None)
-            return
         self.problem = None
         self._has_history = True
         self.feed.take(reply)

@@ -152,11 +152,11 @@ class JobDetailScreen(CapabilityScreen):
         try:
             self.job = await self.nunet.client.call(GetJob(job_id=self.job_id))
             self.problem = None
-        except (EngineError, OSError) as exc:
-            self.problem = _message(exc)
+        except EngineError as exc:
+            self.problem = safe(exc.message)
         try:
             escrows: EscrowList = await self.nunet.client.call(RewardList())
-        except (EngineError, OSError):
+        except EngineError:
             pass  # an unpaid job, or no payments here: no escrow line
         else:
             self.escrow = next((e for e in escrows.escrows if e.job_id == self.job_id), None)
@@ -180,9 +180,9 @@ class JobDetailScreen(CapabilityScreen):
                     page: JobLogs = await self.nunet.client.call(
                         GetJobLogs(job_id=self.job_id, after_seq=after, limit=PAGE)
                     )
-                except (EngineError, OSError) as exc:
+                except EngineError as exc:
                     if not self.loaded:
-                        self.problem = _message(exc)
+                        self.problem = safe(exc.message)
                         self.show_job()
                     break
                 self._write(page.lines)
@@ -411,8 +411,8 @@ class JobDetailScreen(CapabilityScreen):
             return
         try:
             self.forwards = await job_ports.forward_all(self.nunet.client, job)
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Ports", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Ports", severity="error", markup=False)
             return
         self.show_job()
         if self.forwards:
@@ -430,8 +430,8 @@ class JobDetailScreen(CapabilityScreen):
             session = await job_ports.open_session(self.nunet.client, job, size.height, size.width)
             with self.app.suspend():
                 code = job_ports.run_in_terminal(session)
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Shell", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Shell", severity="error", markup=False)
             return
         shown = "broke off" if code is None else f"exited with status {code}"
         self.notify(f"The shell in {job.job_id} {shown}", title="Shell", markup=False)
@@ -458,8 +458,8 @@ class JobDetailScreen(CapabilityScreen):
         self.notify(f"Cancelling {job.job_id}…", title="Cancel")
         try:
             self.job = await self.nunet.client.call(CancelJob(job_id=job.job_id))
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Cancel", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Cancel", severity="error", markup=False)
             return
         self.show_job()
         self.notify(f"Job {job.job_id}: {self.job.state}", title="Cancel", markup=False)
@@ -482,8 +482,8 @@ class JobDetailScreen(CapabilityScreen):
             results: JobResults = await self.nunet.client.call(
                 FetchJobResults(job_id=job.job_id, out_dir=folder)
             )
-        except (EngineError, OSError) as exc:
-            self.notify(_message(exc), title="Results", severity="error", markup=False)
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Results", severity="error", markup=False)
             return
         self.notify(
             f"{len(results.files)} file(s) in {safe(results.directory)}",
@@ -549,12 +549,6 @@ def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Co
             )
         )
     return rows
-
-
-def _message(exc: BaseException) -> str:
-    if isinstance(exc, EngineError):
-        return safe(exc.message)
-    return safe(f"lost the engine: {exc}")
 
 
 __all__ = ["JobDetailScreen", "log_text", "traceback_tail"]

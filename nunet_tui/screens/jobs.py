@@ -93,7 +93,7 @@ class JobsScreen(FilteredTableScreen):
     async def load(self) -> None:
         try:
             reply: JobList = await self.nunet.client.call(ListJobs())
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.problem = safe(exc.message if isinstance(exc, EngineError) else str(exc))
         else:
             self.problem = None

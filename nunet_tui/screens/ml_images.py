@@ -190,8 +190,6 @@ class MlImagesScreen(CapabilityScreen):
             report: MlImagesReport = await self.nunet.client.call(PrepareMlImages())
         except EngineError as exc:
             self.problem = safe(exc.message)
-        except OSError as exc:
-            self.problem = safe(f"lost the engine: {exc}")
         else:
             self.report = report
             for result in report.results:

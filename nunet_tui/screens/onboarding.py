@@ -29,8 +29,8 @@ from engine.api import (
     WalletShow,
 )
 from engine.errors import EngineError
-from nunet_tui.format import TIMES, mb, mhz, safe
-from nunet_tui.screens.base import NodeView
+from nunet_tui.format import TIMES, mb, mhz, problem_lines, safe
+from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.node_header import NodeHeader
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ class OnboardingScreen(Screen[bool]):
         """The node's own wallet is where rewards go unless told otherwise."""
         try:
             wallet: WalletInfo = await self.nunet.client.call(WalletShow())
-        except (EngineError, OSError):
+        except EngineError:
             return  # no wallet yet (or a locked keystore): the user types one
         field = self.query_one("#address", Input)
         if field.value.strip() or "address" in self.touched:
@@ -298,9 +298,6 @@ class OnboardingScreen(Screen[bool]):
                 local, [(p.field, p.message) for p in exc.problems] or [("", exc.message)]
             )
             return
-        except OSError as exc:
-            self._set_problems(local, [("", f"lost the engine: {exc}")])
-            return
         self._set_problems(local, [(p.field, p.message) for p in validation.problems])
 
     def _set_problems(self, local: dict[str, list[str]], found: list[tuple[str, str]]) -> None:
@@ -326,11 +323,11 @@ class OnboardingScreen(Screen[bool]):
                 continue
             messages = self.engine_problems.get(name, [])
             visible = messages if (self.submitted or name in self.touched) else []
-            widget.update(_problem_lines(visible))
+            widget.update(problem_lines(visible))
             widget.set_class(bool(visible), "-shown")
             self.query_one(f"#{name}-field").set_class(bool(visible), "-invalid")
         general = self.query_one("#general-problems", Static)
-        general.update(_problem_lines(self.general_problems))
+        general.update(problem_lines(self.general_problems))
         general.set_class(bool(self.general_problems), "-shown")
 
     # --- submitting ------------------------------------------------------------------------
@@ -393,11 +390,6 @@ class OnboardingScreen(Screen[bool]):
             self._set_problems({}, [(p.field, p.message) for p in exc.problems])
             self.notify(safe(exc.message), title=title, severity="error", markup=False)
             return
-        except OSError as exc:
-            self.notify(
-                safe(f"lost the engine: {exc}"), title=title, severity="error", markup=False
-            )
-            return
         verb = "Resources changed" if self.reconfigure else "Onboarded"
         self.notify(
             f"{verb}: {mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} "
@@ -410,9 +402,3 @@ class OnboardingScreen(Screen[bool]):
 
 def _gpu_key(uuid: str, index: int) -> str:
     return uuid or str(index)
-
-
-def _problem_lines(messages: list[str]) -> Content:
-    return Content("\n").join(
-        Content.assemble(("✗ ", "bold"), safe(message)) for message in messages
-    )

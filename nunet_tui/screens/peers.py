@@ -100,9 +100,6 @@ class PeersScreen(FilteredTableScreen):
         except EngineError as exc:
             self.problem = _explain(exc)
             self.peers = {}
-        except OSError as exc:
-            self.problem = Content(safe(f"lost the engine: {exc}"))
-            self.peers = {}
         else:
             self.problem = None
             self.channel = reply.channel

@@ -29,7 +29,8 @@ from nunet_tui.format import (
     short_peer_id,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import NodeScreen, NodeView
+from nunet_tui.screens.base import NodeScreen
+from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.gpu_card import GpuSummary
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter

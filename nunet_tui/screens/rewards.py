@@ -149,7 +149,7 @@ class RewardsScreen(CapabilityScreen):
     async def load(self) -> None:
         try:
             listing: EscrowList = await self.nunet.client.call(RewardList())
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.problem = error_text(exc)
         else:
             self.problem = None
@@ -344,7 +344,7 @@ class RewardsScreen(CapabilityScreen):
         )
         try:
             result: EscrowInfo = await self.nunet.client.call(command)
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             message = error_text(exc)
             self.say(
                 Content.assemble(

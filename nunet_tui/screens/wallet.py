@@ -168,13 +168,11 @@ class WalletScreen(CapabilityScreen):
                 self.has_wallet, self.wallet_problem = False, None
             else:
                 self.has_wallet, self.wallet_problem = None, error_text(exc)
-        except OSError as exc:
-            self.wallet, self.has_wallet, self.wallet_problem = None, None, error_text(exc)
         else:
             self.has_wallet, self.wallet_problem = True, None
         try:
             listing: EscrowList = await client.call(RewardList())
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.escrow_problem = error_text(exc)
         else:
             self.escrow_problem = None
@@ -201,8 +199,6 @@ class WalletScreen(CapabilityScreen):
             self.balance_problem = Content("The keystore stayed locked: no balance read.")
         except EngineError as exc:
             self.balance, self.balance_problem = None, _balance_problem(exc)
-        except OSError as exc:
-            self.balance, self.balance_problem = None, Content(error_text(exc))
         self.balance_reading = False
         self.show_balance()
 
@@ -367,7 +363,7 @@ class WalletScreen(CapabilityScreen):
             created = await call_unlocking(self.nunet, WalletNew())
         except Cancelled:
             return
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.notify(error_text(exc), title="New wallet", severity="error", markup=False)
             return
         words = created.mnemonic.split()

@@ -60,7 +60,7 @@ async def call_unlocking(app: NunetApp, command: Command) -> Any:
     """Run ``command``; if the keystore wants its passphrase, ask for it and run it again.
 
     Must run in a worker (it waits on a dialog). Raises ``Cancelled`` when the prompt is
-    closed, ``EngineError``/``OSError`` for every other failure."""
+    closed, ``EngineError`` for every other failure (a daemon gone too)."""
     for _ in range(3):  # an unlock that another client undoes meanwhile: ask again, not forever
         try:
             return await app.client.call(command)
@@ -73,10 +73,8 @@ async def call_unlocking(app: NunetApp, command: Command) -> Any:
     return await app.client.call(command)
 
 
-def error_text(exc: BaseException) -> str:
-    if isinstance(exc, EngineError):
-        return safe(exc.message)
-    return safe(f"lost the engine: {exc}")
+def error_text(exc: EngineError) -> str:
+    return safe(exc.message)
 
 
 class _Dialog(ModalScreen[Any]):
@@ -188,7 +186,7 @@ class PassphraseScreen(_Dialog):
         self.set_busy("Unlocking… (the key is stretched on purpose: a second or two)")
         try:
             await self.nunet.client.call(UnlockKeystore(passphrase=passphrase))
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.set_busy("")
             for widget in self.query(Input):
                 widget.value = ""
@@ -261,7 +259,7 @@ class ImportScreen(_Dialog):
             self.set_busy("")
             self.show_error("The keystore stayed locked, so the wallet was not imported.")
             return
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.set_busy("")
             self.show_error(error_text(exc))
             field.focus()

@@ -265,7 +265,7 @@ class GpuSummary(Widget):
             return
         try:
             reply = await client.call(GetGpuStatus(history=not self._asked_history))
-        except (EngineError, OSError):
+        except EngineError:
             return
         self._asked_history = True
         self.feed.take(reply)

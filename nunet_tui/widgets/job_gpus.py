@@ -117,7 +117,7 @@ class JobGpus(Widget):
             return
         try:
             reply: GpuStatusReply = await client.call(GetGpuStatus(history=not self._asked_history))
-        except (EngineError, OSError):
+        except EngineError:
             return  # no sampler answer: nothing shown, the next beat asks again
         self._asked_history = True
         self.take(reply)

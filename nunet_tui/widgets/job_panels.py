@@ -57,7 +57,7 @@ class _JobsPanel(Vertical):
             return
         try:
             reply: JobList = await client.call(ListJobs())
-        except (EngineError, OSError):
+        except EngineError:
             return
         self.jobs = {job.job_id: job for job in reply.jobs if job.role == self.role}
         self.show()

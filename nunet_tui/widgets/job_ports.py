@@ -85,7 +85,7 @@ async def open_session(client: Any, job: JobInfo, rows: int, cols: int) -> Shell
 
 def run_in_terminal(session: ShellSession) -> int | None:
     """The shell in the real terminal (the app suspended): raw mode, resize, exit status."""
-    from nunet_tui.cli.job_tunnel import raw_terminal, run_shell
+    from nunet_tui.shell_relay import raw_terminal, run_shell
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

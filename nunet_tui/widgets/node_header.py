@@ -11,7 +11,7 @@ from textual.content import Content
 from textual.widgets import Label
 
 from nunet_tui.format import safe, short_peer_id
-from nunet_tui.screens.base import NetworkView, NodeView
+from nunet_tui.viewmodels.node import NetworkView, NodeView
 
 ENGINE_STATES = {
     "starting": ("◌ ", "$text-muted", "starting"),

@@ -82,7 +82,7 @@ class ProviderJobs(Container):
             return
         try:
             reply: JobList = await client.call(ListJobs())
-        except (EngineError, OSError):
+        except EngineError:
             return
         self.jobs = {job.job_id: job for job in reply.jobs if job.role == "provider"}
         self.show()
@@ -125,7 +125,7 @@ class ProviderJobs(Container):
                             newest=True,
                         )
                     )
-                except (EngineError, OSError):
+                except EngineError:
                     continue  # shown as "no output yet"; the next beat tries again
                 tail.take(page.lines)
         finally:

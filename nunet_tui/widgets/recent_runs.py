@@ -22,6 +22,7 @@ from textual.widgets.option_list import Option
 
 from engine.api import JobInfo
 from nunet_tui.format import DASH, safe
+from nunet_tui.messages import OpenJob
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
     duration,
@@ -200,11 +201,8 @@ class RecentRuns(Vertical):
         job_id = event.option.id
         if job_id is None:
             return
-        # Imported here: the job detail screen imports widgets, not the other way round.
-        from nunet_tui.screens.job_detail import JobDetailScreen
-
         job = next((j for j in self.jobs if j.job_id == job_id), None)
-        self.app.push_screen(JobDetailScreen(job_id, job=job))
+        self.post_message(OpenJob(job_id, job))
 
 
 __all__ = ["RecentRuns", "RunList", "columns", "earned", "header", "job_row", "why"]

@@ -1,0 +1,134 @@
+"""The submit form as data: what its fields read as a ``JobSpec`` and which problems each
+field shows (``validate_spec``'s, plus what could not even be read). No Textual here: the
+form widget (nunet_tui/widgets/job_form.py) shows it, the submit screen decides."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from engine.jobs.spec import JobSpec, validate_spec
+
+FRAMEWORK_LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "scikit-learn": "sklearn"}
+TIER_LABELS = {"low": "Low", "moderate": "Moderate", "high": "High"}
+# Form field → the spec fields whose problems it shows.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "script_url": ("script_url", "source", "git.url", "git.entry", "git.ref"),
+    "framework": ("framework",),
+    "device": ("device", "gpu_vendor"),
+    "tier": ("tier",),
+    "deps": ("deps",),
+    "expected_minutes": ("expected_minutes",),
+    "budget_ntx": ("budget_ntx",),
+    "peer_id": ("peer_id",),
+}
+FIELD_OF = {alias: name for name, aliases in FIELDS.items() for alias in aliases}
+
+
+@dataclass(frozen=True)
+class FormValues:
+    """The form's fields as typed (texts stripped) and chosen."""
+
+    script_url: str = ""
+    name: str = ""
+    deps: str = ""
+    expected_minutes: str = "10"
+    budget_ntx: str = ""
+    peer_id: str = ""
+    framework: str = "pytorch"
+    device: str = "cpu"
+    tier: str = "low"
+    extra: Mapping[str, Any] = field(default_factory=dict)  # env, outputs, gpu_vendor of a preset
+
+
+@dataclass
+class FormCheck:
+    """Each field's problems, and those of no field (``general``)."""
+
+    problems: dict[str, list[str]]
+    general: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.problems.values()) and not self.general
+
+
+def read_spec(values: FormValues) -> tuple[JobSpec, dict[str, list[str]]]:
+    """The spec the form describes, and what could not even be read (not numbers)."""
+    local: dict[str, list[str]] = {}
+    expected = 10.0
+    if text := values.expected_minutes:
+        try:
+            expected = float(text)
+        except ValueError:
+            local.setdefault("expected_minutes", []).append("enter a number of minutes")
+    else:
+        local.setdefault("expected_minutes", []).append("how long do you expect it to run?")
+    budget: float | None = None
+    if text := values.budget_ntx:
+        try:
+            budget = float(text)
+        except ValueError:
+            local.setdefault("budget_ntx", []).append("enter a number of NTX (or nothing)")
+    deps = tuple(d.strip() for d in values.deps.split(",") if d.strip())
+    fields: dict[str, Any] = {
+        "script_url": values.script_url,
+        "name": values.name,
+        "framework": values.framework,
+        "device": values.device,
+        "tier": values.tier,
+        "deps": deps,
+        "expected_minutes": expected,
+        "budget_ntx": budget,
+        **values.extra,
+    }
+    return msgspec.convert(fields, JobSpec), local
+
+
+def check_form(
+    spec: JobSpec, local: Mapping[str, list[str]], peer_id: str, known_peers: Collection[str]
+) -> FormCheck:
+    """What each field shows under it, from the spec and the peers this node knows."""
+    problems: dict[str, list[str]] = {k: list(v) for k, v in local.items()}
+    general: list[str] = []
+    for problem in validate_spec(spec).problems:
+        if problem.field == "budget_ntx" and "budget_ntx" in local:
+            continue
+        name = FIELD_OF.get(problem.field)
+        if name is None:
+            general.append(problem.message)
+        elif problem.message not in problems.setdefault(name, []):
+            problems[name].append(problem.message)
+    if peer_id and known_peers and peer_id not in known_peers:
+        problems.setdefault("peer_id", []).append(
+            f"{peer_id} is not listed on this channel (p lists the peers)"
+        )
+    if not spec.script_url:
+        problems["script_url"] = ["the script URL is required (http:// or https://)"]
+    return FormCheck(problems, general)
+
+
+def preset_extra(spec: JobSpec) -> dict[str, Any]:
+    """What a preset sets that the form has no field for (shown under the form)."""
+    return {
+        key: value
+        for key, value in (
+            ("env", dict(spec.env)),
+            ("outputs", tuple(spec.outputs)),
+            ("gpu_vendor", spec.gpu_vendor),
+        )
+        if value
+    }
+
+
+def extra_line(extra: Mapping[str, Any]) -> str:
+    """``env EPOCHS=8 · outputs model.pt`` (empty when the preset set nothing extra)."""
+    parts: list[str] = []
+    if env := extra.get("env"):
+        parts.append("env " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    if (outputs := extra.get("outputs")) and tuple(outputs) != ("outputs",):
+        parts.append("outputs " + ", ".join(outputs))
+    return " · ".join(parts)

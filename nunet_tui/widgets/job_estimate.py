@@ -1,0 +1,84 @@
+"""The "Estimate" panel of the submit form: NuNet's static NTX estimate for the job and the
+tier table (engine/jobs/tiers.py, the one tier table), the chosen tier highlighted."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from engine.jobs.spec import TIERS, JobSpec
+from engine.jobs.tiers import estimate_resource, static_ntx
+from nunet_tui.format import DASH, ntx_amount, span
+from nunet_tui.viewmodels.job_form import TIER_LABELS
+
+
+class JobEstimate(Vertical):
+    """``#estimate``: shown again from the spec on every change (``show``)."""
+
+    def __init__(self, *, id: str, classes: str = "") -> None:
+        super().__init__(id=id, classes=classes)
+        self.border_title = "Estimate"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="estimate-text", markup=False)
+        yield Static(id="tier-table", markup=False)
+
+    def show(self, spec: JobSpec) -> None:
+        res = estimate_resource(spec.tier, spec.device)
+        minutes = spec.expected_minutes if spec.expected_minutes > 0 else 0.0
+        low, high = static_ntx(spec.tier, spec.device, minutes)
+        needs = [
+            f"{span(res.min_cores, res.max_cores)} core{'s' if res.max_cores > 1 else ''}",
+            f"{span(res.min_cpu_mhz, res.max_cpu_mhz)} MHz",
+            f"{span(res.min_ram_mb, res.max_ram_mb)} MB RAM",
+        ]
+        if spec.device == "gpu":
+            needs += [
+                f"{span(res.min_vram_mb, res.max_vram_mb)} MB VRAM",
+                f"{span(*res.gpu_power_w)} W",
+                f"{span(*res.gpu_usage_percent)}% GPU",
+            ]
+        lines = [
+            Content.assemble(
+                ("Static estimate  ", "bold"),
+                (f"{ntx_amount(low)}{DASH}{ntx_amount(high)} NTX", "bold $text-accent"),
+                f" for {minutes:g} min",
+            ),
+            Content.assemble(
+                (f"{TIER_LABELS[spec.tier]} {spec.device.upper()}: ", "bold"),
+                " · ".join(needs),
+            ),
+        ]
+        if spec.budget_ntx is not None and spec.budget_ntx < low:
+            below = f"budget {spec.budget_ntx:g} NTX is below it"
+            lines.append(Content.styled(below, "$text-error"))
+        self.query_one("#estimate-text", Static).update(Content("\n").join(lines))
+        self.query_one("#tier-table", Static).update(tier_table(spec.device, spec.tier))
+
+
+def tier_table(device: str, selected: str) -> Content:
+    """The tier table (engine/jobs/tiers.py), the chosen tier highlighted."""
+    gpu = device == "gpu"
+    head = f"{'Tier':<9}{'Cores':<6}{'RAM GB':<8}" + (f"{'VRAM GB':<9}" if gpu else "") + "NTX/h"
+    rows = [Content.styled(head, "bold $text-muted")]
+    for tier in TIERS:
+        res = estimate_resource(tier, device)
+        low, high = static_ntx(tier, device, 60)
+        line = (
+            f"{TIER_LABELS[tier]:<9}{span(res.min_cores, res.max_cores):<6}"
+            f"{span(res.min_ram_mb / 1024, res.max_ram_mb / 1024):<8}"
+            + (f"{span(res.min_vram_mb / 1024, res.max_vram_mb / 1024):<9}" if gpu else "")
+            + f"{ntx_amount(low)}{DASH}{ntx_amount(high)}"
+        )
+        rows.append(
+            Content.styled(("▸ " if tier == selected else "  ") + line, "bold $text-accent")
+            if tier == selected
+            else Content("  " + line)
+        )
+    rows[0] = Content.assemble("  ", rows[0])
+    return Content("\n").join(rows)
+
+
+__all__ = ["JobEstimate", "tier_table"]
