@@ -33,6 +33,14 @@ TESTNET_ENTERPRISE = "addr_test1vz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzersp
 MAINNET_POINTER = "addr1gx2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer5pnz75xxcrzqf96k"
 TESTNET_POINTER = "addr_test1gz2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer5pnz75xxcrdw5vky"
 STAKE_ADDRESS = "stake1uyehkck0lajq8gr28t9uxnuvgcqrc6070x3k9r8048z8y5gh6ffgw"
+# The CIP-19 vectors whose payment part is the key hash PAY, with their networks.
+KEY_ADDRESSES = [
+    (MAINNET_BASE, "mainnet"),
+    (TESTNET_BASE, "testnet"),
+    (TESTNET_ENTERPRISE, "testnet"),
+    (MAINNET_POINTER, "mainnet"),
+    (TESTNET_POINTER, "testnet"),
+]
 
 
 def test_encoder_reproduces_the_cip19_vectors() -> None:
@@ -53,14 +61,8 @@ def test_short_addresses_agree_with_the_bech32_package() -> None:
 
 @pytest.mark.parametrize(
     ("address", "network"),
-    [
-        (MAINNET_BASE, "mainnet"),
-        (TESTNET_BASE, "testnet"),
-        (TESTNET_ENTERPRISE, "testnet"),
-        (MAINNET_POINTER, "mainnet"),
-        (TESTNET_POINTER, "testnet"),
-        (TESTNET_BASE.upper(), "testnet"),  # bech32 allows all upper case (QR codes)
-    ],
+    # bech32 allows all upper case (QR codes)
+    [*KEY_ADDRESSES, (TESTNET_BASE.upper(), "testnet")],
 )
 def test_valid_addresses(address: str, network: str) -> None:
     assert check_address(address, network) is None  # type: ignore[arg-type]
@@ -204,16 +206,7 @@ def test_network_for_channel(channel: str, network: str) -> None:
 # -- the escrow's reading: the payment key hash, for key addresses only ----------------------
 
 
-@pytest.mark.parametrize(
-    ("address", "network"),
-    [
-        (MAINNET_BASE, "mainnet"),
-        (TESTNET_BASE, "testnet"),
-        (TESTNET_ENTERPRISE, "testnet"),
-        (MAINNET_POINTER, "mainnet"),
-        (TESTNET_POINTER, "testnet"),
-    ],
-)
+@pytest.mark.parametrize(("address", "network"), KEY_ADDRESSES)
 def test_parse_gives_the_payment_key_hash(address: str, network: str) -> None:
     parsed = parse_payment_address(address)
     assert parsed.network == network and parsed.text == address
