@@ -41,9 +41,6 @@ PORT_RANGE = (20_000, 40_000)
 # What a finished job leaves on its provider and ``notebook delete`` removes. Its log stays:
 # the provider's record of what ran (and the receipt's evidence).
 JOB_FILES = ("workspace", "checkpoints")
-# How a provider's executors refuse a tunnel to a port nothing listens on (yet): a notebook
-# just started is asked again (docker_exec.py, process.py).
-NOT_LISTENING = "nothing answers on port"
 
 
 class Notebook(msgspec.Struct, frozen=True, kw_only=True):

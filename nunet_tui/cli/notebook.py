@@ -151,8 +151,9 @@ def wait_ready(port: int, token: str, seconds: float = READY_S) -> None:
 
 def _forward(client: EngineClient, job: api.JobInfo, local_port: int) -> api.TunnelForward:
     """The notebook's forward: the one open already, or a new one that lasts as long as the
-    job. A job that has just started has no JupyterLab listening yet: asked again until it
-    does (the provider says so in the words of nb.NOT_LISTENING)."""
+    job. A job that has just started has no JupyterLab listening yet and its provider refuses
+    the tunnel: asked again while the job runs (its own declared port: any other refusal
+    would be the same each time, and is said when the wait ends)."""
     listed: api.ForwardList = client.call_blocking(api.ListForwards(job_id=job.job_id))
     if (forward := nb.forward_of(job, listed.forwards)) is not None:
         return forward
@@ -167,8 +168,13 @@ def _forward(client: EngineClient, job: api.JobInfo, local_port: int) -> api.Tun
             )
             return made
         except EngineError as exc:
-            if nb.NOT_LISTENING not in exc.message or time.monotonic() > deadline:
+            if exc.code != "refused" or time.monotonic() > deadline:
                 raise
+            current: api.JobInfo = client.call_blocking(api.GetJob(job_id=job.job_id))
+            if current.state != "running":
+                raise EngineError(
+                    "not_running", f"notebook {job.job_id} is {current.state}"
+                ) from None
         time.sleep(POLL_S)
 
 

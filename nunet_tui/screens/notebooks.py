@@ -262,8 +262,8 @@ class NotebooksScreen(CapabilityScreen):
                 )
         except (EngineError, OSError) as exc:
             text = _message(exc)
-            if nb.NOT_LISTENING in text:
-                text = "JupyterLab is still starting: try again in a few seconds"
+            if isinstance(exc, EngineError) and exc.code == "refused":
+                text += " (JupyterLab may still be starting: try again in a few seconds)"
             self.notify(text, title="Open", severity="warning", markup=False)
             return
         self.load()
