@@ -17,10 +17,12 @@ import msgspec
 import pytest
 
 from engine import api
+from engine.config import Paths
 from engine.errors import EngineError
 from engine.jobs import notebooks as nb
 from engine.jobs.spec import JobSpec, load_job_file, validate_spec
-from tests.conftest import REPO
+from engine.store import Store
+from tests.conftest import REPO, run_cli
 
 EXAMPLES = REPO / "examples" / "jobs"
 URL = "http://127.0.0.1:8765/notebook/notebook.py"
@@ -197,3 +199,23 @@ def test_the_chat_example_remembers_the_conversation(
     assert json.loads((tmp_path / "outputs" / "conversation.json").read_text()) == turns
     spec = load_job_file(EXAMPLES / "gradio_chat" / "job.toml", base_url="http://h/gradio_chat/")
     assert (spec.kind, spec.ports, spec.deps) == ("service", (7860,), ("gradio",))
+
+
+def test_the_cli_keeps_the_only_copy_and_says_what_is_missing(node_home: Paths) -> None:
+    """A one-shot engine: its checks come before any network. A notebook whose files were
+    not fetched yet is not deleted on its provider; a create without a launcher is a usage
+    error (2); a job that is no notebook is named as such (1)."""
+    spec = nb.notebook_spec(URL)
+    store = Store(node_home.database)
+    store.save_job(_job(spec, state="completed", results_sha256="ab" * 32, results_size=10))
+    store.save_job(_job({"framework": "scikit-learn", "script_url": URL}, job_id="bbbbbbbbbbbb"))
+    store.close()
+    kept = run_cli("notebook", "delete", "7b0e5c1a2f3d", home=node_home)
+    assert kept.returncode == 1 and "not fetched yet" in kept.stderr, kept.stderr
+    plain = run_cli("notebook", "stop", "bbbbbbbbbbbb", home=node_home)
+    assert plain.returncode == 1 and "not a notebook" in plain.stderr
+    usage = run_cli("notebook", "create", home=node_home)
+    assert usage.returncode == 2 and "--script-url" in usage.stderr
+    listed = json.loads(run_cli("notebook", "list", "--json", home=node_home).stdout)
+    assert [n["job_id"] for n in listed["notebooks"]] == ["7b0e5c1a2f3d"]
+    assert spec.env[nb.TOKEN_ENV] not in json.dumps(listed)
