@@ -165,3 +165,53 @@ def test_a_job_changing_state_is_announced_and_beats_through_the_network_port(
         "running",
     ]
     assert provider.committed().jobs == 1  # what the heartbeat subtracts from free figures
+
+
+def test_finished_jobs_leave_no_executor_state_and_their_logs_are_read_from_disk(
+    tmp_path: Path,
+) -> None:
+    """A real process executor: after each job ends, neither the executor nor the provider
+    holds its run (the log buffer went with it), and only the last few logs stay open; an
+    early job's log is read back from its file."""
+    from engine.config import JobSettings
+    from engine.jobs.executors.process import ProcessExecutor
+
+    ctx, _ = make_context(
+        tmp_path, jobs=JobSettings(executors=["process"], checkpoint_interval_s=0)
+    )
+    onboard(ctx)
+    executor = ProcessExecutor()
+    provider = ProviderJobs(ctx, {"process": executor}, network=FakeNetwork)
+    keep = provider._logs.keep
+    jobs = [
+        api.JobInfo(
+            job_id=f"{n:012x}",
+            role="provider",
+            state="accepted",
+            provider=ctx.identity.peer_id,
+            consumer=CONSUMER,
+            spec=msgspec.to_builtins(spec()),
+            executor="process",
+            price_ntx_hour=1.0,
+        )
+        for n in range(keep + 3)
+    ]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(executor.serve)
+            for n, job in enumerate(jobs):
+                ctx.store.save_job(job)
+                script = f"for i in range(50):\n    print('job {n} line', i)\n"
+                await provider._run(job, None, script.encode())
+                assert provider._runs == {} and executor._runs == {}, n
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    for job in jobs:
+        ended = ctx.store.get_job(job.job_id)
+        assert ended is not None and ended.state == "completed" and ended.log_lines >= 50
+    assert len(provider._logs) == keep  # the newest few; the others were closed
+    first = provider.job_log(jobs[0].job_id).read(limit=1000)  # opened again from its file
+    printed = [line.text for line in first if line.stream == "stdout"]
+    assert printed == [f"job 0 line {i}" for i in range(50)]

@@ -27,7 +27,7 @@ from engine import api, safe_paths
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
-from engine.jobs.joblog import JobLog
+from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, offer_spec, validate_spec
@@ -65,7 +65,8 @@ class ConsumerJobs:
         self._network = network
         self._escrows = escrows if ctx.payments_enabled else None
         self._following: set[str] = set()
-        self._logs: dict[str, JobLog] = {}
+        # Open logs: a followed job's stays; of the others only the last few read.
+        self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
         self._nursery: trio.Nursery | None = None
 
     def job_dir(self, job_id: str) -> Path:
@@ -76,9 +77,7 @@ class ConsumerJobs:
         return safe_paths.child(self.job_dir(job_id), name, what=f"job {job_id}'s")
 
     def job_log(self, job_id: str) -> JobLog:
-        if job_id not in self._logs:
-            self._logs[job_id] = JobLog(self.job_path(job_id, "log.jsonl"))
-        return self._logs[job_id]
+        return self._logs.get(job_id)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -243,6 +242,7 @@ class ConsumerJobs:
         if job_id in self._following or self._nursery is None:
             return
         self._following.add(job_id)
+        self._logs.use(job_id)
         self._nursery.start_soon(self._follow, job_id)
 
     async def _follow(self, job_id: str) -> None:
@@ -278,6 +278,7 @@ class ConsumerJobs:
                     await trio.sleep(min(left, self._watch_poll_s()))
         finally:
             self._following.discard(job_id)
+            self._logs.done(job_id)
 
     # --- a provider that vanishes ----------------------------------------------------------
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
@@ -91,6 +92,42 @@ class JobLog:
                 if len(lines) >= limit:
                     break
         return lines
+
+
+class JobLogs:
+    """One side's open job logs. A log in use (its job running, or followed) stays open; of
+    the others only the ``keep`` most recently read stay, so a long-lived daemon does not
+    hold the index of every log it ever wrote. A closed log is opened again from its file."""
+
+    def __init__(self, path_of: Callable[[str], Path], keep: int = 8) -> None:
+        self._path_of = path_of
+        self.keep = keep
+        self._open: OrderedDict[str, JobLog] = OrderedDict()
+        self._in_use: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, job_id: str) -> JobLog:
+        joblog = self._open.get(job_id)
+        if joblog is None:
+            joblog = self._open[job_id] = JobLog(self._path_of(job_id))
+        self._open.move_to_end(job_id)
+        self._trim()
+        return joblog
+
+    def use(self, job_id: str) -> None:
+        self._in_use.add(job_id)
+
+    def done(self, job_id: str) -> None:
+        """Its job ended (or is no longer followed): it may be closed now."""
+        self._in_use.discard(job_id)
+        self._trim()
+
+    def _trim(self) -> None:
+        idle = [job_id for job_id in self._open if job_id not in self._in_use]
+        for job_id in idle[: max(0, len(idle) - self.keep)]:
+            del self._open[job_id]
 
 
 def _open(path: Path, flags: int) -> IO[bytes]:

@@ -39,7 +39,7 @@ from engine.jobs.admission import Needs, Verdict, judge
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
 from engine.jobs.fetch_policy import FetchPolicy
-from engine.jobs.joblog import JobLog
+from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
@@ -144,7 +144,9 @@ class ProviderJobs:
         self._offers = PeerRateLimiter(OFFERS_PER_S, OFFER_BURST)
         self._runs: dict[str, tuple[Executor, JobRun]] = {}
         self._changed: dict[str, trio.Event] = {}
-        self._logs: dict[str, JobLog] = {}
+        # Open logs: a running job's stays; of finished ones only the last few read (the
+        # rest are opened again from their files by `job logs`, a follow, results).
+        self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
         self._nursery: trio.Nursery | None = None
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
@@ -161,9 +163,7 @@ class ProviderJobs:
         return safe_paths.child(self.job_dir(job_id), name, what=f"job {job_id}'s")
 
     def job_log(self, job_id: str) -> JobLog:
-        if job_id not in self._logs:
-            self._logs[job_id] = JobLog(self.job_path(job_id, "log.jsonl"))
-        return self._logs[job_id]
+        return self._logs.get(job_id)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -550,6 +550,7 @@ class ProviderJobs:
             self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=exc.message))
             return
         self._runs[job.job_id] = (executor, run)
+        self._logs.use(job.job_id)
         try:
             if resume_from is not None:
                 await executor.restore(run, resume_from)
@@ -672,7 +673,18 @@ class ProviderJobs:
             receipt = self._escrows().provider_receipt(ended)
             ended = msgspec.structs.replace(ended, receipt=receipt)
         self._save(ended)
-        self._runs.pop(job.job_id, None)
+        self._release(job.job_id)
+
+    def _release(self, job_id: str) -> None:
+        """A finished job keeps nothing in memory: its executor state (with its log buffer,
+        up to ~47 MB of lines) is dropped, and its log is closed once others are read; its
+        files (log, results, checkpoints) stay on disk, where `job logs` reads them."""
+        running = self._runs.pop(job_id, None)
+        if running is not None:
+            executor, run = running
+            executor.release(run)
+        self._logs.done(job_id)
+        self._changed.pop(job_id, None)  # followers still reading hold their own
 
     def _log_lines(self, job_id: str) -> int:
         try:
