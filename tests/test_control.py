@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from engine import api
+from engine.commands import decode_command
 from engine.config import Paths
 from engine.control import DAEMON_GONE, MAX_LINE, ControlClient
 from engine.errors import EngineError
@@ -185,7 +186,7 @@ def test_chat_ids_and_limits_are_bounded_where_commands_are_decoded() -> None:
     command schema itself, whoever sent it (the CLI bounds them too)."""
     for bad in ({"type": "chat_join", "request_id": 2**63}, {"type": "chat_join", "request_id": 0}):
         with pytest.raises(msgspec.ValidationError, match="request_id"):
-            api.decode_command(bad)
+            decode_command(bad)
     with pytest.raises(msgspec.ValidationError, match="limit"):
-        api.decode_command({"type": "chat_history", "peer_id": "x", "limit": 10**9})
-    assert api.decode_command({"type": "chat_join", "request_id": 7}) == api.ChatJoin(request_id=7)
+        decode_command({"type": "chat_history", "peer_id": "x", "limit": 10**9})
+    assert decode_command({"type": "chat_join", "request_id": 7}) == api.ChatJoin(request_id=7)

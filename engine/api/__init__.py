@@ -143,9 +143,7 @@ from engine.api.tunnels import (
     TunnelForward,
 )
 from engine.api.wire import (
-    AnyCommand,
     AnyEvent,
-    decode_command,
     decode_event,
     decode_reply,
     to_builtins,
@@ -155,7 +153,6 @@ __all__ = [
     "DEFAULT_CHANNEL",
     "ESCROW_OPEN_STATES",
     "TERMINAL_STATES",
-    "AnyCommand",
     "AnyEvent",
     "Balance",
     "CancelJob",
@@ -274,7 +271,6 @@ __all__ = [
     "WalletInfo",
     "WalletNew",
     "WalletShow",
-    "decode_command",
     "decode_event",
     "decode_reply",
     "to_builtins",
