@@ -137,6 +137,7 @@ def test_real_dir(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="the executor chowns only when the provider is root")
+@pytest.mark.docker  # DockerExecutor() connects to the engine of DOCKER_HOST
 def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) -> None:
     from engine.jobs.executors.base import JobRun, limits_for
     from engine.jobs.executors.docker import DockerExecutor
