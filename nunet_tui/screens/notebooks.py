@@ -138,7 +138,7 @@ class NotebooksScreen(CapabilityScreen):
         try:
             jobs: api.JobList = await self.nunet.client.call(api.ListJobs())
             forwards: api.ForwardList = await self.nunet.client.call(api.ListForwards())
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.problem = _message(exc)
         else:
             self.problem = None
@@ -235,7 +235,7 @@ class NotebooksScreen(CapabilityScreen):
             job: api.JobInfo = await self.nunet.client.call(
                 api.SubmitJob(spec=api.to_builtins(spec))
             )
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.notify(_message(exc), title="New notebook", severity="error", markup=False)
             return
         self.jobs[job.job_id] = job
@@ -260,7 +260,7 @@ class NotebooksScreen(CapabilityScreen):
                 forward = await self.nunet.client.call(
                     api.JobForward(job_id=job.job_id, remote_port=nb.port_of(job))
                 )
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             text = _message(exc)
             if isinstance(exc, EngineError) and exc.code == "refused":
                 text += " (JupyterLab may still be starting: try again in a few seconds)"
@@ -280,7 +280,7 @@ class NotebooksScreen(CapabilityScreen):
         self.notify(f"Stopping {job.job_id}…", title="Stop")
         try:
             ended: api.JobInfo = await self.nunet.client.call(api.StopJob(job_id=job.job_id))
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.notify(_message(exc), title="Stop", severity="error", markup=False)
             return
         self.jobs[ended.job_id] = ended
@@ -312,7 +312,7 @@ class NotebooksScreen(CapabilityScreen):
             return
         try:
             done: api.Done = await self.nunet.client.call(api.DeleteJobResults(job_id=job.job_id))
-        except (EngineError, OSError) as exc:
+        except EngineError as exc:
             self.notify(_message(exc), title="Delete", severity="error", markup=False)
             return
         self.notify(done.message, title="Delete", markup=False)
