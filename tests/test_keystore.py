@@ -166,3 +166,30 @@ def test_environment_beats_the_passphrase_file(tmp_path: Path) -> None:
     sources = passphrase_sources({PASSPHRASE_ENV: "from the env"}, path)
     assert [s.read() for s in sources] == ["from the env", "from the file"]
     assert [s.read() for s in passphrase_sources({}, None)] == [None]
+
+
+def test_sandbox_kdf_only_for_a_keystore_created_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.payments import keystore as ks
+
+    # Created under the sandbox variable: the file says so and opens with the cheap KDF.
+    monkeypatch.setenv(ks.SANDBOX_KDF_ENV, "1")
+    weak = tmp_path / "weak.cfg"
+    _store(weak).put("wallet", SECRET)
+    assert "nunet_20kdf = sandbox" in weak.read_text()  # escaped by the library
+    monkeypatch.delenv(ks.SANDBOX_KDF_ENV)
+    reopened = _store(weak)._unlocked_file()
+    assert (reopened.time_cost, reopened.memory_cost) == (1, ks.SANDBOX_KDF["memory_cost"])
+    assert _store(weak).get("wallet") == SECRET
+    with pytest.raises(EngineError) as wrong:
+        _store(weak, "not the passphrase at all").get("wallet")
+    assert wrong.value.code == "wrong_passphrase"
+    # A keystore that exists already keeps its full cost, variable or not.
+    full = tmp_path / "full.cfg"
+    _store(full).put("wallet", SECRET)
+    monkeypatch.setenv(ks.SANDBOX_KDF_ENV, "1")
+    opened = _store(full)._unlocked_file()
+    assert "nunet_20kdf" not in full.read_text()
+    assert opened.time_cost == ks.CryptFileKeyring.time_cost > 1
+    assert _store(full).get("wallet") == SECRET

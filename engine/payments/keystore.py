@@ -42,6 +42,15 @@ SERVICE = "nunet-tui"
 # Only a new keystore is held to this: an existing one opens with whatever made it.
 MIN_NEW_PASSPHRASE = 8
 SECRET_SERVICE_LABEL = "Secret Service (desktop keyring)"
+# SANDBOX ONLY (`nunet-tui demo`): a keystore *created* while this is "1" derives its key
+# with SANDBOX_KDF instead of the library's Argon2id (t=15, 64 MiB: 0.4 s a derivation on a
+# quiet core, 1.5 s at load 5, paid several times per wallet and by every sandbox node at
+# once). The file records it (KDF_OPTION), so only that file is ever opened so cheaply; a
+# keystore created without the variable, or one that exists already, keeps the full cost.
+# Never set it for a wallet that holds anything: its passphrase is then cheap to guess.
+SANDBOX_KDF_ENV = "NUNET_SANDBOX_WEAK_KDF"
+SANDBOX_KDF = {"time_cost": 1, "memory_cost": 8 * 1024, "parallelism": 1}  # 8 MiB
+KDF_OPTION = "nunet kdf"  # in [keyring-setting]: "sandbox", or absent (the library's default)
 
 
 class PassphraseSource(NamedTuple):
@@ -221,6 +230,8 @@ class Keystore:
                 f"use at least {MIN_NEW_PASSPHRASE} characters",
             )
         candidate = _CryptFile(self.keyfile)
+        if creating and os.environ.get(SANDBOX_KDF_ENV) == "1":
+            candidate.use_sandbox_kdf()
         try:
             if not creating and not candidate.has_reference():
                 raise EngineError(
@@ -335,6 +346,24 @@ class _CryptFile(CryptFileKeyring):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.file_path = str(path)
+        if _has_content(path) and self._setting(KDF_OPTION) == "sandbox":
+            self._weaken()
+
+    def _setting(self, option: str) -> str | None:
+        config = configparser.RawConfigParser()
+        config.read(self.file_path, encoding="utf-8")
+        section, key = escape("keyring-setting"), escape(option)
+        return config.get(section, key) if config.has_option(section, key) else None
+
+    def _weaken(self) -> None:
+        for name, value in SANDBOX_KDF.items():
+            setattr(self, name, value)
+
+    def use_sandbox_kdf(self) -> None:
+        """A new sandbox keystore: the marker goes in first, so the file never holds a
+        cheaply derived entry without saying so (the reference is written after it)."""
+        self._weaken()
+        self._write_config_value("keyring-setting", KDF_OPTION, "sandbox")
 
     def has_reference(self) -> bool:
         config = configparser.RawConfigParser()

@@ -256,7 +256,13 @@ def _daemon_argv(paths: Paths) -> list[str]:
 
 
 def _daemon_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("NUNET_")}
+    from engine.payments.keystore import SANDBOX_KDF_ENV  # keyrings: not for every demo import
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUNET_")}
+    # Sandbox wallets hold test ADA only: a cheap KDF (keystore.py SANDBOX_KDF), recorded in
+    # each new keystore, instead of a full Argon2id per key use in every node at once.
+    env[SANDBOX_KDF_ENV] = "1"
+    return env
 
 
 def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
@@ -320,11 +326,25 @@ def _ready_line(sandbox: Sandbox, name: str, proc: subprocess.Popen[str]) -> dic
     return ready
 
 
-def fund_wallet(sandbox: Sandbox, client: ControlClient | Any, ada: int, ntx: int) -> str:
-    """A new wallet for a sandbox node, with test ADA and NTX from the ledger's faucet."""
+def fund_wallet(
+    sandbox: Sandbox,
+    client: ControlClient | Any,
+    ada: int,
+    ntx: int,
+    ledger_up: threading.Event | None = None,
+    proc: subprocess.Popen[bytes] | None = None,
+) -> str | None:
+    """A new wallet for a sandbox node, with test ADA and NTX from the ledger's faucet.
+
+    The wallet is made first, while the ledger may still be starting: making it loads
+    pycardano in the node (seconds of CPU, the longest step of a node's set-up), and only
+    the faucet needs the ledger. None when the node's process ended while waiting."""
     import httpx
 
     address = client.call_blocking(api.WalletNew(), timeout=60).wallet.address
+    while ledger_up is not None and not ledger_up.wait(0.1):
+        if proc is not None and proc.poll() is not None:
+            return None
     response = httpx.post(
         f"{sandbox.ledger_url}/v0/ledger/faucet",
         json={"address": address, "ada": ada, "ntx": ntx, "note": "demo"},
@@ -360,11 +380,16 @@ def _join(workers: list[_Worker]) -> None:
 
 
 def _wait_ledger_then_oracle(
-    sandbox: Sandbox, ledger: subprocess.Popen[str], oracle_port: int, progress: Progress
+    sandbox: Sandbox,
+    ledger: subprocess.Popen[str],
+    oracle_port: int,
+    progress: Progress,
+    ledger_up: threading.Event,
 ) -> None:
     root = sandbox.root
     ready = _ready_line(sandbox, "ledger", ledger)
     progress("ledger up")
+    ledger_up.set()  # the faucet is all the nodes wait for; the oracle starts meanwhile
     oracle = _service(
         sandbox,
         "oracle_server",
@@ -389,11 +414,10 @@ def _set_up_provider(
     try:
         _listening(client)
         progress(f"{name} listening")
-        while not ledger_up.wait(0.1):
-            if proc.poll() is not None:
-                return
         # ADA for fees and collateral; NTX come from the jobs they run.
-        wallet = fund_wallet(sandbox, client, ada=50, ntx=0)
+        wallet = fund_wallet(sandbox, client, ada=50, ntx=0, ledger_up=ledger_up, proc=proc)
+        if wallet is None:
+            return
         client.call_blocking(
             api.OnboardRequest(
                 memory_mb=memory_mb, cpu_mhz=cpu_mhz, address=wallet, channel=CHANNEL, gpus=()
@@ -494,19 +518,18 @@ def _start(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
             try:
                 _listening(client)
                 client.call_blocking(api.SetMode(mode="consumer"))
-                while not ledger_up.wait(0.1):
-                    if proc.poll() is not None:
-                        return
-                fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
-                progress("consumer funded")
+                funded = fund_wallet(
+                    sandbox, client, ada=100, ntx=CONSUMER_NTX, ledger_up=ledger_up, proc=proc
+                )
+                if funded is not None:
+                    progress("consumer funded")
             finally:
                 client.close()
 
         workers.append(_Worker("consumer", set_up_consumer))
     for worker in workers:
         worker.start()
-    _wait_ledger_then_oracle(sandbox, ledger, oracle_port, progress)
-    ledger_up.set()
+    _wait_ledger_then_oracle(sandbox, ledger, oracle_port, progress, ledger_up)
     _join(workers)
 
 
