@@ -15,6 +15,7 @@ from engine.control import ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
 from engine.homelock import HomeLock
+from engine.reconnect import ReconnectingClient
 
 
 def open_client(
@@ -24,10 +25,20 @@ def open_client(
     network: bool = True,
     defer_network: bool = False,
     wait: float = 5.0,
+    reconnect: bool = False,
 ) -> EngineClient:
     """``network=False`` for one-shot commands: an embedded engine then skips libp2p.
-    ``defer_network``: the network starts on ``StartNetwork`` (the TUI sends it once painted)."""
+    ``defer_network``: the network starts on ``StartNetwork`` (the TUI sends it once painted).
+    ``reconnect``: attached to a daemon, follow its restarts (engine/reconnect.py; the TUI)."""
     paths.ensure()
+    if reconnect:
+        client = open_client(paths, attach=attach, network=network, defer_network=defer_network)
+        if client.embedded:
+            return client
+        client.close()
+        return ReconnectingClient(
+            lambda on_lost: ControlClient(paths.control_socket, on_lost=on_lost)
+        )
     if attach:
         # A running daemon answers on its socket: no need to touch its lock at all.
         try:

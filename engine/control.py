@@ -213,7 +213,14 @@ class ControlClient:
     after that, and the subscription.
     """
 
-    def __init__(self, path: Path, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        timeout: float = 5.0,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_lost(reason)``: called once, from the reader thread, when the daemon ends the
+        connection (not after ``close``): engine/reconnect.py starts reconnecting from it."""
         # A missing folder or socket is an OSError (no daemon yet: callers retry); one that
         # someone else controls is an EngineError, before a byte is sent.
         check_socket_dir(path.parent)
@@ -233,6 +240,7 @@ class ControlClient:
         self._subscribed = False
         self._closed = False
         self._closed_reason = "the daemon connection is closed"
+        self._on_lost = on_lost
         self._reader = threading.Thread(target=self._read_loop, name="nunet-control", daemon=True)
         self._reader.start()
 
@@ -350,7 +358,8 @@ class ControlClient:
 
     def _fail_all(self, reason: str) -> None:
         with self._lock:
-            if not self._closed:
+            lost = not self._closed  # the daemon went, rather than our own close()
+            if lost:
                 self._closed_reason = reason
             self._closed = True
             pending = list(self._pending.values())
@@ -358,6 +367,11 @@ class ControlClient:
         for _, future in pending:
             if not future.done():
                 future.set_exception(EngineError(DAEMON_GONE, reason))
+        if lost and self._on_lost is not None:
+            try:
+                self._on_lost(reason)
+            except Exception:
+                log.exception("the connection-lost callback failed")
 
     def close(self) -> None:
         with self._lock:

@@ -30,6 +30,7 @@ from engine.api import (
     ChatMessageEvent,
     ChatRequestEvent,
     Command,
+    DaemonConnection,
     EngineStopping,
     Event,
     GetCapacity,
@@ -197,6 +198,33 @@ class NunetApp(App[None]):
         # passes, so a job printing thousands of lines a second never stalls the UI on one.
         gc.freeze()
 
+    def _daemon_connection(self, event: DaemonConnection) -> None:
+        """The attached daemon went away (say so at once) or is back (read it afresh)."""
+        if not event.online:
+            told = self.engine_state == "stopped"  # its EngineStopping was shown already
+            self.engine_state = "offline"
+            self._peer_ids.clear()
+            self.network = NetworkView(state="offline", channel=self.network.channel, peers=0)
+            if not told:
+                self.notify(
+                    f"The daemon went away ({safe(event.detail)}); reconnecting",
+                    title="Engine",
+                    severity="warning",
+                    markup=False,
+                )
+            return
+        self.engine_state = "ready"
+        self.notify("Reconnected to the daemon", title="Engine", markup=False)
+        self._reload_after_reconnect()
+
+    @work(exclusive=True, group="reconnect")
+    async def _reload_after_reconnect(self) -> None:
+        try:
+            await self.reload_node()
+        except EngineError:
+            return  # gone again: the next DaemonConnection says so
+        await self._read_network()
+
     async def _read_network(self) -> None:
         """The network's state now; later changes arrive as NetworkChanged and PeerChanged."""
         try:
@@ -251,6 +279,8 @@ class NunetApp(App[None]):
             if self.current_mode in MODES_IN_ORDER and self.current_mode != event.mode:
                 self.switch_mode(event.mode)
             self.refresh_node()
+        elif isinstance(event, DaemonConnection):
+            self._daemon_connection(event)
         elif isinstance(event, EngineStopping):
             self.engine_state = "stopped"
             self.notify(

@@ -174,3 +174,12 @@ class ModeChanged(Event, tag="mode_changed", frozen=True):
 
 class EngineStopping(Event, tag="engine_stopping", frozen=True):
     reason: str
+
+
+class DaemonConnection(Event, tag="daemon_connection", frozen=True):
+    """An attached client lost its daemon (``online`` False, at once) or reached it again.
+    Made by the client itself (engine/reconnect.py), never sent by a daemon."""
+
+    online: bool
+    detail: str
+    retry_in_s: float = 0.0  # offline: when the next attempt to reconnect is

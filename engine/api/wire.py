@@ -13,7 +13,7 @@ from engine.api.base import Command, Event
 from engine.api.gpus import ImagePullProgress
 from engine.api.jobs import JobChanged, JobLogEvent
 from engine.api.network import ChatMessageEvent, ChatRequestEvent, NetworkChanged, PeerChanged
-from engine.api.node import EngineStopping, ModeChanged, OnboardingChanged
+from engine.api.node import DaemonConnection, EngineStopping, ModeChanged, OnboardingChanged
 from engine.api.payments import EscrowChanged
 
 # The commands' union is derived from the registry of rooms: engine/commands.py AnyCommand
@@ -26,6 +26,7 @@ AnyEvent = (
     | OnboardingChanged
     | ModeChanged
     | EngineStopping
+    | DaemonConnection
     | ImagePullProgress
     | PeerChanged
     | ChatMessageEvent

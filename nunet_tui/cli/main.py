@@ -346,7 +346,7 @@ def _run_tui(paths: Paths, attach: bool) -> int:
 
     paths.ensure()
     configure(paths, load_settings(paths).log_level)
-    client = open_client(paths, attach=attach, defer_network=True)
+    client = open_client(paths, attach=attach, defer_network=True, reconnect=True)
     try:
         from nunet_tui.app import NunetApp
 

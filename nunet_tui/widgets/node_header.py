@@ -18,6 +18,7 @@ ENGINE_STATES = {
     "ready": ("● ", "$success", "ready"),
     "error": ("✗ ", "$error", "engine error"),
     "stopped": ("○ ", "$warning", "engine stopped"),
+    "offline": ("○ ", "$error", "daemon offline · reconnecting"),
 }
 
 
