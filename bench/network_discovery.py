@@ -13,18 +13,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_network_support import Node, start_nodes
+from tests.test_network_support import Node
 
 SETTLE_S = 3.0
+# Ten interpreters importing py-libp2p at once on 2 busy cores take longer than the tests'
+# 20 s to listen: the bench waits for them, and times only the newcomer.
+START_TIMEOUT_S = 180.0
 
 
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    boot = Node("--heartbeat", "1").ready()
-    providers = start_nodes(count - 1, boot, "--heartbeat", "1")
+    boot = Node("--heartbeat", "1").ready(START_TIMEOUT_S)
+    providers = [Node("--bootstrap", boot.addrs[0], "--heartbeat", "1") for _ in range(count - 1)]
+    for provider in providers:
+        provider.ready(START_TIMEOUT_S)
     everyone = {boot.peer_id} | {p.peer_id for p in providers}
-    boot.wait_peers(everyone - {boot.peer_id}, timeout=60)
+    boot.wait_peers(everyone - {boot.peer_id}, timeout=START_TIMEOUT_S)
     figures = []
     try:
         for _ in range(rounds):
@@ -50,7 +55,7 @@ def main() -> None:
             node.stop()
     print(f"providers: {count}; rounds: {rounds}")
     print("time from listening to listing all (s): " + ", ".join(f"{f:.3f}" for f in figures))
-    print(f"median {statistics.median(figures):.3f} s (goal < 2 s)")
+    print(f"median {statistics.median(figures):.3f} s (goal < 0.5 s)")
 
 
 if __name__ == "__main__":

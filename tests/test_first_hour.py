@@ -374,3 +374,32 @@ def test_a_consumer_only_node_listens_on_loopback_unless_configured() -> None:
     # A listen address the operator chose is never second-guessed.
     chosen = ["/ip4/0.0.0.0/tcp/9100"]
     assert listen_for(chosen, onboarded=False, mode="consumer") == chosen
+
+
+def test_a_late_heartbeat_brings_a_dropped_peer_back_with_its_offer() -> None:
+    """A provider that missed its heartbeats on a busy machine and then beats again is listed
+    with its advert at once, not with nothing to offer until its next advert; an expired
+    advert is not restored, and a withdrawal leaves nothing to restore."""
+    import msgspec
+
+    from engine.network import wire
+    from engine.network.peers import PeerTable
+    from tests.test_network_wire import ALICE, advert
+
+    now = [1000.0]
+    table = PeerTable("ch", 1.0, clock=lambda: now[0])
+    offer = msgspec.structs.replace(advert(ALICE), at=now[0], expires_at=now[0] + 10)
+    assert table.on_advert(offer)
+    now[0] += 3.5
+    assert table.expire() == [ALICE.peer_id]
+    assert ALICE.peer_id not in table
+    beat = wire.Heartbeat(peer_id=ALICE.peer_id, channel="ch", seq=1, at=now[0])
+    assert table.on_heartbeat(beat)
+    info = table.get(ALICE.peer_id)
+    assert info is not None and info.advert == offer
+    now[0] += 20  # silent again, and its advert has expired meanwhile
+    assert table.expire() == [ALICE.peer_id]
+    late = wire.Heartbeat(peer_id=ALICE.peer_id, channel="ch", seq=2, at=now[0])
+    assert table.on_heartbeat(late)
+    info = table.get(ALICE.peer_id)
+    assert info is not None and info.advert is None

@@ -51,6 +51,12 @@ class PeerTable:
         # Advert seq of peers dropped for silence: the DHT still holds their last advert and
         # must not bring them back; a newer advert or a heartbeat does.
         self._dropped: dict[str, int] = {}
+        # The advert of a peer dropped for silence, until it expires: a heartbeat that brings
+        # the peer back (it was only late: a busy machine) brings its offer back with it.
+        # Without it the peer was listed with nothing to offer until its next advert, up to
+        # ten heartbeat intervals (bench/network_discovery.py's channel never settled at
+        # load 7: every drop emptied a provider's listing for ~10 s).
+        self._dropped_adverts: dict[str, Advert] = {}
 
     def __len__(self) -> int:
         return len(self._peers)
@@ -83,6 +89,7 @@ class PeerTable:
             return False
         if advert.withdrawn or (advert.expires_at and advert.expires_at < self._clock()):
             self._dropped[advert.peer_id] = advert.seq
+            self._dropped_adverts.pop(advert.peer_id, None)  # withdrawn: nothing to restore
             self.remove(advert.peer_id)
             return False
         info = self._current(advert.peer_id)
@@ -99,6 +106,7 @@ class PeerTable:
             # peer dropped for silence is still refused above.
             seen = max(seen, now - self.heartbeat_interval_s)
         self._dropped.pop(advert.peer_id, None)
+        self._dropped_adverts.pop(advert.peer_id, None)
         self._put(msgspec.structs.replace(info, advert=advert, addrs=addrs, last_seen=seen))
         return True
 
@@ -110,8 +118,14 @@ class PeerTable:
             return False
         info = self._current(heartbeat.peer_id)
         self._dropped.pop(heartbeat.peer_id, None)
+        kept = self._dropped_adverts.pop(heartbeat.peer_id, None)
+        if info.advert is None and kept is not None and not self._expired(kept):
+            info = msgspec.structs.replace(info, advert=kept, addrs=kept.addrs or info.addrs)
         self._put(msgspec.structs.replace(info, heartbeat=heartbeat, last_seen=self._clock()))
         return True
+
+    def _expired(self, advert: Advert) -> bool:
+        return bool(advert.expires_at and advert.expires_at < self._clock())
 
     def on_latency(self, peer_id: str, latency_ms: float) -> None:
         info = self._peers.get(peer_id)
@@ -144,5 +158,7 @@ class PeerTable:
         for peer_id in gone:
             advert = self._peers[peer_id].advert
             self._dropped[peer_id] = advert.seq if advert is not None else -1
+            if advert is not None and not self._expired(advert):
+                self._dropped_adverts[peer_id] = advert
             self.remove(peer_id)
         return gone
