@@ -1,7 +1,8 @@
 """``j``: every job of this node, both roles: the ones it bought and the ones it runs.
 
 One row per job: id, role, state (coloured), the peer on the other side, name, when it
-started, how long it ran, what it cost. Rows change live as ``JobChanged`` events arrive;
+started, how long it ran, what it cost; on a narrow terminal the columns that fit, Cost
+among the first kept. Rows change live as ``JobChanged`` events arrive;
 ``/`` filters on any column; Enter opens the job.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -45,6 +46,38 @@ COLUMNS = (
     ("duration", "Duration"),
     ("cost", "Cost"),
 )
+# What each column needs (its widest usual cell) and, narrow, which go first: a table wider
+# than the screen hid Cost behind ~40 presses of → at 80x24. The name takes what is left.
+WIDTHS = {
+    "job": 12,
+    "role": 8,
+    "state": 9,
+    "peer": 11,
+    "started": 10,
+    "duration": 8,
+    "cost": 13,
+}
+NAME_WIDTH = (12, 28)  # at least, at most
+KEPT_FIRST = ("job", "state", "cost", "name", "role", "duration", "peer", "started")
+CELL_PADDING = 2  # DataTable's one cell of padding on each side
+# The panel's margin, border and padding around the table (jobs.tcss), both sides together.
+PANEL_CHROME = 6
+
+
+def fit_columns(width: int) -> tuple[tuple[str, ...], int]:
+    """The columns that fit ``width`` cells, in table order, and the name column's width."""
+    chosen: set[str] = set()
+    used = 0
+    for key in KEPT_FIRST:
+        need = (NAME_WIDTH[0] if key == "name" else WIDTHS[key]) + CELL_PADDING
+        if used + need > width and chosen:
+            break
+        chosen.add(key)
+        used += need
+    name_width = NAME_WIDTH[0]
+    if "name" in chosen:
+        name_width = min(NAME_WIDTH[1], NAME_WIDTH[0] + max(0, width - used))
+    return tuple(key for key, _ in COLUMNS if key in chosen), name_width
 
 
 class JobsScreen(FilteredTableScreen):
@@ -63,6 +96,8 @@ class JobsScreen(FilteredTableScreen):
         self.problem: str | None = None
         self.loaded = False
         self.show_scheduled = False
+        self.columns: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
+        self.name_width = NAME_WIDTH[1]
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -73,10 +108,24 @@ class JobsScreen(FilteredTableScreen):
             table: DataTable[Text] = DataTable(
                 id="jobs-table", cursor_type="row", zebra_stripes=True
             )
-            for key, label in COLUMNS:
-                table.add_column(label, key=key)
+            self._add_columns(table)
             yield table
         yield Footer()
+
+    def _add_columns(self, table: DataTable[Text]) -> None:
+        labels = dict(COLUMNS)
+        for key in self.columns:
+            table.add_column(labels[key], key=key)
+
+    def on_resize(self, event: events.Resize) -> None:
+        columns, name_width = fit_columns(event.size.width - PANEL_CHROME)
+        if (columns, name_width) == (self.columns, self.name_width):
+            return
+        self.columns, self.name_width = columns, name_width
+        table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
+        table.clear(columns=True)
+        self._add_columns(table)
+        self.show()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -120,9 +169,11 @@ class JobsScreen(FilteredTableScreen):
         query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
         ordered = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
-        rows = [(job, job_row(job, now)) for job in ordered]
+        rows = [(job, job_row(job, now, self.name_width)) for job in ordered]
         shown = [(j, r) for j, r in rows if not query or query in _text(j, r).lower()]
-        refill(table, [(job.job_id, [table_cell(c) for c in row]) for job, row in shown])
+        keys = [key for key, _ in COLUMNS]
+        at = [keys.index(key) for key in self.columns]
+        refill(table, [(job.job_id, [table_cell(row[i]) for i in at]) for job, row in shown])
         running = sum(1 for job in self.jobs.values() if not is_terminal(job))
         panel.border_subtitle = (
             f"{len(shown)} of {len(rows)} shown"
@@ -148,7 +199,7 @@ class JobsScreen(FilteredTableScreen):
 
     def _tick(self) -> None:
         """Running jobs' durations move on."""
-        if not self.is_current:
+        if not self.is_current or "duration" not in self.columns:
             return
         table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
         now = self.nunet.clock()
@@ -184,14 +235,15 @@ class JobsScreen(FilteredTableScreen):
         return True
 
 
-def job_row(job: JobInfo, now: float) -> tuple[Content, ...]:
+def job_row(job: JobInfo, now: float, name_width: int = NAME_WIDTH[1]) -> tuple[Content, ...]:
+    """Every column's cell (COLUMNS' order); the screen shows those that fit."""
     started = job.started_at or job.created_at
     return (
         Content.styled(safe(job.job_id), "bold"),
         Content(job.role),
         state_text(job.state),
         Content(peer_short(other_party(job))),
-        Content(job_name(job, 28)),
+        Content(job_name(job, name_width)),
         Content(ago(started, now)),
         Content(hms(duration(job, now))),
         cost(job),

@@ -1,0 +1,49 @@
+"""The Jobs table chooses its columns by width: at 80x24 Cost is on screen, not 40 presses of
+→ away; at 160x48 every column; and it follows the terminal when it grows or shrinks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine.api import SetMode
+from engine.facade import Engine
+from nunet_tui.app import NunetApp
+from nunet_tui.screens.jobs import COLUMNS, PANEL_CHROME, fit_columns
+from tests.pilot import anyio_backend, until
+
+__all__ = ["anyio_backend"]
+
+EVERY = tuple(key for key, _ in COLUMNS)
+
+
+def test_narrow_keeps_the_id_state_and_cost_and_gives_the_name_what_is_left() -> None:
+    columns, name = fit_columns(80 - PANEL_CHROME)
+    assert {"job", "state", "cost", "name"} <= set(columns)
+    assert columns == tuple(key for key in EVERY if key in columns)  # the table's order
+    assert 12 <= name <= 28
+    assert fit_columns(160 - PANEL_CHROME) == (EVERY, 28)
+    tiny, _ = fit_columns(10)
+    assert tiny == ("job",)  # never nothing
+
+
+@pytest.mark.anyio
+async def test_the_table_follows_the_terminal(engine_client: Engine) -> None:
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=engine_client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__ == "ConsumerDashboard")
+        await pilot.press("j")
+        await until(pilot, lambda: type(app.screen).__name__ == "JobsScreen")
+        screen: Any = app.screen
+
+        def shown() -> tuple[str, ...]:
+            table = screen.query_one("#jobs-table")
+            return tuple(str(key.value) for key in table.columns)
+
+        await until(pilot, lambda: "cost" in shown() and "peer" not in shown())
+        await pilot.resize_terminal(160, 48)
+        await until(pilot, lambda: shown() == EVERY)
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: "peer" not in shown() and "cost" in shown())
