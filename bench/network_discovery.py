@@ -37,7 +37,7 @@ def main() -> None:
             # departure or its own start-up (10 processes share 2 cores here).
             time.sleep(SETTLE_S)
             newcomer = Node("--bootstrap", boot.addrs[0], "--heartbeat", "1", "--consumer")
-            newcomer.ready()
+            newcomer.ready(START_TIMEOUT_S)
             listening = newcomer.wait_for(lambda e: e["event"] == "listening")["t"]
             arrivals: dict[str, float] = {}
 
