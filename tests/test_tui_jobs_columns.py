@@ -1,5 +1,6 @@
-"""The Jobs table chooses its columns by width: at 80x24 Cost is on screen, not 40 presses of
-→ away; at 160x48 every column; and it follows the terminal when it grows or shrinks."""
+"""Layouts that follow the terminal: the Jobs table chooses its columns by width (at 80x24
+Cost is on screen, not 40 presses of → away; at 160x48 every column), and the submit form
+goes back to two columns when a narrow terminal grows."""
 
 from __future__ import annotations
 
@@ -47,3 +48,26 @@ async def test_the_table_follows_the_terminal(engine_client: Engine) -> None:
         await until(pilot, lambda: shown() == EVERY)
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: "peer" not in shown() and "cost" in shown())
+
+
+@pytest.mark.anyio
+async def test_the_submit_form_takes_two_columns_again_when_the_terminal_grows(
+    engine_client: Engine,
+) -> None:
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=engine_client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__ == "ConsumerDashboard")
+        await pilot.press("s")
+        await until(pilot, lambda: type(app.screen).__name__ == "SubmitScreen")
+        grid = app.screen.query_one("#submit-grid")
+
+        def side_by_side() -> bool:
+            form, side = list(grid.children)[:2]
+            return bool(form.region.y == side.region.y and side.region.x > form.region.x)
+
+        await until(pilot, lambda: grid.children[0].region.width > 0 and not side_by_side())
+        await pilot.resize_terminal(160, 48)
+        await until(pilot, side_by_side)
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: not side_by_side())
