@@ -23,11 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import api
 from engine.config import Paths
 from engine.errors import EngineError
+from engine.jobs.spec import JobSpec
 from engine.network import adverts, wire
 from engine.network.discovery import topic_name
 from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
@@ -37,7 +40,7 @@ CHANNEL = "nunet-demo-test"
 HONEST_JOB = (
     "import time\nfor i in range(20):\n    print('tick', i, flush=True)\n    time.sleep(0.1)\n"
 )
-SPEC = {"framework": "scikit-learn", "expected_minutes": 1}
+SPEC = JobSpec(framework="scikit-learn", expected_minutes=1)
 
 
 def serve(root: Path) -> str:
@@ -215,7 +218,8 @@ def main() -> None:
                 with contextlib.suppress(EngineError):
                     job = client.call_blocking(
                         api.SubmitJob(
-                            spec={**SPEC, "script_url": f"{url}/honest.py"}, peer_id=victim
+                            spec=msgspec.structs.replace(SPEC, script_url=f"{url}/honest.py"),
+                            peer_id=victim,
                         ),
                         timeout=30,
                     )

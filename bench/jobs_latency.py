@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import api
 from engine.config import Paths
 from engine.errors import EngineError
+from engine.jobs.spec import JobSpec
 from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
 
 HELLO = 'print("hello", flush=True)\n'
@@ -97,7 +98,7 @@ def main() -> None:
             raise SystemExit("the provider stayed busy")
 
         def run(script: str, wait_lines: int) -> tuple[str, float]:
-            spec = {"script_url": f"{url}/{script}", "framework": "scikit-learn"}
+            spec = JobSpec(script_url=f"{url}/{script}", framework="scikit-learn")
             job, began = submit(spec)
             deadline = time.monotonic() + 120
             while len(counts.get(job.job_id, [])) < wait_lines:

@@ -22,6 +22,7 @@ from bench._common import rss_mb, serve_directory
 from engine import api
 from engine.config import Paths
 from engine.errors import EngineError
+from engine.jobs.spec import JobSpec
 from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
 
 WARMUP = 10
@@ -64,7 +65,7 @@ def main() -> None:
         _listening(client)
         while not client.call_blocking(api.ListPeers()).peers:
             time.sleep(0.1)
-        spec = {"script_url": f"{url}/job.py", "framework": "scikit-learn"}
+        spec = JobSpec(script_url=f"{url}/job.py", framework="scikit-learn")
 
         def run_one() -> None:
             # The heartbeat saying the slot is free again may come just after the last end.

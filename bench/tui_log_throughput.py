@@ -26,6 +26,7 @@ from _common import fresh_home
 from engine.api import JobInfo, JobLogEvent, JobLogLine, SetMode
 from engine.config import Paths
 from engine.facade import Engine
+from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen
@@ -49,11 +50,7 @@ def store_job(paths: Paths) -> None:
             state="running",
             provider="12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQc7XWbW",
             consumer="me",
-            spec={
-                "name": "firehose",
-                "script_url": "http://127.0.0.1/x.py",
-                "framework": "pytorch",
-            },
+            spec=JobSpec(name="firehose", script_url="http://127.0.0.1/x.py", framework="pytorch"),
             created_at=now,
             started_at=now,
             updated_at=now,

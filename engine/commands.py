@@ -99,6 +99,16 @@ def decode_command(data: object) -> api.Command:
     return command
 
 
+def command_error(exc: msgspec.ValidationError) -> EngineError:
+    """The one-line error for a command that did not decode. A job spec is typed in its
+    command (api.SubmitJob), so a bad one is refused here, and said so as the engine's own
+    check says it (consumer.submit: "job spec: ...")."""
+    text = str(exc)
+    if text.endswith("at `$.spec`") or "at `$.spec." in text or "at `$.spec[" in text:
+        return EngineError("invalid", f"job spec: {text}")
+    return EngineError("protocol", f"bad command: {text}")
+
+
 def check_room(room: str, handlers: Handlers) -> None:
     """Raise when a room's handlers are not exactly the commands ``ROOMS`` gives it."""
     declared, handled = set(ROOMS[room]), set(handlers)

@@ -29,7 +29,7 @@ import trio
 
 from engine import api
 from engine.client import EventCallback
-from engine.commands import decode_command
+from engine.commands import command_error, decode_command
 from engine.config import check_socket_dir, check_socket_file
 from engine.errors import EngineError
 
@@ -149,9 +149,7 @@ class ControlServer:
         try:
             command = decode_command(raw)
         except msgspec.ValidationError as exc:
-            await send(
-                {"id": req_id, "error": EngineError("protocol", f"bad command: {exc}").to_wire()}
-            )
+            await send({"id": req_id, "error": command_error(exc).to_wire()})
             return
         try:
             reply = await self._node.handle(command)

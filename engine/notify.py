@@ -64,7 +64,7 @@ def _job_payload(job: api.JobInfo) -> dict[str, Any]:
     metering = job.metering
     return {
         "job_id": job.job_id,
-        "name": str(job.spec.get("name") or ""),
+        "name": job.spec.name,
         "role": job.role,
         "state": job.state,
         "reason": job.reason[:MAX_REASON],
@@ -127,7 +127,7 @@ class NoticeFilter:
         ended = job.finished_at or job.updated_at
         if ended < self.since - 1.0 or not self._first(("job", job.job_id)):
             return None
-        label = safe(str(job.spec.get("name") or job.job_id))[:80]
+        label = safe(job.spec.name or job.job_id)[:80]
         side = "you bought" if job.role == "consumer" else "you ran"
         cost = job.metering.cost_ntx if job.metering else None
         text = f"{label} ({side}): {job.state}"

@@ -84,9 +84,7 @@ def test_a_1000_mhz_provider_is_excluded_for_high_by_both(tmp_path: Path) -> Non
     reason = "not enough CPU: 1000 MHz, the high tier needs 8000 MHz"
     assert jobs._refusal_reason(high) == reason
     assert dict(match(high, [as_peer(jobs.own_resources())]).excluded) == {"p1": reason}
-    quote = jobs._offer(
-        p.Offer(job_id="0123456789ab", spec=msgspec.to_builtins(high), consumer="c1"), "c1", b""
-    )
+    quote = jobs._offer(p.Offer(job_id="0123456789ab", spec=high, consumer="c1"), "c1", b"")
     assert quote == p.Refusal(job_id="0123456789ab", reason=reason)
     assert len(jobs._quotes) == 0  # nothing held for a refused offer
 
@@ -140,7 +138,7 @@ def test_a_hand_picked_unsuitable_peer_fails_with_the_reasons_before_any_offer(
     picked = Identity(SigningKey(b"\x09" * 32)).peer_id
     link = FakePeerLink(me=ctx.identity.peer_id, listed=[_advert_info(picked, 1000)])
     consumer = ConsumerJobs(ctx, network=lambda: FakeNetwork(link))
-    command = api.SubmitJob(spec=msgspec.to_builtins(job(tier="high")), peer_id=picked)
+    command = api.SubmitJob(spec=job(tier="high"), peer_id=picked)
     with pytest.raises(EngineError) as info:
         trio.run(consumer.submit, command)
     assert info.value.code == "unsuitable"
@@ -155,7 +153,7 @@ def test_quotes_are_bounded_per_peer_and_in_all_and_dropped_at_expiry(tmp_path: 
     jobs._offers.burst = jobs._offers.rate = 1000.0  # the rate limit is not the subject here
 
     def offer(job_id: str, consumer: str) -> p.Quote | p.Refusal:
-        message = p.Offer(job_id=job_id, spec=msgspec.to_builtins(job()), consumer=consumer)
+        message = p.Offer(job_id=job_id, spec=job(), consumer=consumer)
         return jobs._offer(message, consumer, b"offer")
 
     assert isinstance(offer("000000000001", "c1"), p.Quote)
@@ -176,13 +174,15 @@ def test_offers_are_rate_limited_per_peer(tmp_path: Path) -> None:
     jobs = provider(tmp_path, memory_mb=16384, cpu_mhz=5000)
     answers = [
         jobs._offer(
-            p.Offer(job_id=f"{i:012x}", spec={"framework": "nope"}, consumer="c1"), "c1", b""
+            p.Offer(job_id=f"{i:012x}", spec=JobSpec(framework="nope"), consumer="c1"), "c1", b""
         )
         for i in range(50)
     ]
     limited = [a for a in answers if isinstance(a, p.Refusal) and "too many offers" in a.reason]
     assert 30 <= len(limited) <= 40  # a burst of 10 and 2 a second, then refused
-    other = jobs._offer(p.Offer(job_id="f" * 12, spec={}, consumer="c2"), "c2", b"")
+    other = jobs._offer(
+        p.Offer(job_id="f" * 12, spec=JobSpec(framework="nope"), consumer="c2"), "c2", b""
+    )
     assert isinstance(other, p.Refusal) and "too many offers" not in other.reason
 
 

@@ -92,6 +92,28 @@ def test_bad_lines_get_error_replies_and_the_server_keeps_serving(
     assert by_id[9]["ok"]["peer_id"].startswith("12D3KooW")  # type: ignore[index]
 
 
+def test_a_bad_job_spec_over_the_socket_is_one_invalid_line_naming_its_field(
+    engine_client: Engine, node_home: Paths
+) -> None:
+    """The spec is typed in api.SubmitJob, so the socket's decode is where a bad one is
+    refused: as the engine's own check words it, not as a malformed command."""
+    replies = _raw(
+        node_home,
+        b'{"id": 1, "cmd": {"type": "job_submit", "spec": {"framework": 7}}}\n'
+        b'{"id": 2, "cmd": {"type": "job_submit", "spec": {"framework": "pytorch", "x": 1}}}\n'
+        b'{"id": 3, "cmd": {"type": "job_submit", "spec": {"framework": "pytorch"}, "x": 1}}\n',
+    )
+    errors = {r["id"]: r["error"] for r in replies}
+    assert errors[1] == {
+        "code": "invalid",
+        "message": "job spec: Expected `str`, got `int` - at `$.spec.framework`",
+        "problems": [],
+    }
+    assert errors[2]["code"] == "invalid"  # type: ignore[index]
+    assert errors[2]["message"] == "job spec: Object contains unknown field `x` - at `$.spec`"  # type: ignore[index]
+    assert errors[3]["code"] == "protocol"  # type: ignore[index]  # the command's, not the spec's
+
+
 def test_oversized_line_closes_only_that_connection(
     engine_client: Engine, node_home: Paths
 ) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from engine import api
 from engine.config import Paths
+from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.cli.log_archive import members
 from tests.conftest import MACHINE_TOML, make_home, run_cli
@@ -96,7 +97,7 @@ def job(job_id: str, state: str) -> api.JobInfo:
         state=state,  # type: ignore[arg-type]
         provider="me",
         consumer="them",
-        spec={"name": "iris", "framework": "scikit-learn", "env": {"TOKEN": "PLANTEDspec"}},
+        spec=JobSpec(name="iris", framework="scikit-learn", env={"TOKEN": "PLANTEDspec"}),
         reason="exit 1" if state == "failed" else "",
         created_at=time.time(),
     )

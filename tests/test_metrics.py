@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine import api
 from engine.facade import Engine
+from engine.jobs.spec import JobSpec
 from engine.metrics import Figures, metric_families
 from engine.store import Store
 from tests.conftest import MACHINE_TOML, REPO, TEST_ADDRESS, make_home, run_cli
@@ -74,7 +75,7 @@ def provider_job(job_id: str, state: str, wall_s: float, gpu_s: float) -> api.Jo
         state=state,  # type: ignore[arg-type]
         provider="me",
         consumer="them",
-        spec={"name": job_id},
+        spec=JobSpec(name=job_id, framework="scikit-learn"),
         created_at=time.time(),
         metering=api.JobMetering(wall_s=wall_s, gpu_s=gpu_s, cost_ntx=0.5),
     )

@@ -30,15 +30,14 @@ ME = "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQc7XWbW"
 OTHER = "12D3KooWRWcUSHYQhJjq4z1S8u5iEHoYwqHW6dFCzXvL1b8Ztq2a"
 
 
-def _job(spec: JobSpec | dict[str, object], **fields: object) -> api.JobInfo:
-    data = spec if isinstance(spec, dict) else msgspec.to_builtins(spec)
+def _job(spec: JobSpec, **fields: object) -> api.JobInfo:
     base: dict[str, object] = {
         "job_id": "7b0e5c1a2f3d",
         "role": "consumer",
         "state": "running",
         "provider": OTHER,
         "consumer": ME,
-        "spec": data,
+        "spec": spec,
     }
     return api.JobInfo(**{**base, **fields})  # type: ignore[arg-type]
 
@@ -66,7 +65,7 @@ def test_notebooks_are_this_nodes_own_service_jobs_with_a_token() -> None:
     token = spec.env[nb.TOKEN_ENV]
     mine = _job(spec)
     theirs = _job(spec, job_id="aaaaaaaaaaaa", role="provider")
-    plain = _job({"framework": "scikit-learn", "script_url": URL}, job_id="bbbbbbbbbbbb")
+    plain = _job(JobSpec(framework="scikit-learn", script_url=URL), job_id="bbbbbbbbbbbb")
     forward = api.TunnelForward(
         forward_id="f1", job_id=mine.job_id, local_port=41_000, remote_port=24_811, url="u/"
     )
@@ -208,7 +207,7 @@ def test_the_cli_keeps_the_only_copy_and_says_what_is_missing(node_home: Paths) 
     spec = nb.notebook_spec(URL)
     store = Store(node_home.database)
     store.save_job(_job(spec, state="completed", results_sha256="ab" * 32, results_size=10))
-    store.save_job(_job({"framework": "scikit-learn", "script_url": URL}, job_id="bbbbbbbbbbbb"))
+    store.save_job(_job(JobSpec(framework="scikit-learn", script_url=URL), job_id="bbbbbbbbbbbb"))
     store.close()
     kept = run_cli("notebook", "delete", "7b0e5c1a2f3d", home=node_home)
     assert kept.returncode == 1 and "not fetched yet" in kept.stderr, kept.stderr

@@ -21,6 +21,7 @@ import trio
 from engine import api
 from engine.config import NotifySettings
 from engine.facade import Engine
+from engine.jobs.spec import JobSpec
 from engine.notify import NoticeFilter, Notifier, redact_url
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
 from tests.daemons import Daemon, daemons, wait_for
@@ -88,7 +89,7 @@ def ended_job(job_id: str = "job-1", state: str = "completed", **extra: Any) -> 
         state=state,  # type: ignore[arg-type]
         provider="prov",
         consumer="me",
-        spec={"name": "iris"},
+        spec=JobSpec(name="iris", framework="scikit-learn"),
         quoted_ntx=0.25,
         updated_at=now,
         finished_at=extra.pop("finished_at", now),

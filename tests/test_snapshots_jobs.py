@@ -18,6 +18,7 @@ from textual.pilot import Pilot
 from engine.api import JobInfo, JobLogLine, JobMetering, SetMode
 from engine.config import Paths
 from engine.jobs.joblog import JobLog
+from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.test_snapshots import (
@@ -72,16 +73,9 @@ TRAIN_LOG += ["resumed from checkpoint 2"]
 TRAIN_LOG += [EPOCH.format(e, 1.2 - e * 0.09, 0.41 + e * 0.04) for e in range(3, 7)]
 
 
-def _spec(name: str, script: str, framework: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "script_url": SCRIPTS + script,
-        "framework": framework,
-        "device": "cpu",
-        "tier": "low",
-        "expected_minutes": 5,
-        **extra,
-    }
+def _spec(name: str, script: str, framework: str, **extra: Any) -> JobSpec:
+    fields: dict[str, Any] = {"device": "cpu", "tier": "low", "expected_minutes": 5, **extra}
+    return JobSpec(name=name, script_url=SCRIPTS + script, framework=framework, **fields)
 
 
 JOBS = [

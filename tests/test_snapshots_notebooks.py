@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 
 from engine.api import JobInfo, JobMetering, SetMode
 from engine.config import Paths
+from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.test_snapshots import EngineFactory, _until, host_engine, settled
@@ -31,16 +32,16 @@ TOKENS = ("a1" * 24, "b2" * 24, "c3" * 24)
 
 
 def _notebook(job_id: str, name: str, token: str, port: int, **fields: Any) -> JobInfo:
-    spec = {
-        "name": name,
-        "script_url": LAUNCHER,
-        "framework": "scikit-learn",
-        "kind": "service",
-        "ports": [port],
-        "env": {"JUPYTER_TOKEN": token, "NOTEBOOK_PORT": str(port)},
-        "outputs": ["notebooks"],
-        "expected_minutes": 120,
-    }
+    spec = JobSpec(
+        name=name,
+        script_url=LAUNCHER,
+        framework="scikit-learn",
+        kind="service",
+        ports=(port,),
+        env={"JUPYTER_TOKEN": token, "NOTEBOOK_PORT": str(port)},
+        outputs=("notebooks",),
+        expected_minutes=120,
+    )
     return JobInfo(
         job_id=job_id,
         role="consumer",
@@ -102,7 +103,7 @@ BATCH = JobInfo(
     state="completed",
     provider=OTHER,
     consumer="self",
-    spec={"name": "iris", "script_url": LAUNCHER, "framework": "scikit-learn"},
+    spec=JobSpec(name="iris", script_url=LAUNCHER, framework="scikit-learn"),
     created_at=T0 + 60,
 )
 

@@ -23,6 +23,7 @@ from engine.api import JobInfo, JobLogLine, JobMetering, OnboardRequest, SetMode
 from engine.config import Paths
 from engine.facade import Engine
 from engine.jobs.joblog import JobLog
+from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.conftest import TEST_ADDRESS, make_home
@@ -45,16 +46,9 @@ TRAIN_LOG += [EPOCH.format(e, 2.3 - e * 0.04, 0.10 + e * 0.016) for e in range(1
 TRAIN_LOG += ["saved [bold]outputs/model-37.pt[/bold] \x1b[32m(ok)\x1b[0m"]
 
 
-def _spec(name: str, script: str, framework: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "script_url": SCRIPTS + script,
-        "framework": framework,
-        "device": "cpu",
-        "tier": "low",
-        "expected_minutes": 5,
-        **extra,
-    }
+def _spec(name: str, script: str, framework: str, **extra: Any) -> JobSpec:
+    fields: dict[str, Any] = {"device": "cpu", "tier": "low", "expected_minutes": 5, **extra}
+    return JobSpec(name=name, script_url=SCRIPTS + script, framework=framework, **fields)
 
 
 RUNNING = JobInfo(
@@ -83,7 +77,7 @@ RUNNING = JobInfo(
 
 def _done(
     job_id: str,
-    spec: dict[str, Any],
+    spec: JobSpec,
     state: str,
     at: float,
     ran: float,

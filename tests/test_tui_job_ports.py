@@ -13,6 +13,7 @@ import pytest
 
 from engine.api import JobInfo, SetMode, TunnelForward
 from engine.control import ControlClient
+from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.widgets import job_ports
@@ -35,7 +36,7 @@ def _job(**extra: Any) -> JobInfo:
         "state": "running",
         "provider": "p",
         "consumer": "c",
-        "spec": {"ports": [8888, 7860]},
+        "spec": JobSpec(framework="pytorch", ports=(8888, 7860)),
     }
     return JobInfo(**{**base, **extra})
 
@@ -51,7 +52,7 @@ def test_the_ports_row_names_each_port_and_its_url() -> None:
     row = job_ports.ports_row(_job(), [forward])
     assert row is not None
     assert str(row[1]) == "8888 → http://127.0.0.1:41000/ · 7860 · t to forward · e for a shell"
-    assert job_ports.ports_row(_job(spec={}), []) is None
+    assert job_ports.ports_row(_job(spec=JobSpec(framework="pytorch")), []) is None
     assert not job_ports.can_forward(_job(state="completed"))
     assert not job_ports.can_shell(_job(role="provider"))
 

@@ -117,14 +117,10 @@ async def test_the_notebook_keys(notebook_engine: Engine) -> None:
         await until(pilot, lambda: any(isinstance(c, api.SubmitJob) for c in client.calls))
         (submit,) = [c for c in client.calls if isinstance(c, api.SubmitJob)]
         spec = submit.spec
-        assert (spec["script_url"], spec["kind"], list(spec["outputs"])) == (
-            LAUNCHER,
-            "service",
-            ["notebooks"],
-        )
-        token = spec["env"][nb.TOKEN_ENV]
+        assert (spec.script_url, spec.kind, spec.outputs) == (LAUNCHER, "service", ("notebooks",))
+        token = spec.env[nb.TOKEN_ENV]
         assert len(token) == 48 and token not in TOKENS
-        assert list(spec["ports"]) == [int(spec["env"][nb.PORT_ENV])]
+        assert spec.ports == (int(spec.env[nb.PORT_ENV]),)
 
         await on_screen(pilot, NotebooksScreen)
         await pilot.press("question_mark")

@@ -201,7 +201,9 @@ def test_the_time_sparkline_places_samples_by_their_time() -> None:
 def test_only_a_running_gpu_job_of_this_provider_wants_the_gpus() -> None:
     assert uses_gpu(RUNNING)
     assert not uses_gpu(msgspec.structs.replace(RUNNING, role="consumer"))
-    assert not uses_gpu(msgspec.structs.replace(RUNNING, spec={**RUNNING.spec, "device": "cpu"}))
+    assert not uses_gpu(
+        msgspec.structs.replace(RUNNING, spec=msgspec.structs.replace(RUNNING.spec, device="cpu"))
+    )
     assert not uses_gpu(msgspec.structs.replace(RUNNING, state="completed"))
     assert not uses_gpu(None)
 
@@ -293,7 +295,10 @@ async def test_the_gpu_strip_on_a_rig_and_not_for_a_cpu_job(
     provider_engine: Callable[..., Engine],
 ) -> None:
     cpu_job = msgspec.structs.replace(
-        RUNNING, job_id="c9u0000000aa", spec={**RUNNING.spec, "device": "cpu"}, created_at=NOW
+        RUNNING,
+        job_id="c9u0000000aa",
+        spec=msgspec.structs.replace(RUNNING.spec, device="cpu"),
+        created_at=NOW,
     )
     engine = provider_engine([(RUNNING, TRAIN_LOG), (cpu_job, [])], gpus=tuple(RIG_GPUS))
     app = NunetApp(client=engine, clock=lambda: NOW)

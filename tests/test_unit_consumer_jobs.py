@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 
@@ -32,9 +31,7 @@ def submit(consumer: ConsumerJobs, link: FakePeerLink, **fields: Any) -> api.Job
         async with trio.open_nursery() as nursery:
             link.nursery = nursery
             try:
-                return await consumer.submit(
-                    api.SubmitJob(spec=msgspec.to_builtins(spec(**fields)))
-                )
+                return await consumer.submit(api.SubmitJob(spec=spec(**fields)))
             except EngineError as exc:  # raised outside, not inside the nursery's group
                 return exc
 
@@ -96,7 +93,7 @@ def test_submit_needs_the_network_up_and_keeps_nothing_without_it(tmp_path: Path
     ctx, events = make_context(tmp_path)
     consumer = ConsumerJobs(ctx, network=FakeNetwork)  # a network that is not up
     with pytest.raises(EngineError) as info:
-        trio.run(consumer.submit, api.SubmitJob(spec=msgspec.to_builtins(spec())))
+        trio.run(consumer.submit, api.SubmitJob(spec=spec()))
     assert info.value.code == "offline"
     assert ctx.store.list_jobs() == [] and events == []
 

@@ -15,6 +15,7 @@ import trio
 
 from engine import api
 from engine.errors import EngineError
+from engine.jobs.spec import JobSpec
 from engine.payments import escrow as escrow_module
 from engine.payments.escrow import EscrowRecord, Escrows
 from oracle_client.escrow import receipt as rc
@@ -70,7 +71,7 @@ def job(role: str, state: str = "completed") -> api.JobInfo:
         state=state,  # type: ignore[arg-type]
         provider=PROVIDER.peer_id,
         consumer=CONSUMER.peer_id,
-        spec={},
+        spec=JobSpec(framework="scikit-learn"),
         started_at=time.time() - 60,
         finished_at=time.time(),
     )

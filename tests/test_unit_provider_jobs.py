@@ -17,10 +17,11 @@ from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.matching import NoMatch
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.spec import JobSpec, offer_spec
+from engine.jobs.spec import GitSource, JobSpec, offer_spec
+from engine.network import wire
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.escrows import FakeEscrows
-from tests.fakes.network import FakeNetwork, FakePeerLink, provider_info
+from tests.fakes.network import FakeNetwork, FakePeerLink, provider_info, stream_pair
 
 CONSUMER = identity(9).peer_id
 
@@ -48,7 +49,7 @@ def build(
 
 
 def offer(job_id: str = "0123456789ab", **fields: Any) -> p.Offer:
-    return p.Offer(job_id=job_id, spec=offer_spec(spec(**fields)), consumer=CONSUMER)
+    return p.Offer(job_id=job_id, spec=spec(**fields), consumer=CONSUMER)
 
 
 def test_a_provider_that_is_not_onboarded_refuses_an_offer_over_the_wire(
@@ -65,7 +66,7 @@ def test_a_provider_that_is_not_onboarded_refuses_an_offer_over_the_wire(
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             link.nursery = nursery
-            command = api.SubmitJob(spec=msgspec.to_builtins(spec()))
+            command = api.SubmitJob(spec=spec())
             with pytest.raises(NoMatch) as info:
                 await consumer.submit(command)
             assert "not accepting jobs (not onboarded or paused)" in str(info.value)
@@ -151,7 +152,7 @@ def test_a_job_changing_state_is_announced_and_beats_through_the_network_port(
         state="accepted",
         provider=provider.ctx.identity.peer_id,
         consumer=CONSUMER,
-        spec=msgspec.to_builtins(spec()),
+        spec=spec(),
     )
     saved = provider._save(job)
     assert network.beats == 1  # free slots changed: a heartbeat at once
@@ -190,7 +191,7 @@ def test_finished_jobs_leave_no_executor_state_and_their_logs_are_read_from_disk
             state="accepted",
             provider=ctx.identity.peer_id,
             consumer=CONSUMER,
-            spec=msgspec.to_builtins(spec()),
+            spec=spec(),
             executor="process",
             price_ntx_hour=1.0,
         )
@@ -215,3 +216,71 @@ def test_finished_jobs_leave_no_executor_state_and_their_logs_are_read_from_disk
     first = provider.job_log(jobs[0].job_id).read(limit=1000)  # opened again from its file
     printed = [line.text for line in first if line.stream == "stdout"]
     assert printed == [f"job 0 line {i}" for i in range(50)]
+
+
+@pytest.mark.parametrize(
+    ("spec_fields", "named"),
+    [
+        ({"framework": "scikit-learn", "gpus": 4}, "unknown field `gpus`"),
+        ({"framework": 7}, "Expected `str`, got `int` - at `$.framework`"),
+        ({"script_url": "https://h/x.py"}, "missing required field `framework`"),
+    ],
+)
+def test_an_offer_of_a_spec_that_does_not_decode_is_refused_saying_why(
+    tmp_path: Path, spec_fields: dict[str, Any], named: str
+) -> None:
+    """The Offer's spec is typed on the wire: one that is not a JobSpec (a field it lacks, a
+    wrong type, a missing one) gets a signed Refusal naming the field, not a reset stream,
+    and the provider holds no quote and keeps no job."""
+    provider, _, _ = build(tmp_path)
+    consumer = identity(9)
+    raw = {"t": "offer", "v": 1, "job_id": "0123456789ab", "spec": spec_fields}
+    sealed = wire.seal_payload(
+        consumer, p.KIND, msgspec.msgpack.encode({**raw, "consumer": consumer.peer_id})
+    )
+    ours, theirs = stream_pair(consumer.peer_id, provider.ctx.identity.peer_id)
+
+    async def main() -> p.AnyJobMessage | None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(provider.handle, theirs)
+            await wire.write_frame(ours, sealed, p.MAX_REQUEST_BYTES)
+            received = await p.receive(ours, provider.ctx.identity.peer_id)
+            await ours.close()
+        return None if received is None else received[0]
+
+    answer = trio.run(main)
+    assert isinstance(answer, p.Refusal) and answer.job_id == "0123456789ab"
+    assert answer.reason.startswith("bad job spec: ") and named in answer.reason
+    assert len(provider._quotes) == 0 and provider.ctx.store.list_jobs() == []
+
+
+def test_a_typed_offer_is_the_same_bytes_on_the_wire_as_the_dict_one_was() -> None:
+    """Offer.spec was a dict of offer_spec's form; typed, it encodes to the very same bytes
+    (older providers read it as before) and decodes back to the JobSpec it was."""
+
+    class DictOffer(p.JobMessage, tag="offer", frozen=True):  # Offer before the spec was typed
+        spec: dict[str, Any]
+        consumer: str
+
+    sender = identity(9)
+    samples = [
+        spec(),
+        spec(name="iris", deps=("numpy>=1",), env={"A": "1"}, budget_ntx=2.5, tier="moderate"),
+        JobSpec(
+            framework="pytorch",
+            git=GitSource(url="https://h/r.git", entry="train.py", ref="v1"),
+            kind="service",
+            ports=(8888,),
+            shell=True,
+            device="gpu",
+            gpu_vendor="nvidia",
+        ),
+    ]
+    for sample in samples:
+        typed = p.Offer(job_id="0123456789ab", spec=sample, consumer=sender.peer_id)
+        before = DictOffer(job_id="0123456789ab", spec=offer_spec(sample), consumer=sender.peer_id)
+        assert p.encode(sender, typed) == wire.seal_payload(
+            sender, p.KIND, msgspec.msgpack.encode(before)
+        )
+        decoded, _ = p.decode(p.encode(sender, typed), sender.peer_id)
+        assert decoded == typed

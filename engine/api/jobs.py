@@ -5,9 +5,10 @@ Data and commands of engine/jobs/; handlers in engine/jobs/service.py.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from engine.api.base import Command, Done, Event, Record
+from engine.jobs.spec import JobSpec
 
 JobState = Literal[
     "pending",  # consumer: created, looking for a provider
@@ -50,7 +51,7 @@ class JobInfo(Record, frozen=True):
     state: JobState
     provider: str  # peer id of the provider (this node's own id on the provider side)
     consumer: str
-    spec: dict[str, Any]
+    spec: JobSpec
     reason: str = ""
     exit_code: int | None = None
     price_ntx_hour: float | None = None
@@ -99,7 +100,7 @@ class JobResults(Record, frozen=True):
 
 class SubmitJob(Command, tag="job_submit", frozen=True):
     reply = JobInfo
-    spec: dict[str, Any]  # engine.jobs.spec.JobSpec fields; validated by the engine
+    spec: JobSpec  # its fields' types checked where it is decoded; validate_spec by the engine
     peer_id: str | None = None  # pick the provider by hand
 
 

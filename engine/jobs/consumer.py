@@ -30,7 +30,7 @@ from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
-from engine.jobs.spec import JobSpec, offer_spec, validate_spec
+from engine.jobs.spec import validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
 from engine.ports import EscrowPort, NetworkPort, PeerLink
 
@@ -102,10 +102,7 @@ class ConsumerJobs:
     # --- submit ------------------------------------------------------------------------
 
     async def submit(self, command: api.SubmitJob) -> api.JobInfo:
-        try:
-            spec = msgspec.convert(command.spec, JobSpec)
-        except msgspec.ValidationError as exc:
-            raise EngineError("invalid", f"job spec: {exc}") from exc
+        spec = command.spec
         validate_spec(spec).raise_if_failed()
         if len(spec.name) > p.MAX_JOB_NAME_CHARS:
             raise EngineError(
@@ -147,7 +144,7 @@ class ConsumerJobs:
                 quote = await self._ask(
                     service,
                     provider,
-                    p.Offer(job_id=job_id, spec=offer_spec(spec), consumer=me),
+                    p.Offer(job_id=job_id, spec=spec, consumer=me),
                 )
             except (p.ProtocolError, OSError, trio.TooSlowError, Exception) as exc:
                 refusals.append((provider, f"unreachable: {exc}"))
@@ -168,7 +165,7 @@ class ConsumerJobs:
                     state="pending",
                     provider=provider,
                     consumer=me,
-                    spec=msgspec.to_builtins(spec),
+                    spec=spec,
                     price_ntx_hour=quote.price_ntx_hour,
                     quoted_ntx=quote.total_ntx,
                     executor=quote.executor,
@@ -505,7 +502,7 @@ class ConsumerJobs:
     async def stop(self, command: api.StopJob) -> api.JobInfo:
         """`job stop`: a service job's normal end (it ends "completed")."""
         job = self.ctx.store.get_job(command.job_id.strip())
-        if job is not None and job.role == "consumer" and job.spec.get("kind") != "service":
+        if job is not None and job.role == "consumer" and job.spec.kind != "service":
             raise EngineError(
                 "invalid",
                 f"job {job.job_id} is a batch job: `nunet-tui job cancel {job.job_id}` ends it "

@@ -111,22 +111,15 @@ def notebook_spec(
 
 def is_notebook(job: api.JobInfo) -> bool:
     spec = job.spec
-    env = spec.get("env") or {}
-    return (
-        spec.get("kind") == "service"
-        and isinstance(env, dict)
-        and bool(env.get(TOKEN_ENV))
-        and bool(spec.get("ports"))
-    )
+    return spec.kind == "service" and bool(spec.env.get(TOKEN_ENV)) and bool(spec.ports)
 
 
 def token_of(job: api.JobInfo) -> str:
-    return str((job.spec.get("env") or {}).get(TOKEN_ENV) or "")
+    return job.spec.env.get(TOKEN_ENV, "")
 
 
 def port_of(job: api.JobInfo) -> int:
-    env = job.spec.get("env") or {}
-    ports = tuple(job.spec.get("ports") or ())
+    env, ports = job.spec.env, job.spec.ports
     with contextlib.suppress(TypeError, ValueError):
         declared = int(env.get(PORT_ENV, 0))
         if declared in ports:
@@ -160,7 +153,7 @@ def notebooks(
         found.append(
             Notebook(
                 job_id=job.job_id,
-                name=str(job.spec.get("name") or DEFAULT_NAME),
+                name=job.spec.name or DEFAULT_NAME,
                 state=job.state,
                 provider=job.provider,
                 port=port_of(job),

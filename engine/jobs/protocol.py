@@ -21,6 +21,7 @@ import trio
 
 from engine.api import JobLogLine, JobMetering
 from engine.identity import Identity
+from engine.jobs.spec import JobSpec, offer_spec
 from engine.network import wire
 from engine.safe_paths import JobId, is_job_id
 
@@ -55,15 +56,32 @@ class JobMessage(msgspec.Struct, frozen=True, kw_only=True, tag_field="t"):
 
 
 class Offer(JobMessage, tag="offer", frozen=True):
+    # Typed on the wire: a spec whose fields are not JobSpec's does not decode (the provider
+    # answers it with a Refusal: see BadOffer). On the wire it is offer_spec's form.
+    spec: JobSpec
+    consumer: PeerIdText
+
+    def __post_init__(self) -> None:
+        # The spec's one free-text field is bounded here, before anything shows or keeps it.
+        _check_name(self.spec.name)
+
+
+class _OfferOnTheWire(JobMessage, tag="offer", frozen=True):
+    """An Offer as it is written (offer_spec: newer fields left out at their defaults, so
+    older providers still read it) and, when the typed decode failed, read again to say why."""
+
     spec: Annotated[dict[str, Any], msgspec.Meta(max_length=MAX_SPEC_FIELDS)]
     consumer: PeerIdText
 
     def __post_init__(self) -> None:
-        # The spec is checked field by field by the provider (JobSpec); its one free-text
-        # field is bounded here, before anything shows or keeps it.
         name = self.spec.get("name")
-        if isinstance(name, str) and len(name) > MAX_JOB_NAME_CHARS:
-            raise ValueError(f"job name of {len(name)} characters: at most {MAX_JOB_NAME_CHARS}")
+        if isinstance(name, str):
+            _check_name(name)
+
+
+def _check_name(name: str) -> None:
+    if len(name) > MAX_JOB_NAME_CHARS:
+        raise ValueError(f"job name of {len(name)} characters: at most {MAX_JOB_NAME_CHARS}")
 
 
 class Quote(JobMessage, tag="quote", frozen=True):
@@ -151,6 +169,7 @@ AnyJobMessage = (
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(AnyJobMessage)
+_raw_offer = msgspec.msgpack.Decoder(_OfferOnTheWire)
 KIND = "job"
 
 
@@ -158,7 +177,23 @@ class ProtocolError(Exception):
     """The other side sent something we cannot accept; the stream is reset."""
 
 
+class BadOffer(ProtocolError):
+    """A well-formed, signed Offer whose spec is not a JobSpec: answered with a Refusal that
+    says why (``reason``), not a reset, so its consumer can tell the user."""
+
+    def __init__(self, job_id: JobId, consumer: str, reason: str) -> None:
+        super().__init__(reason)
+        self.job_id, self.consumer, self.reason = job_id, consumer, reason
+
+
 def encode(identity: Identity, message: JobMessage) -> bytes:
+    if isinstance(message, Offer):
+        message = _OfferOnTheWire(
+            v=message.v,
+            job_id=message.job_id,
+            spec=offer_spec(message.spec),
+            consumer=message.consumer,
+        )
     return wire.seal_payload(identity, KIND, _encoder.encode(message))
 
 
@@ -176,13 +211,30 @@ def decode(data: bytes, expected_signer: str) -> tuple[AnyJobMessage, bytes]:
         )
     try:
         message = _decoder.decode(envelope.payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except msgspec.ValidationError as exc:
+        raise _bad_offer(envelope.payload) or ProtocolError(f"bad job message: {exc}") from exc
+    except msgspec.DecodeError as exc:
         raise ProtocolError(f"bad job message: {exc}") from exc
     if message.v != 1:
         raise ProtocolError(f"unsupported job protocol version {message.v}")
     if not is_job_id(message.job_id):  # the schema refused it already: a second lock
         raise ProtocolError("bad job id")
     return message, data
+
+
+def _bad_offer(payload: bytes) -> BadOffer | None:
+    """A BadOffer when ``payload`` is an Offer that failed only for its spec."""
+    try:
+        offer = _raw_offer.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # not an Offer, or one bad beyond its spec
+    if offer.v != 1:
+        return None
+    try:
+        msgspec.convert(offer.spec, JobSpec)  # only to say which field is wrong
+    except msgspec.ValidationError as exc:
+        return BadOffer(offer.job_id, offer.consumer, f"bad job spec: {exc}")
+    return None  # the spec reads: the message failed elsewhere
 
 
 async def send(stream: Any, identity: Identity, message: JobMessage) -> bytes:

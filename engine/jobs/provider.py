@@ -206,11 +206,11 @@ class ProviderJobs:
         for job in self.ctx.store.list_jobs(states=("accepted", "running")):
             if job.role != "provider":
                 continue
-            need = estimate_resource(str(job.spec.get("tier")), str(job.spec.get("device")))
+            need = estimate_resource(job.spec.tier, job.spec.device)
             used.jobs += 1
             used.cpu_mhz += need.max_cpu_mhz
             used.memory_mb += need.max_ram_mb
-            if job.spec.get("device") == "gpu":
+            if job.spec.device == "gpu":
                 used.gpus += 1
                 used.vram_mb += need.max_vram_mb
         return used
@@ -237,8 +237,16 @@ class ProviderJobs:
 
     async def _serve_stream(self, stream: Any, peer: str) -> None:
         try:
-            with trio.fail_after(FIRST_FRAME_S):
-                received = await p.receive(stream, peer, p.MAX_REQUEST_BYTES)
+            try:
+                with trio.fail_after(FIRST_FRAME_S):
+                    received = await p.receive(stream, peer, p.MAX_REQUEST_BYTES)
+            except p.BadOffer as bad:
+                refusal = self._offer_gate(bad.job_id, bad.consumer, peer) or p.refusal(
+                    bad.job_id, bad.reason
+                )
+                await self._reply(stream, peer, refusal, keep=False)
+                await p.finish(stream, LINGER_S)
+                return
             if received is None:  # the peer closed without asking: close our side too
                 await p.finish(stream, LINGER_S)
                 return
@@ -299,18 +307,20 @@ class ProviderJobs:
 
     # --- offer and confirm ---------------------------------------------------------------
 
-    def _offer(self, offer: p.Offer, consumer: str, raw: bytes) -> p.Quote | p.Refusal:
-        job_id = offer.job_id
+    def _offer_gate(self, job_id: str, named: str, consumer: str) -> p.Refusal | None:
+        """The checks every offer passes before its spec is looked at (a bad one's too)."""
         if not self._offers.allow(consumer):
             return p.refusal(job_id, f"too many offers from you: at most {OFFERS_PER_S:g} a second")
-        if offer.consumer != consumer:
+        if named != consumer:
             return p.refusal(job_id, "offer names another consumer")
         if self.ctx.store.get_job(job_id) is not None:
             return p.refusal(job_id, "job id already in use")
-        try:
-            spec = msgspec.convert(offer.spec, JobSpec)
-        except msgspec.ValidationError as exc:
-            return p.refusal(job_id, f"bad job spec: {exc}")
+        return None
+
+    def _offer(self, offer: p.Offer, consumer: str, raw: bytes) -> p.Quote | p.Refusal:
+        job_id, spec = offer.job_id, offer.spec
+        if refused := self._offer_gate(job_id, offer.consumer, consumer):
+            return refused
         verdict = self._admission(spec)
         if not verdict.ok:
             return p.refusal(job_id, verdict.reason)
@@ -499,7 +509,7 @@ class ProviderJobs:
             state="accepted",
             provider=self.ctx.identity.peer_id,
             consumer=consumer,
-            spec=msgspec.to_builtins(spec),
+            spec=spec,
             price_ntx_hour=quote.price_ntx_hour,
             quoted_ntx=quote.total_ntx,
             executor=quote.executor,
@@ -525,7 +535,7 @@ class ProviderJobs:
     # --- running -----------------------------------------------------------------------
 
     def _run_for(self, job: api.JobInfo) -> tuple[Executor, JobRun]:
-        spec = msgspec.convert(job.spec, JobSpec)
+        spec = job.spec
         executor = self.executors[job.executor]
         run = JobRun(
             job_id=job.job_id,
@@ -603,8 +613,8 @@ class ProviderJobs:
         if job.job_id in self._stopping:
             self._stopping.discard(job.job_id)
             return ExitStatus(status.exit_code, "completed", "stopped by the consumer")
-        if job.spec.get("kind") == "service" and status.outcome == "timeout":
-            minutes = float(job.spec.get("expected_minutes") or 0)
+        if job.spec.kind == "service" and status.outcome == "timeout":
+            minutes = job.spec.expected_minutes
             return ExitStatus(
                 status.exit_code,
                 "completed",
@@ -715,7 +725,7 @@ class ProviderJobs:
         job = self.ctx.store.get_job(cancel.job_id)
         if job is None or job.consumer != consumer:
             return p.Refusal(job_id=cancel.job_id, reason="no such job of yours")
-        if cancel.stop and job.spec.get("kind") != "service":
+        if cancel.stop and job.spec.kind != "service":
             return p.Refusal(
                 job_id=cancel.job_id,
                 reason="job stop ends service jobs; a batch job is ended with job cancel",

@@ -667,7 +667,7 @@ class ConsumerTunnels:
 
     async def forward(self, command: api.JobForward) -> api.TunnelForward:
         job = self._job(command.job_id)
-        ports = tuple(job.spec.get("ports") or ())
+        ports = job.spec.ports
         if command.remote_port not in ports:
             shown = ", ".join(str(port) for port in ports) or "none"
             raise EngineError(

@@ -6,12 +6,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import api
 from engine.client import EngineClient
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
+
+if TYPE_CHECKING:
+    from engine.jobs.spec import JobSpec
 
 FOLLOW_POLL_S = 0.2
 MAX_TAIL = 50_000  # what the engine hands out in one reply
@@ -107,11 +110,11 @@ def _tail(text: str) -> int:
     return value
 
 
-def _spec(args: argparse.Namespace) -> dict[str, Any]:
+def _spec(args: argparse.Namespace) -> JobSpec:
     if args.file:
         from engine.jobs.spec import load_job_file
 
-        return api.to_builtins(load_job_file(args.file, base_url=args.base_url))
+        return load_job_file(args.file, base_url=args.base_url)
     if not args.url or not args.framework:
         raise UsageError("give -f FILE, or --url and --framework", "job submit")
     spec: dict[str, Any] = {
@@ -125,13 +128,12 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.budget is not None:
         spec["budget_ntx"] = args.budget
-    _check_spec(spec)
-    return spec
+    return _check_spec(spec)
 
 
-def _check_spec(spec: dict[str, Any]) -> None:
-    """Refuse a bad spec here, naming its field: a daemon would refuse it too, but a huge one
-    (a 10 MB name) would not even fit in a control-socket line."""
+def _check_spec(spec: dict[str, Any]) -> JobSpec:
+    """The flags' spec, or a one-line error naming its field: a daemon would refuse it too,
+    but a huge one (a 10 MB name) would not even fit in a control-socket line."""
     import msgspec
 
     from engine.errors import EngineError
@@ -142,6 +144,7 @@ def _check_spec(spec: dict[str, Any]) -> None:
     except msgspec.ValidationError as exc:
         raise EngineError("invalid_job", f"bad job: {str(exc)[:300]}") from None
     validate_spec(parsed).raise_if_failed("invalid_job")
+    return parsed
 
 
 def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
@@ -230,7 +233,7 @@ def to_text(result: Any) -> str | None:
 
 
 def _row(job: api.JobInfo) -> str:
-    name = safe(str(job.spec.get("name") or job.spec.get("script_url") or ""))[:40]
+    name = safe(job.spec.name or job.spec.script_url or "")[:40]
     other = job.provider if job.role == "consumer" else job.consumer
     return f"{job.job_id}  {job.role:<8}  {job.state:<11}  {other[-8:]}  {name}"
 
@@ -241,9 +244,9 @@ def _detail(job: api.JobInfo) -> str:
         + (f" · resumed from checkpoint {job.resumed_from}" if job.resumed_from else ""),
         f"  provider  {job.provider}",
         f"  consumer  {job.consumer}",
-        f"  script    {safe(str(job.spec.get('script_url') or job.spec.get('git')))}",
-        f"  runs as   {job.spec.get('framework')} · {job.spec.get('device')} · "
-        f"{job.spec.get('tier')} tier · {job.executor or '?'} executor",
+        f"  script    {safe(job.spec.script_url or str(api.to_builtins(job.spec.git)))}",
+        f"  runs as   {job.spec.framework} · {job.spec.device} · "
+        f"{job.spec.tier} tier · {job.executor or '?'} executor",
     ]
     if job.quoted_ntx is not None:
         lines.append(f"  price     {job.quoted_ntx:.2f} NTX quoted ({job.price_ntx_hour} NTX/h)")

@@ -309,7 +309,7 @@ def _docker_version() -> str:
 
 
 def _job(job: api.JobInfo) -> dict[str, Any]:
-    spec = {k: job.spec.get(k) for k in ("name", "framework", "tier", "device", "kind")}
+    spec = {k: getattr(job.spec, k) for k in ("name", "framework", "tier", "device", "kind")}
     return {
         "job_id": job.job_id,
         "role": job.role,

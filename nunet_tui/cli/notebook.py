@@ -100,7 +100,7 @@ def _create(args: argparse.Namespace, client: EngineClient) -> None:
         deps=args.dep,
     )
     job: api.JobInfo = client.call_blocking(
-        api.SubmitJob(spec=api.to_builtins(spec), peer_id=args.peer), timeout=120
+        api.SubmitJob(spec=spec, peer_id=args.peer), timeout=120
     )
     (made,) = nb.notebooks([job])
     if getattr(args, "json", False):

@@ -511,7 +511,7 @@ def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Co
     else:
         rows.append(("Consumer", safe(job.consumer)))
     rows.append(("Runs as", runs_as(job)))
-    script = job.spec.get("script_url") or (job.spec.get("git") or {}).get("url", "")
+    script = job.spec.script_url or (job.spec.git.url if job.spec.git else "")
     rows.append(("Script", safe(script)))
     if job.quoted_ntx is not None:
         price = f" ({job.price_ntx_hour:g} NTX/h)" if job.price_ntx_hour is not None else ""

@@ -232,9 +232,7 @@ class NotebooksScreen(CapabilityScreen):
             return
         self.notify("Looking for a provider…", title="New notebook")
         try:
-            job: api.JobInfo = await self.nunet.client.call(
-                api.SubmitJob(spec=api.to_builtins(spec))
-            )
+            job: api.JobInfo = await self.nunet.client.call(api.SubmitJob(spec=spec))
         except EngineError as exc:
             self.notify(_message(exc), title="New notebook", severity="error", markup=False)
             return

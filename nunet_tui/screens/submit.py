@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import msgspec
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -195,9 +194,7 @@ class SubmitScreen(CapabilityScreen):
         form.submit_button.disabled = True
         self.refresh_form()
         try:
-            job: JobInfo = await self.nunet.client.call(
-                SubmitJob(spec=msgspec.to_builtins(spec), peer_id=peer_id)
-            )
+            job: JobInfo = await self.nunet.client.call(SubmitJob(spec=spec, peer_id=peer_id))
         except EngineError as exc:
             message = safe(exc.message)
             self.check.general = [message]

@@ -42,7 +42,7 @@ def uses_gpu(job: JobInfo | None) -> bool:
     return (
         job is not None
         and job.role == "provider"
-        and str(job.spec.get("device", "")).lower() == "gpu"
+        and job.spec.device.lower() == "gpu"
         and not is_terminal(job)
     )
 

@@ -29,8 +29,7 @@ from engine.errors import EngineError
 
 
 def declared_ports(job: JobInfo) -> tuple[int, ...]:
-    ports = job.spec.get("ports") or ()
-    return tuple(port for port in ports if isinstance(port, int))
+    return job.spec.ports
 
 
 def can_forward(job: JobInfo | None) -> bool:

@@ -60,13 +60,12 @@ def is_terminal(job: JobInfo) -> bool:
 def job_name(job: JobInfo, width: int = 40) -> str:
     """The spec's name, else the script's file name (or the git entry point)."""
     spec = job.spec
-    name = str(spec.get("name") or "")
+    name = spec.name
     if not name:
-        url = spec.get("script_url")
-        if isinstance(url, str) and url:
-            name = url.rstrip("/").rsplit("/", 1)[-1]
-        elif isinstance(spec.get("git"), dict):
-            name = str(spec["git"].get("entry", ""))
+        if spec.script_url:
+            name = spec.script_url.rstrip("/").rsplit("/", 1)[-1]
+        elif spec.git is not None:
+            name = spec.git.entry
     name = safe(name)
     return name if len(name) <= width else name[: width - 1] + "…"
 
@@ -120,9 +119,9 @@ def cost(job: JobInfo) -> Content:
 def runs_as(job: JobInfo) -> str:
     spec = job.spec
     parts = [
-        safe(spec.get("framework", "?")),
-        safe(str(spec.get("device", "cpu")).upper()),
-        safe(str(spec.get("tier", "low")).capitalize()),
+        safe(spec.framework),
+        safe(spec.device.upper()),
+        safe(spec.tier.capitalize()),
     ]
     if job.executor:
         parts.append(f"{safe(job.executor)} executor")

@@ -127,10 +127,7 @@ def _time_row(job: JobInfo, now: float, width: int) -> Content:
     if elapsed is None:
         preparing = "preparing: fetching the script, installing its packages"
         return _row("Time", Content.styled(preparing, "$text-muted"), width)
-    try:
-        expected = float(job.spec.get("expected_minutes") or 0) * 60
-    except (TypeError, ValueError):
-        expected = 0.0
+    expected = job.spec.expected_minutes * 60
     if expected <= 0:
         return _row("Time", Content(hms(elapsed)), width)
     text = Content(f"{hms(elapsed)} of {hms(expected)}")

@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from engine import api
 from engine.control import ControlClient
 from engine.errors import EngineError
+from engine.jobs.spec import JobSpec
 from tests.daemons import Daemon, wait_for
 from tests.test_fetch_policy import Served, git_server, serving
 from tests.test_jobs_e2e import TERMINAL, _pair
@@ -76,7 +78,9 @@ class Consumer:
         heartbeat says otherwise) it answers busy: ask again. A script the provider cannot
         fetch is refused at the offer, before any job exists (engine/jobs/provider.py fetches
         it before quoting): that refusal is the answer."""
-        command = api.SubmitJob(spec={**spec, "expected_minutes": 1}, peer_id=self.provider_id)
+        command = api.SubmitJob(
+            spec=msgspec.convert({**spec, "expected_minutes": 1}, JobSpec), peer_id=self.provider_id
+        )
 
         def submitted() -> str | Refused | None:
             try:
