@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
-from packaging.requirements import InvalidRequirement, Requirement
 
 from engine.errors import EngineError, FieldProblem, ValidationReport
 from engine.safe_paths import relative_problem, shown
@@ -217,6 +216,10 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
         _problem(problems, "tier", f"unknown tier {spec.tier!r}: one of {', '.join(TIERS)}")
     if len(spec.deps) > MAX_DEPS:
         _problem(problems, "deps", f"{len(spec.deps)} dependencies: at most {MAX_DEPS}")
+    # Imported here: engine.api imports this module (its commands carry a JobSpec), and
+    # packaging costs ~50 ms at start-up that only checking a spec needs.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     for dep in spec.deps:
         try:
             requirement = Requirement(dep)
