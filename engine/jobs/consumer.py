@@ -400,20 +400,7 @@ class ConsumerJobs:
         fresh = joblog.append(update.lines)
         if fresh:
             self.ctx.emit(api.JobLogEvent(at=time.time(), job_id=job.job_id, lines=tuple(fresh)))
-        changed = msgspec.structs.replace(
-            job,
-            state=update.state,
-            reason=update.reason,
-            exit_code=update.exit_code,
-            checkpoint=update.checkpoint,
-            resumed_from=update.resumed_from,
-            started_at=update.started_at,
-            finished_at=update.finished_at,
-            metering=update.metering,
-            results_sha256=update.results_sha256,
-            results_size=update.results_size,
-            log_lines=len(joblog),
-        )
+        changed = msgspec.structs.replace(job, **update.progress(), log_lines=len(joblog))
         if changed == job:
             return job
         if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:

@@ -117,6 +117,24 @@ class Follow(JobMessage, tag="follow", frozen=True):
     after_seq: int = -1
 
 
+# A job's running state, as the provider tells it and the consumer keeps it in its JobInfo:
+# declared once, here. Both sides copy exactly these fields (``progress_of``/``progress``),
+# so a field added to both structs is carried without a third, hand-written list. (One
+# nested struct would change the wire's bytes and the stored records: older peers and rows.)
+PROGRESS_FIELDS = (
+    "state",
+    "reason",
+    "exit_code",
+    "checkpoint",
+    "resumed_from",
+    "started_at",
+    "finished_at",
+    "metering",
+    "results_sha256",
+    "results_size",
+)
+
+
 class Update(JobMessage, tag="update", frozen=True):
     state: ShortText
     reason: Reason = ""
@@ -130,6 +148,15 @@ class Update(JobMessage, tag="update", frozen=True):
     results_size: int = 0
     lines: tuple[JobLogLine, ...] = ()
     receipt: SignedJson = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
+
+    def progress(self) -> dict[str, Any]:
+        """The running state it carries (PROGRESS_FIELDS), to apply to the consumer's job."""
+        return {name: getattr(self, name) for name in PROGRESS_FIELDS}
+
+
+def progress_of(job: Any) -> dict[str, Any]:
+    """A job record's running state (PROGRESS_FIELDS), as an Update carries it."""
+    return {name: getattr(job, name) for name in PROGRESS_FIELDS}
 
 
 class Countersign(JobMessage, tag="countersign", frozen=True):

@@ -855,16 +855,7 @@ def _before_the_end(job: api.JobInfo) -> api.JobInfo:
 def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
     return p.Update(
         job_id=job.job_id,
-        state=job.state,
-        reason=p.clip(job.reason),
-        exit_code=job.exit_code,
-        checkpoint=job.checkpoint,
-        resumed_from=job.resumed_from,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        metering=job.metering,
-        results_sha256=job.results_sha256,
-        results_size=job.results_size,
+        **{**p.progress_of(job), "reason": p.clip(job.reason)},
         receipt=job.receipt,
         lines=tuple(
             ln
