@@ -290,3 +290,52 @@ def test_submit_form_with_a_preset_and_an_error(
 
     run_before = settled("SubmitScreen", keys=["s"], then=preset_then_typo)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+SERVICE = JobInfo(
+    job_id="5e41ce0000aa",
+    role="consumer",
+    state="running",
+    provider=PROVIDER,
+    consumer="self",
+    spec=_spec("gradio chat", "gradio_chat/chat.py", "pytorch", kind="service", ports=(7860, 8888)),
+    price_ntx_hour=0.6,
+    quoted_ntx=0.6,
+    executor="docker",
+    created_at=T0 + 900,
+    started_at=T0 + 901,
+    updated_at=T0 + 1_700,
+    log_lines=2,
+)
+SERVICE_LOG = ["Running on local URL:  http://127.0.0.1:7860", "conversation saved (3 turns)"]
+
+
+@pytest.fixture
+def stored_service(node_home: Paths) -> Iterator[Paths]:
+    """One running service job with two declared ports, and its log."""
+    store = Store(node_home.database)
+    store.save_job(SERVICE)
+    store.close()
+    log = JobLog(node_home.state_dir / "jobs" / SERVICE.job_id / "log.jsonl")
+    log.append(
+        JobLogLine(seq=seq, stream="stdout", text=text, at=T0)
+        for seq, text in enumerate(SERVICE_LOG)
+    )
+    yield node_home
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_job_detail_service_ports(
+    snap_compare: Any, stored_service: Paths, host_engine: EngineFactory, size: tuple[int, int]
+) -> None:
+    """A service job's ports panel: each declared port, and the keys to forward and shell."""
+    app = _consumer_app(host_engine)
+
+    async def open_it(pilot: Pilot[Any]) -> None:
+        await pilot.press("enter")
+        await _until(pilot, lambda: type(pilot.app.screen).__name__ == "JobDetailScreen")
+        await _log_in(pilot, len(SERVICE_LOG))
+        await _quiet(pilot)
+
+    run_before = settled("JobsScreen", keys=["j"], then=open_it)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
