@@ -28,7 +28,7 @@ import msgspec
 import trio
 
 from engine import api
-from engine.client import EventCallback
+from engine.client import EventCallback, Subscribers
 from engine.commands import command_error, decode_command
 from engine.config import check_socket_dir, check_socket_file
 from engine.errors import EngineError
@@ -234,7 +234,7 @@ class ControlClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[api.Command | None, concurrent.futures.Future[Any]]] = {}
         self._lock = threading.Lock()
-        self._callbacks: list[EventCallback] = []
+        self._subscribers = Subscribers()
         self._subscribed = False
         self._closed = False
         self._closed_reason = "the daemon connection is closed"
@@ -279,8 +279,8 @@ class ControlClient:
             ) from None
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        unsubscribe = self._subscribers.add(callback)
         with self._lock:
-            self._callbacks.append(callback)
             first = not self._subscribed
             self._subscribed = True
         if first:
@@ -288,12 +288,6 @@ class ControlClient:
                 self._send({"subscribe": True}, None).result(10)
             except concurrent.futures.TimeoutError:  # an OSError: the daemon hangs
                 raise EngineError(DAEMON_GONE, "the daemon did not answer within 10 s") from None
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
         return unsubscribe
 
     def _read_loop(self) -> None:
@@ -330,13 +324,7 @@ class ControlClient:
             except msgspec.ValidationError:
                 log.warning("ignoring an unknown event from the daemon")
                 return
-            with self._lock:
-                callbacks = list(self._callbacks)
-            for callback in callbacks:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("an event callback failed")
+            self._subscribers.deliver(event)
             return
         with self._lock:
             req_id = obj.get("id")

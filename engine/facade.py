@@ -9,7 +9,6 @@ whichever process holds the home instead of fighting over it.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ import trio
 
 from engine import api
 from engine.bridge import TrioThread
-from engine.client import EventCallback
+from engine.client import EventCallback, Subscribers
 from engine.config import Paths, Settings, load_settings
 from engine.control import ControlServer
 from engine.errors import EngineError
@@ -51,8 +50,7 @@ class Engine:
         self._lock = lock
         self._thread: TrioThread | None = None
         self._node: Node | None = None
-        self._callbacks: list[EventCallback] = []
-        self._callbacks_lock = threading.Lock()
+        self._subscribers = Subscribers()
         self._closed = False
 
     @property
@@ -101,7 +99,7 @@ class Engine:
                 autostart_network=self._autostart_network,
             )
             await node.prepare()
-            node.add_sink(self._fan_out)
+            node.add_sink(self._subscribers.deliver)
             async with trio.open_nursery() as nursery:
                 server = ControlServer(node, self.paths.control_socket)
                 await nursery.start(server.serve)
@@ -117,15 +115,6 @@ class Engine:
         finally:
             store.close()
 
-    def _fan_out(self, event: api.Event) -> None:
-        with self._callbacks_lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            try:
-                callback(event)
-            except Exception:
-                log.exception("an event callback failed")
-
     async def call(self, command: api.Command) -> Any:
         return await self._require_thread().call(self.node.handle, command)
 
@@ -133,15 +122,7 @@ class Engine:
         return self._require_thread().call_blocking(self.node.handle, command, timeout=timeout)
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        with self._callbacks_lock:
-            self._callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            with self._callbacks_lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return unsubscribe
+        return self._subscribers.add(callback)
 
     def _require_thread(self) -> TrioThread:
         if self._thread is None or not self._thread.running:

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from engine import api
-from engine.client import EventCallback
+from engine.client import EventCallback, Subscribers
 from engine.control import DAEMON_GONE, ControlClient
 from engine.errors import EngineError
 
@@ -52,7 +52,8 @@ class ReconnectingClient:
         self._first, self._most = first_retry_s, max_retry_s
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._callbacks: list[EventCallback] = []
+        self._subscribers = Subscribers()
+        self._subscribed = False  # once: the inner client's own subscription fans out
         self._closed = False
         self._next_try_at = 0.0
         self._client: ControlClient | None = connect(self._lost)  # the first one must work
@@ -90,18 +91,13 @@ class ReconnectingClient:
         return client.call_blocking(command, timeout)
 
     def subscribe(self, callback: EventCallback) -> Callable[[], None]:
+        unsubscribe = self._subscribers.add(callback)
         with self._lock:
-            self._callbacks.append(callback)
             client = self._client
-            first = len(self._callbacks) == 1
+            first = not self._subscribed
+            self._subscribed = True
         if client is not None and first:
-            client.subscribe(self._deliver)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
+            client.subscribe(self._subscribers.deliver)
         return unsubscribe
 
     def close(self) -> None:
@@ -113,15 +109,6 @@ class ReconnectingClient:
             client.close()
 
     # --- the connection's life -------------------------------------------------------------
-
-    def _deliver(self, event: api.Event) -> None:
-        with self._lock:
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            try:
-                callback(event)
-            except Exception:
-                log.exception("an event callback failed")
 
     def _offline_text(self) -> str:
         wait = max(0.0, self._next_try_at - time.monotonic())
@@ -135,7 +122,7 @@ class ReconnectingClient:
             self._client = None
             self._next_try_at = time.monotonic() + self._first
         log.info("daemon connection lost (%s); reconnecting", reason)
-        self._deliver(
+        self._subscribers.deliver(
             api.DaemonConnection(
                 at=time.time(), online=False, detail=reason, retry_in_s=self._first
             )
@@ -163,14 +150,14 @@ class ReconnectingClient:
                     client.close()
                     return
                 self._client = client
-                wanted = bool(self._callbacks)
+                wanted = self._subscribed
             try:
                 if wanted:
-                    client.subscribe(self._deliver)
+                    client.subscribe(self._subscribers.deliver)
             except EngineError:  # gone again before it answered: its on_lost starts over
                 return
             log.info("reconnected to the daemon after %d failed attempt(s)", attempt)
-            self._deliver(
+            self._subscribers.deliver(
                 api.DaemonConnection(
                     at=time.time(), online=True, detail="reconnected to the daemon"
                 )
