@@ -51,9 +51,10 @@ from engine.identity import Identity, save  # noqa: E402
 from engine.jobs.joblog import JobLog  # noqa: E402
 from engine.store import Store  # noqa: E402
 from nunet_tui.app import NunetApp  # noqa: E402
+from nunet_tui.screens.job_detail import JobDetailScreen  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
-from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW  # noqa: E402
+from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW, SERVICE, SERVICE_LOG  # noqa: E402
 from tests.test_snapshots_notebooks import NOTEBOOKS  # noqa: E402
 from tests.test_snapshots_notebooks import NOW as NOTEBOOKS_NOW  # noqa: E402
 from tests.test_snapshots_provider_jobs import NOW as RUN_NOW  # noqa: E402
@@ -289,6 +290,15 @@ async def tour(
         await until(pilot, on(pilot, "NotebooksScreen"))
         await until(pilot, lambda: len(app.screen.notebooks) == len(NOTEBOOKS))  # type: ignore[attr-defined]
         await shoot(pilot, out, "notebooks", size)
+
+        # A service job's ports panel (t forwards them, e opens a shell), written likewise.
+        store_service(engine.paths)
+        await pilot.press("escape")
+        await until(pilot, on(pilot, "ConsumerDashboard"))
+        app.push_screen(JobDetailScreen(SERVICE.job_id))
+        await until(pilot, on(pilot, "JobDetailScreen"))
+        await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 2)  # type: ignore[attr-defined]
+        await shoot(pilot, out, "job-detail-service", size)
     moving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await moving
@@ -335,6 +345,26 @@ def store_notebooks(home: Paths) -> None:
             )
         )
     store.close()
+
+
+def store_service(home: Paths) -> None:
+    """The snapshot tests' running service job (tests/test_snapshots_jobs.py) and its log."""
+    shift = time.time() - NOW
+    store = Store(home.database)
+    assert SERVICE.started_at is not None
+    store.save_job(
+        msgspec.structs.replace(
+            SERVICE,
+            created_at=SERVICE.created_at + shift,
+            updated_at=SERVICE.updated_at + shift,
+            started_at=SERVICE.started_at + shift,
+        )
+    )
+    store.close()
+    JobLog(home.state_dir / "jobs" / SERVICE.job_id / "log.jsonl").append(
+        JobLogLine(seq=seq, stream="stdout", text=text, at=time.time())
+        for seq, text in enumerate(SERVICE_LOG)
+    )
 
 
 def store_running_job(home: Paths) -> None:
