@@ -543,10 +543,15 @@ def listener(host: str, port: int = 0) -> Iterator[tuple[int, list[bytes]]]:
                 continue
             with conn:
                 conn.settimeout(5)
+                # A client may write its greeting in pieces (git sends the pkt-line's length
+                # first): read until 32 bytes, its end, or the deadline.
+                data = b""
                 try:
-                    got.append(conn.recv(200))
+                    while len(data) < 32 and (chunk := conn.recv(200)):
+                        data += chunk
                 except OSError:
-                    got.append(b"")
+                    pass
+                got.append(data)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
