@@ -124,7 +124,9 @@ def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
             await nursery.start(a.run)
             b = service(a.listen_addrs())
             await nursery.start(b.run)
-            await wait_until(lambda: a.peers() and b.peers())
+            # Deadlines for a loaded machine (the suite runs on 2 shared cores): what is tested is
+            # containment, not speed.
+            await wait_until(lambda: a.peers() and b.peers(), timeout=30)
 
             async def boom(stream: object) -> None:
                 raise KeyError("boom")
@@ -133,14 +135,15 @@ def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
             stream = await _retried(
                 lambda: b.host.new_stream(peer_id_of(a.identity.peer_id), ["/test/boom"])
             )
-            with trio.fail_after(5):
+            with trio.fail_after(20):
                 try:  # the reset arrives as an error or as the end of the stream
                     while await stream.read(10):
                         pass
                 except Exception:
                     pass
             await wait_until(
-                lambda: supervise.FAILURES.snapshot().get("stream /test/boom", 0) == before + 1
+                lambda: supervise.FAILURES.snapshot().get("stream /test/boom", 0) == before + 1,
+                timeout=30,
             )
             # Chat still flows both ways: the connection and both hosts are untouched.
             await _retried(lambda: b.send_chat(a.identity.peer_id, "after the boom"))
