@@ -56,6 +56,14 @@ class JobInfo(Record, frozen=True):
     exit_code: int | None = None
     price_ntx_hour: float | None = None
     quoted_ntx: float | None = None
+    # Billing (issue 12), base units: the provider's resource spec the job runs under, its
+    # price per machine-hour and minimum charge, the estimate (price x expected time x
+    # replicas) and the lock (price x maximum time x replicas: the budget cap).
+    resource_spec: str = ""
+    price_units_hour: int | None = None
+    min_charge_units: int = 0
+    estimate_units: int | None = None
+    lock_units: int | None = None
     executor: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0

@@ -91,6 +91,13 @@ class Quote(JobMessage, tag="quote", frozen=True):
     expires_at: float
     executor: ShortText
     payment_address: ShortText = ""  # the provider's wallet: what the escrow pays (paid jobs)
+    # Billing (issue 12), base units: the spec quoted, its price per machine-hour and minimum
+    # charge, the estimate for the expected time and the lock (the cap for the maximum time).
+    spec_name: ShortText = ""
+    price_units_hour: int = 0
+    min_charge_units: int = 0
+    estimate_units: int = 0
+    lock_units: int = 0
 
 
 class Refusal(JobMessage, tag="refusal", frozen=True):

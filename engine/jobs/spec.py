@@ -78,6 +78,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     ports: tuple[int, ...] = ()
     # Only providers that allow `job shell` (their advert says so): matching excludes others.
     shell: bool = False
+    # Billing (issue 12): the provider's resource spec by name (None: the tier's cheapest
+    # matching spec) and the maximum time the lock covers (None: expected_minutes).
+    resource_spec: str | None = None
+    max_minutes: float | None = None
 
 
 def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
