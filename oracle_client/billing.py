@@ -1,0 +1,89 @@
+"""Machine-time billing (issue 12): what a job used and what that costs, in NTX base units.
+
+UtilityNet's formula: a job's machine time is the sum of its subtasks' machine time, a
+subtask's the sum over its replicas, a replica's its end minus its start. The charge is the
+spec's price per machine-hour times that time, floored to the base unit (a provider is never
+paid a base unit that was not used), at least the spec's minimum charge, at most the lock.
+
+Engine and oracle both import this module, so both compute the same figure from the same
+signed fields; only integers, so every implementation agrees to the base unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from oracle_client.fields import PosixMs
+
+MS_PER_HOUR = 3_600_000
+# Bounded so a peer cannot make a receipt (or the oracle's work on one) unbounded; far above
+# what the clusters work plans (a handful of subtasks, a few replicas each).
+MAX_SUBTASKS = 256
+MAX_REPLICAS = 64
+
+
+class Replica(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One run of a subtask on one machine, POSIX milliseconds."""
+
+    started_at: PosixMs
+    ended_at: PosixMs
+
+    def __post_init__(self) -> None:
+        if self.ended_at < self.started_at:
+            raise ValueError(
+                f"a replica ends ({self.ended_at}) before it starts ({self.started_at})"
+            )
+
+    @property
+    def machine_ms(self) -> int:
+        return self.ended_at - self.started_at
+
+
+class Subtask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    replicas: Annotated[tuple[Replica, ...], Meta(max_length=MAX_REPLICAS)]
+
+    @property
+    def machine_ms(self) -> int:
+        return sum(replica.machine_ms for replica in self.replicas)
+
+
+Subtasks = Annotated[tuple[Subtask, ...], Meta(max_length=MAX_SUBTASKS)]
+
+
+def machine_time_ms(subtasks: Iterable[Subtask]) -> int:
+    return sum(subtask.machine_ms for subtask in subtasks)
+
+
+def single_run(started_at: int, ended_at: int) -> tuple[Subtask, ...]:
+    """The subtasks of today's jobs: one subtask with one replica."""
+    return (Subtask(replicas=(Replica(started_at=started_at, ended_at=ended_at),)),)
+
+
+def charge(
+    price_units_hour: int,
+    machine_ms: int,
+    *,
+    min_charge: int = 0,
+    cap: int,
+    started: bool = True,
+) -> int:
+    """Base units owed for ``machine_ms`` of machine time at ``price_units_hour``.
+
+    Floor of price x time, raised to ``min_charge``, lowered to ``cap`` (the lock); 0 for a
+    job that never started (nothing ran, so no minimum charge either).
+    """
+    for name, value in (
+        ("price_units_hour", price_units_hour),
+        ("machine_ms", machine_ms),
+        ("min_charge", min_charge),
+        ("cap", cap),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if not started:
+        return 0
+    return min(cap, max(min_charge, price_units_hour * machine_ms // MS_PER_HOUR))
