@@ -60,3 +60,57 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise SystemExit(f"no VmRSS for pid {pid}")
+
+
+class DaemonPair:
+    """A provider and a consumer daemon on 127.0.0.1 (process executor unless told), the
+    provider onboarded on ``channel``, the consumer bootstrapped from it and seeing it."""
+
+    def __init__(self, root: Path, *, channel: str, docker: bool = False) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        try:
+            self._start(root, channel, docker)
+        except BaseException:  # a daemon that never came up: none left behind
+            self.close()
+            raise
+
+    def _start(self, root: Path, channel: str, docker: bool) -> None:
+        import time
+
+        from engine import api
+        from engine.config import Paths
+        from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
+
+        self.provider_home = Paths.for_home(root / "provider")
+        self.provider_home.ensure()
+        config = _config(4, 3000, 16_000, None, (1.0, 2.0, 4.0))
+        if docker:
+            config = config.replace('executors = ["process"]', 'executors = ["docker"]')
+        self.provider_home.config_file.write_text(config)
+        self.procs.append(_daemon(self.provider_home, root / "provider.log"))
+        self.provider = _client(self.provider_home, self.procs[-1])
+        self.boot = _listening(self.provider)
+        self.provider.call_blocking(
+            api.OnboardRequest(memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel=channel)
+        )
+        consumer_home = Paths.for_home(root / "consumer")
+        consumer_home.ensure()
+        consumer_home.config_file.write_text(_config(4, 3000, 16_000, self.boot, (1.0, 2.0, 4.0)))
+        self.procs.append(_daemon(consumer_home, root / "consumer.log"))
+        self.consumer = _client(consumer_home, self.procs[-1])
+        _listening(self.consumer)
+        while not self.consumer.call_blocking(api.ListPeers()).peers:
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        import contextlib
+
+        for name in ("consumer", "provider"):
+            if (client := getattr(self, name, None)) is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            with contextlib.suppress(Exception):
+                proc.wait(10)

@@ -27,13 +27,13 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import DaemonPair
 from engine import api
 from engine.config import Paths
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
 from engine.network import adverts, wire
 from engine.network.discovery import topic_name
-from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, provider_advert, seal_job
 
 CHANNEL = "nunet-demo-test"
@@ -160,31 +160,15 @@ def main() -> None:
     (root / "www").mkdir()
     (root / "www" / "honest.py").write_text(HONEST_JOB)
     url = serve(root / "www")
-    procs = []
     peer: HostilePeer | None = None
+    pair = DaemonPair(root, channel=CHANNEL)
+    client, pclient, boot, provider = pair.consumer, pair.provider, pair.boot, pair.provider_home
     try:
-        provider = Paths.for_home(root / "provider")
-        provider.ensure()
-        provider.config_file.write_text(_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0)))
-        procs.append(_daemon(provider, root / "provider.log"))
-        pclient = _client(provider, procs[-1])
-        boot = _listening(pclient)
-        pclient.call_blocking(
-            api.OnboardRequest(memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel=CHANNEL)
-        )
         victim = pclient.call_blocking(api.GetPeerSelf()).peer_id
-        consumer = Paths.for_home(root / "consumer")
-        consumer.ensure()
-        consumer.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
-        procs.append(_daemon(consumer, root / "consumer.log"))
-        client = _client(consumer, procs[-1])
-        _listening(client)
-        while not client.call_blocking(api.ListPeers()).peers:
-            time.sleep(0.1)
         peer = HostilePeer(bootstrap=[boot], channel=CHANNEL).start()
         peer.wait_connected(victim)
         time.sleep(2)  # let both daemons settle before the baseline
-        rss_before, db_before = rss_mb(procs[0].pid), db_mb(provider)
+        rss_before, db_before = rss_mb(pair.procs[0].pid), db_mb(provider)
 
         stop = threading.Event()
         attack_rounds = {a.__name__: 0 for a in ATTACKS}
@@ -239,8 +223,8 @@ def main() -> None:
             for job_id in list(jobs):
                 jobs[job_id] = client.call_blocking(api.GetJob(job_id=job_id)).state
             time.sleep(0.5)
-        rss_after, db_after = rss_mb(procs[0].pid), db_mb(provider)
-        alive = procs[0].poll() is None
+        rss_after, db_after = rss_mb(pair.procs[0].pid), db_mb(provider)
+        alive = pair.procs[0].poll() is None
         completed = sum(1 for s in jobs.values() if s == "completed")
         rate = 100.0 * delivered / max(sent, 1)
         print(f"hostile soak: {seconds:.0f} s; attack rounds: {attack_rounds}")
@@ -263,16 +247,10 @@ def main() -> None:
             f"{'met' if db_after - db_before < 10 else 'MISSED'})"
         )
         print(f"provider still running: {alive}; logs in {root}")
-        client.close()
-        pclient.close()
     finally:
         if peer is not None:
             peer.stop()
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.wait(10)
+        pair.close()
 
 
 if __name__ == "__main__":

@@ -22,11 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._common import DaemonPair
 from engine import api
-from engine.config import Paths
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
-from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
 
 HELLO = 'print("hello", flush=True)\n'
 FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(200_000):\n    w(f'line {i}\\n')\n"
@@ -49,30 +48,9 @@ def main() -> None:
     (root / "www" / "hello.py").write_text(HELLO)
     (root / "www" / "flood.py").write_text(FLOOD)
     url = serve(root / "www")
-    procs = []
+    pair = DaemonPair(root, channel="nunet-demo-test", docker=docker)
+    client = pair.consumer
     try:
-        provider = Paths.for_home(root / "provider")
-        provider.ensure()
-        config = _config(4, 3000, 16_000, None, (1.0, 2.0, 4.0))
-        if docker:
-            config = config.replace('executors = ["process"]', 'executors = ["docker"]')
-        provider.config_file.write_text(config)
-        procs.append(_daemon(provider, root / "provider.log"))
-        pclient = _client(provider, procs[-1])
-        boot = _listening(pclient)
-        pclient.call_blocking(
-            api.OnboardRequest(
-                memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel="nunet-demo-test"
-            )
-        )
-        consumer = Paths.for_home(root / "consumer")
-        consumer.ensure()
-        consumer.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
-        procs.append(_daemon(consumer, root / "consumer.log"))
-        client = _client(consumer, procs[-1])
-        _listening(client)
-        while not client.call_blocking(api.ListPeers()).peers:
-            time.sleep(0.1)
         first_lines: dict[str, float] = {}
         counts: dict[str, list[float]] = {}
 
@@ -128,13 +106,8 @@ def main() -> None:
             f"consumer log throughput: {len(stamps):,} lines in {span:.2f} s = "
             f"{len(stamps) / span:,.0f} lines/s (goal >= 50,000)"
         )
-        client.close()
-        pclient.close()
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+        pair.close()
 
 
 if __name__ == "__main__":

@@ -18,12 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import rss_mb, serve_directory
+from bench._common import DaemonPair, rss_mb, serve_directory
 from engine import api
-from engine.config import Paths
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
-from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
 
 WARMUP = 10
 GOAL_MB = 20.0
@@ -44,27 +42,9 @@ def main() -> None:
     (root / "www").mkdir()
     (root / "www" / "job.py").write_text(script(lines))
     url = serve_directory(root / "www")
-    procs = []
+    pair = DaemonPair(root, channel="nunet-demo-test")
+    client, pclient = pair.consumer, pair.provider
     try:
-        provider = Paths.for_home(root / "provider")
-        provider.ensure()
-        provider.config_file.write_text(_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0)))
-        procs.append(_daemon(provider, root / "provider.log"))
-        pclient = _client(provider, procs[-1])
-        boot = _listening(pclient)
-        pclient.call_blocking(
-            api.OnboardRequest(
-                memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel="nunet-demo-test"
-            )
-        )
-        consumer = Paths.for_home(root / "consumer")
-        consumer.ensure()
-        consumer.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
-        procs.append(_daemon(consumer, root / "consumer.log"))
-        client = _client(consumer, procs[-1])
-        _listening(client)
-        while not client.call_blocking(api.ListPeers()).peers:
-            time.sleep(0.1)
         spec = JobSpec(script_url=f"{url}/job.py", framework="scikit-learn")
 
         def run_one() -> None:
@@ -91,11 +71,11 @@ def main() -> None:
 
         for _ in range(WARMUP):
             run_one()
-        before = rss_mb(procs[0].pid)
+        before = rss_mb(pair.procs[0].pid)
         began = time.monotonic()
         for _ in range(jobs):
             run_one()
-        after = rss_mb(procs[0].pid)
+        after = rss_mb(pair.procs[0].pid)
         took = time.monotonic() - began
         # The last job's log, read back after the run: from the provider's disk.
         last = pclient.call_blocking(api.ListJobs()).jobs[0]
@@ -111,13 +91,8 @@ def main() -> None:
             f"last job's log read back: {len(logs.lines)} of {last.log_lines:,} lines, "
             f"first {logs.lines[0].text[:20]!r}"
         )
-        client.close()
-        pclient.close()
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+        pair.close()
 
 
 if __name__ == "__main__":
