@@ -31,18 +31,19 @@ def open_client(
     ``defer_network``: the network starts on ``StartNetwork`` (the TUI sends it once painted).
     ``reconnect``: attached to a daemon, follow its restarts (engine/reconnect.py; the TUI)."""
     paths.ensure()
-    if reconnect:
-        client = open_client(paths, attach=attach, network=network, defer_network=defer_network)
-        if client.embedded:
-            return client
-        client.close()
-        return ReconnectingClient(
-            lambda on_lost: ControlClient(paths.control_socket, on_lost=on_lost)
-        )
+
+    def attached() -> EngineClient:
+        """The holder's control socket (OSError while nothing answers on it yet)."""
+        if reconnect:
+            return ReconnectingClient(
+                lambda on_lost: ControlClient(paths.control_socket, on_lost=on_lost)
+            )
+        return ControlClient(paths.control_socket)
+
     if attach:
         # A running daemon answers on its socket: no need to touch its lock at all.
         try:
-            return ControlClient(paths.control_socket)
+            return attached()
         except OSError:
             pass
     lock = HomeLock(paths.lock_file)
@@ -60,7 +61,7 @@ def open_client(
     deadline = time.monotonic() + wait
     while True:
         try:
-            return ControlClient(paths.control_socket)
+            return attached()
         except OSError as exc:
             if time.monotonic() >= deadline:
                 pid = lock.holder_pid()
