@@ -68,6 +68,19 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.StopJob,
         api.DeleteJobResults,
     ),
+    # engine/resources/commands.py: what a provider sells (issue 12)
+    "resources": (
+        api.ResourceList,
+        api.SpecAdd,
+        api.SpecRemove,
+        api.CheckSpec,
+        api.CustomAdd,
+        api.CustomRemove,
+        api.PoolAdd,
+        api.PoolRemove,
+        api.GroupAdd,
+        api.GroupRemove,
+    ),
     # engine/payments/service.py NodePayments
     "payments": (
         api.WalletNew,

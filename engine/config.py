@@ -63,6 +63,11 @@ class Paths:
         return self.config_dir / "config.toml"
 
     @property
+    def resources_file(self) -> Path:
+        """What the provider sells (engine/resources/specs.py): specs, custom resources, pools."""
+        return self.config_dir / "resources.json"
+
+    @property
     def database(self) -> Path:
         return self.state_dir / "nunet.db"
 

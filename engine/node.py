@@ -94,6 +94,7 @@ class Node:
                 "network": lambda: self.network().commands(),
                 "jobs": lambda: self.jobs().commands(),
                 "payments": lambda: self.payments().commands(),
+                "resources": self._resource_commands,
             }
         )
 
@@ -230,6 +231,15 @@ class Node:
 
             self._payments = NodePayments(self.ctx)
         return self._payments
+
+    def _resource_commands(self) -> Handlers:
+        from engine.resources.commands import commands as resource_commands
+
+        return resource_commands(self.ctx, self.full, self._resources_changed)
+
+    def _resources_changed(self) -> None:
+        if self._network is not None:  # what is sold changed: a new advert at once
+            self._network.onboarding_changed()
 
     def _escrows(self) -> Escrows:
         return self.payments().escrows

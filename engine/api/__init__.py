@@ -7,8 +7,8 @@ turn wire JSON back into typed objects.
 
 One module per domain, each holding that domain's data, commands and events: ``base``
 (Record, Command, Event, Done), ``node``, ``gpus``, ``network``, ``jobs``, ``tunnels``,
-``payments``; ``wire`` holds the decoded unions and the (de)coding helpers. Callers keep
-writing ``from engine import api; api.X``: every name is re-exported here.
+``payments``, ``resources``; ``wire`` holds the decoded unions and the (de)coding helpers.
+Callers keep writing ``from engine import api; api.X``: every name is re-exported here.
 """
 
 from __future__ import annotations
@@ -134,6 +134,24 @@ from engine.api.payments import (
     WalletNew,
     WalletShow,
 )
+from engine.api.resources import (
+    DEFAULT_POOL,
+    CheckSpec,
+    CustomAdd,
+    CustomRemove,
+    CustomResource,
+    Group,
+    GroupAdd,
+    GroupRemove,
+    Pool,
+    PoolAdd,
+    PoolRemove,
+    ResourceList,
+    Resources,
+    ResourceSpec,
+    SpecAdd,
+    SpecRemove,
+)
 from engine.api.tunnels import (
     ForwardList,
     JobForward,
@@ -152,6 +170,7 @@ from engine.api.wire import (
 
 __all__ = [
     "DEFAULT_CHANNEL",
+    "DEFAULT_POOL",
     "ESCROW_OPEN_STATES",
     "TERMINAL_STATES",
     "AnyEvent",
@@ -178,7 +197,11 @@ __all__ = [
     "ChatStart",
     "Check",
     "CheckOnboarding",
+    "CheckSpec",
     "Command",
+    "CustomAdd",
+    "CustomRemove",
+    "CustomResource",
     "DaemonConnection",
     "DeleteJobResults",
     "DoctorFinding",
@@ -209,6 +232,9 @@ __all__ = [
     "GpuStatus",
     "GpuStatusReply",
     "GpuVendor",
+    "Group",
+    "GroupAdd",
+    "GroupRemove",
     "ImagePullProgress",
     "JobChanged",
     "JobForward",
@@ -248,11 +274,17 @@ __all__ = [
     "PeerList",
     "PeerResources",
     "PeerSelf",
+    "Pool",
+    "PoolAdd",
+    "PoolRemove",
     "PrepareMlImages",
     "ProblemItem",
     "Readiness",
     "Record",
     "ResourceConfig",
+    "ResourceList",
+    "ResourceSpec",
+    "Resources",
     "Resume",
     "RewardClaim",
     "RewardList",
@@ -260,6 +292,8 @@ __all__ = [
     "SetBlockfrostProjectId",
     "SetMode",
     "ShellSession",
+    "SpecAdd",
+    "SpecRemove",
     "StartNetwork",
     "StopJob",
     "SubmitJob",

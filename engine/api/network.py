@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from engine.api.base import Command, Done, Event, Record
+from engine.api.resources import Pool, ResourceSpec
 
 
 class PeerGpu(Record, frozen=True):
@@ -38,6 +39,10 @@ class PeerResources(Record, frozen=True):
     running_jobs: int | None = None
     ntx_claimed: float | None = None  # NTX the provider has claimed from escrows (heartbeat)
     uptime_s: float | None = None
+    # Issue 12: the resource specs it sells (empty: none defined, its tiers' prices stand for
+    # NuNet's default specs) and the pools that reserve some of them (members: peer ids).
+    specs: tuple[ResourceSpec, ...] = ()
+    pools: tuple[Pool, ...] = ()
 
 
 class Peer(Record, frozen=True):
