@@ -25,6 +25,7 @@ from nunet_tui.cli import (
     log_archive,
     notebook,
     output,
+    resource,
     reward_output,
     wallet_output,
 )
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     reward_output.add_parsers(sub, common)
     log_archive.add_parser(sub, common)
     notebook.add_parsers(sub, common)
+    resource.add_parsers(sub, common)
 
     mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
     mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
@@ -263,6 +265,7 @@ RUNNERS: dict[str, Runner] = {
     **wallet_output.RUNNERS,
     **reward_output.RUNNERS,
     **notebook.RUNNERS,
+    **resource.RUNNERS,
 }
 
 
