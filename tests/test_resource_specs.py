@@ -98,7 +98,7 @@ def test_a_spec_on_a_custom_resource() -> None:
         "gpu_resource"
     ]
     # Regrouped GPUs the onboarding no longer offers cannot be sold.
-    one_gpu = api.Capacity(**{**api.to_builtins(CAPACITY), "gpus": (CAPACITY.gpus[0],)})  # type: ignore[arg-type]
+    one_gpu = api.Capacity(**{**api.to_builtins(CAPACITY), "gpus": (CAPACITY.gpus[0],)})
     problems = rs.check_spec(ok, one_gpu, (rtx,), ())
     assert fields(problems) == ["gpu_resource"] and "GPU 1" in problems[0].message
 
