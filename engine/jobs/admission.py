@@ -6,6 +6,12 @@ judges an offer by the same figures about itself (what it advertises and beats).
 it excludes refuses with the same reasons. ``job_cost`` is the one price formula: the matcher's
 ranking, the provider's quote, the submit form's "who can run it" and the metered cost all use it.
 
+What is sold is a provider's resource specs (issue 12, engine/resources/specs.py): a job
+names one, or its tier maps to the cheapest spec that fits it and that the consumer may use
+(a spec in a pool is for the pool's members). A provider that defines none sells NuNet's
+tiers at its ``[jobs] prices``. The quote is the spec's price: ``quote_units`` gives the
+estimate (expected time) and the lock (maximum time), in base units, floored.
+
 A tier the provider has not priced is not offered (never quoted at 0 NTX). A provider that
 takes payments never quotes a job at 0 NTX either: the escrow would be skipped and the job run
 unpaid, so that is a refusal with its reason.
@@ -16,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from engine.api import PeerResources
+from engine.api import PeerResources, ResourceSpec
 from engine.jobs.spec import JobSpec
 from engine.jobs.tiers import estimate_resource
+from engine.resources.specs import UNITS_PER_NTX, may_use, ntx_to_units
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
 _CPU_ONLY_EXECUTORS = frozenset({"process"})
@@ -77,10 +84,25 @@ class Needs:
 
 
 @dataclass(frozen=True)
+class SpecOffer:
+    """One of a provider's specs as this job sees it: ``note`` says why it cannot be used
+    ("" when it can): "reserved for group X", or too small for the job's tier."""
+
+    spec: ResourceSpec
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Verdict:
     reasons: tuple[str, ...]
     price_ntx_hour: float | None  # None: the tier is not offered
     cost_ntx: float  # the price for the expected time (0.0 when not offered)
+    # Issue 12: the spec the job runs under, its estimate and lock (base units), and every
+    # spec of the provider with why it is not usable (matching shows them).
+    resource: ResourceSpec | None = None
+    estimate_units: int = 0
+    lock_units: int = 0
+    offers: tuple[SpecOffer, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -91,23 +113,130 @@ class Verdict:
         return "; ".join(self.reasons)
 
 
+def max_minutes(spec: JobSpec) -> float:
+    """The time the lock covers: the job's maximum, at least its expected time."""
+    if spec.max_minutes is None:
+        return spec.expected_minutes
+    return max(spec.max_minutes, spec.expected_minutes)
+
+
+def units_for(price_units_hour: int, minutes: float) -> int:
+    """Base units for ``minutes`` of machine time: integer math, floored (billing's rule)."""
+    ms = round(max(0.0, minutes) * 60_000)
+    return price_units_hour * ms // 3_600_000
+
+
+def quote_units(resource: ResourceSpec, spec: JobSpec, replicas: int = 1) -> tuple[int, int]:
+    """(estimate, lock): price x expected time x replicas, and price x maximum time x replicas,
+    never less than the estimate; the spec's minimum charge is the least either can be."""
+    floor = resource.min_charge_units
+    estimate = max(floor, units_for(resource.price_units_hour, spec.expected_minutes)) * replicas
+    lock = max(floor, units_for(resource.price_units_hour, max_minutes(spec))) * replicas
+    return estimate, max(lock, estimate)
+
+
+def budget_units(spec: JobSpec) -> int | None:
+    return ntx_to_units(spec.budget_ntx) if spec.budget_ntx is not None else None
+
+
+def _tier_spec(res: PeerResources, tier: str) -> ResourceSpec | None:
+    """A provider without specs sells its tiers (NuNet's defaults): the tier's own price."""
+    price = price_of(res.prices, tier)
+    if price is None:
+        return None
+    need = estimate_resource(tier, "cpu")
+    return ResourceSpec(
+        name=tier.lower(),
+        cpu_cores=need.max_cores,
+        ram_mb=need.max_ram_mb,
+        gpus=1 if res.gpus else 0,
+        price_units_hour=round(price * UNITS_PER_NTX),
+    )
+
+
+def fits_tier(resource: ResourceSpec, needs: Needs) -> str:
+    """Why ``resource`` is too small for the job's tier ("" when it fits)."""
+    tier = estimate_resource(needs.spec.tier, needs.spec.device)
+    if resource.cpu_cores < tier.min_cores or resource.ram_mb < needs.min_ram_mb:
+        return (
+            f"too small for the {needs.spec.tier} tier (needs {tier.min_cores} cores, "
+            f"{needs.min_ram_mb} MB)"
+        )
+    if needs.spec.device == "gpu" and resource.gpus < 1:
+        return "has no GPU"
+    return ""
+
+
+def choose_spec(
+    needs: Needs, res: PeerResources, consumer: str | None
+) -> tuple[ResourceSpec | None, str, tuple[SpecOffer, ...]]:
+    """The spec ``consumer`` gets for this job, or why none, and every spec with its note.
+
+    Named (``resource_spec``): that one, if the consumer may use it. Else the job's tier maps
+    to the cheapest spec that fits it and that the consumer may use; a spec reserved for a
+    pool the consumer is not in is listed as "reserved for group X" and never picked. A
+    provider without specs sells its tiers at their own prices (the tier's spec, or none)."""
+    spec = needs.spec
+    if not res.specs:
+        tier = _tier_spec(res, spec.tier)
+        offers: tuple[SpecOffer, ...] = (SpecOffer(tier),) if tier is not None else ()
+        if spec.resource_spec is not None and spec.resource_spec != spec.tier.lower():
+            return None, f"has no resource spec named {spec.resource_spec!r}", offers
+        if tier is None:
+            return None, f"offers no price for the {spec.tier} tier", offers
+        return tier, "", offers
+    notes: list[SpecOffer] = []
+    for resource in res.specs:
+        note = may_use(resource.pool, res.pools, consumer) or ""
+        if not note and spec.resource_spec is None:
+            note = fits_tier(resource, needs)
+        notes.append(SpecOffer(resource, note))
+    offers = tuple(notes)
+    if spec.resource_spec is not None:
+        named = next((o for o in offers if o.spec.name == spec.resource_spec), None)
+        if named is None:
+            sold = ", ".join(o.spec.name for o in offers)
+            return None, f"has no resource spec named {spec.resource_spec!r} (sells {sold})", offers
+        if named.note:
+            return None, f"spec {named.spec.name}: {named.note}", offers
+        return named.spec, "", offers
+    usable = [o.spec for o in offers if not o.note]
+    if usable:
+        best = min(usable, key=lambda r: (r.price_units_hour, r.min_charge_units, r.name))
+        return best, "", offers
+    reserved = [o for o in offers if o.note.startswith("reserved")]
+    fitting = [o for o in reserved if not fits_tier(o.spec, needs)]
+    if fitting:
+        shown = ", ".join(f"{o.spec.name} {o.note}" for o in fitting[:4])
+        return None, f"every spec that fits the {spec.tier} tier is reserved: {shown}", offers
+    return None, f"no resource spec fits the {spec.tier} {spec.device} tier", offers
+
+
 def judge(
     needs: Needs,
     res: PeerResources,
     *,
     takes_payments: bool = False,
     check_busy: bool = True,
+    consumer: str | None = None,
 ) -> Verdict:
     """Every reason ``res`` cannot run the job (empty: it can), and its price for it.
 
     ``takes_payments``: the provider is paid through escrow (the provider knows; a consumer
     judging an advert does not, and its figures say False). ``check_busy``: add the slot check
-    when nothing else is wrong (the matcher may use its own busy hook instead)."""
+    when nothing else is wrong (the matcher may use its own busy hook instead). ``consumer``:
+    whose job it is (a pool's specs are for its members only); the provider passes the peer
+    that signed the offer, never what the offer claims."""
     spec = needs.spec
     tier = spec.tier
-    price = price_of(res.prices, tier)
-    cost = job_cost(price, spec.expected_minutes) if price is not None else 0.0
-    budget = spec.budget_ntx
+    resource, unusable, offers = choose_spec(needs, res, consumer)
+    estimate = lock = 0
+    price: float | None = None
+    if resource is not None:
+        estimate, lock = quote_units(resource, spec)
+        price = resource.price_units_hour / UNITS_PER_NTX
+    cost = estimate / UNITS_PER_NTX
+    budget = budget_units(spec)
     free_ram = res.free_memory_mb
     gpu = spec.device == "gpu"
     # The common case first, without building any text: 10,000 adverts in a few ms.
@@ -118,22 +247,23 @@ def judge(
         and res.memory_mb >= needs.min_ram_mb
         and (free_ram is None or free_ram >= needs.min_ram_mb)
         and res.cpu_mhz >= needs.min_cpu_mhz
-        and price is not None
-        and (budget is None or cost <= budget)
-        and not (takes_payments and cost <= 0)
+        and resource is not None
+        and (budget is None or lock <= budget)
+        and not (takes_payments and lock <= 0)
         and (res.shell or not spec.shell)
     )
     reasons: list[str] = []
     if not fits:
         reasons = _resource_reasons(needs, res)
-        if price is None:
-            reasons.append(f"offers no price for the {tier} tier")
-        elif budget is not None and cost > budget:
+        if resource is None:
+            reasons.append(unusable)
+        elif budget is not None and lock > budget:
+            named = f"spec {resource.name}: " if res.specs else ""
             reasons.append(
-                f"price above budget: {price:g} NTX/h x {spec.expected_minutes:g} min = "
-                f"{cost:.3f} NTX > {budget:g} NTX"
+                f"price above budget: {named}{price:g} NTX/h x {max_minutes(spec):g} min = "
+                f"{lock / UNITS_PER_NTX:.3f} NTX > {spec.budget_ntx:g} NTX"
             )
-        elif takes_payments and cost <= 0:
+        elif takes_payments and lock <= 0:
             reasons.append(
                 f"a paid job is never quoted at 0 NTX: the {tier} tier costs {price:g} NTX/h "
                 f"here, {cost:g} NTX for {spec.expected_minutes:g} min"
@@ -144,7 +274,7 @@ def judge(
         _gpu_reasons(res, spec.gpu_vendor, needs.min_vram_mb, reasons)
     if check_busy and not reasons and (why := busy_reason(res)):
         reasons.append(why)
-    return Verdict(tuple(reasons), price, cost)
+    return Verdict(tuple(reasons), price, cost, resource, estimate, lock, offers)
 
 
 def _resource_reasons(needs: Needs, res: PeerResources) -> list[str]:

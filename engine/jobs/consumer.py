@@ -24,15 +24,18 @@ import msgspec
 import trio
 
 from engine import api, safe_paths
+from engine.api import ResourceSpec
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
+from engine.jobs.admission import budget_units, max_minutes, quote_units
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
-from engine.jobs.spec import validate_spec
+from engine.jobs.spec import JobSpec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
 from engine.ports import EscrowPort, NetworkPort, PeerLink
+from engine.resources.specs import UNITS_PER_NTX, units_to_ntx
 
 log = logging.getLogger("nunet.jobs.consumer")
 
@@ -41,6 +44,40 @@ MAX_RESULTS_BYTES = 2 << 30
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
 PROVIDER_UNREACHABLE = "provider unreachable"
+
+
+def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
+    """(estimate, lock, why not) of a provider's quote, in base units, checked here: the lock
+    must be the quoted price for the job's maximum time (a provider may not lock more than
+    its own price says) and within the budget. A provider of before issue 12 quotes only
+    ``total_ntx`` (its price for the expected time): that is both estimate and lock."""
+    if quote.price_units_hour <= 0 and quote.lock_units <= 0:
+        lock = round(quote.total_ntx * UNITS_PER_NTX)
+        estimate = lock
+    else:
+        resource = ResourceSpec(
+            name="quoted",
+            cpu_cores=1,
+            ram_mb=1,
+            price_units_hour=quote.price_units_hour,
+            min_charge_units=quote.min_charge_units,
+        )
+        estimate, lock = quote_units(resource, spec)
+        if (quote.estimate_units, quote.lock_units) != (estimate, lock):
+            return (
+                0,
+                0,
+                (
+                    f"quoted {quote.lock_units} base units locked, {quote.estimate_units} estimated: "
+                    f"its price for this job's times is {lock} and {estimate}"
+                ),
+            )
+        if abs(quote.total_ntx - units_to_ntx(lock)) > 1e-9:
+            return 0, 0, "quoted a total that is not its lock"
+    budget = budget_units(spec)
+    if budget is not None and lock > budget:
+        return 0, 0, f"quote {lock / UNITS_PER_NTX:g} NTX locked is above the budget"
+    return estimate, lock, ""
 
 
 @dataclass
@@ -123,7 +160,7 @@ class ConsumerJobs:
                 )
             # A hand-picked peer is judged by the same rules as a matched one, before any
             # offer: a provider that cannot run the job would only refuse it (or worse).
-            picked = match(spec, chosen)
+            picked = match(spec, chosen, consumer=self.ctx.identity.peer_id)
             if not picked.candidates:
                 reasons = picked.excluded[0][1]
                 raise EngineError(
@@ -133,7 +170,7 @@ class ConsumerJobs:
                 )
             candidates = [c.peer_id for c in picked.candidates]
         else:
-            result = match(spec, peers)
+            result = match(spec, peers, consumer=self.ctx.identity.peer_id)
             result.best()  # NoMatch with every peer's reason
             candidates = [c.peer_id for c in result.candidates[:MAX_CANDIDATES]]
             refusals.extend(result.excluded)
@@ -155,8 +192,9 @@ class ConsumerJobs:
             if not isinstance(quote, p.Quote) or quote.provider != provider:
                 refusals.append((provider, "answered the offer with something else"))
                 continue
-            if spec.budget_ntx is not None and quote.total_ntx > spec.budget_ntx:
-                refusals.append((provider, f"quote {quote.total_ntx:.2f} NTX above the budget"))
+            estimate, lock, why = quoted_units(quote, spec)
+            if why:
+                refusals.append((provider, why))
                 continue
             job = self._save(
                 api.JobInfo(
@@ -168,19 +206,26 @@ class ConsumerJobs:
                     spec=spec,
                     price_ntx_hour=quote.price_ntx_hour,
                     quoted_ntx=quote.total_ntx,
+                    resource_spec=quote.spec_name,
+                    price_units_hour=quote.price_units_hour or None,
+                    min_charge_units=quote.min_charge_units,
+                    estimate_units=estimate,
+                    lock_units=lock,
                     executor=quote.executor,
                     created_at=time.time(),
                 )
             )
             terms, lock_tx = "", ""
-            if self._escrows is not None and quote.total_ntx > 0:
+            if self._escrows is not None and lock > 0:
                 try:
+                    # The lock covers the maximum time (the budget cap); what the job uses
+                    # is paid from it and the rest comes back.
                     terms, lock_tx = await self._escrows().lock(
                         job_id,
                         provider,
                         quote.payment_address,
-                        quote.total_ntx,
-                        spec.expected_minutes,
+                        units_to_ntx(lock),
+                        max_minutes(spec),
                         slots=_slots(peers, provider),
                     )
                 except EngineError as exc:

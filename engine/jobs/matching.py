@@ -3,7 +3,8 @@
 ``match`` checks every known peer against the job's needs with the admission rules the
 provider applies to itself (engine/jobs/admission.py: the tier's minimum resources, the GPU
 and vendor, the framework, the executors, the price against the budget, whether the peer is
-busy) and keeps every reason a peer fails, not only the first: a consumer looking at "no
+busy, the resource spec: named, or the cheapest that fits the tier among those the consumer
+may use) and keeps every reason a peer fails, not only the first: a consumer looking at "no
 matching peer" should learn what to change. The rest are ranked by the cost for the expected
 time, then by free capacity, then by latency.
 """
@@ -13,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from engine.api import Peer
+from engine.api import Peer, ResourceSpec
 from engine.errors import EngineError
-from engine.jobs.admission import Needs, busy_reason, judge
+from engine.jobs.admission import Needs, SpecOffer, busy_reason, judge
 from engine.jobs.spec import JobSpec
 
 NO_ADVERT = "no advert yet (resources unknown)"
@@ -30,6 +31,12 @@ class Candidate:
     cost_ntx: float  # the provider's price for the expected time
     free_memory_mb: int
     latency_ms: float | None
+    # Issue 12: the spec the job would run under there, its estimate and lock (base units),
+    # and each of the provider's specs with why this job cannot use it ("reserved for group X").
+    resource: ResourceSpec | None = None
+    estimate_units: int = 0
+    lock_units: int = 0
+    offers: tuple[SpecOffer, ...] = ()
 
     @property
     def peer_id(self) -> str:
@@ -76,10 +83,12 @@ def match(
     busy: BusyCheck | None = default_busy,
     latency: LatencyOf | None = None,
     executors: Collection[str] | None = None,
+    consumer: str | None = None,
 ) -> MatchResult:
     """Filter and rank ``peers`` for ``spec`` by the admission rules (engine/jobs/admission.py).
     ``executors``: the ones the consumer accepts (None: any); ``busy`` and ``latency`` default
-    to what heartbeats and pings reported."""
+    to what heartbeats and pings reported; ``consumer``: who asks (this node's peer id: the
+    specs a pool reserves for others are shown as such and never picked)."""
     needs = Needs.of(spec, executors)
     latency_of = latency or _peer_latency
     result = MatchResult()
@@ -89,7 +98,7 @@ def match(
         if res is None:
             result.excluded.append((peer.peer_id, NO_ADVERT))
             continue
-        verdict = judge(needs, res, check_busy=False)
+        verdict = judge(needs, res, check_busy=False, consumer=consumer)
         reasons = list(verdict.reasons)
         if busy is not None and not reasons and (why := busy(peer)):
             reasons.append(why)
@@ -107,7 +116,17 @@ def match(
                     lat if lat is not None else 1e12,
                     peer.peer_id,
                 ),
-                Candidate(peer, verdict.price_ntx_hour, verdict.cost_ntx, free, lat),
+                Candidate(
+                    peer,
+                    verdict.price_ntx_hour,
+                    verdict.cost_ntx,
+                    free,
+                    lat,
+                    verdict.resource,
+                    verdict.estimate_units,
+                    verdict.lock_units,
+                    verdict.offers,
+                ),
             )
         )
     ranked.sort(key=lambda item: item[0])

@@ -35,9 +35,15 @@ from engine import api, safe_paths
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
-from engine.jobs.admission import Needs, Verdict, judge
+from engine.jobs.admission import Needs, Verdict, judge, max_minutes
 from engine.jobs.checkpoints import latest
-from engine.jobs.executors.base import Executor, ExitStatus, JobRun, limits_for
+from engine.jobs.executors.base import (
+    Executor,
+    ExitStatus,
+    JobRun,
+    Limits,
+    limits_for,
+)
 from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
@@ -45,6 +51,8 @@ from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
 from engine.ports import Committed, EscrowPort, NetworkPort
+from engine.resources.capacity import detect_machine, onboarded_capacity
+from engine.resources.specs import ResourceFile, sold, units_to_ntx
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -150,6 +158,8 @@ class ProviderJobs:
         self._nursery: trio.Nursery | None = None
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
+        self._resources = ResourceFile(ctx.paths.resources_file)  # what is sold (issue 12)
+        self._machine: api.Machine | None = None
 
     def running(self, job_id: str) -> tuple[Executor, JobRun] | None:
         """The executor and run of a job running here now (None otherwise)."""
@@ -321,10 +331,12 @@ class ProviderJobs:
         job_id, spec = offer.job_id, offer.spec
         if refused := self._offer_gate(job_id, offer.consumer, consumer):
             return refused
-        verdict = self._admission(spec)
+        # Judged for the peer that signed the offer: a pool's specs are for its members, by
+        # this provider's own pools (never what the consumer says of itself).
+        verdict = self._admission(spec, consumer)
         if not verdict.ok:
             return p.refusal(job_id, verdict.reason)
-        assert verdict.price_ntx_hour is not None
+        assert verdict.price_ntx_hour is not None and verdict.resource is not None
         now = time.time()
         if why := self._quotes.no_room(consumer, now):
             return p.refusal(job_id, why)
@@ -334,14 +346,21 @@ class ProviderJobs:
                 payment_address = self._escrows().payment_address()
             except EngineError:
                 return p.refusal(job_id, "this provider has no wallet to be paid into yet")
+        resource = verdict.resource
         quote = p.Quote(
             job_id=job_id,
             provider=self.ctx.identity.peer_id,
             price_ntx_hour=verdict.price_ntx_hour,
-            total_ntx=verdict.cost_ntx,
+            # What the escrow locks and the Confirm repeats: the lock (the maximum time).
+            total_ntx=units_to_ntx(verdict.lock_units),
             expires_at=now + self._quote_ttl(),
             executor=self._executor_for(spec) or "",
             payment_address=payment_address,
+            spec_name=resource.name,
+            price_units_hour=resource.price_units_hour,
+            min_charge_units=resource.min_charge_units,
+            estimate_units=verdict.estimate_units,
+            lock_units=verdict.lock_units,
         )
         quote_raw = p.encode(self.ctx.identity, quote)
         self._quotes.add(HeldQuote(quote, spec, consumer, raw, quote_raw))
@@ -374,10 +393,10 @@ class ProviderJobs:
         self._quotes.add(dataclasses.replace(held, quote=fresh, quote_raw=raw, script=script))
         return fresh
 
-    def _refusal_reason(self, spec: JobSpec) -> str:
-        return self._admission(spec).reason
+    def _refusal_reason(self, spec: JobSpec, consumer: str | None = None) -> str:
+        return self._admission(spec, consumer).reason
 
-    def _admission(self, spec: JobSpec) -> Verdict:
+    def _admission(self, spec: JobSpec, consumer: str | None = None) -> Verdict:
         """The verdict on ``spec`` here: the shared rules (admission.judge) on this provider's
         own figures, after what only the provider knows (onboarded, the spec's validity)."""
         onboarding = self.ctx.store.get_onboarding()
@@ -386,8 +405,18 @@ class ProviderJobs:
         report = validate_spec(spec)
         if not report.ok:
             return _refused(*(problem.message for problem in report.problems))
+        try:
+            self._resources.load()
+        except EngineError as exc:
+            log.error("refusing offers: %s", exc.message)
+            return _refused(
+                "this provider's resource specs do not read (its operator must fix them)"
+            )
         verdict = judge(
-            Needs.of(spec), self.own_resources(), takes_payments=self._escrows is not None
+            Needs.of(spec),
+            self.own_resources(),
+            takes_payments=self._escrows is not None,
+            consumer=consumer,
         )
         if verdict.ok and spec.device == "gpu":
             try:
@@ -411,6 +440,7 @@ class ProviderJobs:
             if gpu.uuid in offered
         )
         vram = sum(gpu.vram_mb for gpu in gpus)
+        specs, pools = self._sold(onboarding)
         return api.PeerResources(
             cpu_mhz=onboarding.cpu_mhz,
             memory_mb=onboarding.memory_mb,
@@ -425,7 +455,32 @@ class ProviderJobs:
             free_gpus=max(len(gpus) - used.gpus, 0),
             free_vram_mb=max(vram - used.vram_mb, 0),
             running_jobs=used.jobs,
+            specs=specs,
+            pools=pools,
         )
+
+    def _sold(
+        self, onboarding: api.Onboarding
+    ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
+        """The specs sold here and their pools, as the advert carries them (link.py)."""
+        try:
+            book = self._resources.load()
+        except EngineError:
+            return (), ()  # _admission refuses every offer meanwhile
+        if self._machine is None:  # what bounds a spec: cores, as the node counts them
+            self._machine = detect_machine(
+                self.ctx.settings.machine, host=self.ctx.probes.host_files
+            )
+        cores = self._machine.cpu_cores
+        full = api.Capacity(
+            view="full",
+            cpu_cores=cores,
+            cpu_mhz=cores * self._machine.cpu_mhz_per_core,
+            memory_mb=onboarding.memory_mb,
+            disk_mb=0,
+            gpus=self.ctx.gpus,
+        )
+        return sold(book, onboarded_capacity(onboarding, full))
 
     def _gpus_for(self, spec: JobSpec) -> tuple[api.GpuInfo, ...]:
         """The onboarded cards a GPU job gets: those of the vendor it asked for, or of this
@@ -512,6 +567,11 @@ class ProviderJobs:
             spec=spec,
             price_ntx_hour=quote.price_ntx_hour,
             quoted_ntx=quote.total_ntx,
+            resource_spec=quote.spec_name,
+            price_units_hour=quote.price_units_hour,
+            min_charge_units=quote.min_charge_units,
+            estimate_units=quote.estimate_units,
+            lock_units=quote.lock_units,
             executor=quote.executor,
             created_at=now,
         )
@@ -541,15 +601,40 @@ class ProviderJobs:
             job_id=job.job_id,
             spec=spec,
             workspace=self.job_path(job.job_id, "workspace"),
-            # A service runs until stopped, at most its expected time: what was quoted.
-            limits=limits_for(spec, timeout_factor=1.0)
-            if spec.kind == "service"
-            else limits_for(spec),
+            limits=self._limits(job),
             node_id=self.ctx.identity.peer_id,
             gpus=self._gpus_for(spec),
             fetch_policy=FetchPolicy.from_settings(self.ctx.settings.jobs.fetch_allow_networks),
         )
         return executor, run
+
+    def _limits(self, job: api.JobInfo) -> Limits:
+        """What the job may use: its resource spec's cores and RAM (a tier's maximums when it
+        runs under NuNet's default specs), for at most its maximum time (``max_minutes``, what
+        the lock covers); without one, a batch job gets twice its expected time and a service
+        its expected time (what was quoted)."""
+        spec = job.spec
+        limits = (
+            limits_for(spec, timeout_factor=1.0) if spec.kind == "service" else limits_for(spec)
+        )
+        resource = self._resource_of(job)
+        if resource is not None:
+            limits = dataclasses.replace(
+                limits, memory_mb=resource.ram_mb, cpu_cores=float(resource.cpu_cores)
+            )
+        if spec.max_minutes is not None:
+            limits = dataclasses.replace(limits, timeout_s=max(60.0, spec.max_minutes * 60))
+        return limits
+
+    def _resource_of(self, job: api.JobInfo) -> api.ResourceSpec | None:
+        """The provider-defined spec the job was quoted under (None: a default tier spec)."""
+        if not job.resource_spec:
+            return None
+        try:
+            book = self._resources.load()
+        except EngineError:
+            return None
+        return next((s for s in book.specs if s.name == job.resource_spec), None)
 
     async def _run(self, job: api.JobInfo, resume_from: Any, script: bytes | None = None) -> None:
         try:
@@ -614,7 +699,7 @@ class ProviderJobs:
             self._stopping.discard(job.job_id)
             return ExitStatus(status.exit_code, "completed", "stopped by the consumer")
         if job.spec.kind == "service" and status.outcome == "timeout":
-            minutes = job.spec.expected_minutes
+            minutes = max_minutes(job.spec)
             return ExitStatus(
                 status.exit_code,
                 "completed",

@@ -247,6 +247,18 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
             f"expected time must be above 0 and at most {MAX_EXPECTED_MINUTES} minutes "
             f"(7 days), not {spec.expected_minutes:g}",
         )
+    if spec.max_minutes is not None and not (
+        math.isfinite(spec.max_minutes)
+        and spec.expected_minutes <= spec.max_minutes <= MAX_EXPECTED_MINUTES
+    ):
+        _problem(
+            problems,
+            "max_minutes",
+            f"maximum time must be at least the expected time ({spec.expected_minutes:g} min) "
+            f"and at most {MAX_EXPECTED_MINUTES} minutes, not {spec.max_minutes:g}",
+        )
+    if spec.resource_spec is not None and not 1 <= len(spec.resource_spec) <= 40:
+        _problem(problems, "resource_spec", "a resource spec's name is 1 to 40 characters")
     if len(spec.env) > MAX_ENV:
         _problem(problems, "env", f"{len(spec.env)} environment variables: at most {MAX_ENV}")
     for name, value in spec.env.items():
@@ -295,7 +307,13 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
 
 # Fields added after the first release: left out of an Offer at their defaults, so providers
 # that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
-_NEWER_FIELDS = {"kind": "batch", "ports": (), "shell": False}
+_NEWER_FIELDS = {
+    "kind": "batch",
+    "ports": (),
+    "shell": False,
+    "resource_spec": None,
+    "max_minutes": None,
+}
 
 
 def offer_spec(spec: JobSpec) -> dict[str, Any]:

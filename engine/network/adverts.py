@@ -12,6 +12,7 @@ import logging
 import time
 
 import base58
+import msgspec
 from libp2p.records.validator import Validator
 
 from engine.network import wire
@@ -76,24 +77,16 @@ def stamp(
 ) -> Advert:
     """Fill in what the network layer owns: identity, channel, sequence, time, expiry."""
     now = time.time()
-    return Advert(
+    # Every field the provider built is kept as it is (its specs and pools too).
+    return msgspec.structs.replace(
+        advert,
         peer_id=peer_id,
         channel=channel,
-        cpu_mhz=advert.cpu_mhz,
-        ram_mb=advert.ram_mb,
-        disk_mb=advert.disk_mb,
-        gpus=advert.gpus,
         prices=dict(advert.prices),
-        executors=advert.executors,
-        frameworks=advert.frameworks,
-        version=advert.version,
-        slots=advert.slots,
-        no_shell=advert.no_shell,
         addrs=addrs,
         seq=seq,
         at=now,
         expires_at=now + ttl_s,
-        withdrawn=advert.withdrawn,
     )
 
 

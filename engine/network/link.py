@@ -222,6 +222,7 @@ class NodeNetwork:
             return None
         full = self._facts.full()
         offered = set(onboarding.gpus)
+        specs, pools = self._sold(onboarding, full)
         return wire.Advert(
             peer_id="",
             channel="",
@@ -239,7 +240,24 @@ class NodeNetwork:
             version=self.ctx.version,
             slots=self.ctx.settings.jobs.slots,
             no_shell=not self.ctx.settings.jobs.allow_shell,
+            specs=tuple(msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in specs),
+            pools=tuple(msgspec.convert(p, wire.AdvertPool, from_attributes=True) for p in pools),
         )
+
+    def _sold(
+        self, onboarding: api.Onboarding, full: api.Capacity
+    ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
+        """The specs this provider sells (issue 12); none when its resources file does not
+        read: its own admission then refuses every offer, so nothing is sold by mistake."""
+        from engine.resources.capacity import onboarded_capacity
+        from engine.resources.specs import ResourceFile, sold
+
+        try:
+            book = ResourceFile(self.ctx.paths.resources_file).load()
+        except EngineError as exc:
+            log.error("%s", exc.message)
+            return (), ()
+        return sold(book, onboarded_capacity(onboarding, full))
 
     def heartbeat(self) -> HeartbeatFigures | None:
         onboarding = self.ctx.store.get_onboarding()
@@ -514,6 +532,8 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
             running_jobs=beat.running_jobs if beat else None,
             ntx_claimed=beat.ntx_claimed / 1_000_000 if beat else None,
             uptime_s=beat.uptime_s if beat else None,
+            specs=_convert(advert.specs, tuple[api.ResourceSpec, ...]) if advert else (),
+            pools=_convert(advert.pools, tuple[api.Pool, ...]) if advert else (),
         )
     return api.Peer(
         peer_id=info.peer_id,
@@ -525,6 +545,11 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
         last_seen=info.last_seen,
         last_heartbeat=beat.at if beat else None,
     )
+
+
+def _convert(items: Any, into: Any) -> Any:
+    """An advert's specs or pools as the facade's records (same fields, checked on decode)."""
+    return msgspec.convert(items, into, from_attributes=True)
 
 
 def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 import base58
 import msgspec
@@ -168,6 +168,48 @@ class Gpu(Schema, frozen=True):
     vram_mb: int
 
 
+class _Part(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """A record inside an advert (no version of its own: the advert's covers it)."""
+
+
+# What an advert's specs and pools may hold (issue 12). Peers are hostile: every field and
+# count is bounded here, and names are plain text (no control characters reach a screen).
+MAX_ADVERT_SPECS = 16
+MAX_ADVERT_POOLS = 8
+MAX_ADVERT_MEMBERS = 128  # peer ids, in all pools together (~7 KiB of the 16 KiB advert)
+MAX_UNITS = 10**15  # base units: a price of a billion NTX an hour is past any real one
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._+ -]*$"
+SpecName = Annotated[str, msgspec.Meta(min_length=1, max_length=40, pattern=_NAME)]
+PeerIdText = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[1-9A-HJ-NP-Za-km-z]+$")
+]
+Units = Annotated[int, msgspec.Meta(ge=0, le=MAX_UNITS)]
+
+
+class AdvertSpec(_Part, frozen=True):
+    """A resource spec a provider sells: resources and a price per machine-hour (base units)."""
+
+    name: SpecName
+    cpu_cores: Annotated[int, msgspec.Meta(ge=1, le=65_536)]
+    ram_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)]
+    price_units_hour: Units
+    disk_mb: Annotated[int, msgspec.Meta(ge=0, le=1 << 40)] = 0
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
+    gpu_resource: SpecName | None = None
+    min_charge_units: Units = 0
+    pool: SpecName = "default"
+
+
+class AdvertPool(_Part, frozen=True):
+    """Who may use a pool's specs: its members (groups filled in) and the groups' names."""
+
+    name: SpecName
+    members: Annotated[tuple[PeerIdText, ...], msgspec.Meta(max_length=MAX_ADVERT_MEMBERS)] = ()
+    groups: Annotated[tuple[SpecName, ...], msgspec.Meta(max_length=16)] = ()
+
+
 class Advert(Schema, frozen=True, omit_defaults=True):
     """What a provider offers on a channel. ``withdrawn`` marks a tombstone.
 
@@ -192,6 +234,17 @@ class Advert(Schema, frozen=True, omit_defaults=True):
     expires_at: float = 0.0
     withdrawn: bool = False
     no_shell: bool = False  # [jobs] allow_shell = false: `job shell` is refused here
+    # Issue 12: the specs it sells and the pools reserving some (only when it defined specs:
+    # a provider selling NuNet's default tiers says so by ``prices`` alone, as before).
+    specs: Annotated[tuple[AdvertSpec, ...], msgspec.Meta(max_length=MAX_ADVERT_SPECS)] = ()
+    pools: Annotated[tuple[AdvertPool, ...], msgspec.Meta(max_length=MAX_ADVERT_POOLS)] = ()
+
+    def __post_init__(self) -> None:
+        members = sum(len(pool.members) for pool in self.pools)
+        if members > MAX_ADVERT_MEMBERS:
+            raise ValueError(f"{members} pool members: at most {MAX_ADVERT_MEMBERS}")
+        if len({spec.name for spec in self.specs}) != len(self.specs):
+            raise ValueError("two specs share a name")
 
 
 class Heartbeat(Schema, frozen=True):

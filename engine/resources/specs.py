@@ -516,3 +516,18 @@ def within(spec: ResourceSpec, capacity: api.Capacity) -> bool:
         and spec.ram_mb <= capacity.memory_mb
         and (spec.gpu_resource is not None or spec.gpus <= len(capacity.gpus))
     )
+
+
+def sold(
+    book: ResourceBook, onboarded: api.Capacity
+) -> tuple[tuple[ResourceSpec, ...], tuple[Pool, ...]]:
+    """What the advert carries and the provider's admission judges by: the defined specs
+    that still fit the onboarded capacity (it may have shrunk since), and the pools they use
+    with their groups' members filled in. Empty: none defined (the tiers' prices stand)."""
+    specs = tuple(s for s in book.specs if within(s, onboarded))
+    dropped = [s.name for s in book.specs if s not in specs]
+    if dropped:
+        log.warning("specs %s exceed the onboarded capacity: not sold", ", ".join(dropped))
+    used = {s.pool for s in specs}
+    pools = expanded_pools([p for p in book.pools if p.name in used], book.groups)
+    return specs, pools

@@ -1,0 +1,200 @@
+"""Specs in the market (issue 12): the signed advert carries them, bounded (peers are hostile);
+matching lists each provider's specs, shows one reserved for a pool as "reserved for group X"
+and never picks it; a tier maps to the cheapest spec that fits; the quote is the chosen
+spec's price (estimate for the expected time, lock for the maximum), checked by the
+consumer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from nacl.signing import SigningKey
+
+from engine import api
+from engine.identity import Identity
+from engine.jobs import protocol as p
+from engine.jobs.admission import Needs, judge, quote_units
+from engine.jobs.consumer import quoted_units
+from engine.jobs.matching import match
+from engine.jobs.spec import JobSpec, offer_spec, validate_spec
+from engine.network import wire
+from engine.network.link import to_api_peer
+from engine.network.peers import PeerInfo
+
+ALL = ("pytorch", "tensorflow", "scikit-learn")
+PROVIDER = Identity(SigningKey(b"\x01" * 32))
+MEMBER = Identity(SigningKey(b"\x02" * 32)).peer_id
+OUTSIDER = Identity(SigningKey(b"\x03" * 32)).peer_id
+
+SMALL = api.ResourceSpec(name="small", cpu_cores=1, ram_mb=1024, price_units_hour=3_000_000)
+BIG = api.ResourceSpec(name="big", cpu_cores=4, ram_mb=8192, price_units_hour=2_000_000)
+LAB = api.ResourceSpec(
+    name="lab-cheap", cpu_cores=4, ram_mb=8192, price_units_hour=500_000, pool="research"
+)
+POOL = api.Pool(name="research", members=(MEMBER,), groups=("lab",))
+
+
+def job(**fields: Any) -> JobSpec:
+    values: dict[str, Any] = {"framework": "pytorch", "script_url": "https://h/x.py"}
+    values.update(fields)
+    return JobSpec(**values)
+
+
+def resources(**fields: Any) -> api.PeerResources:
+    values: dict[str, Any] = {
+        "cpu_mhz": 8000,
+        "memory_mb": 16384,
+        "prices": {"low": 1.0},
+        "executors": ("docker",),
+        "frameworks": ALL,
+        "specs": (SMALL, BIG, LAB),
+        "pools": (POOL,),
+    }
+    values.update(fields)
+    return api.PeerResources(**values)
+
+
+def advert(**fields: Any) -> wire.Advert:
+    values: dict[str, Any] = {
+        "peer_id": PROVIDER.peer_id,
+        "channel": "c",
+        "cpu_mhz": 8000,
+        "ram_mb": 16384,
+        "frameworks": ALL,
+        "executors": ("docker",),
+        "specs": tuple(
+            msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in (SMALL, LAB)
+        ),
+        "pools": (wire.AdvertPool(name="research", members=(MEMBER,), groups=("lab",)),),
+    }
+    values.update(fields)
+    return wire.Advert(**values)
+
+
+def test_the_signed_advert_carries_the_specs_and_pools() -> None:
+    sealed = wire.seal(PROVIDER, "advert", advert())
+    opened = wire.open_envelope(sealed, "advert", wire.Advert)
+    peer = to_api_peer(PeerInfo(peer_id=PROVIDER.peer_id, channel="c", advert=opened))
+    assert peer.resources is not None
+    assert peer.resources.specs == (SMALL, LAB)
+    assert peer.resources.pools == (POOL,)
+
+
+def test_an_advert_without_specs_is_the_bytes_it_was() -> None:
+    plain = advert(specs=(), pools=())
+    assert b"specs" not in msgspec.msgpack.encode(plain)
+    assert b"pools" not in msgspec.msgpack.encode(plain)
+
+
+def _hostile(**fields: Any) -> bytes:
+    """An advert signed by its provider but built by hand, past our own constructors."""
+    good = msgspec.to_builtins(advert())
+    good.update(fields)
+    payload = msgspec.msgpack.encode(good)
+    envelope = wire.Envelope(
+        kind="advert",
+        signer=PROVIDER.peer_id,
+        payload=payload,
+        sig=PROVIDER.sign(wire._signing_bytes("advert", payload)),
+    )
+    return msgspec.msgpack.encode(envelope)
+
+
+def _spec(**fields: Any) -> dict[str, Any]:
+    return {"name": "x", "cpu_cores": 1, "ram_mb": 1, "price_units_hour": 1, **fields}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"specs": [_spec(name="\x1b[2Jevil")]},
+        {"specs": [_spec(name="a" * 41)]},
+        {"specs": [_spec(price_units_hour=-1)]},
+        {"specs": [_spec(price_units_hour=10**16)]},
+        {"specs": [_spec(cpu_cores=0)]},
+        {"specs": [_spec(name=f"s{i}") for i in range(17)]},
+        {"specs": [_spec(), _spec()]},
+        {"specs": [_spec(extra=1)]},
+        {"pools": [{"name": "p", "members": ["not base58 0OIl"]}]},
+        {"pools": [{"name": f"p{i}", "members": [MEMBER] * 20} for i in range(7)]},
+        {"pools": [{"name": f"p{i}"} for i in range(9)]},
+    ],
+)
+def test_a_hostile_advert_is_refused_whole(fields: dict[str, Any]) -> None:
+    with pytest.raises(wire.Malformed):
+        wire.open_envelope(_hostile(**fields), "advert", wire.Advert)
+
+
+def test_matching_shows_a_reserved_spec_and_never_picks_it() -> None:
+    peer = api.Peer(peer_id="p1", resources=resources())
+    outsider = match(job(tier="low"), [peer], consumer=OUTSIDER).best()
+    assert outsider.resource == BIG  # the cheapest the outsider may use (2 NTX/h < 3)
+    notes = {o.spec.name: o.note for o in outsider.offers}
+    assert notes == {"small": "", "big": "", "lab-cheap": "reserved for group lab"}
+    member = match(job(tier="low"), [peer], consumer=MEMBER).best()
+    assert member.resource == LAB and member.price_ntx_hour == 0.5
+    # Named by the outsider: refused with the same reason the provider gives.
+    named = match(job(resource_spec="lab-cheap"), [peer], consumer=OUTSIDER)
+    assert dict(named.excluded) == {"p1": "spec lab-cheap: reserved for group lab"}
+    only_reserved = api.Peer(peer_id="p2", resources=resources(specs=(LAB,)))
+    (excluded,) = match(job(tier="low"), [only_reserved], consumer=OUTSIDER).excluded
+    assert excluded[1] == (
+        "every spec that fits the low tier is reserved: lab-cheap reserved for group lab"
+    )
+
+
+def test_a_tier_maps_to_the_cheapest_spec_that_fits_it() -> None:
+    res = resources(specs=(SMALL, BIG), pools=())
+    assert judge(Needs.of(job(tier="low")), res).resource == BIG
+    assert judge(Needs.of(job(tier="moderate")), res).resource == BIG
+    too_small = judge(Needs.of(job(tier="moderate")), resources(specs=(SMALL,), pools=()))
+    assert too_small.reason == "no resource spec fits the moderate cpu tier"
+    assert judge(Needs.of(job(resource_spec="small")), res).resource == SMALL
+    missing = judge(Needs.of(job(resource_spec="nope")), res)
+    assert missing.reason == "has no resource spec named 'nope' (sells small, big)"
+
+
+def test_estimate_and_lock_are_the_price_for_the_expected_and_the_maximum_time() -> None:
+    spec = job(expected_minutes=30, max_minutes=90)
+    assert quote_units(BIG, spec) == (1_000_000, 3_000_000)  # 2 NTX/h: 30 min, 90 min
+    assert quote_units(BIG, job(expected_minutes=30)) == (1_000_000, 1_000_000)
+    floor = msgspec.structs.replace(BIG, min_charge_units=1_500_000)
+    assert quote_units(floor, spec) == (1_500_000, 3_000_000)
+    verdict = judge(Needs.of(job(expected_minutes=30, max_minutes=90, budget_ntx=2.9)), resources())
+    assert verdict.reason == (
+        "price above budget: spec big: 2 NTX/h x 90 min = 3.000 NTX > 2.9 NTX"
+    )
+    assert validate_spec(job(expected_minutes=30, max_minutes=20)).for_field("max_minutes")
+    assert offer_spec(job()) == offer_spec(job(max_minutes=None, resource_spec=None))
+    assert "max_minutes" not in offer_spec(job())
+
+
+def test_the_consumer_checks_the_quote_against_its_price_and_budget() -> None:
+    spec = job(expected_minutes=30, max_minutes=90, budget_ntx=5.0)
+
+    def quote(**fields: Any) -> p.Quote:
+        values: dict[str, Any] = {
+            "job_id": "0123456789ab",
+            "provider": PROVIDER.peer_id,
+            "price_ntx_hour": 2.0,
+            "total_ntx": 3.0,
+            "expires_at": 0.0,
+            "executor": "docker",
+            "spec_name": "big",
+            "price_units_hour": 2_000_000,
+            "estimate_units": 1_000_000,
+            "lock_units": 3_000_000,
+        }
+        values.update(fields)
+        return p.Quote(**values)
+
+    assert quoted_units(quote(), spec) == (1_000_000, 3_000_000, "")
+    inflated = quoted_units(quote(lock_units=4_000_000, total_ntx=4.0), spec)
+    assert inflated[2].startswith("quoted 4000000 base units locked")
+    dear = quoted_units(quote(price_units_hour=4_000_000, estimate_units=2_000_000,
+                              lock_units=6_000_000, total_ntx=6.0), spec)  # fmt: skip
+    assert dear == (0, 0, "quote 6 NTX locked is above the budget")
+    legacy = quote(price_units_hour=0, estimate_units=0, lock_units=0, spec_name="")
+    assert quoted_units(legacy, spec) == (3_000_000, 3_000_000, "")
