@@ -6,6 +6,7 @@ consumer."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -13,15 +14,20 @@ import pytest
 from nacl.signing import SigningKey
 
 from engine import api
+from engine.config import MachineSettings
 from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.jobs.admission import Needs, judge, quote_units
 from engine.jobs.consumer import quoted_units
 from engine.jobs.matching import match
+from engine.jobs.provider import ProviderJobs
 from engine.jobs.spec import JobSpec, offer_spec, validate_spec
 from engine.network import wire
 from engine.network.link import to_api_peer
 from engine.network.peers import PeerInfo
+from engine.resources import specs as rs
+from tests.fakes.context import identity, make_context, onboard
+from tests.fakes.network import FakeNetwork
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
 PROVIDER = Identity(SigningKey(b"\x01" * 32))
@@ -198,3 +204,67 @@ def test_the_consumer_checks_the_quote_against_its_price_and_budget() -> None:
     assert dear == (0, 0, "quote 6 NTX locked is above the budget")
     legacy = quote(price_units_hour=0, estimate_units=0, lock_units=0, spec_name="")
     assert quoted_units(legacy, spec) == (3_000_000, 3_000_000, "")
+
+
+def _provider(tmp_path: Path, book: rs.ResourceBook) -> ProviderJobs:
+    ctx, _ = make_context(tmp_path)
+    # A machine of its own (not this one's): 8 cores of 2,500 MHz, 20,000 MHz onboarded.
+    machine = MachineSettings(cpu_cores=8, cpu_mhz_per_core=2500)
+    ctx.settings = msgspec.structs.replace(ctx.settings, machine=machine)
+    onboard(ctx, memory_mb=16384, cpu_mhz=20000)
+    rs.ResourceFile(ctx.paths.resources_file).save(book)
+    return ProviderJobs(ctx, {"process": object()}, network=FakeNetwork)  # type: ignore[dict-item]
+
+
+def test_the_provider_quotes_the_spec_for_the_signer_from_its_own_pools(tmp_path: Path) -> None:
+    member = identity(9).peer_id
+    outsider = identity(10).peer_id
+    book = rs.ResourceBook(
+        specs=(SMALL, LAB),
+        pools=(api.Pool(name="research", groups=("lab",)),),
+        groups=(api.Group(name="lab", members=(member,)),),
+    )
+    jobs = _provider(tmp_path, book)
+    named = job(resource_spec="lab-cheap", expected_minutes=30, max_minutes=60)
+    for who, answer in ((outsider, "spec lab-cheap: reserved for group lab"), (member, "")):
+        offered = p.Offer(job_id="0123456789ab", spec=named, consumer=who)
+        reply = jobs._offer(offered, who, b"raw")
+        if answer:
+            assert reply == p.Refusal(job_id=offered.job_id, reason=answer)
+            continue
+        assert isinstance(reply, p.Quote)
+        assert (reply.spec_name, reply.price_units_hour) == ("lab-cheap", 500_000)
+        assert (reply.estimate_units, reply.lock_units, reply.total_ntx) == (250_000, 500_000, 0.5)
+    # The advert the provider would send says the same (the pool's members filled in).
+    res = jobs.own_resources()
+    assert res.specs == (SMALL, LAB)
+    assert res.pools == (api.Pool(name="research", members=(member,), groups=("lab",)),)
+
+
+def test_a_job_runs_within_its_spec_for_at_most_its_maximum_time(tmp_path: Path) -> None:
+    jobs = _provider(tmp_path, rs.ResourceBook(specs=(BIG,)))
+    record = api.JobInfo(
+        job_id="0123456789ab",
+        role="provider",
+        state="accepted",
+        provider="me",
+        consumer="you",
+        spec=job(expected_minutes=10, max_minutes=25),
+        resource_spec="big",
+    )
+    limits = jobs._limits(record)
+    assert (limits.memory_mb, limits.cpu_cores, limits.timeout_s) == (8192, 4.0, 1500.0)
+    legacy = msgspec.structs.replace(record, spec=job(expected_minutes=10), resource_spec="low")
+    tier = jobs._limits(legacy)  # a default tier spec: the tier's maximums, twice the time
+    assert (tier.memory_mb, tier.timeout_s) == (2048, 1200.0)
+    jobs.ctx.store.save_job(record)
+    assert jobs.committed().memory_mb == 8192
+
+
+def test_a_bad_resources_file_refuses_every_offer_and_sells_nothing(tmp_path: Path) -> None:
+    jobs = _provider(tmp_path, rs.ResourceBook(specs=(BIG,)))
+    jobs.ctx.paths.resources_file.write_text("{not json", "utf-8")
+    assert jobs._refusal_reason(job()) == (
+        "this provider's resource specs do not read (its operator fixes them)"
+    )
+    assert jobs.own_resources().specs == ()

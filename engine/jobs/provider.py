@@ -211,17 +211,19 @@ class ProviderJobs:
         return job
 
     def committed(self) -> Committed:
-        """What running jobs hold (their tiers' maximums): subtracted from free in heartbeats."""
+        """What running jobs hold (their spec's RAM, or their tiers' maximums): subtracted from
+        free in heartbeats."""
         used = Committed()
         for job in self.ctx.store.list_jobs(states=("accepted", "running")):
             if job.role != "provider":
                 continue
             need = estimate_resource(job.spec.tier, job.spec.device)
+            resource = self._resource_of(job)
             used.jobs += 1
             used.cpu_mhz += need.max_cpu_mhz
-            used.memory_mb += need.max_ram_mb
+            used.memory_mb += resource.ram_mb if resource is not None else need.max_ram_mb
             if job.spec.device == "gpu":
-                used.gpus += 1
+                used.gpus += max(1, resource.gpus) if resource is not None else 1
                 used.vram_mb += need.max_vram_mb
         return used
 
@@ -409,9 +411,7 @@ class ProviderJobs:
             self._resources.load()
         except EngineError as exc:
             log.error("refusing offers: %s", exc.message)
-            return _refused(
-                "this provider's resource specs do not read (its operator must fix them)"
-            )
+            return _refused("this provider's resource specs do not read (its operator fixes them)")
         verdict = judge(
             Needs.of(spec),
             self.own_resources(),
@@ -603,7 +603,7 @@ class ProviderJobs:
             workspace=self.job_path(job.job_id, "workspace"),
             limits=self._limits(job),
             node_id=self.ctx.identity.peer_id,
-            gpus=self._gpus_for(spec),
+            gpus=self._spec_gpus(job, self._gpus_for(spec)),
             fetch_policy=FetchPolicy.from_settings(self.ctx.settings.jobs.fetch_allow_networks),
         )
         return executor, run
@@ -625,6 +625,21 @@ class ProviderJobs:
         if spec.max_minutes is not None:
             limits = dataclasses.replace(limits, timeout_s=max(60.0, spec.max_minutes * 60))
         return limits
+
+    def _spec_gpus(
+        self, job: api.JobInfo, cards: tuple[api.GpuInfo, ...]
+    ) -> tuple[api.GpuInfo, ...]:
+        """A job under a provider-defined spec sees as many GPUs as the spec sells (those its
+        custom resource regroups, when it names one), never every onboarded card."""
+        resource = self._resource_of(job)
+        if resource is None or not cards or resource.gpus <= 0:
+            return cards
+        if resource.gpu_resource is not None:
+            book = self._resources.load()
+            custom = next((c for c in book.customs if c.name == resource.gpu_resource), None)
+            if custom is not None and custom.from_gpus is not None:
+                cards = tuple(c for c in cards if c.index in set(custom.from_gpus))
+        return cards[: resource.gpus]
 
     def _resource_of(self, job: api.JobInfo) -> api.ResourceSpec | None:
         """The provider-defined spec the job was quoted under (None: a default tier spec)."""
