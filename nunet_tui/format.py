@@ -207,17 +207,6 @@ def span(low: float, high: float) -> str:
     return thousands(low) if low == high else f"{thousands(low)}{DASH}{thousands(high)}"
 
 
-def ntx_amount(value: float) -> str:
-    """An estimated NTX amount with the digits that matter: ``0.017``, ``1.25``, ``12.5``."""
-    if value == 0:
-        return "0"
-    if value < 0.1:
-        return f"{value:.3f}"
-    if value < 10:
-        return f"{value:.2f}"
-    return f"{value:,.1f}"
-
-
 def problem_lines(messages: Sequence[str]) -> Content:
     """A form field's problems, one ``✗`` line each, shown literally."""
     return Content("\n").join(

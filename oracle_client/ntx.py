@@ -60,6 +60,11 @@ def format_rate(units_per_hour: int) -> str:
     return f"{digits(units_per_hour)} NTX/h"
 
 
+def units_of(ntx: float) -> int:
+    """An older float figure (``quoted_ntx``, ``cost_ntx``) in base units, to the nearest one."""
+    return round(ntx * UNITS_PER_NTX)
+
+
 def json_key(kind: Kind) -> str:
     """``locked`` -> ``locked_units``: the key every ``--json`` output gives the figure."""
     return f"{kind}_units"

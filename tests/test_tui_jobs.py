@@ -157,7 +157,7 @@ async def test_submit_iris_follow_it_and_view_its_results(
         assert any("confusion matrix" in line for line in log_lines(detail))
         assert "completed" in text_of(detail, "#job-timeline")
         facts = detail.query_one("#job-facts", KeyTable).plain_text()
-        assert "Metering" in facts and "MTicks" in facts and "cost" in facts
+        assert "Metering" in facts and "MTicks" in facts and "NTX metered" in facts
         # The consumer fetches and verifies the archive on its own; then o unpacks it.
         await until(pilot, lambda: detail.job is not None and bool(detail.job.results_dir))
         await pilot.press("o")
@@ -407,6 +407,7 @@ def test_log_line_of_the_system_stream_is_marked() -> None:
 def test_job_detail_names_where_a_paid_jobs_money_is() -> None:
     from engine.api import EscrowInfo
     from nunet_tui.screens.job_detail import _escrow_fact
+    from nunet_tui.viewmodels.money import escrow_figures, summary
 
     escrow = EscrowInfo(
         job_id="b742d0b1c66f",
@@ -424,5 +425,9 @@ def test_job_detail_names_where_a_paid_jobs_money_is() -> None:
         error="[bold]oracle[/] said \x1b[2J",
     )
     text = _escrow_fact(escrow).plain
-    assert "0.02 NTX" in text and "lock 6fee1b3d…b7b6" in text and "claim 91ac1111…9f00" in text
+    assert "lock 6fee1b3d…b7b6" in text and "settle 91ac1111…9f00" in text
+    # A record from before billing settled all or nothing: the whole lock was paid.
+    assert summary(escrow_figures(escrow)) == (
+        "0.02 NTX locked · 0.02 NTX metered · 0.02 NTX paid · 0 NTX refunded"
+    )
     assert "[bold]oracle[/]" in text and "\x1b" not in text  # literal, and no escapes

@@ -132,7 +132,7 @@ def test_the_block_says_time_against_expected_progress_and_the_last_line() -> No
     rows = _plain(RUNNING, tail, NOW)
     assert rows[0].startswith("Job       b7e1c0de4a91 · cifar-10 resnet · ● running")
     assert "checkpoint 3" in rows[0]
-    assert rows[1].startswith("Consumer  12D3KooW…tq2a · 0.50 NTX quoted (1 NTX/h)")
+    assert rows[1].startswith("Consumer  12D3KooW…tq2a · 0.5 NTX estimate (1 NTX/h)")
     assert rows[2] == "Runs as   pytorch · GPU · Moderate · docker executor"
     assert rows[3].startswith("Time      00:18:20 of 00:30:00") and rows[3].endswith("61%")
     assert rows[4].startswith("Progress  [epoch 37/100] loss 0.820") and rows[4].endswith("37%")
@@ -179,12 +179,12 @@ def test_the_why_column_only_when_a_job_says_why() -> None:
 
 def test_earned_is_metered_once_done_and_quoted_while_running() -> None:
     completed, _failed, _keras, _cancelled, oom = FINISHED
-    assert earned(completed).plain == "0.0012 NTX"
+    assert earned(completed).plain == "0.0012"
     assert earned(oom).plain == DASH  # no metering: nothing claimed
-    assert earned(RUNNING).plain == "≈0.50 NTX"
+    assert earned(RUNNING).plain == "≈0.5"
     # A paid job that completed was paid its escrowed quote, whatever the metering says.
     paid = msgspec.structs.replace(completed, receipt="{}", quoted_ntx=0.25)
-    assert earned(paid).plain == "0.25 NTX"
+    assert earned(paid).plain == "0.25"
 
 
 # --- GPUs beside the log ------------------------------------------------------------------

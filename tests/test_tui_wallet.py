@@ -31,7 +31,8 @@ from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from nunet_tui.screens.rewards import RewardsScreen
 from nunet_tui.screens.wallet import WalletScreen, tilde
 from nunet_tui.screens.wallet_dialogs import ImportScreen, MnemonicScreen, PassphraseScreen
-from nunet_tui.widgets.escrow_view import ntx, short_hash, span, totals
+from nunet_tui.widgets.escrow_view import short_hash, span, totals
+from oracle_client.ntx import digits
 from tests.conftest import MACHINE_TOML, make_home
 from tests.pilot import anyio_backend, on_screen, rows, text_of, until
 from tests.test_snapshots_wallet import ESCROWS, escrow
@@ -79,11 +80,11 @@ def provider_app(engine: Engine) -> NunetApp:
 
 
 def test_amounts_spans_and_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert [ntx(v) for v in (48_000_000, 80_700, 1_240_500_000, 0, 1)] == [
-        "48.00",
+    assert [digits(v) for v in (48_000_000, 80_700, 1_240_500_000, 0, 1)] == [
+        "48",
         "0.0807",
-        "1,240.50",
-        "0.00",
+        "1,240.5",
+        "0",
         "0.000001",
     ]
     assert [span(s) for s in (45, 600, 12_000, 3 * 86_400 + 7_200)] == [
@@ -259,7 +260,7 @@ async def test_rewards_empty_state_tells_what_to_do(provider_engine: Engine) -> 
         rewards: RewardsScreen = await on_screen(pilot, RewardsScreen)
         await until(pilot, lambda: rewards.loaded)
         assert "No paid jobs yet" in text_of(rewards, "#open-note")
-        assert "Earned 0.00 NTX" in text_of(rewards, "#totals")
+        assert "0 NTX paid to you" in text_of(rewards, "#totals")
         await pilot.press("c")
         await until(pilot, lambda: "Nothing to claim" in text_of(rewards, "#status"))
         await pilot.press("v")
@@ -290,8 +291,8 @@ async def test_rewards_follow_escrow_events_and_show_claim_errors(
         running = escrow("5d2e8f10aa07", "provider", "verified", 12_500_000, age_s=0)
         save(provider_engine, running)
         await until(pilot, lambda: open_table.row_count == 1)
-        assert "5d2e8f10aa07" in rows(open_table)[0] and "12.50" in rows(open_table)[0]
-        assert "To claim 12.50 NTX · 1 job" in text_of(rewards, "#totals")
+        assert "5d2e8f10aa07" in rows(open_table)[0] and "12.5" in rows(open_table)[0]
+        assert "12.5 NTX locked to claim · 1 job" in text_of(rewards, "#totals")
         assert "5d2e8f10aa07" in text_of(rewards, "#detail")
 
         # No receipt yet: the engine refuses, and the screen says why under the table.
@@ -309,14 +310,14 @@ async def test_rewards_follow_escrow_events_and_show_claim_errors(
             msgspec.structs.replace(running, state="claimed", claim_tx="c1" * 32, error=""),
         )
         await until(pilot, lambda: done_table.row_count == 1 and not open_table.display)
-        assert "+12.50" in rows(done_table)[0] and "c1c1c1c1…c1c1" in rows(done_table)[0]
-        assert "Earned 12.50 NTX" in text_of(rewards, "#totals")
+        assert "+12.5" in rows(done_table)[0] and "c1c1c1c1…c1c1" in rows(done_table)[0]
+        assert "12.5 NTX paid to you" in text_of(rewards, "#totals")
 
         # The consumer side: f asks for the refund; without a chain it says so.
         save(provider_engine, escrow("7f3a90c1d2e3", "consumer", "locked", 50_000_000, age_s=0))
         await pilot.press("v")
         await until(pilot, lambda: open_table.row_count == 1)
-        assert "Locked 50.00 NTX · 1 job" in text_of(rewards, "#totals")
+        assert "50 NTX locked · 1 job" in text_of(rewards, "#totals")
         await pilot.press("f")
         await until(
             pilot, lambda: "Refund of job 7f3a90c1d2e3 failed" in text_of(rewards, "#status")

@@ -12,6 +12,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
+from nunet_tui.viewmodels.money import job_figures, price_text, summary
 
 if TYPE_CHECKING:
     from engine.jobs.spec import JobSpec
@@ -248,8 +249,10 @@ def _detail(job: api.JobInfo) -> str:
         f"  runs as   {job.spec.framework} · {job.spec.device} · "
         f"{job.spec.tier} tier · {job.executor or '?'} executor",
     ]
-    if job.quoted_ntx is not None:
-        lines.append(f"  price     {job.quoted_ntx:.2f} NTX quoted ({job.price_ntx_hour} NTX/h)")
+    if price := price_text(job):
+        lines.append(f"  price     {price}")
+    if money := summary(job_figures(job)):
+        lines.append(f"  NTX       {money}")
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.exit_code is not None:
@@ -258,7 +261,7 @@ def _detail(job: api.JobInfo) -> str:
         m = job.metering
         lines.append(
             f"  metering  {m.wall_s:.1f} s wall, {m.cpu_s:.1f} s CPU ({m.mticks:.0f} MTicks), "
-            f"{m.ram_mb_s:.0f} MB·s, peak {m.peak_ram_mb:.0f} MB, cost {m.cost_ntx:.4f} NTX"
+            f"{m.ram_mb_s:.0f} MB·s, peak {m.peak_ram_mb:.0f} MB"
         )
     lines.append(f"  log       {job.log_lines} lines (`nunet-tui job logs {job.job_id} -f`)")
     if job.results_sha256:

@@ -12,6 +12,8 @@ from typing import Any
 
 from engine import api
 from engine.client import EngineClient
+from nunet_tui.viewmodels.money import escrow_figures, escrow_totals
+from oracle_client.ntx import format_ntx
 
 # Settling waits for the oracle (with retries) and the chain: well past the default timeout.
 SETTLE_TIMEOUT_S = 120.0
@@ -47,9 +49,11 @@ def to_text(result: Any) -> str | None:
         if not result.escrows:
             return "no paid jobs yet"
         lines = [_row(escrow) for escrow in result.escrows]
+        sums = escrow_totals(result.escrows)
         lines.append(
-            f"earned {result.earned_ntx:g} NTX · spent {result.spent_ntx:g} NTX · "
-            f"locked {result.locked_ntx:g} NTX · refunded {result.refunded_ntx:g} NTX"
+            f"earned {format_ntx(sums.earned, 'paid')} · spent {format_ntx(sums.spent, 'paid')} · "
+            f"{format_ntx(sums.locked + sums.awaiting, 'locked')} · "
+            f"{format_ntx(sums.refunded, 'refunded')}"
         )
         return "\n".join(lines)
     if isinstance(result, api.EscrowInfo):
@@ -68,6 +72,11 @@ def to_text(result: Any) -> str | None:
 
 
 def _row(escrow: api.EscrowInfo) -> str:
-    return f"{escrow.job_id}  {escrow.role:<8}  {escrow.state:<9}  {escrow.ntx:>12.6f} NTX" + (
+    figures = escrow_figures(escrow)
+    money = format_ntx(escrow.amount, "locked")
+    if figures.paid is not None:
+        money += f", {format_ntx(figures.paid, 'paid')}"
+        money += f", {format_ntx(figures.refunded or 0, 'refunded')}"
+    return f"{escrow.job_id}  {escrow.role:<8}  {escrow.state:<9}  {money}" + (
         f"  {escrow.outcome}" if escrow.outcome else ""
     )

@@ -19,6 +19,7 @@ from engine.client import EngineClient
 from engine.errors import EngineError
 from engine.secret_input import read_secret
 from nunet_tui.cli.output import show, show_json
+from oracle_client.ntx import format_ntx
 
 MNEMONIC_WARNING = (
     "Write these words down, in order, on paper, and keep them offline. They are shown this "
@@ -123,8 +124,8 @@ def _balance(args: argparse.Namespace, client: EngineClient) -> None:
         show_json(api.to_builtins(balance))
         return None
     ntx = (
-        f"{balance.ntx:,.6f} NTX"
-        if balance.ntx is not None
+        format_ntx(balance.ntx_units)
+        if balance.ntx_units is not None
         else "NTX unknown (set [payments] ntx_policy_id)"
     )
     show(

@@ -51,6 +51,7 @@ from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
+from nunet_tui.viewmodels.money import job_figures, price_text, settle_tx, summary
 from nunet_tui.widgets import escrow_view, job_ports
 from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
@@ -60,7 +61,6 @@ from nunet_tui.widgets.job_state import (
     hms,
     is_terminal,
     job_name,
-    ntx,
     runs_as,
     state_text,
     timeline,
@@ -298,7 +298,7 @@ class JobDetailScreen(CapabilityScreen):
             parts.append((f" · resumed from checkpoint {job.resumed_from}", "$text-warning"))
         title.update(Content.assemble(*parts))
         self.query_one("#job-timeline", Static).update(timeline(job))
-        facts = _facts(job, self.escrow)
+        facts = _facts(job, self.escrow, now)
         if ports := job_ports.ports_row(job, self.forwards):
             facts.insert(3, ports)
         self.query_one("#job-facts", KeyTable).set_rows(facts)
@@ -504,7 +504,9 @@ def traceback_tail(lines: list[str], limit: int = TAIL_LINES) -> list[str]:
     return [clean_line(line) for line in chosen[-limit:]]
 
 
-def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Content | str]]:
+def _facts(
+    job: JobInfo, escrow: EscrowInfo | None = None, now: float | None = None
+) -> list[tuple[str, Content | str]]:
     rows: list[tuple[str, Content | str]] = []
     if job.role == "consumer":
         rows.append(("Provider", safe(job.provider) or "not chosen yet"))
@@ -513,9 +515,10 @@ def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Co
     rows.append(("Runs as", runs_as(job)))
     script = job.spec.script_url or (job.spec.git.url if job.spec.git else "")
     rows.append(("Script", safe(script)))
-    if job.quoted_ntx is not None:
-        price = f" ({job.price_ntx_hour:g} NTX/h)" if job.price_ntx_hour is not None else ""
-        rows.append(("Price", f"{ntx(job.quoted_ntx)} quoted{price}"))
+    if price := price_text(job):
+        rows.append(("Price", price))
+    if money := summary(job_figures(job, escrow, now)):
+        rows.append(("NTX", money))
     if escrow is not None:
         rows.append(("Escrow", _escrow_fact(escrow)))
     m = job.metering
@@ -524,8 +527,7 @@ def _facts(job: JobInfo, escrow: EscrowInfo | None = None) -> list[tuple[str, Co
             (
                 "Metering",
                 f"{m.wall_s:.1f} s wall · {m.mticks:,.0f} MTicks CPU ({m.cpu_s:.1f} s) · "
-                f"{m.ram_mb_s:,.0f} MB·s RAM (peak {m.peak_ram_mb:,.0f} MB) · "
-                f"cost {ntx(m.cost_ntx)}",
+                f"{m.ram_mb_s:,.0f} MB·s RAM (peak {m.peak_ram_mb:,.0f} MB)",
             )
         )
     if job.state not in FAILED_STATES:
@@ -555,14 +557,13 @@ __all__ = ["JobDetailScreen", "log_text", "traceback_tail"]
 
 
 def _escrow_fact(escrow: EscrowInfo) -> Content:
-    """``✓ paid · 0.02 NTX · lock 6fee1b3d…b7b6 · claim 91ac…``: where the money is."""
+    """``✓ paid · lock 6fee1b3d…b7b6 · settle 91ac…``: where the money is."""
     parts: list[Content | str] = [
         escrow_view.state_text(escrow),
-        f" · {escrow_view.ntx(escrow.amount)} NTX · lock {escrow_view.short_hash(escrow.lock_tx)}",
+        f" · lock {escrow_view.short_hash(escrow.lock_tx)}",
     ]
-    if escrow.claim_tx:
-        verb = "claim" if escrow.reward_type == "withdraw" else "refund"
-        parts.append(f" · {verb} {escrow_view.short_hash(escrow.claim_tx)}")
+    if tx := settle_tx(escrow):
+        parts.append(f" · settle {escrow_view.short_hash(tx)}")
     if escrow.error:
         parts.append(Content.styled(f" · {escrow_view.one_line(escrow.error)}", "$text-warning"))
     return Content.assemble(*parts)

@@ -44,7 +44,7 @@ COLUMNS = (
     ("name", "Name"),
     ("started", "Started"),
     ("duration", "Duration"),
-    ("cost", "Cost"),
+    ("cost", "NTX"),
 )
 # What each column needs (its widest usual cell) and, narrow, which go first: a table wider
 # than the screen hid Cost behind ~40 presses of → at 80x24. The name takes what is left.
@@ -55,7 +55,7 @@ WIDTHS = {
     "peer": 11,
     "started": 10,
     "duration": 8,
-    "cost": 13,
+    "cost": 16,
 }
 NAME_WIDTH = (12, 28)  # at least, at most
 KEPT_FIRST = ("job", "state", "cost", "name", "role", "duration", "peer", "started")
@@ -246,7 +246,7 @@ def job_row(job: JobInfo, now: float, name_width: int = NAME_WIDTH[1]) -> tuple[
         Content(job_name(job, name_width)),
         Content(ago(started, now)),
         Content(hms(duration(job, now))),
-        cost(job),
+        cost(job, unit=False),
     )
 
 

@@ -34,6 +34,7 @@ from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.table_rows import refill
+from oracle_client.ntx import format_ntx, units_of
 
 REFRESH_S = 3.0
 
@@ -144,8 +145,9 @@ class NetworkScreen(CapabilityScreen):
                 (
                     "NTX paid",
                     Content(
-                        f"{totals.ntx_paid:,.2f} to providers · this node "
-                        f"{status.ntx_claimed:,.2f} earned, {status.ntx_paid_out:,.2f} spent"
+                        f"{format_ntx(units_of(totals.ntx_paid))} to providers · this node "
+                        f"earned {format_ntx(units_of(status.ntx_claimed))}, spent "
+                        f"{format_ntx(units_of(status.ntx_paid_out))}"
                     ),
                 ),
             ]

@@ -26,14 +26,15 @@ from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.wallet_dialogs import error_text
+from nunet_tui.viewmodels.money import settle_tx, settlement
 from nunet_tui.widgets.escrow_view import (
     deadline_text,
     detail_rows,
     is_open,
     newest_first,
     note_text,
-    ntx,
     one_line,
+    refunded_cell,
     short_hash,
     signed_amount,
     state_text,
@@ -42,6 +43,7 @@ from nunet_tui.widgets.escrow_view import (
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.table_rows import refill, selected_key
+from oracle_client.ntx import digits, format_ntx
 
 View = Literal["provider", "consumer"]
 Columns = tuple[tuple[str, str], ...]
@@ -50,14 +52,14 @@ OPEN_COLUMNS: dict[View, Columns] = {
     "provider": (
         ("job", "Job"),
         ("state", "State"),
-        ("ntx", "NTX"),
+        ("ntx", "Locked NTX"),
         ("outcome", "Job ended"),
         ("deadline", "Deadline"),
     ),
     "consumer": (
         ("job", "Job"),
         ("state", "State"),
-        ("ntx", "NTX"),
+        ("ntx", "Locked NTX"),
         ("deadline", "Deadline"),
         ("lock", "Lock tx"),
     ),
@@ -66,15 +68,16 @@ DONE_COLUMNS: dict[View, Columns] = {
     "provider": (
         ("job", "Job"),
         ("state", "State"),
-        ("ntx", "NTX"),
-        ("tx", "Claim tx"),
+        ("ntx", "Paid NTX"),
+        ("tx", "Settle tx"),
         ("when", "When"),
     ),
     "consumer": (
         ("job", "Job"),
         ("state", "State"),
-        ("ntx", "NTX"),
-        ("tx", "Claim/refund tx"),
+        ("ntx", "Paid"),
+        ("back", "Refunded"),
+        ("tx", "Settle tx"),
         ("when", "When"),
     ),
 }
@@ -182,7 +185,7 @@ class RewardsScreen(CapabilityScreen):
         open_rows = [e for e in rows if is_open(e)]
         done_rows = [e for e in rows if not is_open(e)]
         self._fill("#open-table", [open_row(e, now, self.view) for e in open_rows], open_rows)
-        self._fill("#done-table", [done_row(e, now) for e in done_rows], done_rows)
+        self._fill("#done-table", [done_row(e, now, self.view) for e in done_rows], done_rows)
         self._show_totals()
 
         open_panel = self.query_one("#open-panel", Vertical)
@@ -263,21 +266,20 @@ class RewardsScreen(CapabilityScreen):
         muted = "$text-muted"
         if self.view == "provider":
             line = Content.assemble(
-                ("Earned ", muted),
-                (f"{ntx(sums.earned)} NTX", "bold $text-success"),
-                ("   To claim ", muted),
-                (f"{ntx(sums.awaiting)} NTX", "bold"),
+                (format_ntx(sums.earned, "paid"), "bold $text-success"),
+                (" to you   ", muted),
+                (format_ntx(sums.awaiting, "locked"), "bold"),
+                (" to claim", muted),
                 (f" · {plural(sums.awaiting_jobs, 'job')}", muted),
             )
         else:
             line = Content.assemble(
-                ("Locked ", muted),
-                (f"{ntx(sums.locked)} NTX", "bold $text-accent"),
+                (format_ntx(sums.locked, "locked"), "bold $text-accent"),
                 (f" · {plural(sums.locked_jobs, 'job')}", muted),
-                ("   Spent ", muted),
-                (f"{ntx(sums.spent)} NTX", "bold"),
-                ("   Refunded ", muted),
-                (f"{ntx(sums.refunded)} NTX", "bold"),
+                ("   ", muted),
+                (format_ntx(sums.spent, "paid"), "bold"),
+                ("   ", muted),
+                (format_ntx(sums.refunded, "refunded"), "bold"),
             )
         self.query_one("#totals", Static).update(line)
 
@@ -412,25 +414,30 @@ def open_row(escrow: EscrowInfo, now: float, view: View) -> tuple[Content, ...]:
         return (
             job,
             state,
-            Content(ntx(escrow.amount)),
+            Content(digits(escrow.amount)),
             outcome,
             deadline_text(escrow, now),
         )
     return (
         job,
         state,
-        Content(ntx(escrow.amount)),
+        Content(digits(escrow.amount)),
         deadline_text(escrow, now),
         Content(short_hash(escrow.lock_tx)),
     )
 
 
-def done_row(escrow: EscrowInfo, now: float) -> tuple[Content, ...]:
-    return (
+def done_row(escrow: EscrowInfo, now: float, view: View = "provider") -> tuple[Content, ...]:
+    cells = [
         Content.styled(safe(escrow.job_id), "bold"),
         state_text(escrow),
         signed_amount(escrow),
-        Content(short_hash(escrow.claim_tx)),
+    ]
+    if view == "consumer":
+        cells.append(refunded_cell(escrow))
+    return (
+        *cells,
+        Content(short_hash(settle_tx(escrow))),
         Content(ago(escrow.updated_at or escrow.created_at, now)),
     )
 
@@ -438,19 +445,23 @@ def done_row(escrow: EscrowInfo, now: float) -> tuple[Content, ...]:
 def settled_text(escrow: EscrowInfo, verb: str) -> Content:
     """What a claim or refund came to: done, on its way, or why it stopped."""
     job = safe(escrow.job_id)
-    amount = f"{ntx(escrow.amount)} NTX"
-    tx = short_hash(escrow.claim_tx, 16, 6)
+    paid, refunded = settlement(escrow)
+    tx = short_hash(settle_tx(escrow), 16, 6)
     if escrow.state == "claimed":
         return Content.assemble(
-            ("✓ Claimed ", "bold $text-success"), f"{amount} for job {job} · tx {tx}"
+            ("✓ Claimed ", "bold $text-success"),
+            f"{format_ntx(paid or 0, 'paid')} for job {job} · tx {tx}",
         )
     if escrow.state == "refunded":
         return Content.assemble(
-            ("↩ Refunded ", "bold $text-warning"), f"{amount} of job {job} · tx {tx}"
+            ("↩ Refunded ", "bold $text-warning"),
+            f"{format_ntx(refunded or 0, 'refunded')} of job {job} · tx {tx}",
         )
     if escrow.state == "paid_out":
         return Content.assemble(
-            ("The provider was paid ", "bold"), f"{amount} for job {job}: nothing to refund"
+            ("The provider was paid ", "bold"),
+            f"{format_ntx(paid or 0, 'paid')} for job {job}"
+            + (f", {format_ntx(refunded, 'refunded')}" if refunded else ": nothing to refund"),
         )
     if escrow.error:
         return Content.assemble(

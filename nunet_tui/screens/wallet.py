@@ -51,7 +51,6 @@ from nunet_tui.screens.wallet_dialogs import (
 from nunet_tui.widgets.escrow_view import (
     ada,
     newest_first,
-    ntx,
     short_hash,
     signed_amount,
     state_text,
@@ -60,6 +59,7 @@ from nunet_tui.widgets.escrow_view import (
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.table_rows import refill
+from oracle_client.ntx import digits
 
 TICK_S = 15.0  # relative times ("5 min ago", "in 3 h") are redrawn this often
 COMPACT_BELOW = 100  # columns: narrower terminals get the short transaction table
@@ -265,9 +265,9 @@ class WalletScreen(CapabilityScreen):
         # Not in the balance, and not gone either: NTX held by the escrow script.
         escrow_parts: list[tuple[str, str]] = []
         if sums.locked:
-            escrow_parts.append((ntx(sums.locked), "locked"))
+            escrow_parts.append((digits(sums.locked), "locked"))
         if sums.awaiting:
-            escrow_parts.append((ntx(sums.awaiting), "to claim"))
+            escrow_parts.append((digits(sums.awaiting), "to claim"))
         if balance is not None:
             panel.border_title = f"Balance · {BACKENDS.get(balance.backend, safe(balance.backend))}"
         else:
@@ -285,7 +285,7 @@ class WalletScreen(CapabilityScreen):
                 ("unknown token: set [payments] ntx_policy_id", "$text-muted"),
             )
         else:
-            ntx_part = Content.assemble((ntx(balance.ntx_units), "bold $text-accent"), " NTX")
+            ntx_part = Content.assemble((digits(balance.ntx_units), "bold $text-accent"), " NTX")
         ada_part = Content.assemble((ada(balance.lovelace), "bold"), " ADA")
         parts: list[Content | str | tuple[str, str]] = [ntx_part]
         if self.compact:  # one line under the wallet: the table below needs the rows

@@ -10,14 +10,14 @@ Rich ``Text``, where the theme's translucent muted colour turns near black.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from textual.content import Content
 
-from engine.api import ESCROW_OPEN_STATES, EscrowInfo
+from engine.api import EscrowInfo
 from nunet_tui.format import DASH, ELLIPSIS, safe
-
-NTX_SCALE = 1_000_000  # base units per NTX (6 decimals)
+from nunet_tui.viewmodels.money import OPEN_STATES, Totals, escrow_figures, is_open, settlement
+from nunet_tui.viewmodels.money import escrow_totals as totals
+from oracle_client.ntx import digits, format_ntx
 
 STATE_STYLES: dict[str, str] = {
     "locking": "dim",
@@ -75,31 +75,13 @@ STATE_HELP: dict[tuple[str, str], str] = {
     "the deadline has passed.",
 }
 
-OPEN_STATES: tuple[str, ...] = (*ESCROW_OPEN_STATES, "undecided")
 CLAIMABLE = ("verified", "receipt", "claiming", "undecided")
 REFUNDABLE = ("locked", "receipt", "refunding", "undecided")
 
 
-def is_open(escrow: EscrowInfo) -> bool:
-    """Money still held by the script (or on its way out): something may still happen."""
-    return escrow.state in OPEN_STATES
-
-
-def ntx(base: int, *, sign: str = "") -> str:
-    """``48.00``, ``0.0807``, ``1,240.50``: two decimals at least, six at most."""
-    whole, frac = divmod(abs(base), NTX_SCALE)
-    digits = f"{frac:06d}".rstrip("0").ljust(2, "0")
-    return f"{sign}{whole:,}.{digits}"
-
-
 def ada(lovelace: int) -> str:
-    """ADA has six decimals too: ``13.50``."""
-    return ntx(lovelace)
-
-
-def ntx_of(value: float | None) -> str:
-    """A balance the engine gave as a float of NTX (display only)."""
-    return DASH if value is None else ntx(round(value * NTX_SCALE))
+    """ADA has six decimals too (lovelace), written the same way: ``13.5``."""
+    return digits(lovelace)
 
 
 def state_text(escrow: EscrowInfo) -> Content:
@@ -121,16 +103,24 @@ def short_hash(tx: str, head: int = 8, tail: int = 4) -> str:
 
 
 def signed_amount(escrow: EscrowInfo) -> Content:
-    """What the escrow means to this wallet: ``+48.00`` earned, minus 48.00 paid, plain while
-    open (nothing has moved to or from us for good yet) or when it came back."""
-    amount = ntx(escrow.amount)
-    if escrow.role == "provider" and escrow.state == "claimed":
-        return Content.styled(f"+{amount}", "bold $text-success")
-    if escrow.role == "consumer" and escrow.state == "paid_out":
-        return Content.styled(f"\u2212{amount}", "$text-error")
-    if escrow.state == "refunded":
-        return Content.styled(amount, "dim")
-    return Content(amount)
+    """What the escrow means to this wallet: ``+48`` paid to us, minus what we paid, plain
+    while open (nothing has moved to or from us for good yet) or when it all came back."""
+    paid, refunded = settlement(escrow)
+    if paid is None:
+        return Content(digits(escrow.amount))
+    if escrow.role == "provider" and paid:
+        return Content.styled(f"+{digits(paid)}", "bold $text-success")
+    if escrow.role == "consumer" and paid:
+        return Content.styled(f"\u2212{digits(paid)}", "$text-error")
+    return Content.styled(digits(refunded or 0), "dim")
+
+
+def refunded_cell(escrow: EscrowInfo) -> Content:
+    """What came back to the consumer (a dash while open)."""
+    _, refunded = settlement(escrow)
+    if refunded is None:
+        return Content.styled(DASH, "dim")
+    return Content.styled(digits(refunded), "$text-warning" if refunded else "dim")
 
 
 def span(seconds: float) -> str:
@@ -192,11 +182,13 @@ def detail_rows(escrow: EscrowInfo, now: float) -> list[tuple[str, Content]]:
             else []
         ),
         (
-            "Amount",
+            "Locked",
             Content.assemble(
-                (f"{ntx(escrow.amount)} NTX", "bold"), (f"  {escrow.amount:,} base units", muted)
+                (format_ntx(escrow.amount, "locked"), "bold"),
+                (f"  {escrow.amount:,} base units", muted),
             ),
         ),
+        *_settled_rows(escrow),
         ("Deadline", deadline_text(escrow, now)),
         ("Job ended", Content(one_line(escrow.outcome)) if escrow.outcome else Content("not yet")),
         ("Oracle", Content(escrow.reward_type or "no decision yet")),
@@ -208,38 +200,15 @@ def detail_rows(escrow: EscrowInfo, now: float) -> list[tuple[str, Content]]:
     return rows
 
 
-@dataclass(frozen=True)
-class Totals:
-    """The sums the screens show; the engine's ``EscrowList`` has the same rules, but events
-    bring one escrow at a time, so the screens add up what they hold."""
-
-    earned: int = 0  # provider: claimed
-    awaiting: int = 0  # provider: still open
-    spent: int = 0  # consumer: paid out to providers
-    locked: int = 0  # consumer: still open
-    refunded: int = 0  # consumer: came back
-    awaiting_jobs: int = 0
-    locked_jobs: int = 0
-
-
-def totals(escrows: Iterable[EscrowInfo]) -> Totals:
-    earned = awaiting = spent = locked = refunded = awaiting_jobs = locked_jobs = 0
-    for e in escrows:
-        if e.role == "provider":
-            if e.state == "claimed":
-                earned += e.amount
-            elif is_open(e):
-                awaiting += e.amount
-                awaiting_jobs += 1
-        else:
-            if e.state == "paid_out":
-                spent += e.amount
-            elif e.state == "refunded":
-                refunded += e.amount
-            elif is_open(e):
-                locked += e.amount
-                locked_jobs += 1
-    return Totals(earned, awaiting, spent, locked, refunded, awaiting_jobs, locked_jobs)
+def _settled_rows(escrow: EscrowInfo) -> list[tuple[str, Content]]:
+    figures = escrow_figures(escrow)
+    rows: list[tuple[str, Content]] = []
+    if figures.metered is not None:
+        rows.append(("Metered", Content(format_ntx(figures.metered, "metered"))))
+    if figures.paid is not None:
+        rows.append(("Paid", Content.styled(format_ntx(figures.paid, "paid"), "bold")))
+        rows.append(("Refunded", Content(format_ntx(figures.refunded or 0, "refunded"))))
+    return rows
 
 
 def newest_first(escrows: Iterable[EscrowInfo]) -> list[EscrowInfo]:
@@ -257,9 +226,8 @@ __all__ = [
     "is_open",
     "newest_first",
     "note_text",
-    "ntx",
-    "ntx_of",
     "one_line",
+    "refunded_cell",
     "short_hash",
     "signed_amount",
     "span",

@@ -10,8 +10,9 @@ from textual.widgets import Static
 
 from engine.jobs.spec import TIERS, JobSpec
 from engine.jobs.tiers import estimate_resource, static_ntx
-from nunet_tui.format import DASH, ntx_amount, span
+from nunet_tui.format import DASH, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
+from oracle_client.ntx import digits, format_ntx, units_of
 
 
 class JobEstimate(Vertical):
@@ -43,7 +44,10 @@ class JobEstimate(Vertical):
         lines = [
             Content.assemble(
                 ("Static estimate  ", "bold"),
-                (f"{ntx_amount(low)}{DASH}{ntx_amount(high)} NTX", "bold $text-accent"),
+                (
+                    f"{digits(units_of(low))}{DASH}{format_ntx(units_of(high))}",
+                    "bold $text-accent",
+                ),
                 f" for {minutes:g} min",
             ),
             Content.assemble(
@@ -52,7 +56,7 @@ class JobEstimate(Vertical):
             ),
         ]
         if spec.budget_ntx is not None and spec.budget_ntx < low:
-            below = f"budget {spec.budget_ntx:g} NTX is below it"
+            below = f"budget {format_ntx(units_of(spec.budget_ntx))} is below it"
             lines.append(Content.styled(below, "$text-error"))
         self.query_one("#estimate-text", Static).update(Content("\n").join(lines))
         self.query_one("#tier-table", Static).update(tier_table(spec.device, spec.tier))
@@ -70,7 +74,7 @@ def tier_table(device: str, selected: str) -> Content:
             f"{TIER_LABELS[tier]:<9}{span(res.min_cores, res.max_cores):<6}"
             f"{span(res.min_ram_mb / 1024, res.max_ram_mb / 1024):<8}"
             + (f"{span(res.min_vram_mb / 1024, res.max_vram_mb / 1024):<9}" if gpu else "")
-            + f"{ntx_amount(low)}{DASH}{ntx_amount(high)}"
+            + f"{digits(units_of(low))}{DASH}{digits(units_of(high))}"
         )
         rows.append(
             Content.styled(("▸ " if tier == selected else "  ") + line, "bold $text-accent")

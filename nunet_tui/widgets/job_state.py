@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from engine.api import TERMINAL_STATES, JobInfo
+from engine.api import TERMINAL_STATES, EscrowInfo, JobInfo
 from nunet_tui.format import DASH, safe, short_peer_id
+from nunet_tui.viewmodels.money import job_figures
+from oracle_client.ntx import digits, format_ntx
 
 STATE_STYLES: dict[str, str] = {
     "pending": "$text-muted",
@@ -97,22 +99,21 @@ def duration(job: JobInfo, now: float) -> float | None:
     return max(end - job.started_at, 0.0)
 
 
-def ntx(value: float | None) -> str:
-    if value is None:
-        return DASH
-    if value == 0:
-        return "0 NTX"
-    if abs(value) < 0.01:
-        return f"{value:.4f} NTX"
-    return f"{value:,.2f} NTX"
+def cost(job: JobInfo, escrow: EscrowInfo | None = None, *, unit: bool = True) -> Content:
+    """What the job cost, saying which figure it is: ``0.02 NTX paid`` once settled,
+    ``metered`` once it ran, else ``≈0.05 NTX estimate`` (italic). ``unit`` False: without
+    "NTX", for a column whose title says it."""
 
+    def text(units: int, what: str) -> str:
+        return format_ntx(units, what) if unit else f"{digits(units)} {what}"
 
-def cost(job: JobInfo) -> Content:
-    """What the job cost (metered), else what was quoted (muted, with ``≈``)."""
-    if job.metering is not None and (job.metering.cost_ntx or is_terminal(job)):
-        return Content(ntx(job.metering.cost_ntx))
-    if job.quoted_ntx is not None:
-        return Content.styled(f"≈{ntx(job.quoted_ntx)}", "italic")  # quoted, not metered
+    figures = job_figures(job, escrow)
+    if figures.paid is not None:
+        return Content(text(figures.paid, "paid"))
+    if figures.metered is not None and (is_terminal(job) or figures.metered):
+        return Content(text(figures.metered, "metered"))
+    if figures.estimate is not None:
+        return Content.styled(f"≈{text(figures.estimate, 'estimate')}", "italic")
     return Content.styled(DASH, "$text-muted")
 
 

@@ -21,12 +21,12 @@ from nunet_tui.format import (
     DASH,
     TIMES,
     latency,
-    ntx_amount,
     plural,
     safe,
     short_peer_id,
     thousands,
 )
+from oracle_client.ntx import format_ntx, format_rate, units_of
 
 
 class ProviderMatch(Vertical):
@@ -77,8 +77,8 @@ class ProviderMatch(Vertical):
                         "  ",
                         _offer(peer),
                         f"  {latency(candidate.latency_ms)}  ",
-                        (f"{ntx_amount(candidate.cost_ntx)} NTX", "bold"),
-                        (f" ({candidate.price_ntx_hour:g}/h)", "$text-muted"),
+                        (format_ntx(units_of(candidate.cost_ntx), "estimate"), "bold"),
+                        (f" ({format_rate(units_of(candidate.price_ntx_hour))})", "$text-muted"),
                         ("  ← picked" if peer.peer_id == chosen else "", "bold $text-accent"),
                         ("  best" if rank == 0 and not chosen else "", "$text-success"),
                     ),

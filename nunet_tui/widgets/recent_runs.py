@@ -23,16 +23,17 @@ from textual.widgets.option_list import Option
 from engine.api import JobInfo
 from nunet_tui.format import DASH, safe
 from nunet_tui.messages import OpenJob
+from nunet_tui.viewmodels.money import job_figures
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
     duration,
     hms,
     is_terminal,
     job_name,
-    ntx,
     peer_short,
     state_text,
 )
+from oracle_client.ntx import digits
 
 RECENT = 5  # rows: the same height as one running job's block beside it
 # Fixed columns: id, consumer, outcome, ran, earned; and the two spaces between columns.
@@ -62,16 +63,13 @@ def why(job: JobInfo) -> Content:
 
 
 def earned(job: JobInfo) -> Content:
-    """What the job paid this machine: metered when done, ``≈`` the quote while it runs.
-
-    A paid job that completed (its receipt is signed) pays the escrowed quote, not the
-    metered cost."""
-    if job.receipt and job.quoted_ntx is not None and job.state == "completed":
-        return Content(ntx(job.quoted_ntx))
-    if job.metering is not None and is_terminal(job):
-        return Content(ntx(job.metering.cost_ntx))
-    if not is_terminal(job) and job.quoted_ntx is not None:
-        return Content.styled(f"≈{ntx(job.quoted_ntx)}", "italic $text-muted")
+    """What the job paid this machine: paid once settled, metered once ended, ``≈`` the
+    estimate while it runs (the number only: the column says what it is)."""
+    figures = job_figures(job)
+    if figures.metered is not None and is_terminal(job):
+        return Content(digits(figures.metered))
+    if not is_terminal(job) and figures.estimate is not None:
+        return Content.styled(f"≈{digits(figures.estimate)}", "italic $text-muted")
     return Content.styled(DASH, "$text-muted")
 
 

@@ -26,8 +26,10 @@ from textual.widget import Widget
 
 from engine.api import JobInfo, JobLogLine
 from nunet_tui.format import meter_bar, short_peer_id
-from nunet_tui.widgets.job_state import duration, hms, job_name, ntx, runs_as, state_text
+from nunet_tui.viewmodels.money import job_figures, price_text
+from nunet_tui.widgets.job_state import duration, hms, job_name, runs_as, state_text
 from nunet_tui.widgets.progress import Progress, progress_of, visible_text
+from oracle_client.ntx import format_ntx
 
 SHOWN = 3  # running jobs drawn in full; a provider with more slots sees "+N more"
 LABEL_W = 10  # "Progress" and two spaces
@@ -99,9 +101,21 @@ def job_block(job: JobInfo, tail: LogTail | None, now: float, width: int) -> lis
         (f" · checkpoint {job.checkpoint}" if job.checkpoint else "", "$text-muted"),
         (f" · resumed from {job.resumed_from}" if job.resumed_from else "", "$text-warning"),
     )
-    price = f" ({job.price_ntx_hour:g} NTX/h)" if job.price_ntx_hour is not None else ""
+    figures = job_figures(job, now=now)
+    money = [
+        format_ntx(units, what)
+        for units, what in ((figures.locked, "locked"), (figures.metered, "metered"))
+        if units is not None
+    ]
+    if not money and figures.estimate is not None:
+        money.append(format_ntx(figures.estimate, "estimate"))
+    price = price_text(job)
     consumer = Content.assemble(
-        short_peer_id(job.consumer), (f" · {ntx(job.quoted_ntx)} quoted{price}", "$text-muted")
+        short_peer_id(job.consumer),
+        (
+            "".join(f" · {part}" for part in money) + (f" ({price})" if price else ""),
+            "$text-muted",
+        ),
     )
     lines = [
         _row("Job", head, width),

@@ -1,0 +1,278 @@
+"""The figures of a paid job, worked out once: every screen and CLI line reads them here.
+
+A job's money is five figures, each of one kind (oracle_client/ntx.py ``KINDS``): the
+``estimate`` (price x expected time), what is ``locked`` in escrow (price x maximum time),
+what was ``metered`` (price x machine time, at least the spec's minimum charge, at most the
+lock), and, once settled, what was ``paid`` to the provider and ``refunded`` to the consumer.
+
+Where they come from, best first: the escrow record (the provider's signed machine time and
+the settlement on the chain: ``metered_units``, ``paid_units``, ``refunded_units``,
+``settle_tx``), then the job's own billing fields (``estimate_units``, ``lock_units``, and the
+metered charge worked out with ``oracle_client.billing.charge`` from its start and end), then
+the older float figures (``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
+Escrow records older than billing settled all or nothing: a claim paid the whole lock, a
+refund returned it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.api import ESCROW_OPEN_STATES, TERMINAL_STATES, EscrowInfo, JobInfo
+from engine.safe_text import safe
+from oracle_client import billing
+from oracle_client.ntx import format_ntx, format_rate, units_of
+
+OPEN_STATES: tuple[str, ...] = (*ESCROW_OPEN_STATES, "undecided")
+# Escrow states after which nothing more moves: the settlement is what the chain did.
+PAID_STATES = ("claimed", "paid_out")
+SETTLED_STATES = ("claimed", "paid_out", "refunded")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One job's money in base units (None: not known, shown as a dash)."""
+
+    estimate: int | None = None
+    locked: int | None = None
+    metered: int | None = None
+    paid: int | None = None
+    refunded: int | None = None
+    spec: str = ""
+    price_units_hour: int | None = None
+    min_charge_units: int = 0
+    machine_ms: int | None = None
+    lock_tx: str = ""
+    settle_tx: str = ""
+
+    @property
+    def settled(self) -> bool:
+        return self.paid is not None
+
+
+def machine_ms(job: JobInfo, now: float | None = None) -> int | None:
+    """The job's machine time: one subtask, one replica, from its start to its end (or
+    ``now`` while it runs); None before it started."""
+    if job.started_at is None:
+        return None
+    end = job.finished_at
+    if end is None:
+        end = now if now is not None and job.state not in TERMINAL_STATES else job.updated_at
+    if end is None:
+        return None
+    return max(int(end * 1000) - int(job.started_at * 1000), 0)
+
+
+def metered_charge(job: JobInfo, elapsed_ms: int | None) -> int | None:
+    """``billing.charge`` of the job's own price, minimum charge and lock (the cap)."""
+    if job.price_units_hour is None or elapsed_ms is None:
+        return None
+    cap = job.lock_units if job.lock_units is not None else job.estimate_units
+    if cap is None:
+        return None
+    return billing.charge(
+        job.price_units_hour, elapsed_ms, min_charge=job.min_charge_units, cap=cap
+    )
+
+
+def _int_field(escrow: EscrowInfo, name: str) -> int | None:
+    # The escrow records gain these fields with issue 12 (engine/payments): read with a
+    # default so an older record (or an engine without them yet) still shows.
+    value = getattr(escrow, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def settlement(escrow: EscrowInfo) -> tuple[int | None, int | None]:
+    """(paid to the provider, refunded to the consumer) once the escrow settled; else Nones."""
+    paid = _int_field(escrow, "paid_units")
+    refunded = _int_field(escrow, "refunded_units")
+    new_tx = getattr(escrow, "settle_tx", "")
+    if escrow.state not in SETTLED_STATES and not (isinstance(new_tx, str) and new_tx):
+        return None, None
+    if not paid and not refunded:
+        # An all-or-nothing record: a claim paid the lock, a refund gave it back.
+        whole = escrow.amount
+        return (whole, 0) if escrow.state in PAID_STATES else (0, whole)
+    paid = paid or 0
+    return paid, refunded if refunded is not None else max(escrow.amount - paid, 0)
+
+
+def settle_tx(escrow: EscrowInfo) -> str:
+    tx = getattr(escrow, "settle_tx", "")
+    return tx if isinstance(tx, str) and tx else escrow.claim_tx
+
+
+def escrow_figures(escrow: EscrowInfo) -> Figures:
+    """What an escrow record alone says (the rewards, wallet and account lists)."""
+    paid, refunded = settlement(escrow)
+    metered = _int_field(escrow, "metered_units")
+    if metered is None and paid is not None:
+        metered = paid
+    return Figures(
+        locked=escrow.amount,
+        metered=metered,
+        paid=paid,
+        refunded=refunded,
+        spec=str(getattr(escrow, "spec", "") or ""),
+        machine_ms=_int_field(escrow, "machine_ms"),
+        lock_tx=escrow.lock_tx,
+        settle_tx=settle_tx(escrow),
+    )
+
+
+def job_figures(
+    job: JobInfo, escrow: EscrowInfo | None = None, now: float | None = None
+) -> Figures:
+    """Every figure of ``job`` (its escrow's, where it has one: those are what the chain did)."""
+    elapsed = machine_ms(job, now)
+    estimate = job.estimate_units
+    if estimate is None and job.quoted_ntx is not None:
+        estimate = units_of(job.quoted_ntx)
+    locked = job.lock_units
+    metered = metered_charge(job, elapsed)
+    if metered is None and job.state in TERMINAL_STATES:
+        # A job from before billing: a paid one that completed was charged its whole quote,
+        # an unpaid one its metered cost.
+        if job.receipt and job.state == "completed" and estimate is not None:
+            metered = estimate
+        elif job.metering is not None:
+            metered = units_of(job.metering.cost_ntx)
+    if escrow is None:
+        return Figures(
+            estimate=estimate,
+            locked=locked,
+            metered=metered,
+            spec=job.resource_spec,
+            price_units_hour=job.price_units_hour,
+            min_charge_units=job.min_charge_units,
+            machine_ms=elapsed,
+        )
+    own = escrow_figures(escrow)
+    return Figures(
+        estimate=estimate,
+        locked=escrow.amount,
+        metered=own.metered if own.metered is not None else metered,
+        paid=own.paid,
+        refunded=own.refunded,
+        spec=job.resource_spec or own.spec,
+        price_units_hour=job.price_units_hour,
+        min_charge_units=job.min_charge_units,
+        machine_ms=own.machine_ms if own.machine_ms is not None else elapsed,
+        lock_tx=own.lock_tx,
+        settle_tx=own.settle_tx,
+    )
+
+
+def cancel_split(job: JobInfo, escrow: EscrowInfo | None, now: float) -> tuple[int, int] | None:
+    """What cancelling ``job`` now pays the provider and refunds (None: not a metered job).
+
+    A job that never started pays nothing; one that runs pays its machine time so far."""
+    lock = escrow.amount if escrow is not None else job.lock_units
+    if lock is None or job.price_units_hour is None:
+        return None
+    if job.started_at is None:
+        return 0, lock
+    elapsed = max(int(now * 1000) - int(job.started_at * 1000), 0)
+    pay = billing.charge(job.price_units_hour, elapsed, min_charge=job.min_charge_units, cap=lock)
+    return pay, lock - pay
+
+
+def amount(units: int | None, what: str | None = None) -> str:
+    """``1.5 NTX paid``; a dash when the figure is not known."""
+    return "—" if units is None else format_ntx(units, what)
+
+
+def machine_time(ms: int | None) -> str:
+    """``12 min 30 s`` of machine time; ``1 h 02 min``; a dash when unknown."""
+    if ms is None:
+        return "—"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{ms / 1000:.1f} s" if ms < 10_000 else f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def summary(figures: Figures) -> str:
+    """``0.5 NTX estimate · 1 NTX locked · 0.25 NTX metered · 0.25 NTX paid · 0.75 NTX
+    refunded · machine time 6 min 15 s``: each figure known, saying what it is."""
+    parts = [
+        format_ntx(units, what)
+        for units, what in (
+            (figures.estimate, "estimate"),
+            (figures.locked, "locked"),
+            (figures.metered, "metered"),
+            (figures.paid, "paid"),
+            (figures.refunded, "refunded"),
+        )
+        if units is not None
+    ]
+    if figures.machine_ms is not None and parts:
+        parts.append(f"machine time {machine_time(figures.machine_ms)}")
+    return " · ".join(parts)
+
+
+def totals(figures: Iterable[Figures]) -> dict[str, int]:
+    """Sums of each kind over ``figures`` (unknown figures count as nothing)."""
+    sums = {"estimate": 0, "locked": 0, "metered": 0, "paid": 0, "refunded": 0}
+    for f in figures:
+        for kind in sums:
+            sums[kind] += getattr(f, kind) or 0
+    return sums
+
+
+def is_open(escrow: EscrowInfo) -> bool:
+    """Money still held by the script (or on its way out): something may still happen."""
+    return escrow.state in OPEN_STATES
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The sums the screens show; the engine's ``EscrowList`` has the same rules, but events
+    bring one escrow at a time, so the screens add up what they hold."""
+
+    earned: int = 0  # provider: claimed
+    awaiting: int = 0  # provider: still open
+    spent: int = 0  # consumer: paid out to providers
+    locked: int = 0  # consumer: still open
+    refunded: int = 0  # consumer: came back
+    awaiting_jobs: int = 0
+    locked_jobs: int = 0
+
+
+def escrow_totals(escrows: Iterable[EscrowInfo]) -> Totals:
+    """Provider: paid to us (earned) and still open; consumer: paid to providers (spent),
+    refunded and still locked. A settlement that split the lock counts on both sides."""
+    earned = awaiting = spent = locked = refunded = awaiting_jobs = locked_jobs = 0
+    for e in escrows:
+        paid, back = settlement(e)
+        if paid is None:
+            if is_open(e):
+                if e.role == "provider":
+                    awaiting += e.amount
+                    awaiting_jobs += 1
+                else:
+                    locked += e.amount
+                    locked_jobs += 1
+            continue
+        if e.role == "provider":
+            earned += paid
+        else:
+            spent += paid
+            refunded += back or 0
+    return Totals(earned, awaiting, spent, locked, refunded, awaiting_jobs, locked_jobs)
+
+
+def price_text(job: JobInfo) -> str:
+    """``2.4 NTX/h · spec gpu-large`` (or the older float price); empty when unknown."""
+    if job.price_units_hour is not None:
+        text = format_rate(job.price_units_hour)
+    elif job.price_ntx_hour is not None:
+        text = format_rate(units_of(job.price_ntx_hour))
+    else:
+        return ""
+    return f"{text} · spec {safe(job.resource_spec)}" if job.resource_spec else text
