@@ -29,6 +29,7 @@ def _run(consumer: Daemon, job_file: Path, url: str, spec: str) -> dict[str, Any
     return shown
 
 
+@pytest.mark.timeout(300)  # two daemons and real jobs, on a machine that may be busy
 def test_two_specs_quote_and_bill_at_their_own_prices(
     daemons: Callable[..., Daemon], scripts: str, tmp_path: Path
 ) -> None:

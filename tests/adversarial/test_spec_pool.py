@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
 from tests.daemons import Daemon, wait_for
@@ -35,6 +37,7 @@ def _offer(peer: HostilePeer, provider: str, job_id: str, spec: dict[str, Any], 
     return open_job(frames[0])
 
 
+@pytest.mark.timeout(300)  # two daemons and real jobs, on a machine that may be busy
 def test_a_pool_spec_is_refused_to_an_outsider_and_sold_to_a_member(
     daemons: Callable[..., Daemon],
     hostile: Callable[..., HostilePeer],
