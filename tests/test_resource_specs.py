@@ -12,8 +12,10 @@ from nacl.signing import SigningKey
 
 from engine import api
 from engine.errors import EngineError
+from engine.facade import Engine
 from engine.identity import Identity
 from engine.resources import specs as rs
+from tests.conftest import TEST_ADDRESS
 
 CAPACITY = api.Capacity(
     view="onboarded",
@@ -193,3 +195,30 @@ def test_a_bad_file_is_a_clear_error_and_is_never_written_over(tmp_path: Path) -
     with pytest.raises(EngineError) as info:
         rs.ResourceFile(path).load()
     assert "no pool named 'ghost'" in info.value.message
+
+
+def test_the_engine_room_checks_saves_and_announces(engine_client: Engine) -> None:
+    """Through the facade, as the TUI calls it: CheckSpec as you type, SpecAdd saving and
+    announcing the new listing, a removal that would orphan a spec refused."""
+    events: list[api.Event] = []
+    engine_client.subscribe(events.append)
+    engine_client.call_blocking(
+        api.OnboardRequest(memory_mb=8000, cpu_mhz=4000, address=TEST_ADDRESS)
+    )
+    check = engine_client.call_blocking(api.CheckSpec(spec=spec(cpu_cores=9)))
+    assert not check.ok and [p.field for p in check.problems] == ["cpu_cores"]
+    engine_client.call_blocking(api.PoolAdd(pool=api.Pool(name="lab", members=(peer(1),))))
+    listing = engine_client.call_blocking(api.SpecAdd(spec=spec(pool="lab")))
+    assert listing.defaults is False and listing.specs == (spec(pool="lab"),)
+    assert listing.onboarded.cpu_cores == 2 and listing.system.cpu_cores == 2
+    with pytest.raises(EngineError) as info:
+        engine_client.call_blocking(api.PoolRemove(name="lab"))
+    assert info.value.code == "in_use"
+    with pytest.raises(EngineError) as info:
+        engine_client.call_blocking(api.SpecAdd(spec=spec()))
+    assert info.value.problems[0].field == "name"  # one problem per field, for the form
+    changed = [e for e in events if isinstance(e, api.ResourcesChanged)]
+    assert [(e.resources.defaults, len(e.resources.specs)) for e in changed] == [
+        (True, 3),
+        (False, 1),
+    ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from engine.api.base import Command, Record
+from engine.api.base import Command, Event, Record
 from engine.api.node import Capacity, Validation
 
 DEFAULT_POOL = "default"  # open to everyone; never defined, never removed
@@ -132,3 +132,9 @@ class GroupAdd(Command, tag="group_add", frozen=True):
 class GroupRemove(Command, tag="group_remove", frozen=True):
     reply = Resources
     name: str
+
+
+class ResourcesChanged(Event, tag="resources_changed", frozen=True):
+    """What the provider sells changed (any of the commands above): the new listing."""
+
+    resources: Resources

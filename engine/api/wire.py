@@ -15,6 +15,7 @@ from engine.api.jobs import JobChanged, JobLogEvent
 from engine.api.network import ChatMessageEvent, ChatRequestEvent, NetworkChanged, PeerChanged
 from engine.api.node import DaemonConnection, EngineStopping, ModeChanged, OnboardingChanged
 from engine.api.payments import EscrowChanged
+from engine.api.resources import ResourcesChanged
 
 # The commands' union is derived from the registry of rooms: engine/commands.py AnyCommand
 # (the socket decodes it; a second list kept here drifted from the node's dispatch before).
@@ -32,6 +33,7 @@ AnyEvent = (
     | ChatMessageEvent
     | ChatRequestEvent
     | NetworkChanged
+    | ResourcesChanged
 )
 
 

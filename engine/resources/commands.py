@@ -4,6 +4,7 @@ and the TUI use too), saved atomically, and then re-advertised (``changed``)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -66,7 +67,9 @@ class ResourceRoom:
     def _save(self, book: rs.ResourceBook) -> api.Resources:
         self.file.save(book)
         self._changed()
-        return self.listing(book)
+        listing = self.listing(book)
+        self.ctx.emit(api.ResourcesChanged(at=time.time(), resources=listing))
+        return listing
 
     async def _list(self, command: api.ResourceList) -> api.Resources:
         return self.listing()
