@@ -160,6 +160,12 @@ def test_a_tier_maps_to_the_cheapest_spec_that_fits_it() -> None:
     assert judge(Needs.of(job(resource_spec="small")), res).resource == SMALL
     missing = judge(Needs.of(job(resource_spec="nope")), res)
     assert missing.reason == "has no resource spec named 'nope' (sells small, big)"
+    tiers = resources(specs=(), pools=(), prices={"low": 1.0, "moderate": 2.5})
+    assert judge(Needs.of(job(resource_spec="low")), tiers).resource is not None
+    assert judge(Needs.of(job(resource_spec="moderate")), tiers).reason == (
+        "has no resource spec named 'moderate': it sells NuNet's tiers, "
+        "and a low job runs under the low one"
+    )
 
 
 def test_estimate_and_lock_are_the_price_for_the_expected_and_the_maximum_time() -> None:

@@ -181,7 +181,12 @@ def choose_spec(
         tier = _tier_spec(res, spec.tier)
         offers: tuple[SpecOffer, ...] = (SpecOffer(tier),) if tier is not None else ()
         if spec.resource_spec is not None and spec.resource_spec != spec.tier.lower():
-            return None, f"has no resource spec named {spec.resource_spec!r}", offers
+            return (
+                None,
+                f"has no resource spec named {spec.resource_spec!r}: it sells NuNet's tiers, "
+                f"and a {spec.tier} job runs under the {spec.tier} one",
+                offers,
+            )
         if tier is None:
             return None, f"offers no price for the {spec.tier} tier", offers
         return tier, "", offers
