@@ -68,8 +68,8 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
                 0,
                 0,
                 (
-                    f"quoted {quote.lock_units} base units locked, {quote.estimate_units} estimated: "
-                    f"its price for this job's times is {lock} and {estimate}"
+                    f"quoted {quote.lock_units} base units locked, {quote.estimate_units} "
+                    f"estimated: its price for this job's times is {lock} and {estimate}"
                 ),
             )
         if abs(quote.total_ntx - units_to_ntx(lock)) > 1e-9:
