@@ -261,7 +261,12 @@ class Node:
         if not self.payments_enabled:
             return 0
         listing = self._escrows().listing()
-        return sum(e.amount for e in listing.escrows if e.state == "claimed")
+        # A split pays the provider its part (paid_units); older rows were all or nothing.
+        return sum(
+            e.amount if e.paid_units is None else e.paid_units
+            for e in listing.escrows
+            if e.state == "claimed"
+        )
 
     def escrow_list(self) -> tuple[api.EscrowInfo, ...]:
         """MetricsSource: the escrow book (empty when payments are off)."""

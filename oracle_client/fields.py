@@ -39,6 +39,8 @@ AddressText = Annotated[str, Meta(min_length=10, max_length=120)]
 # NTX base units (6 decimals). The upper bound is NTX's total supply in base units, so no
 # quote, datum or receipt can ever name an amount that cannot exist.
 Amount = Annotated[int, Meta(ge=1, le=1_000_000_000 * 1_000_000)]
+# The same bound, but 0 allowed: a price, a minimum charge, or one party's share of a split.
+Units = Annotated[int, Meta(ge=0, le=1_000_000_000 * 1_000_000)]
 # POSIX milliseconds, as in the datum's deadline; bounded to years 2001..2286.
 PosixMs = Annotated[int, Meta(ge=1_000_000_000_000, le=9_999_999_999_999)]
 Seconds = Annotated[float, Meta(ge=0.0, le=10_000_000.0)]
@@ -46,4 +48,9 @@ MemoryMb = Annotated[float, Meta(ge=0.0, le=100_000_000.0)]
 Reason = Annotated[str, Meta(max_length=1000)]
 
 Network = Literal["testnet", "mainnet"]
-RewardType = Literal["withdraw", "refund"]
+# withdraw: everything to the provider (the older Claim path, no longer signed by the oracle);
+# refund: everything back to the consumer; distribute: the receipt's charge to the provider
+# and the rest of the lock back to the consumer, in one tx (issue 12).
+RewardType = Literal["withdraw", "refund", "distribute"]
+# A short label (a resource spec's name).
+ShortText = Annotated[str, Meta(max_length=64)]

@@ -50,6 +50,7 @@ from oracle_client.fields import (
     RewardType,
     SignatureHex,
     TxHashHex,
+    Units,
     UtxoRef,
 )
 from oracle_client.peerid import PeerIdError, public_key_from_peer_id
@@ -235,17 +236,47 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
     """The oracle's one decision for a job: a signature the beneficiary spends the lock with."""
 
     job_id: JobId
-    reward_type: RewardType  # withdraw: the provider claims; refund: the consumer takes it back
-    beneficiary_pkh: KeyHashHex
-    amount: Amount
+    # distribute: the provider gets provider_amount, the consumer the rest, in one tx;
+    # refund: the consumer takes it all back; withdraw (older oracles): the provider claims.
+    reward_type: RewardType
+    beneficiary_pkh: KeyHashHex  # distribute: the provider's
+    amount: Amount  # the whole lock
     oracle_key: PublicKeyHex
-    # contract.datum.oracle_message(reward_type, job_id, beneficiary_pkh, amount, escrow_utxo)
+    # withdraw/refund: contract.datum.oracle_message(reward_type, job_id, beneficiary_pkh,
+    # amount, escrow_utxo); distribute: distribute_message(job_id, beneficiary_pkh,
+    # provider_amount, consumer_pkh, consumer_amount, escrow_utxo)
     oracle_message: MessageHex
     signature: SignatureHex
     decided_at: PosixMs
     # The escrow output ("txhash#index") the signature releases, and no other: the escrow
     # script checks that the signed message names the output it spends.
     escrow_utxo: UtxoRef
+    provider_amount: Units = 0  # distribute only
+    consumer_amount: Units = 0  # distribute only
+    consumer_pkh: KeyHashHex | None = None  # distribute only
+    # distribute only, not signed: where each share goes (the submitter builds both outputs;
+    # the script checks only the payment key hashes, which the signature names).
+    provider_address: AddressText | None = None
+    consumer_address: AddressText | None = None
+
+    def __post_init__(self) -> None:
+        if self.reward_type == "distribute":
+            if self.consumer_pkh is None:
+                raise ValueError("a distribute grant names the consumer's key hash")
+            if self.provider_amount + self.consumer_amount != self.amount:
+                raise ValueError(
+                    f"a distribute grant's shares ({self.provider_amount} + "
+                    f"{self.consumer_amount}) must make up the lock ({self.amount})"
+                )
+
+    @property
+    def shares(self) -> tuple[int, int]:
+        """(provider's, consumer's) base units of the lock."""
+        if self.reward_type == "distribute":
+            return self.provider_amount, self.consumer_amount
+        if self.reward_type == "withdraw":
+            return self.amount, 0
+        return 0, self.amount
 
     def verify_signature(self) -> None:
         try:
@@ -259,15 +290,26 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
         """Raise ValueError unless the signed message is exactly the release these fields
         describe (kind, job, beneficiary, amount, escrow output) and its oracle key signed it."""
         # Imported here: it pulls in pycardano, which the app's imports of models must not.
-        from oracle_client.escrow.contract.datum import oracle_message
+        from oracle_client.escrow.contract.datum import distribute_message, oracle_message
 
-        expected = oracle_message(
-            self.reward_type,
-            self.job_id,
-            bytes.fromhex(self.beneficiary_pkh),
-            self.amount,
-            self.escrow_utxo,
-        )
+        if self.reward_type == "distribute":
+            assert self.consumer_pkh is not None  # __post_init__
+            expected = distribute_message(
+                self.job_id,
+                bytes.fromhex(self.beneficiary_pkh),
+                self.provider_amount,
+                bytes.fromhex(self.consumer_pkh),
+                self.consumer_amount,
+                self.escrow_utxo,
+            )
+        else:
+            expected = oracle_message(
+                self.reward_type,
+                self.job_id,
+                bytes.fromhex(self.beneficiary_pkh),
+                self.amount,
+                self.escrow_utxo,
+            )
         if bytes.fromhex(self.oracle_message) != expected:
             raise ValueError("the grant's oracle message does not match its fields")
         self.verify_signature()

@@ -44,7 +44,12 @@ from uplc.cost_model import latest_network_config
 
 from oracle_client.cardano.plutus import PREPROD, ScriptResult, evaluate_tx, execution_units
 from oracle_client.escrow.contract import escrow_address, escrow_script
-from oracle_client.escrow.contract.datum import EscrowDatum, OracleKind, oracle_message
+from oracle_client.escrow.contract.datum import (
+    EscrowDatum,
+    OracleKind,
+    distribute_message,
+    oracle_message,
+)
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
 
@@ -113,6 +118,23 @@ def oracle_sign(
     return key.sign(message).signature
 
 
+def distribute_sign(
+    provider_amount: int,
+    *,
+    consumer_amount: int | None = None,
+    job_id: bytes = JOB_ID,
+    key: OracleKey = ORACLE,
+    escrow: TransactionInput | None = None,
+) -> bytes:
+    """The oracle's signature splitting `escrow` (default: `escrow_utxo()`'s output)."""
+    spent = escrow_utxo().input if escrow is None else escrow
+    rest = AMOUNT - provider_amount if consumer_amount is None else consumer_amount
+    message = distribute_message(
+        job_id, PROVIDER.pkh.payload, provider_amount, CONSUMER.pkh.payload, rest, spent
+    )
+    return key.sign(message).signature
+
+
 def ntx(amount: int, lovelace: int = 2_000_000) -> Value:
     return Value(lovelace, MultiAsset({NTX_POLICY: Asset({NTX_NAME: amount})}))
 
@@ -139,26 +161,35 @@ def spend_tx(
     validity_start: int | None = NOW_SLOT,
     ttl: int | None = NOW_SLOT + 600,
     fee: int = 400_000,
+    outputs: list[TransactionOutput] | None = None,
+    also_spend: tuple[UTxO, ...] = (),
 ) -> tuple[Transaction, list[UTxO]]:
     """A signed tx spending `escrow` with `redeemer_data`, paid for by `payer`; the NTX go to
-    the payer. Returns the tx and the UTxOs it spends."""
+    the payer, or `outputs` are the tx's outputs (the scripts see them; value balance is the
+    ledger's check, not the script's). `also_spend`: further escrow inputs, each with the
+    same redeemer. Returns the tx and the UTxOs it spends."""
     funds = wallet_utxo(payer)
     redeemer = Redeemer(redeemer_data, ExecutionUnits(mem=1_000_000, steps=1_000_000_000))
     redeemer.tag = RedeemerTag.SPEND
     # Listed wallet-first on purpose: the ledger (and so the redeemer index) sorts inputs.
-    inputs = [funds.input, escrow.input]
-    escrow_index = sorted(inputs, key=lambda i: (i.transaction_id.payload, i.index)).index(
-        escrow.input
-    )
-    redeemer.index = escrow_index
+    inputs = [funds.input, escrow.input, *(u.input for u in also_spend)]
+    order = sorted(inputs, key=lambda i: (i.transaction_id.payload, i.index))
+    redeemer.index = order.index(escrow.input)
     redeemers = RedeemerMap(
-        {RedeemerKey(redeemer.tag, redeemer.index): RedeemerValue(redeemer_data, redeemer.ex_units)}
+        {
+            RedeemerKey(redeemer.tag, order.index(spent.input)): RedeemerValue(
+                redeemer_data, redeemer.ex_units
+            )
+            for spent in (escrow, *also_spend)
+        }
     )
     locked = escrow.output.amount
     change = funds.output.amount.coin + locked.coin - fee
     body = TransactionBody(
         inputs=inputs,
-        outputs=[TransactionOutput(payer.address, Value(change, locked.multi_asset))],
+        outputs=outputs
+        if outputs is not None
+        else [TransactionOutput(payer.address, Value(change, locked.multi_asset))],
         fee=fee,
         ttl=ttl,
         validity_start=validity_start,
@@ -175,7 +206,7 @@ def spend_tx(
         plutus_v3_script=[escrow_script()],
         redeemer=redeemers,
     )
-    return Transaction(body, witness_set), [escrow, funds]
+    return Transaction(body, witness_set), [escrow, *also_spend, funds]
 
 
 def run_spend(

@@ -20,6 +20,7 @@ import pytest
 import trio
 from pycardano import Address, Network, ScriptHash
 
+from oracle_client.billing import single_run
 from oracle_client.client import (
     JobIdTaken,
     JobNotFound,
@@ -32,7 +33,7 @@ from oracle_client.client import (
     PriceAboveBudget,
     ProviderBusy,
 )
-from oracle_client.escrow.contract.datum import oracle_message
+from oracle_client.escrow.contract.datum import distribute_message
 from oracle_client.escrow.receipt import (
     InvalidSignature,
     MissingSignature,
@@ -311,13 +312,25 @@ def test_request_reward_outcomes(server: OracleServer, checker: LockCheckerDoubl
             assert "still running" in pending.reason
 
             ref = checker.add(lock_for(quote))
-            receipt = receipt_for(quote)
+            # 1.5 s of machine time at 3.6 NTX/h: 1500 base units to the provider.
+            t0 = 1_800_000_000_000
+            receipt = receipt_for(
+                quote,
+                price_units_hour=3_600_000,
+                min_charge=0,
+                subtasks=single_run(t0, t0 + 1_500),
+                charge=1_500,
+            )
             grant = await oracle.request_reward(RewardRequest(job_id="job-w", receipt=receipt))
             assert isinstance(grant, RewardGrant)
-            assert grant.reward_type == "withdraw" and grant.beneficiary_pkh == PROVIDER.pkh
+            assert grant.reward_type == "distribute" and grant.beneficiary_pkh == PROVIDER.pkh
+            assert grant.shares == (1_500, 5_000_000 - 1_500)
+            assert grant.consumer_pkh == CONSUMER.pkh
             assert grant.escrow_utxo == ref  # the signature names the lock it releases
             pkh = bytes.fromhex(PROVIDER.pkh)
-            expected = oracle_message("withdraw", "job-w", pkh, 5_000_000, ref)
+            expected = distribute_message(
+                "job-w", pkh, 1_500, bytes.fromhex(CONSUMER.pkh), 5_000_000 - 1_500, ref
+            )
             assert bytes.fromhex(grant.oracle_message) == expected
             grant.verify()
             # Without a receipt, the decision once made.

@@ -46,7 +46,7 @@ from oracle_client.client import (
     ReceiptRejected,
     Undecidable,
 )
-from oracle_client.escrow.contract.datum import EscrowDatum, oracle_message
+from oracle_client.escrow.contract.datum import EscrowDatum, distribute_message
 from oracle_client.escrow.receipt import Fault, Outcome
 from oracle_client.models import (
     RewardGrant,
@@ -182,9 +182,11 @@ def test_two_locks_with_the_same_terms_get_one_signature_for_the_consumers_lock(
     assert isinstance(grant, RewardGrant) and grant.escrow_utxo == ref_b
     grant.verify()
     pkh = bytes.fromhex(quote.provider_pkh)
-    message = oracle_message("withdraw", "job-2l", pkh, quote.estimated_price, ref_b)
+    consumer = bytes.fromhex(quote.consumer_pkh)
+    price = quote.estimated_price
+    message = distribute_message("job-2l", pkh, price, consumer, 0, ref_b)
     assert bytes.fromhex(grant.oracle_message) == message
-    assert message != oracle_message("withdraw", "job-2l", pkh, quote.estimated_price, ref_a)
+    assert message != distribute_message("job-2l", pkh, price, consumer, 0, ref_a)
     # Never a second signature: naming the other lock gets the one decision, for B.
     again = _reward(server, msgspec.structs.replace(done, lock_tx="aa" * 32))
     assert again == grant
@@ -267,16 +269,16 @@ def test_undecidable_receipt_gets_no_signature(
 @pytest.mark.parametrize(
     ("outcome", "fault", "started", "decision"),
     [
-        ("completed", "none", True, "withdraw"),
+        ("completed", "none", True, "distribute"),
         ("failed", "provider", True, "refund"),
         ("oom", "provider", True, "refund"),
         ("timeout", "provider", True, "refund"),
         ("interrupted", "provider", True, "refund"),
         ("cancelled", "consumer", False, "refund"),  # cancelled before it started
         ("failed", "none", False, "refund"),  # never started: nothing to pay for
-        ("failed", "consumer", True, "withdraw"),  # the consumer's script failed
-        ("timeout", "consumer", True, "withdraw"),  # the job overran its own limit
-        ("cancelled", "consumer", True, "withdraw"),  # cancelled while running
+        ("failed", "consumer", True, "distribute"),  # the consumer's script failed
+        ("timeout", "consumer", True, "distribute"),  # the job overran its own limit
+        ("cancelled", "consumer", True, "distribute"),  # cancelled while running: metered
         ("cancelled", "none", True, None),
     ],
 )
@@ -552,7 +554,7 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
     from pycardano import BlockFrostChainContext, PaymentSigningKey
 
     from oracle_client.escrow.contract import escrow_address
-    from oracle_client.escrow.transactions import claim, lock, refund, submit
+    from oracle_client.escrow.transactions import distribute, lock, refund, submit
     from oracle_client.ledger import start_server
     from oracle_client.oracle_server.store import Store
 
@@ -613,12 +615,16 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
             f"{u.input.transaction_id.payload.hex()}#{u.input.index}": u
             for u in context.utxos(escrow_address(Network.TESTNET))
         }
-        claim_tx = claim(
+        assert withdraw.reward_type == "distribute"
+        claim_tx = distribute(
             context,
             signing_key=keys[PROVIDER],
             address=address[PROVIDER],
             job_id="job-l1",
             oracle_signature=bytes.fromhex(withdraw.signature),
+            provider_amount=withdraw.provider_amount,
+            provider_address=address[PROVIDER],
+            consumer_address=address[CONSUMER],
             escrow_utxo=escrows[withdraw.escrow_utxo or ""],  # not the decoy of 1 less
             ntx=ledger.ntx_unit,
         )
@@ -726,7 +732,7 @@ def test_a_live_provider_is_paid_once_the_job_completes(
     lie = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
     assert isinstance(_reward(server, RewardRequest(job_id="job-paid", receipt=lie)), RewardPending)
     grant = _reward(server, RewardRequest(job_id="job-paid", receipt=receipt_for(quote)))
-    assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "distribute"
     # Once decided, a liveness report is answered with the decision; nothing changes.
     assert _reward(server, _liveness(quote, time.time())) == grant
 

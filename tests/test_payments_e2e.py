@@ -166,7 +166,6 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> N
         "the provider never claimed",
         90,
     )
-    assert market.ntx(_address(provider)) == 100_000
     shown = provider.cli("job", "show", job_id)
     receipt = json.loads(shown["receipt"])
     assert receipt["consumer_signature"] and receipt["provider_signature"]
@@ -176,18 +175,32 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> N
         "the consumer never saw the payment",
         40,
     )
+    # Metered (issue 12): the receipt's charge went to the provider, the rest of the lock
+    # back to the consumer, in one tx; both books and the chain agree to the base unit.
+    claimed, paid_out = _escrow(provider, job_id), _escrow(consumer, job_id)
+    charge = receipt["charge"]
+    assert 0 < charge < locked["amount"]
+    for record in (claimed, paid_out):
+        assert record["metered_units"] == charge
+        assert (record["paid_units"], record["refunded_units"]) == (
+            charge,
+            locked["amount"] - charge,
+        )
+    assert market.ntx(_address(provider)) == charge
+    assert market.ntx(_address(consumer)) == before - charge
     # Claiming again is answered from the book: no second transaction, nothing paid twice.
-    claimed = _escrow(provider, job_id)
     again = provider.cli("reward", "claim", job_id)
     assert again["state"] == "claimed" and again["claim_tx"] == claimed["claim_tx"]
-    assert market.ntx(_address(provider)) == 100_000
+    assert again["settle_tx"] == claimed["claim_tx"]
+    assert market.ntx(_address(provider)) == charge
     totals = provider.cli("reward", "list")
-    assert totals["earned_ntx"] == pytest.approx(0.1)
-    assert consumer.cli("reward", "list")["spent_ntx"] == pytest.approx(0.1)
+    assert totals["earned_ntx"] == pytest.approx(charge / 1e6)
+    assert consumer.cli("reward", "list")["spent_ntx"] == pytest.approx(charge / 1e6)
     # Network status: this node's figures at once, the channel's from the next heartbeats.
-    assert provider.cli("network", "status")["ntx_claimed"] == pytest.approx(0.1)
+    assert provider.cli("network", "status")["ntx_claimed"] == pytest.approx(charge / 1e6)
     wait_for(
-        lambda: consumer.cli("network", "status")["totals"]["ntx_paid"] == pytest.approx(0.1),
+        lambda: consumer.cli("network", "status")["totals"]["ntx_paid"]
+        == pytest.approx(charge / 1e6),
         "the channel's NTX paid never showed the claim",
         20,
     )
@@ -205,7 +218,8 @@ def test_a_job_that_fails_by_its_own_code_still_pays_the_provider(
     )
     receipt = json.loads(provider.cli("job", "show", job_id)["receipt"])
     assert receipt["outcome"] == "failed" and receipt["fault"] == "consumer"
-    assert market.ntx(_address(provider)) == 100_000
+    assert 0 < receipt["charge"] == _escrow(provider, job_id)["paid_units"]
+    assert market.ntx(_address(provider)) == receipt["charge"]
 
 
 def test_provider_crash_refunds_the_consumer_and_cannot_be_claimed(
@@ -301,7 +315,8 @@ def test_a_restart_in_the_middle_of_a_claim_neither_loses_nor_repeats_it(
     market.oracle_up()
     provider.start()
     wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "never claimed", 60)
-    assert market.ntx(_address(provider)) == 100_000
+    paid = _escrow(provider, job_id)["paid_units"]
+    assert paid and market.ntx(_address(provider)) == paid
 
     # A crash between submitting the claim and writing it down: the book says "claiming"
     # again. After the restart the chain shows the lock spent: done, nothing sent twice.
@@ -321,7 +336,7 @@ def test_a_restart_in_the_middle_of_a_claim_neither_loses_nor_repeats_it(
     provider.start()
     wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "lost the claim", 60)
     assert _escrow(provider, job_id)["claim_tx"] == claimed["claim_tx"]
-    assert market.ntx(_address(provider)) == 100_000
+    assert market.ntx(_address(provider)) == paid
 
 
 def test_after_the_deadline_the_consumer_takes_the_lock_back_without_the_oracle(

@@ -162,11 +162,18 @@ class EscrowInfo(Record, frozen=True):
     oracle_key: str
     lock_tx: str = ""
     claim_tx: str = ""  # the claim's or the refund's tx hash
-    reward_type: Literal["", "withdraw", "refund"] = ""
+    reward_type: Literal["", "withdraw", "refund", "distribute"] = ""
     outcome: str = ""  # the job's outcome as the receipt says
     error: str = ""  # the last problem (oracle down, tx refused...): retried or shown
     created_at: float = 0.0
     updated_at: float = 0.0
+    # Issue 12, NTX base units: what the receipt charged for the machine time (None: no
+    # receipt yet), and once settled what went to the provider and back to the consumer
+    # (paid + refunded = amount); settle_tx: the one tx that spent the lock.
+    metered_units: int | None = None
+    paid_units: int | None = None
+    refunded_units: int | None = None
+    settle_tx: str = ""
 
 
 class EscrowList(Record, frozen=True):

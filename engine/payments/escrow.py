@@ -45,6 +45,7 @@ from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
+from oracle_client import billing
 
 if TYPE_CHECKING:
     from oracle_client.client import OracleClient
@@ -151,15 +152,24 @@ class Escrows:
             for raw in self.ctx.store.list_escrows()
         )
 
-        def total(role: str, states: tuple[str, ...]) -> float:
-            return to_ntx(sum(e.amount for e in escrows if e.role == role and e.state in states))
+        def total(role: str, states: tuple[str, ...], part: str) -> float:
+            # A settled split: its paid or refunded part (the whole amount for rows settled
+            # before issue 12, which have neither).
+            return to_ntx(
+                sum(
+                    settled_units(e)[0 if part == "paid" else 1]
+                    for e in escrows
+                    if e.role == role and e.state in states
+                )
+            )
 
+        settled = ("claimed", "paid_out", "refunded")
         return api.EscrowList(
             escrows=escrows,
-            earned_ntx=total("provider", ("claimed",)),
-            spent_ntx=total("consumer", ("paid_out",)),
+            earned_ntx=total("provider", settled, "paid"),
+            spent_ntx=total("consumer", settled, "paid"),
             locked_ntx=to_ntx(sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES)),
-            refunded_ntx=total("consumer", ("refunded",)),
+            refunded_ntx=total("consumer", settled, "refunded"),
         )
 
     # --- consumer: lock before confirming --------------------------------------------------
@@ -386,10 +396,15 @@ class Escrows:
             started=started,
             metering=_metering(job),
             finished_at=int((job.finished_at or time.time()) * 1000),
+            **billing_fields(job, record.info.amount),
         )
         signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
-        self.save(msgspec.structs.replace(record, receipt=text), outcome=job.state)
+        self.save(
+            msgspec.structs.replace(record, receipt=text),
+            outcome=job.state,
+            metered_units=signed.charge,
+        )
         self._wake.set()  # reported to the oracle at once: it then knows the provider stayed
         return text
 
@@ -458,15 +473,25 @@ class Escrows:
             "fault": fault_of(job.state, job.exit_code, started),
             "started": started,
         }
+        ours = billing_fields(job, record.info.amount)
+        for name in ("price_units_hour", "min_charge"):
+            expected[name] = ours[name]
         for name, value in expected.items():
             if getattr(receipt, name) != value:
                 raise EngineError(
                     "payment", f"the provider's receipt says {name} = {getattr(receipt, name)!r}"
                 )
+        seen_ms = billing.machine_time_ms(ours["subtasks"])
+        if abs(receipt.machine_ms - seen_ms) > metering_tolerance_ms(seen_ms):
+            raise EngineError(
+                "payment",
+                f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine time; "
+                f"this node saw {seen_ms / 1000:.1f} s",
+            )
         signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
         text = msgspec.json.encode(signed).decode()
         record = self.keep(record, receipt=text)
-        self.save(record, state="receipt", outcome=job.state)
+        self.save(record, state="receipt", outcome=job.state, metered_units=signed.charge)
         self._wake.set()
         return text
 
@@ -585,6 +610,60 @@ class Escrows:
                 raise EngineError("not_found", f"no escrow for job {job_id}; `reward list`")
             record = await settle.advance(self, record, automatic=automatic)
             return record.info
+
+
+# How far the provider's machine time may be from what the consumer saw (the job's start and
+# end as its updates arrived): 5 s plus 2 % of the run, for the updates' latency over libp2p
+# and the two clocks. Beyond it the consumer does not countersign (the deadline refund
+# remains).
+METERING_TOLERANCE_S = 5.0
+METERING_TOLERANCE_SHARE = 0.02
+
+
+def metering_tolerance_ms(seen_ms: int) -> int:
+    return int(METERING_TOLERANCE_S * 1000 + METERING_TOLERANCE_SHARE * seen_ms)
+
+
+def settled_units(info: api.EscrowInfo) -> tuple[int, int]:
+    """(paid to the provider, refunded to the consumer) of a settled escrow; rows settled
+    before issue 12 carry no split: all one way, by their state."""
+    if info.paid_units is not None and info.refunded_units is not None:
+        return info.paid_units, info.refunded_units
+    if info.state in ("claimed", "paid_out"):
+        return info.amount, 0
+    if info.state == "refunded":
+        return 0, info.amount
+    return 0, 0
+
+
+def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
+    """The receipt's billing fields for ``job`` (issue 12): its spec's price and minimum
+    charge, one subtask with one replica from its start to its end (or now), and the charge.
+    A job quoted before specs existed (no price) is charged the whole lock, as before."""
+    started = job.started_at is not None
+    if job.price_units_hour is None:
+        price, min_charge = 0, amount
+    else:
+        price, min_charge = job.price_units_hour, job.min_charge_units
+    subtasks: tuple[billing.Subtask, ...] = ()
+    if job.started_at is not None:
+        start_ms = int(job.started_at * 1000)
+        end_ms = max(start_ms, int((job.finished_at or time.time()) * 1000))
+        subtasks = billing.single_run(start_ms, end_ms)
+    charge = billing.charge(
+        price,
+        billing.machine_time_ms(subtasks),
+        min_charge=min_charge,
+        cap=amount,
+        started=started,
+    )
+    return {
+        "spec": (job.resource_spec or "")[:64],
+        "price_units_hour": price,
+        "min_charge": min_charge,
+        "subtasks": subtasks,
+        "charge": charge,
+    }
 
 
 def _metering(job: api.JobInfo) -> Any:

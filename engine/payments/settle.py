@@ -173,7 +173,17 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
 
     info = record.info
     if info.role == "consumer" and await _lock_utxo(escrows, record) is None:
-        return escrows.save(record, state="paid_out", reward_type="withdraw", error="")
+        # The provider spent the lock: with the split the oracle signed, if we know it.
+        grant = _kept_grant(record)
+        paid, refunded = grant.shares if grant is not None else (info.amount, 0)
+        return escrows.save(
+            record,
+            state="paid_out",
+            reward_type=grant.reward_type if grant is not None else "withdraw",
+            paid_units=paid,
+            refunded_units=refunded,
+            error="",
+        )
     # A receipt both peers signed asks for the decision; the provider's own receipt is its
     # report (the oracle then never takes the consumer's word that it vanished) and asks for
     # news; the consumer's alone says the provider vanished mid-job.
@@ -214,14 +224,22 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
         reward_type=answer.reward_type,
         error="",
     )
-    ours = "withdraw" if info.role == "provider" else "refund"
-    if answer.reward_type != ours:
+    if not _ours(info.role, answer):
+        paid, refunded = answer.shares
+        record = escrows.save(record, paid_units=paid, refunded_units=refunded)
         if info.role == "provider":
             record = escrows.save(record, state="refunded")
             if not automatic:
                 raise _settled_the_other_way(record)
         return record  # consumer: the provider claims; the loop sees the lock spent
     return await _spend(escrows, record, answer)
+
+
+def _ours(role: str, grant: Any) -> bool:
+    """Whether this side submits the tx the grant releases: the provider when it gets
+    something, the consumer when it gets everything back."""
+    provider_share, _ = grant.shares
+    return provider_share > 0 if role == "provider" else provider_share == 0
 
 
 def _kept_grant(record: EscrowRecord) -> Any:
@@ -248,6 +266,23 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
     job_id = record.info.job_id
 
     def build() -> Any:
+        if grant is not None and grant.reward_type == "distribute":
+            mine = address
+            provider = mine if record.info.role == "provider" else grant.provider_address
+            consumer = mine if record.info.role == "consumer" else grant.consumer_address
+            if not provider or not consumer:
+                raise txs.TxError("the oracle's split names no address for a share")
+            return txs.distribute(
+                context,
+                signing_key=key,
+                address=address,
+                job_id=job_id,
+                oracle_signature=signature,
+                provider_amount=grant.provider_amount,
+                provider_address=_address(provider),
+                consumer_address=_address(consumer),
+                escrow_utxo=utxo,
+            )
         if record.info.role == "provider":
             return txs.claim(
                 context,
@@ -274,11 +309,15 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
         escrows.save(record, error=str(exc))
         raise EngineError("payment", str(exc)) from None
     busy = "claiming" if record.info.role == "provider" else "refunding"
+    paid, refunded = grant.shares if grant is not None else (0, record.info.amount)
     # One write keeps the new tx and drops the one it replaces: before anything is sent.
     record = escrows.save(
         msgspec.structs.replace(record, tx_cbor=tx.to_cbor_hex()),
         state=busy,
         claim_tx=str(tx.id),
+        settle_tx=str(tx.id),
+        paid_units=paid,
+        refunded_units=refunded,
     )
     return await _resubmit(escrows, record, fresh=True)
 
@@ -360,7 +399,15 @@ async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRe
 
 
 def _kind(record: EscrowRecord) -> str:
+    if record.info.reward_type == "distribute":
+        return "distribute"
     return "claim" if record.info.role == "provider" else "refund"
+
+
+def _address(text: Any) -> Any:
+    from pycardano import Address
+
+    return text if isinstance(text, Address) else Address.from_primitive(text)
 
 
 async def _report(escrows: Escrows, record: EscrowRecord, status: str) -> None:

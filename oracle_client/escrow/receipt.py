@@ -19,6 +19,7 @@ import msgspec
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
+from oracle_client import billing
 from oracle_client.fields import (
     Amount,
     JobId,
@@ -28,6 +29,8 @@ from oracle_client.fields import (
     PeerIdText,
     PosixMs,
     Seconds,
+    ShortText,
+    Units,
 )
 from oracle_client.peerid import PeerIdError, peer_id_from_public_key, public_key_from_peer_id
 
@@ -80,6 +83,15 @@ class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     started: bool  # False: the job never began running (cancelled or failed while preparing)
     metering: Metering
     finished_at: PosixMs
+    # Billing (issue 12): the spec the job ran on, its price per machine-hour and minimum
+    # charge (base units), the machine time as subtasks and replicas, and the charge that
+    # follows from them (oracle_client.billing.charge, capped at ``amount``, the lock). The
+    # oracle pays the provider ``charge`` and the consumer the rest on the metered outcomes.
+    spec: ShortText = ""
+    price_units_hour: Units = 0
+    min_charge: Units = 0
+    subtasks: billing.Subtasks = ()
+    charge: Units = 0
     consumer_signature: MaybeSignatureHex = ""
     provider_signature: MaybeSignatureHex = ""
 
@@ -95,6 +107,25 @@ class Receipt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
             raise ValueError("consumer and provider must be different peers")
         if self.outcome == "completed" and (self.fault != "none" or not self.started):
             raise ValueError("a completed job has started and has no fault")
+        expected = self.expected_charge()
+        if self.charge != expected:
+            raise ValueError(
+                f"charge {self.charge} is not what the receipt's price, minimum charge and "
+                f"machine time ({self.machine_ms} ms) make: {expected} base units"
+            )
+
+    @property
+    def machine_ms(self) -> int:
+        return billing.machine_time_ms(self.subtasks)
+
+    def expected_charge(self) -> int:
+        return billing.charge(
+            self.price_units_hour,
+            self.machine_ms,
+            min_charge=self.min_charge,
+            cap=self.amount,
+            started=self.started,
+        )
 
     def peer_id(self, role: Role) -> str:
         return self.consumer_peer_id if role == "consumer" else self.provider_peer_id

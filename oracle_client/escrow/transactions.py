@@ -1,4 +1,4 @@
-"""Escrow transactions: lock NTX, claim it (provider), refund it (consumer).
+"""Escrow transactions: lock NTX, split it (distribute), claim it (provider), refund it (consumer).
 
 Each builder works against any pycardano ChainContext (BlockFrostChainContext on the local
 ledger, preprod or mainnet), returns the signed Transaction, and leaves submitting to
@@ -10,6 +10,8 @@ ledger, preprod or mainnet), returns the signed Transaction, and leaves submitti
     tx = claim(ctx, signing_key=provider_sk, address=provider_addr, job_id="job-1",
                oracle_signature=sig)   # sig: the oracle's, over oracle_message(..., lock ref)
     tx = refund(ctx, signing_key=consumer_sk, address=consumer_addr, job_id="job-1")
+    tx = distribute(ctx, signing_key=sk, address=addr, job_id="job-1", oracle_signature=sig,
+                    provider_amount=n, provider_address=p, consumer_address=c)
 
 Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the ledger runs the
 script); passing `ex_units` skips that, which is how tests get a doomed transaction as far as
@@ -57,8 +59,10 @@ from pycardano.utils import max_tx_fee
 from oracle_client.cardano.plutus import MAINNET, PREPROD, PREVIEW, SlotConfig
 from oracle_client.escrow.contract import (
     Claim,
+    Distribute,
     EscrowDatum,
     Refund,
+    distribute_message,
     escrow_address,
     escrow_script,
     format_ntx,
@@ -311,6 +315,16 @@ def _require_fee_funds(context: ChainContext, address: Address, role: str) -> No
         )
 
 
+def _add_fee_input(builder: TransactionBuilder, context: ChainContext, address: Address) -> None:
+    """Spend the wallet's largest UTxO outright: pycardano selects wallet inputs only to cover
+    outputs, so a script spend whose fee (the ~5 kB script in the witness set) eats into the
+    lock's own min ADA would leave a change output too small for the NTX it carries."""
+    utxos = context.utxos(address)
+    if utxos:
+        builder.add_input(max(utxos, key=lambda u: int(u.output.amount.coin)))
+    builder.add_input_address(address)
+
+
 def _build(
     builder: TransactionBuilder, signing_key: PaymentSigningKey, address: Address, what: str
 ) -> Transaction:
@@ -407,7 +421,7 @@ def claim(
         script=script_utxo or escrow_script(),
         redeemer=Redeemer(Claim(oracle_signature), ex_units),
     )
-    builder.add_input_address(address)
+    _add_fee_input(builder, context, address)
     builder.required_signers = [VerificationKeyHash(provider)]
     builder.validity_start = slot
     builder.ttl = slot + ttl_s
@@ -468,11 +482,125 @@ def refund(
         script=script_utxo or escrow_script(),
         redeemer=Redeemer(Refund(oracle_signature), ex_units),
     )
-    builder.add_input_address(address)
+    _add_fee_input(builder, context, address)
     builder.required_signers = [VerificationKeyHash(consumer)]
     builder.validity_start = start
     builder.ttl = max(start, slot) + ttl_s
     return _build(builder, signing_key, address, "refund")
+
+
+def distribute(
+    context: ChainContext,
+    *,
+    signing_key: PaymentSigningKey,
+    address: Address,
+    job_id: str | bytes,
+    oracle_signature: bytes,
+    provider_amount: int,
+    provider_address: Address,
+    consumer_address: Address,
+    escrow_utxo: UTxO | None = None,
+    ntx: NtxUnit | str | None = None,
+    script_address: Address | None = None,
+    ex_units: ExecutionUnits | None = None,
+    verify_locally: bool = True,
+    script_utxo: UTxO | None = None,
+    ttl_s: int = DEFAULT_TTL_S,
+) -> Transaction:
+    """Split the escrow of `job_id` in one tx with the oracle's "distribute" signature:
+    `provider_amount` NTX to `provider_address`, the rest of the lock's NTX and all its ADA to
+    `consumer_address`. Either party signs and pays the fee (and the min ADA of the provider's
+    output); the validator checks what each payment key receives, so neither can shift a
+    share. `provider_amount` 0 or the whole lock are splits like any other."""
+    me = _check_owner(signing_key, address)
+    provider = bytes(provider_address.payment_part.payload)
+    consumer = bytes(consumer_address.payment_part.payload)
+    if me == provider:
+        role, party = "provider", provider
+    elif me == consumer:
+        role, party = "consumer", consumer
+    else:
+        raise TxError(f"the signing key (key hash {me.hex()}) is neither party of the split")
+    unit = NtxUnit.parse(ntx) if ntx is not None else None
+    mine = _candidates(context, job_id, party, role, escrow_utxo, script_address, unit)
+    mine = [e for e in mine if e.datum.provider == provider and e.datum.consumer == consumer]
+    if not mine:
+        raise EscrowNotFound(f"no escrow of job {job_id!r} between these two key hashes")
+    if verify_locally:
+        signed = [e for e in mine if _distribute_signed(e, provider_amount, oracle_signature)]
+        if not signed:
+            raise OracleSignatureInvalid(
+                f"the oracle signature does not verify for a split of {provider_amount} base "
+                f"units to the provider of job {job_id!r} from {', '.join(e.ref for e in mine)}"
+            )
+        mine = signed
+    escrow = mine[0]
+    if not 0 <= provider_amount <= escrow.datum.amount:
+        raise TxError(
+            f"the provider's share {provider_amount} is not within the lock's "
+            f"{escrow.datum.amount} base units"
+        )
+    unit = unit or _lock_token(escrow)
+    locked = escrow.utxo.output.amount
+    consumer_ntx = unit.amount_in(locked) - provider_amount
+    back = (
+        Value(int(locked.coin), unit.multi_asset(consumer_ntx))
+        if consumer_ntx
+        else Value(int(locked.coin))
+    )
+    outputs = [TransactionOutput(consumer_address, back)]
+    if provider_amount:
+        outputs.append(
+            TransactionOutput(provider_address, Value(0, unit.multi_asset(provider_amount)))
+        )
+    for out in outputs:
+        out.amount.coin = max(int(out.amount.coin), min_lovelace_post_alonzo(out, context))
+    _require_fee_funds(context, address, role)
+    slot = context.last_block_slot
+    builder = TransactionBuilder(context)
+    builder.add_script_input(
+        escrow.utxo,
+        script=script_utxo or escrow_script(),
+        redeemer=Redeemer(Distribute(oracle_signature, provider_amount), ex_units),
+    )
+    _add_fee_input(builder, context, address)
+    for out in outputs:
+        builder.add_output(out)
+    builder.required_signers = [VerificationKeyHash(me)]
+    builder.validity_start = slot
+    builder.ttl = slot + ttl_s
+    return _build(builder, signing_key, address, "distribute")
+
+
+def _distribute_signed(escrow: Escrow, provider_amount: int, signature: bytes) -> bool:
+    datum = escrow.datum
+    if not 0 <= provider_amount <= datum.amount:
+        return False
+    message = distribute_message(
+        datum.job_id,
+        datum.provider,
+        provider_amount,
+        datum.consumer,
+        datum.amount - provider_amount,
+        escrow.utxo.input,
+    )
+    try:
+        VerifyKey(datum.oracle_key).verify(message, signature)
+    except (BadSignatureError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _lock_token(escrow: Escrow) -> NtxUnit:
+    """The one token an escrow output holds beside ADA (what the validator splits)."""
+    found = [
+        NtxUnit(bytes(policy.payload), bytes(name.payload))
+        for policy, assets in escrow.utxo.output.amount.multi_asset.items()
+        for name in assets
+    ]
+    if len(found) != 1:
+        raise EscrowNotFound(f"the escrow {escrow.ref} holds {len(found)} kinds of token, not one")
+    return found[0]
 
 
 def locked_output(
@@ -507,6 +635,7 @@ __all__ = [
     "TxError",
     "claim",
     "decode_escrow_datum",
+    "distribute",
     "find_escrows",
     "lock",
     "locked_output",

@@ -1,16 +1,17 @@
 """Which outcome pays whom: the only place the oracle turns a receipt into money.
 
 Both peers signed the receipt, so its outcome and fault are what they agree on; the rules only
-map that agreement to one of the two messages the escrow accepts:
+map that agreement to a split of the lock (issue 12): the provider's share and the consumer's.
 
-| outcome                   | started | fault    | decision                             |
+| outcome                   | started | fault    | decision: provider / consumer        |
 |---------------------------|---------|----------|--------------------------------------|
-| completed                 | yes     | none     | withdraw (the provider did the work) |
-| anything else             | no      | any      | refund (nothing ran)                 |
-| failed/oom/timeout/...    | yes     | provider | refund                               |
-| failed/oom/timeout/...    | yes     | consumer | withdraw (the provider's machine was |
-|                           |         |          | used; the job's own code or limits   |
-|                           |         |          | ended it, or the consumer cancelled) |
+| completed                 | yes     | none     | distribute: charge / lock - charge   |
+| anything else             | no      | any      | refund: 0 / lock (nothing ran)       |
+| failed/oom/timeout/...    | yes     | provider | refund: 0 / lock                     |
+| failed/oom/timeout/...    | yes     | consumer | distribute: charge / lock - charge   |
+|                           |         |          | (the machine time was used; the job's|
+|                           |         |          | own code or limits ended it, or the  |
+|                           |         |          | consumer cancelled: metered up to it)|
 | failed/oom/timeout/...    | yes     | none     | undecidable: no signature; the       |
 |                           |         |          | consumer takes it back after the     |
 |                           |         |          | deadline                             |
@@ -48,18 +49,29 @@ class UndecidableReceipt(ValueError):
 def decide(receipt: Receipt) -> RewardType:
     if receipt.outcome == "completed":
         # Receipt.__post_init__ already refuses a completed job with a fault or never started.
-        return "withdraw"
+        return "distribute"
     if not receipt.started:
         return "refund"
     if receipt.fault == "provider":
         return "refund"
     if receipt.fault == "consumer":
-        return "withdraw"
+        return "distribute"
     raise UndecidableReceipt(
         f"the receipt says the job ended {receipt.outcome!r} after it started but blames "
         "neither peer: no rule pays either side; the consumer can take the lock back after "
         "its deadline"
     )
+
+
+def split(receipt: Receipt, kind: RewardType) -> tuple[int, int]:
+    """(provider's, consumer's) base units of the lock for the decision ``kind``: the
+    receipt's charge (Receipt.__post_init__ holds it to billing.charge of its own price,
+    minimum charge and machine time, capped at the lock) and the rest; a refund is all back."""
+    if kind == "refund":
+        return 0, receipt.amount
+    if kind == "withdraw":
+        return receipt.amount, 0
+    return receipt.charge, receipt.amount - receipt.charge
 
 
 def decide_vanished(

@@ -13,7 +13,7 @@ import msgspec
 from nacl.signing import SigningKey
 
 from oracle_client.cardano.address import parse_payment_address
-from oracle_client.escrow.contract.datum import format_ntx, oracle_message
+from oracle_client.escrow.contract.datum import distribute_message, format_ntx, oracle_message
 from oracle_client.escrow.receipt import (
     InvalidSignature,
     MissingSignature,
@@ -49,6 +49,7 @@ from oracle_client.oracle_server.rules import (
     UnsignedByProvider,
     decide,
     decide_vanished,
+    split,
 )
 from oracle_client.oracle_server.store import Store
 
@@ -167,7 +168,7 @@ class Oracle:
                 return _same_decision(decided, kind)
             if vanished and self._vanished(request.receipt) is None:
                 return self._alive(request.job_id)  # it reported while we checked the lock
-            grant = self._grant(quote, kind, lock_ref)
+            grant = self._grant(known[0], quote, kind, lock_ref, request.receipt)
             self.store.add_decision(grant, msgspec.json.encode(request.receipt), lock_ref)
         return grant
 
@@ -337,10 +338,43 @@ class Oracle:
         except UnsignedByProvider as exc:
             raise OracleRefusal(403, "receipt_unsigned", str(exc)) from None
 
-    def _grant(self, quote: ServiceQuote, kind: RewardType, lock_ref: str) -> RewardGrant:
-        beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh
+    def _grant(
+        self,
+        registered: ServiceRequest,
+        quote: ServiceQuote,
+        kind: RewardType,
+        lock_ref: str,
+        receipt: Receipt,
+    ) -> RewardGrant:
         # The signature names the lock it releases: it can never spend a second lock that
         # carries the same terms.
+        if kind == "distribute":
+            provider_amount, consumer_amount = split(receipt, kind)
+            message = distribute_message(
+                quote.job_id,
+                bytes.fromhex(quote.provider_pkh),
+                provider_amount,
+                bytes.fromhex(quote.consumer_pkh),
+                consumer_amount,
+                lock_ref,
+            )
+            return RewardGrant(
+                job_id=quote.job_id,
+                reward_type=kind,
+                beneficiary_pkh=quote.provider_pkh,
+                amount=quote.estimated_price,
+                oracle_key=self.oracle_key,
+                oracle_message=message.hex(),
+                signature=self._key.sign(message).signature.hex(),
+                decided_at=self._now_ms(),
+                escrow_utxo=lock_ref,
+                provider_amount=provider_amount,
+                consumer_amount=consumer_amount,
+                consumer_pkh=quote.consumer_pkh,
+                provider_address=quote.compute_provider_addr,
+                consumer_address=registered.consumer_address,
+            )
+        beneficiary = quote.provider_pkh if kind == "withdraw" else quote.consumer_pkh
         message = oracle_message(
             kind, quote.job_id, bytes.fromhex(beneficiary), quote.estimated_price, lock_ref
         )

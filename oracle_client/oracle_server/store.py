@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_by_provider ON jobs (provider_peer_id, deadline);
 CREATE TABLE IF NOT EXISTS decisions (
     job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
-    reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund')),
+    reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund', 'distribute')),
     grant_json TEXT NOT NULL,    -- the signed RewardGrant, JSON
     receipt TEXT NOT NULL,       -- the receipt it was decided on, JSON
     lock_ref TEXT NOT NULL,      -- the escrow UTxO seen on chain

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from nacl.signing import SigningKey
 from pycardano import Address, Network, PaymentVerificationKey
@@ -126,7 +127,12 @@ def receipt_for(
     *,
     started: bool = True,
     signers: tuple[Party, ...] = (CONSUMER, PROVIDER),
+    **billing: Any,
 ) -> Receipt:
+    # Unless told otherwise, the whole lock is charged (the minimum charge is the lock), as a
+    # job quoted before resource specs pays (issue 12).
+    billing.setdefault("min_charge", quote.estimated_price)
+    billing.setdefault("charge", quote.estimated_price if started else 0)
     receipt = Receipt(
         job_id=quote.job_id,
         consumer_peer_id=quote.consumer_peer_id,
@@ -139,6 +145,7 @@ def receipt_for(
         started=started,
         metering=Metering(wall_s=12.5, cpu_s=11.25, gpu_s=0.0, max_memory_mb=512.0),
         finished_at=int(time.time() * 1000),
+        **billing,
     )
     for party in signers:
         receipt = sign(receipt, bytes(party.peer_key))

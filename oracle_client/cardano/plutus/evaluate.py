@@ -25,6 +25,7 @@ Then:
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -168,6 +169,17 @@ def run_script(
 ) -> tuple[ExecutionUnits, list[str], str | None]:
     """Apply a V3 script (CBOR-wrapped flat, as in a PlutusV3Script) to its ScriptContext
     (uplc data) and run it: (units used, trace logs, error or None)."""
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous, _RECURSION_LIMIT))
+    try:
+        return _run_script(script_cbor, context, budget)
+    finally:
+        sys.setrecursionlimit(previous)
+
+
+def _run_script(
+    script_cbor: bytes, context: object, budget: ExecutionUnits
+) -> tuple[ExecutionUnits, list[str], str | None]:
     program: Program = unflatten(script_cbor)
     machine = Machine(
         Budget(cpu=budget.steps, memory=budget.mem),
@@ -183,6 +195,13 @@ def run_script(
         # Plutus V3 accepts only a script that returns unit.
         error = f"script returned {outcome.result.dumps()[:80]}, not unit"
     return units, list(outcome.logs), error
+
+
+# uplc's flat decoder and its term transformers recurse once per nested term; OpShin nests
+# a script's definitions as lets, so the escrow's depth (~900 with the Distribute path) sits
+# near Python's default limit of 1000, less the caller's own frames. Python 3.11 runs
+# Python-to-Python calls without C recursion, so a higher limit while a script runs is safe.
+_RECURSION_LIMIT = 20_000
 
 
 def _explain(exc: Exception) -> str:

@@ -3,11 +3,13 @@
 from oracle_client.escrow.contract.artifact import escrow_address, escrow_script, escrow_script_hash
 from oracle_client.escrow.contract.datum import (
     Claim,
+    Distribute,
     EscrowDatum,
     EscrowRef,
     OracleKind,
     Refund,
     base_to_ntx,
+    distribute_message,
     format_ntx,
     ntx_to_base,
     oracle_message,
@@ -15,11 +17,13 @@ from oracle_client.escrow.contract.datum import (
 
 __all__ = [
     "Claim",
+    "Distribute",
     "EscrowDatum",
     "EscrowRef",
     "OracleKind",
     "Refund",
     "base_to_ntx",
+    "distribute_message",
     "escrow_address",
     "escrow_script",
     "escrow_script_hash",

