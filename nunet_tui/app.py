@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -50,45 +51,61 @@ from engine.api import (
     StartNetwork,
 )
 from engine.client import EngineClient
+from engine.deferred import DeferredClient
 from engine.errors import EngineError
-from engine.notify import NoticeFilter
-from nunet_tui.commands import NodeCommands
 from nunet_tui.format import mb, mhz, safe, short_peer_id
 from nunet_tui.messages import EngineEvent, EngineUpdate, OpenJob
 from nunet_tui.presets import Preset, load_presets
 from nunet_tui.screens.base import CapabilityScreen, NodeScreen
-from nunet_tui.screens.chat import ChatScreen
-from nunet_tui.screens.confirm import ConfirmScreen
-from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
-from nunet_tui.screens.gpus import GpuScreen
-from nunet_tui.screens.help import HelpScreen
-from nunet_tui.screens.job_detail import JobDetailScreen
-from nunet_tui.screens.jobs import JobsScreen
-from nunet_tui.screens.mode_chooser import ModeChooserScreen
-from nunet_tui.screens.network import NetworkScreen
-from nunet_tui.screens.notebooks import NotebooksScreen
-from nunet_tui.screens.onboarding import OnboardingScreen
-from nunet_tui.screens.peers import PeersScreen
-from nunet_tui.screens.provider_dashboard import ProviderDashboard
-from nunet_tui.screens.rewards import RewardsScreen
 from nunet_tui.screens.start import StartScreen
-from nunet_tui.screens.submit import SubmitScreen
-from nunet_tui.screens.wallet import WalletScreen
 from nunet_tui.viewmodels.node import NetworkState, NetworkView, NodeView
 
+if TYPE_CHECKING:
+    from textual.command import Provider
+
+    from engine.notify import Notice, NoticeFilter
+
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
-# The screens a dashboard opens by key; GPUs only in provider mode.
-CAPABILITY_SCREENS: dict[str, type[CapabilityScreen]] = {
-    "peers": PeersScreen,
-    "chat": ChatScreen,
-    "network": NetworkScreen,
-    "gpus": GpuScreen,
-    "jobs": JobsScreen,
-    "notebooks": NotebooksScreen,
-    "submit": SubmitScreen,
-    "wallet": WalletScreen,
-    "rewards": RewardsScreen,
+# The screens a dashboard opens by key (module, class); GPUs only in provider mode. Each
+# module is imported on first use: the first frame needs only the start screen.
+CAPABILITY_SCREENS: dict[str, tuple[str, str]] = {
+    "peers": ("nunet_tui.screens.peers", "PeersScreen"),
+    "chat": ("nunet_tui.screens.chat", "ChatScreen"),
+    "network": ("nunet_tui.screens.network", "NetworkScreen"),
+    "gpus": ("nunet_tui.screens.gpus", "GpuScreen"),
+    "jobs": ("nunet_tui.screens.jobs", "JobsScreen"),
+    "notebooks": ("nunet_tui.screens.notebooks", "NotebooksScreen"),
+    "submit": ("nunet_tui.screens.submit", "SubmitScreen"),
+    "wallet": ("nunet_tui.screens.wallet", "WalletScreen"),
+    "rewards": ("nunet_tui.screens.rewards", "RewardsScreen"),
 }
+
+
+def capability_screen(name: str) -> type[CapabilityScreen] | None:
+    """The screen class a dashboard key opens (its module imported now), or None."""
+    where = CAPABILITY_SCREENS.get(name)
+    if where is None:
+        return None
+    kind: type[CapabilityScreen] = getattr(importlib.import_module(where[0]), where[1])
+    return kind
+
+
+def _provider_dashboard() -> Screen[Any]:
+    from nunet_tui.screens.provider_dashboard import ProviderDashboard
+
+    return ProviderDashboard()
+
+
+def _consumer_dashboard() -> Screen[Any]:
+    from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
+
+    return ConsumerDashboard()
+
+
+def _node_commands() -> type[Provider]:
+    from nunet_tui.commands import NodeCommands
+
+    return NodeCommands
 
 
 class NunetApp(App[None]):
@@ -98,10 +115,10 @@ class NunetApp(App[None]):
     # Absolute: Textual resolves a relative path against the file of the (sub)class using it.
     CSS_PATH = Path(__file__).parent / "app.tcss"
     MODES: ClassVar[dict[str, Any]] = {
-        "provider": ProviderDashboard,
-        "consumer": ConsumerDashboard,
+        "provider": _provider_dashboard,
+        "consumer": _consumer_dashboard,
     }
-    COMMANDS = App.COMMANDS | {NodeCommands}
+    COMMANDS = App.COMMANDS | {_node_commands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
@@ -146,7 +163,10 @@ class NunetApp(App[None]):
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
-        self._notices = NoticeFilter()  # a job ended, a reward paid (from now on): bell + toast
+        # A job ended, a reward paid (from now on): bell + toast. The filter is made on the
+        # first event: engine.notify brings trio, which the first frame must not wait for.
+        self._notices: NoticeFilter | None = None
+        self._notices_since = time.time()
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -158,8 +178,11 @@ class NunetApp(App[None]):
         self.start_up()
 
     def on_ready(self) -> None:
-        # First frame is up: now bring the node online. Loading py-libp2p takes about a second
-        # of CPU, which would otherwise hold back the first paint.
+        # First frame is up: now open the engine (a DeferredClient: trio, the node, the
+        # control client load only now) and bring the node online. Loading py-libp2p takes
+        # about a second of CPU, which would otherwise hold back the first paint.
+        if isinstance(self.client, DeferredClient):
+            self.client.start()
         self._start_network()
 
     @work(group="network-start")
@@ -188,6 +211,8 @@ class NunetApp(App[None]):
         self.engine_state = "ready"
         mode: Mode | None = node.info.mode
         if mode is None:
+            from nunet_tui.screens.mode_chooser import ModeChooserScreen
+
             chosen: Mode = await self.push_screen_wait(ModeChooserScreen())
             if not await self._store_mode(chosen):
                 return
@@ -264,7 +289,7 @@ class NunetApp(App[None]):
 
     async def on_engine_event(self, message: EngineEvent) -> None:
         event = message.event
-        if (notice := self._notices.observe(event)) is not None:
+        if (notice := self._notice(event)) is not None:
             self.bell()
             self.notify(
                 notice.text,
@@ -319,6 +344,8 @@ class NunetApp(App[None]):
                 timeout=10,
             )
         elif isinstance(event, ChatMessageEvent):
+            from nunet_tui.screens.chat import ChatScreen
+
             chat = self.screen
             showing = isinstance(chat, ChatScreen) and chat.peer_id == event.message.peer_id
             if not showing:
@@ -330,6 +357,13 @@ class NunetApp(App[None]):
                 )
         if self.screen_stack and isinstance(self.screen, NodeScreen):  # dashboards: job panels
             self.screen.post_message(EngineUpdate(event))
+
+    def _notice(self, event: Event) -> Notice | None:
+        if self._notices is None:
+            from engine.notify import NoticeFilter
+
+            self._notices = NoticeFilter(since=self._notices_since)
+        return self._notices.observe(event)
 
     # --- calling the engine ----------------------------------------------------------------
 
@@ -381,12 +415,18 @@ class NunetApp(App[None]):
         self.open_screen(name)
 
     def open_screen(self, name: str, *, peer_id: str | None = None) -> None:
-        kind = CAPABILITY_SCREENS.get(name)
+        kind = capability_screen(name)
         if kind is None or self.mode is None:
             return
         if isinstance(self.screen, kind) and peer_id is None:
             return
-        screen = ChatScreen(peer_id=peer_id) if kind is ChatScreen else kind()
+        screen: Screen[Any]
+        if name == "chat":
+            from nunet_tui.screens.chat import ChatScreen
+
+            screen = ChatScreen(peer_id=peer_id)
+        else:
+            screen = kind()
         if isinstance(self.screen, CapabilityScreen):
             self.switch_screen(screen)
         else:
@@ -394,6 +434,8 @@ class NunetApp(App[None]):
 
     def on_open_job(self, message: OpenJob) -> None:
         """A widget picked a job (widgets post, never push): its detail screen on top."""
+        from nunet_tui.screens.job_detail import JobDetailScreen
+
         message.stop()
         self.push_screen(JobDetailScreen(message.job_id, job=message.job))
 
@@ -422,6 +464,8 @@ class NunetApp(App[None]):
         return super().deliver_screenshot(filename, str(folder), time_format)
 
     def action_help(self) -> None:
+        from nunet_tui.screens.help import HelpScreen
+
         if isinstance(self.screen, HelpScreen):
             return
         self.push_screen(HelpScreen(self.screen))
@@ -433,6 +477,8 @@ class NunetApp(App[None]):
     @work(exclusive=True, group="node-op")
     async def action_onboard(self) -> None:
         """Open the onboarding form (prefilled as resource-config once onboarded)."""
+        from nunet_tui.screens.onboarding import OnboardingScreen
+
         if self.node is None:
             return
         if self.mode != "provider":
@@ -449,6 +495,8 @@ class NunetApp(App[None]):
 
     @work(exclusive=True, group="node-op")
     async def action_pause(self) -> None:
+        from nunet_tui.screens.confirm import ConfirmScreen
+
         onboarding = self.onboarding
         if onboarding is None or onboarding.state != "active":
             return
@@ -470,6 +518,8 @@ class NunetApp(App[None]):
 
     @work(exclusive=True, group="node-op")
     async def action_resume(self) -> None:
+        from nunet_tui.screens.confirm import ConfirmScreen
+
         onboarding = self.onboarding
         if onboarding is None or onboarding.state != "paused":
             return
@@ -490,6 +540,8 @@ class NunetApp(App[None]):
 
     @work(exclusive=True, group="node-op")
     async def action_offboard(self) -> None:
+        from nunet_tui.screens.confirm import ConfirmScreen
+
         onboarding = self.onboarding
         if onboarding is None:
             return

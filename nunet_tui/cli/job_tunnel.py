@@ -24,7 +24,6 @@ from engine import api
 from engine.client import EngineClient
 from engine.errors import EngineError
 from nunet_tui.cli.output import show, show_error, show_json
-from nunet_tui.shell_relay import raw_terminal, run_shell, terminal_size
 
 START_WAIT_S = 120.0  # for a job just submitted to start running
 POLL_S = 0.5
@@ -145,6 +144,9 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
 
 
 def _shell(args: argparse.Namespace, client: EngineClient) -> None:
+    # The relay brings the engine's tunnel module (trio): only `job shell` needs it.
+    from nunet_tui.shell_relay import raw_terminal, run_shell, terminal_size
+
     command = list(args.shell_argv)
     if command[:1] == ["--"]:
         command = command[1:]

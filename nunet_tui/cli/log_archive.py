@@ -26,7 +26,6 @@ import platform
 import re
 import stat
 import sys
-import tarfile
 import threading
 import time
 import tomllib
@@ -476,6 +475,8 @@ def build(paths: Paths, environ: dict[str, str] | None = None) -> Archive:
 
 def write(archive: Archive, target: Path) -> None:
     """The .tar.gz at ``target``, 0600, never over an existing file."""
+    import tarfile  # not on the import path of every other command
+
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -515,6 +516,8 @@ def run_log_archive(paths: Paths, args: argparse.Namespace) -> int:
 
 def members(path: Path) -> Iterable[tuple[str, bytes]]:
     """Each file in an archive this module wrote (tests and support read them back)."""
+    import tarfile
+
     with tarfile.open(path, "r:gz") as tar:
         for info in tar.getmembers():
             handle = tar.extractfile(info)

@@ -19,17 +19,7 @@ from engine.client import EngineClient
 from engine.config import Paths
 from engine.errors import EngineError
 from engine.safe_text import safe
-from nunet_tui.cli import (
-    gpu_output,
-    job_output,
-    log_archive,
-    notebook,
-    output,
-    resource,
-    reward_output,
-    wallet_output,
-)
-from nunet_tui.cli.completion import SHELLS
+from nunet_tui.cli import output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 # SQLite's INTEGER: a larger chat request id could only fail deep in the store.
@@ -72,17 +62,8 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = Parser(add_help=False)
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
-    )
-    parser = Parser(
-        prog="nunet-tui",
-        description="A decentralized compute market in one terminal program.",
-        parents=[common],
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+def _add_app_options(parser: argparse.ArgumentParser) -> None:
+    """The options that come before any command (the full-screen app takes only these)."""
     parser.add_argument(
         "--home",
         metavar="DIR",
@@ -103,6 +84,64 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--attach", action="store_true", help="insist on a running daemon for this home"
     )
+
+
+class _MoreThanTheApp(Exception):
+    pass
+
+
+class _AppOnlyParser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise _MoreThanTheApp(message)
+
+
+def _app_only(argv: Sequence[str]) -> argparse.Namespace | None:
+    """The arguments when they ask for the full-screen app and nothing else (the options
+    before any command): the commands' modules and the full parser are then never loaded,
+    which the app's first frame would wait for. None: anything more, help or an error, for
+    the full parser to handle as it always does."""
+    if "--" in argv:
+        return None
+    quick = _AppOnlyParser(prog="nunet-tui", add_help=False)
+    # The same long options as the full parser's top level, so abbreviations (--hom, --att)
+    # resolve, or fail as ambiguous (--h), exactly as there.
+    quick.add_argument("-h", "--help", action="store_true")
+    quick.add_argument("--version", action="store_true")
+    quick.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    _add_app_options(quick)
+    try:
+        args, rest = quick.parse_known_args(argv)
+    except _MoreThanTheApp:
+        return None
+    if rest or args.help or args.version:
+        return None
+    args.command = None
+    return args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from nunet_tui.cli import (
+        gpu_output,
+        job_output,
+        log_archive,
+        notebook,
+        resource,
+        reward_output,
+        wallet_output,
+    )
+    from nunet_tui.cli.completion import SHELLS
+
+    common = Parser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
+    )
+    parser = Parser(
+        prog="nunet-tui",
+        description="A decentralized compute market in one terminal program.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    _add_app_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     daemon = sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
@@ -238,45 +277,72 @@ def _mode(args: argparse.Namespace, client: EngineClient) -> Any:
     return api.Done(message=info.mode or "not chosen yet")
 
 
-RUNNERS: dict[str, Runner] = {
-    "capacity": _capacity,
-    "onboard": _onboard,
-    "resource-config": lambda a, c: c.call_blocking(
-        api.ResourceConfig(memory_mb=a.memory, cpu_mhz=a.cpu)
-    ),
-    "pause": lambda a, c: c.call_blocking(api.Pause()),
-    "resume": lambda a, c: c.call_blocking(api.Resume()),
-    "offboard": lambda a, c: c.call_blocking(api.Offboard()),
-    "info": lambda a, c: c.call_blocking(api.GetInfo()),
-    "peer self": lambda a, c: c.call_blocking(api.GetPeerSelf()),
-    "peer list": lambda a, c: c.call_blocking(api.ListPeers(dht=a.dht), timeout=20),
-    "chat start": lambda a, c: c.call_blocking(api.ChatStart(peer_id=a.peer)),
-    "chat list": lambda a, c: c.call_blocking(api.ChatList()),
-    "chat join": lambda a, c: c.call_blocking(api.ChatJoin(request_id=a.request_id)),
-    "chat clear": lambda a, c: c.call_blocking(api.ChatClear()),
-    "chat send": lambda a, c: c.call_blocking(
-        api.ChatSend(peer_id=a.peer, text=a.text, queue=not a.no_queue)
-    ),
-    "chat history": lambda a, c: c.call_blocking(api.ChatHistory(peer_id=a.peer, limit=a.limit)),
-    "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
-    **job_output.RUNNERS,
-    "mode": _mode,
-    **gpu_output.RUNNERS,
-    **wallet_output.RUNNERS,
-    **reward_output.RUNNERS,
-    **notebook.RUNNERS,
-    **resource.RUNNERS,
-}
+def runners() -> dict[str, Runner]:
+    """What runs each command, by its words ("job list"); the modules load only now."""
+    from nunet_tui.cli import (
+        gpu_output,
+        job_output,
+        notebook,
+        resource,
+        reward_output,
+        wallet_output,
+    )
+
+    return {
+        "capacity": _capacity,
+        "onboard": _onboard,
+        "resource-config": lambda a, c: c.call_blocking(
+            api.ResourceConfig(memory_mb=a.memory, cpu_mhz=a.cpu)
+        ),
+        "pause": lambda a, c: c.call_blocking(api.Pause()),
+        "resume": lambda a, c: c.call_blocking(api.Resume()),
+        "offboard": lambda a, c: c.call_blocking(api.Offboard()),
+        "info": lambda a, c: c.call_blocking(api.GetInfo()),
+        "peer self": lambda a, c: c.call_blocking(api.GetPeerSelf()),
+        "peer list": lambda a, c: c.call_blocking(api.ListPeers(dht=a.dht), timeout=20),
+        "chat start": lambda a, c: c.call_blocking(api.ChatStart(peer_id=a.peer)),
+        "chat list": lambda a, c: c.call_blocking(api.ChatList()),
+        "chat join": lambda a, c: c.call_blocking(api.ChatJoin(request_id=a.request_id)),
+        "chat clear": lambda a, c: c.call_blocking(api.ChatClear()),
+        "chat send": lambda a, c: c.call_blocking(
+            api.ChatSend(peer_id=a.peer, text=a.text, queue=not a.no_queue)
+        ),
+        "chat history": lambda a, c: c.call_blocking(
+            api.ChatHistory(peer_id=a.peer, limit=a.limit)
+        ),
+        "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
+        **job_output.RUNNERS,
+        "mode": _mode,
+        **gpu_output.RUNNERS,
+        **wallet_output.RUNNERS,
+        **reward_output.RUNNERS,
+        **notebook.RUNNERS,
+        **resource.RUNNERS,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    app_args = _app_only(words)
+    if app_args is not None:
+        return _run(app_args)
+    from nunet_tui.cli import job_output
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if args.command == "completion":
         from nunet_tui.cli.completion import script
 
         output.show(script(args.shell, parser).rstrip("\n"))
         return 0
+    try:
+        return _run(args)
+    except job_output.UsageError as exc:
+        where = f"{parser.prog} {exc.args[1]}" if len(exc.args) > 1 else parser.prog
+        parser.exit(2, f"{where}: error: {safe(str(exc.args[0]))} (see {where} --help)\n")
+
+
+def _run(args: argparse.Namespace) -> int:
     # Flags beat NUNET_* variables, which beat config.toml: the engine reads the environment.
     if args.listen:
         os.environ["NUNET_NETWORK_LISTEN"] = ",".join(args.listen)
@@ -293,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "daemon" and args.executor:
             os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
         if args.command == "log":  # no engine: it must work on a node that will not start
+            from nunet_tui.cli import log_archive
+
             return log_archive.run_log_archive(paths, args)
         if args.command == "daemon":
             from engine.daemon import run_daemon
@@ -301,11 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         sub_command = getattr(args, f"{args.command.replace('-', '_')}_command", None)
         key = f"{args.command} {sub_command}" if sub_command else args.command
+        from nunet_tui.cli import job_output
+
         job_output.check_usage(key, args)  # before an engine is opened for nothing
-        return _run_command(RUNNERS[key], args, paths, key)
-    except job_output.UsageError as exc:
-        where = f"{parser.prog} {exc.args[1]}" if len(exc.args) > 1 else parser.prog
-        parser.exit(2, f"{where}: error: {safe(str(exc.args[0]))} (see {where} --help)\n")
+        return _run_command(runners()[key], args, paths, key)
     except EngineError as exc:
         output.show_error(exc.message)
         return 1
@@ -344,18 +411,26 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
 
 def _run_tui(paths: Paths, attach: bool) -> int:
     from engine.config import load_settings
-    from engine.connect import open_client
+    from engine.connect import prepare_client
+    from engine.deferred import DeferredClient
     from engine.logsetup import configure
 
     paths.ensure()
     configure(paths, load_settings(paths).log_level)
-    client = open_client(paths, attach=attach, defer_network=True, reconnect=True)
+    # Which engine is decided now (a busy home or --attach without a daemon: one line, no
+    # app); starting it waits for the app's first frame (DeferredClient.start).
+    client = DeferredClient(
+        prepare_client(paths, attach=attach, defer_network=True, reconnect=True)
+    )
     try:
         from nunet_tui.app import NunetApp
 
         NunetApp(client=client).run()
     finally:
         client.close()
+    if (error := client.open_error) is not None:  # the app said so too; scripts see it here
+        output.show_error(error.message)
+        return 1
     return 0
 
 
