@@ -78,6 +78,8 @@ CAPABILITY_SCREENS: dict[str, tuple[str, str]] = {
     "submit": ("nunet_tui.screens.submit", "SubmitScreen"),
     "wallet": ("nunet_tui.screens.wallet", "WalletScreen"),
     "rewards": ("nunet_tui.screens.rewards", "RewardsScreen"),
+    "resources": ("nunet_tui.screens.resources", "ResourcesScreen"),
+    "account": ("nunet_tui.screens.account", "AccountScreen"),
 }
 
 
@@ -135,6 +137,8 @@ class NunetApp(App[None]):
         Binding("w", "open('wallet')", "Wallet", show=False, tooltip="Address, NTX, transactions"),
         Binding("dollar_sign,R", "open('rewards')", "Rewards", show=False, key_display="$"),
         Binding("b", "open('notebooks')", "Notebooks", show=False, tooltip="JupyterLab notebooks"),
+        Binding("e", "open('resources')", "Resources", show=False, tooltip="Specs, pools, prices"),
+        Binding("a", "open('account')", "Account", show=False, tooltip="Recharges, jobs paid"),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)
@@ -578,9 +582,9 @@ class NunetApp(App[None]):
                 return False
             if not getattr(self.screen, "ALLOW_MODE_SWITCH", True):
                 return False
-            if name == "gpus":
+            if name in ("gpus", "resources"):
                 return self.mode == "provider"
-            if name in ("submit", "notebooks"):
+            if name in ("submit", "notebooks", "account"):
                 return self.mode == "consumer"
             return True
         if action == "onboard":

@@ -45,6 +45,11 @@ class NodeCommands(Provider):
         if node is not None and mode is not None:
             if mode == "provider":
                 yield (
+                    "Resources",
+                    "Specs priced per machine-hour, custom resources, pools (e)",
+                    partial(app.action_open, "resources"),
+                )
+                yield (
                     "GPUs",
                     "Live GPU load, memory, temperature and power (g)",
                     partial(app.action_open, "gpus"),
@@ -76,6 +81,11 @@ class NodeCommands(Provider):
                 partial(app.action_open, "rewards"),
             )
             if mode == "consumer":
+                yield (
+                    "Account",
+                    "Recharges, what each job paid and got back, the balance (a)",
+                    partial(app.action_open, "account"),
+                )
                 yield (
                     "Submit a job",
                     "Describe an ML job, see its price and who can run it (s)",

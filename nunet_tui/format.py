@@ -207,6 +207,16 @@ def span(low: float, high: float) -> str:
     return thousands(low) if low == high else f"{thousands(low)}{DASH}{thousands(high)}"
 
 
+def tilde(location: str) -> str:
+    """A path under the home folder as ``~/…``: shorter, and the same on every machine."""
+    from pathlib import Path
+
+    home = str(Path.home())
+    if home not in ("", "/") and location.startswith(home + "/"):
+        location = "~" + location[len(home) :]
+    return safe(location)
+
+
 def problem_lines(messages: Sequence[str]) -> Content:
     """A form field's problems, one ``✗`` line each, shown literally."""
     return Content("\n").join(

@@ -26,6 +26,8 @@ EVERYWHERE: tuple[tuple[str, str], ...] = (
     ("b", "notebooks: JupyterLab on a provider (consumer mode)"),
     ("w", "wallet: address, NTX and ADA balance, transactions"),
     ("$ or R", "rewards: claim what paid jobs earned, locks and refunds"),
+    ("e", "resources: specs and prices, custom resources, pools (provider mode)"),
+    ("a", "account: recharges, what each job paid and got back (consumer mode)"),
     ("tab", "next field or button · shift+tab previous"),
     ("esc", "back / close"),
     ("q", "quit (ctrl+q also quits, even inside a text field)"),

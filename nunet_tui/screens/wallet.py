@@ -11,7 +11,6 @@ imports one. A locked keystore asks for its passphrase when an action needs it (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 from rich.text import Text
@@ -36,7 +35,7 @@ from engine.api import (
     WalletShow,
 )
 from engine.errors import EngineError
-from nunet_tui.format import DASH, ago, plural, safe, table_cell
+from nunet_tui.format import DASH, ago, plural, safe, table_cell, tilde
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -438,14 +437,6 @@ def keystore_text(keystore: KeystoreInfo | None) -> Content:
             where, (" · locked", "bold $text-warning"), " · press ", ("u", "bold $text-accent")
         )
     return Content.assemble(where, (" · unlocked", "$text-success"))
-
-
-def tilde(location: str) -> str:
-    """A path under the home folder as ``~/…``: shorter, and the same on every machine."""
-    home = str(Path.home())
-    if home not in ("", "/") and location.startswith(home + "/"):
-        location = "~" + location[len(home) :]
-    return safe(location)
 
 
 def _no_wallet() -> Content:
