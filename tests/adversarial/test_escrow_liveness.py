@@ -74,7 +74,6 @@ E2E = pytest.mark.timeout(360)
 
 HEARTBEAT_S = 1.0  # tests/daemons.py HEARTBEAT_ENV
 GRACE_S = 3.0
-PAID = 100_000  # one minute of a low job at 6 NTX/h, in base units
 
 Mode = Literal["pass", "swallow", "reset"]
 
@@ -174,6 +173,11 @@ def _book(daemon: Daemon, job_id: str) -> dict[str, Any]:
     return dict(json.loads(row[0])) if row else {}
 
 
+def _paid(provider: Daemon, *job_ids: str) -> int:
+    """What the provider's book says it was paid for these jobs (metered, issue 12)."""
+    return sum(int(_escrow(provider, job_id)["paid_units"]) for job_id in job_ids)
+
+
 def _job(daemon: Daemon, job_id: str) -> dict[str, Any]:
     return dict(daemon.cli("job", "show", job_id))
 
@@ -197,7 +201,7 @@ def test_a_dropped_then_expired_claim_is_rebuilt_from_the_same_decision_and_paid
     assert set(link.swallowed) == {first["claim_tx"]}  # the same tx, not a new one each time
     assert market.ntx(_address(provider)) == 0
     decision = market.oracle.store.decision(job_id)
-    assert decision is not None and decision.reward_type == "withdraw"
+    assert decision is not None and decision.reward_type == "distribute"
 
     # The provider dies with its claim kept and not on chain, and ten minutes pass on the
     # chain's clock: the kept tx can never land any more. After the restart it is neither
@@ -213,8 +217,8 @@ def test_a_dropped_then_expired_claim_is_rebuilt_from_the_same_decision_and_paid
     )
     assert claimed["claim_tx"] != first["claim_tx"]  # a fresh tx ...
     assert market.oracle.store.decision(job_id) == decision  # ... from the same decision
-    assert market.ntx(_address(provider)) == PAID
-    assert market.ntx(_address(consumer)) == spent_before - PAID
+    assert market.ntx(_address(provider)) == _paid(provider, job_id)
+    assert market.ntx(_address(consumer)) == spent_before - _paid(provider, job_id)
     wait_for(
         lambda: _escrow(consumer, job_id).get("state") == "paid_out",
         "the consumer never saw the payment",
@@ -224,13 +228,13 @@ def test_a_dropped_then_expired_claim_is_rebuilt_from_the_same_decision_and_paid
     assert _book(provider, job_id)["info"]["claim_tx"] == claimed["claim_tx"]
     again = provider.cli("reward", "claim", job_id)
     assert again["state"] == "claimed" and again["claim_tx"] == claimed["claim_tx"]
-    assert market.ntx(_address(provider)) == PAID
+    assert market.ntx(_address(provider)) == _paid(provider, job_id)
     # The dead tx, sent by anyone now, is refused by the chain: nothing is paid twice.
     from pycardano.exception import TransactionFailedException
 
     with pytest.raises(TransactionFailedException):
         market.context().submit_tx_cbor(link.dropped[first["claim_tx"]])
-    assert market.ntx(_address(provider)) == PAID
+    assert market.ntx(_address(provider)) == _paid(provider, job_id)
 
 
 # --- the connection that broke while submitting ----------------------------------------------
@@ -267,8 +271,8 @@ def test_a_connection_error_while_submitting_is_retried_and_never_stops_the_daem
         "the claims never landed once the link was back",
         90,
     )
-    assert market.ntx(_address(provider)) == 2 * PAID
-    assert market.ntx(_address(consumer)) == spent_before - 2 * PAID
+    assert market.ntx(_address(provider)) == _paid(provider, first, second)
+    assert market.ntx(_address(consumer)) == spent_before - _paid(provider, first, second)
     log = provider.home.log_file.read_text(errors="replace")
     assert "settle failed" not in log  # the loop caught it: no supervisor had to restart it
 
@@ -345,8 +349,8 @@ def test_a_vanished_provider_is_shown_unreachable_then_the_job_is_interrupted_an
     wait_for(
         lambda: _escrow(provider, honest).get("state") == "claimed", "the honest job failed", 90
     )
-    assert market.ntx(_address(provider)) == PAID
-    assert market.ntx(_address(consumer)) == before - PAID
+    assert market.ntx(_address(provider)) == _paid(provider, honest)
+    assert market.ntx(_address(consumer)) == before - _paid(provider, honest)
 
 
 # --- the consumer that says its live provider vanished --------------------------------------
@@ -398,20 +402,20 @@ def test_a_consumer_that_claims_its_running_provider_vanished_gets_nothing_and_i
         "the provider was never paid",
         90,
     )
-    assert claimed["reward_type"] == "withdraw"
+    assert claimed["reward_type"] == "distribute"
     # Too late now, as always: the provider reported the job's end.
     with pytest.raises(ReceiptRejected):
         _ask(market.oracle_server, request)
     decision = market.oracle.store.decision(job_id)
-    assert decision is not None and decision.reward_type == "withdraw"
-    assert market.ntx(_address(provider)) == PAID  # once
-    assert market.ntx(_address(consumer)) == before - PAID
+    assert decision is not None and decision.reward_type == "distribute"
+    assert market.ntx(_address(provider)) == _paid(provider, job_id)  # once
+    assert market.ntx(_address(consumer)) == before - _paid(provider, job_id)
     wait_for(
         lambda: _escrow(consumer, job_id).get("state") == "paid_out",
         "the consumer never saw the payment",
         40,
     )
-    assert market.ntx(_address(provider)) == PAID
+    assert market.ntx(_address(provider)) == _paid(provider, job_id)
 
 
 # --- the provider that holds the stream open and says nothing -------------------------------
@@ -557,7 +561,7 @@ def test_a_consumers_lone_receipt_decides_nothing_else(
         receipt = receipt_for(quote, "interrupted", "consumer", signers=(CONSUMER,))
     elif forge == "tampered":
         signed = receipt_for(quote, "interrupted", "provider", signers=(CONSUMER,))
-        receipt = msgspec.structs.replace(signed, started=not signed.started)
+        receipt = msgspec.structs.replace(signed, finished_at=signed.finished_at + 1)
     else:
         signed = receipt_for(quote, "interrupted", "provider", signers=(PROVIDER,))
         receipt = msgspec.structs.replace(
@@ -568,7 +572,7 @@ def test_a_consumers_lone_receipt_decides_nothing_else(
     assert server.oracle.store.decision("job-x") is None
     # The honest pair still gets its decision.
     grant = _ask(server, RewardRequest(job_id="job-x", receipt=receipt_for(quote)))
-    assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "distribute"
 
 
 def test_a_provider_that_reported_is_never_refunded_on_the_consumers_word(
@@ -584,7 +588,7 @@ def test_a_provider_that_reported_is_never_refunded_on_the_consumers_word(
         _ask(server, RewardRequest(job_id="job-here", receipt=lie))
     assert server.oracle.store.decision("job-here") is None
     grant = _ask(server, RewardRequest(job_id="job-here", receipt=receipt_for(quote)))
-    assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "distribute"
 
 
 # --- which failures are the network's ------------------------------------------------------

@@ -35,7 +35,7 @@ from pycardano import (
 
 from oracle_client.client import LockNotFound, OracleClient
 from oracle_client.escrow import transactions as T
-from oracle_client.escrow.contract import Claim, EscrowDatum, escrow_address, escrow_script
+from oracle_client.escrow.contract import Distribute, EscrowDatum, escrow_address, escrow_script
 from oracle_client.ledger import LedgerServer, start_server
 from oracle_client.models import RewardGrant, RewardRequest, ServiceQuote
 from oracle_client.oracle_server.keys import load_or_create_key
@@ -125,12 +125,14 @@ def _datum(quote: ServiceQuote) -> EscrowDatum:
     )
 
 
-def _claim_both(chain: Chain, a: UTxO, b: UTxO, signature: bytes) -> Any:
-    """The provider's one tx spending A and B, each with a Claim carrying `signature`."""
+def _claim_both(chain: Chain, a: UTxO, b: UTxO, signature: bytes, share: int) -> Any:
+    """The provider's one tx spending A and B, each with a Distribute carrying `signature`."""
     builder = TransactionBuilder(chain.ctx)
     for lock in (a, b):
         builder.add_script_input(
-            lock, script=escrow_script(), redeemer=Redeemer(Claim(signature), FIXED_UNITS)
+            lock,
+            script=escrow_script(),
+            redeemer=Redeemer(Distribute(signature, share), FIXED_UNITS),
         )
     builder.add_input_address(chain.address(PROVIDER))
     builder.required_signers = [VerificationKeyHash(bytes.fromhex(PROVIDER.pkh))]
@@ -149,7 +151,7 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
     locks = chain.locks()
     assert set(locks) == {lock_a, lock_b}
     assert locks[lock_a].output.datum.cbor == locks[lock_b].output.datum.cbor  # type: ignore[union-attr]
-    done = receipt_for(quote)  # completed, signed by both peers: a withdraw
+    done = receipt_for(quote)  # completed, signed by both peers: the whole lock charged
 
     # A provider that asks without naming the lock gets no signature: the oracle never guesses
     # which of two equal locks to release.
@@ -157,18 +159,25 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
         chain.ask(RewardRequest(job_id=JOB, receipt=done))
     a_tx = lock_a.transaction_id.payload.hex()
     grant = chain.ask(RewardRequest(job_id=JOB, receipt=done, lock_tx=a_tx))
-    assert isinstance(grant, RewardGrant) and grant.reward_type == "withdraw"
+    assert isinstance(grant, RewardGrant) and grant.reward_type == "distribute"
     assert grant.escrow_utxo == f"{a_tx}#{lock_a.index}"
     signature = bytes.fromhex(grant.signature)
     # Naming B now gets the one decision again, for A: never a second signature.
     b_tx = lock_b.transaction_id.payload.hex()
     assert chain.ask(RewardRequest(job_id=JOB, receipt=done, lock_tx=b_tx)) == grant
 
-    provider = dict(signing_key=chain.key(PROVIDER), address=chain.address(PROVIDER), job_id=JOB)
+    provider = dict(
+        signing_key=chain.key(PROVIDER),
+        address=chain.address(PROVIDER),
+        job_id=JOB,
+        provider_amount=grant.provider_amount,
+        provider_address=chain.address(PROVIDER),
+        consumer_address=chain.address(CONSUMER),
+    )
     # Attack 1: A's signature on B. The client's own check says no; the ledger too.
     with pytest.raises(T.OracleSignatureInvalid):
-        T.claim(chain.ctx, oracle_signature=signature, escrow_utxo=locks[lock_b], **provider)  # type: ignore[arg-type]
-    doomed = T.claim(
+        T.distribute(chain.ctx, oracle_signature=signature, escrow_utxo=locks[lock_b], **provider)  # type: ignore[arg-type]
+    doomed = T.distribute(
         chain.ctx,
         oracle_signature=signature,
         escrow_utxo=locks[lock_b],
@@ -179,10 +188,10 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
     with pytest.raises(T.SubmitRejected, match=r"script spend:\d failed.*bad oracle signature"):
         T.submit(chain.ctx, doomed)
 
-    # Attack 2: A and B in one tx, A's signature on both: B's script fails, so the whole tx.
-    both = _claim_both(chain, locks[lock_a], locks[lock_b], signature)
+    # Attack 2: A and B in one tx, A's signature on both: the scripts fail, so the whole tx.
+    both = _claim_both(chain, locks[lock_a], locks[lock_b], signature, grant.provider_amount)
     assert {lock_a, lock_b} <= set(both.transaction_body.inputs)
-    with pytest.raises(T.SubmitRejected, match="bad oracle signature"):
+    with pytest.raises(T.SubmitRejected, match=r"bad oracle signature|one escrow per distribute"):
         T.submit(chain.ctx, both)
 
     # Nothing moved: both locks are on chain, the provider holds no NTX.
@@ -190,7 +199,12 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
     assert chain.ntx(PROVIDER) == 0
 
     # The ledger and the oracle still serve the honest claim: A, with A's signature.
-    honest = T.claim(chain.ctx, oracle_signature=signature, ntx=chain.ledger.ntx_unit, **provider)  # type: ignore[arg-type]
+    honest = T.distribute(
+        chain.ctx,
+        oracle_signature=signature,
+        ntx=chain.ledger.ntx_unit,
+        **provider,  # type: ignore[arg-type]
+    )
     assert lock_a in honest.transaction_body.inputs
     assert lock_b not in honest.transaction_body.inputs
     T.submit(chain.ctx, honest)
