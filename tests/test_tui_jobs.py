@@ -123,7 +123,7 @@ async def fill_form(pilot: Pilot[Any], url: str) -> None:
     await pilot.press("right", "right", "enter")  # PyTorch → TensorFlow → scikit-learn
     await pilot.press("tab", "tab", "tab")  # device, usage, deps
     await pilot.press("tab", "ctrl+u", "1")  # expected minutes
-    await pilot.press("tab", *"1")  # budget NTX
+    await pilot.press("tab", "tab", "tab", *"1")  # max minutes, spec, then the budget NTX
 
 
 async def test_submit_iris_follow_it_and_view_its_results(

@@ -51,7 +51,14 @@ from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
-from nunet_tui.viewmodels.money import job_figures, price_text, settle_tx, summary
+from nunet_tui.viewmodels.money import (
+    cancel_split,
+    job_figures,
+    machine_time,
+    price_text,
+    settle_tx,
+    summary,
+)
 from nunet_tui.widgets import escrow_view, job_ports
 from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
@@ -67,6 +74,7 @@ from nunet_tui.widgets.job_state import (
 )
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
+from oracle_client.ntx import format_ntx
 
 FLUSH_S = 1 / 30  # live lines are written at most this often
 FRAME_LINES = 10_000  # at most this many per write: each frame's work stays small
@@ -444,11 +452,7 @@ class JobDetailScreen(CapabilityScreen):
         confirmed = await self.app.push_screen_wait(
             ConfirmScreen(
                 f"Cancel job {job.job_id}?",
-                Content.assemble(
-                    "The provider stops ",
-                    (job_name(job), "bold"),
-                    " now. What it has printed and metered so far is kept.",
-                ),
+                cancel_text(job, self.escrow, self.nunet.clock()),
                 confirm_label="Cancel job",
                 danger=True,
             )
@@ -502,6 +506,34 @@ def traceback_tail(lines: list[str], limit: int = TAIL_LINES) -> list[str]:
             break
     chosen = lines[start:] if start is not None else lines
     return [clean_line(line) for line in chosen[-limit:]]
+
+
+def cancel_text(job: JobInfo, escrow: EscrowInfo | None, now: float) -> Content:
+    """What cancelling now means, money first: paid for the machine time so far, the rest of
+    the lock refunded (a job that never started pays nothing)."""
+    head = Content.assemble("The provider stops ", (job_name(job), "bold"), " now. ")
+    split = cancel_split(job, escrow, now)
+    if split is None:
+        return Content.assemble(head, "What it has printed and metered so far is kept.")
+    paid, refunded = split
+    if job.started_at is None:
+        return Content.assemble(
+            head,
+            "It has not started: nothing is paid, and ",
+            (format_ntx(refunded, "refunded"), "bold"),
+            " to you.",
+        )
+    elapsed = max(int(now * 1000) - int(job.started_at * 1000), 0)
+    price = price_text(job)
+    return Content.assemble(
+        head,
+        f"For the {machine_time(elapsed)} it ran" + (f" at {price}" if price else "") + ": ",
+        (format_ntx(paid, "paid"), "bold $text-warning"),
+        " to the provider, ",
+        (format_ntx(refunded, "refunded"), "bold $text-success"),
+        f" to you (of {format_ntx(paid + refunded, 'locked')}; the provider's signed machine "
+        "time decides the last base units). Its output so far is kept.",
+    )
 
 
 def _facts(

@@ -29,7 +29,7 @@ from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob
 from engine.errors import EngineError
-from engine.jobs.matching import MatchResult
+from engine.jobs.matching import Candidate, MatchResult
 from nunet_tui.format import safe, short_peer_id
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.presets import MAX_PRESETS, Preset
@@ -136,16 +136,30 @@ class SubmitScreen(CapabilityScreen):
         peer_id = form.peer_id
         self.check = check_form(spec, local, peer_id, self.peers)
         form.show_check(self.check, reveal_all=self.submitted)
-        self.query_one(JobEstimate).show(spec)
+        node = self.nunet.node
         self.result = self.query_one(ProviderMatch).show(
-            spec, self.peers, self.peer_problem, peer_id
+            spec,
+            self.peers,
+            self.peer_problem,
+            peer_id,
+            consumer=node.info.peer_id if node is not None else None,
         )
+        self.query_one(JobEstimate).show(spec, self.candidate(peer_id))
         form.show_extra()
         form.submit_button.label = (
             "Submitting…"
             if self.submitting
             else (f"Submit to {short_peer_id(peer_id)}" if peer_id else "Submit to best match")
         )
+
+    def candidate(self, peer_id: str) -> Candidate | None:
+        """The provider the job goes to: the one picked by hand, else the best match."""
+        result = self.result
+        if result is None or not result.candidates:
+            return None
+        if peer_id:
+            return next((c for c in result.candidates if c.peer_id == peer_id), None)
+        return result.candidates[0]
 
     @on(ProviderMatch.Picked)
     def _pick(self, event: ProviderMatch.Picked) -> None:

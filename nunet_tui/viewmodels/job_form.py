@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from engine.jobs.spec import JobSpec, validate_spec
+from oracle_client.ntx import UNITS_PER_NTX, parse_ntx
 
 FRAMEWORK_LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "scikit-learn": "sklearn"}
 TIER_LABELS = {"low": "Low", "moderate": "Moderate", "high": "High"}
@@ -21,7 +22,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "device": ("device", "gpu_vendor"),
     "tier": ("tier",),
     "deps": ("deps",),
+    "resource_spec": ("resource_spec",),
     "expected_minutes": ("expected_minutes",),
+    "max_minutes": ("max_minutes",),
     "budget_ntx": ("budget_ntx",),
     "peer_id": ("peer_id",),
 }
@@ -36,6 +39,8 @@ class FormValues:
     name: str = ""
     deps: str = ""
     expected_minutes: str = "10"
+    max_minutes: str = ""  # empty: the expected time
+    resource_spec: str = ""  # empty: the tier's cheapest matching spec
     budget_ntx: str = ""
     peer_id: str = ""
     framework: str = "pytorch"
@@ -67,12 +72,19 @@ def read_spec(values: FormValues) -> tuple[JobSpec, dict[str, list[str]]]:
             local.setdefault("expected_minutes", []).append("enter a number of minutes")
     else:
         local.setdefault("expected_minutes", []).append("how long do you expect it to run?")
+    longest: float | None = None
+    if text := values.max_minutes:
+        try:
+            longest = float(text)
+        except ValueError:
+            local.setdefault("max_minutes", []).append("enter a number of minutes (or nothing)")
     budget: float | None = None
     if text := values.budget_ntx:
         try:
-            budget = float(text)
-        except ValueError:
-            local.setdefault("budget_ntx", []).append("enter a number of NTX (or nothing)")
+            # Read exactly (a 7th decimal is refused), then the spec's float of NTX.
+            budget = parse_ntx(text) / UNITS_PER_NTX
+        except ValueError as exc:
+            local.setdefault("budget_ntx", []).append(f"{exc} (or nothing: no cap)")
     deps = tuple(d.strip() for d in values.deps.split(",") if d.strip())
     fields: dict[str, Any] = {
         "script_url": values.script_url,
@@ -82,6 +94,8 @@ def read_spec(values: FormValues) -> tuple[JobSpec, dict[str, list[str]]]:
         "tier": values.tier,
         "deps": deps,
         "expected_minutes": expected,
+        "max_minutes": longest,
+        "resource_spec": values.resource_spec or None,
         "budget_ntx": budget,
         **values.extra,
     }
@@ -95,7 +109,7 @@ def check_form(
     problems: dict[str, list[str]] = {k: list(v) for k, v in local.items()}
     general: list[str] = []
     for problem in validate_spec(spec).problems:
-        if problem.field == "budget_ntx" and "budget_ntx" in local:
+        if problem.field in local:
             continue
         name = FIELD_OF.get(problem.field)
         if name is None:

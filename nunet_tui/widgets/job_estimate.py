@@ -1,5 +1,7 @@
-"""The "Estimate" panel of the submit form: NuNet's static NTX estimate for the job and the
-tier table (engine/jobs/tiers.py, the one tier table), the chosen tier highlighted."""
+"""The "Estimate" panel of the submit form: with a provider to run it, its spec, price, the
+estimate (price x expected time) and what is locked (price x maximum time, the budget cap);
+then NuNet's static NTX estimate for the job and the tier table (engine/jobs/tiers.py, the
+one tier table), the chosen tier highlighted."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from engine.jobs.admission import max_minutes
+from engine.jobs.matching import Candidate
 from engine.jobs.spec import TIERS, JobSpec
 from engine.jobs.tiers import estimate_resource, static_ntx
-from nunet_tui.format import DASH, span
+from nunet_tui.format import DASH, safe, short_peer_id, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
-from oracle_client.ntx import digits, format_ntx, units_of
+from oracle_client.ntx import digits, format_ntx, format_rate, units_of
 
 
 class JobEstimate(Vertical):
@@ -26,7 +30,7 @@ class JobEstimate(Vertical):
         yield Static(id="estimate-text", markup=False)
         yield Static(id="tier-table", markup=False)
 
-    def show(self, spec: JobSpec) -> None:
+    def show(self, spec: JobSpec, candidate: Candidate | None = None) -> None:
         res = estimate_resource(spec.tier, spec.device)
         minutes = spec.expected_minutes if spec.expected_minutes > 0 else 0.0
         low, high = static_ntx(spec.tier, spec.device, minutes)
@@ -41,7 +45,8 @@ class JobEstimate(Vertical):
                 f"{span(*res.gpu_power_w)} W",
                 f"{span(*res.gpu_usage_percent)}% GPU",
             ]
-        lines = [
+        lines = quote_lines(spec, candidate)
+        lines += [
             Content.assemble(
                 ("Static estimate  ", "bold"),
                 (
@@ -55,11 +60,45 @@ class JobEstimate(Vertical):
                 " · ".join(needs),
             ),
         ]
-        if spec.budget_ntx is not None and spec.budget_ntx < low:
+        if candidate is None and spec.budget_ntx is not None and spec.budget_ntx < low:
             below = f"budget {format_ntx(units_of(spec.budget_ntx))} is below it"
             lines.append(Content.styled(below, "$text-error"))
         self.query_one("#estimate-text", Static).update(Content("\n").join(lines))
         self.query_one("#tier-table", Static).update(tier_table(spec.device, spec.tier))
+
+
+def quote_lines(spec: JobSpec, candidate: Candidate | None) -> list[Content]:
+    """``gpu large on 12D3…x9Fq · 2.4 NTX/h`` then ``1.2 NTX estimate (30 min) · 2.4 NTX
+    locked (max 60 min)``: what this job costs there, as the provider's quote will say."""
+    if candidate is None or candidate.resource is None:
+        return []
+    resource = candidate.resource
+    minimum = (
+        f" · min charge {format_ntx(resource.min_charge_units)}"
+        if resource.min_charge_units
+        else ""
+    )
+    lines = [
+        Content.assemble(
+            ("Spec ", "bold"),
+            (safe(resource.name), "bold $text-accent"),
+            f" on {short_peer_id(candidate.peer_id)} · {format_rate(resource.price_units_hour)}",
+            (minimum, "$text-muted"),
+        ),
+        Content.assemble(
+            (format_ntx(candidate.estimate_units, "estimate"), "bold $text-accent"),
+            f" ({spec.expected_minutes:g} min) · ",
+            (format_ntx(candidate.lock_units, "locked"), "bold"),
+            f" (max {max_minutes(spec):g} min)",
+        ),
+    ]
+    if spec.budget_ntx is not None:
+        budget = units_of(spec.budget_ntx)
+        if budget < candidate.lock_units:
+            lines.append(
+                Content.styled(f"budget {format_ntx(budget)} is below the lock", "$text-error")
+            )
+    return lines
 
 
 def tier_table(device: str, selected: str) -> Content:

@@ -31,6 +31,7 @@ from nunet_tui.viewmodels.job_form import (
     extra_line,
     preset_extra,
 )
+from oracle_client.ntx import digits, units_of
 
 
 class JobForm(Vertical):
@@ -108,9 +109,24 @@ class JobForm(Vertical):
             Input("10", type="number", id="expected_minutes", compact=True),
         )
         yield from self._field(
+            "max_minutes",
+            "Max min",
+            Input(
+                placeholder="= expected (the lock covers it)",
+                type="number",
+                id="max_minutes",
+                compact=True,
+            ),
+        )
+        yield from self._field(
+            "resource_spec",
+            "Spec",
+            Input(placeholder="the tier's cheapest spec", id="resource_spec", compact=True),
+        )
+        yield from self._field(
             "budget_ntx",
             "Budget NTX",
-            Input(placeholder="no cap", type="number", id="budget_ntx", compact=True),
+            Input(placeholder="no cap", id="budget_ntx", compact=True),
         )
         yield from self._field(
             "peer_id",
@@ -149,6 +165,8 @@ class JobForm(Vertical):
             name=self.value("name"),
             deps=self.value("deps"),
             expected_minutes=self.value("expected_minutes"),
+            max_minutes=self.value("max_minutes"),
+            resource_spec=self.value("resource_spec"),
             budget_ntx=self.value("budget_ntx"),
             peer_id=self.peer_id,
             framework=self.framework,
@@ -240,8 +258,12 @@ class JobForm(Vertical):
         self.query_one("#deps", Input).value = ", ".join(spec.deps)
         self.query_one("#expected_minutes", Input).value = f"{spec.expected_minutes:g}"
         self.query_one("#budget_ntx", Input).value = (
-            "" if spec.budget_ntx is None else f"{spec.budget_ntx:g}"
+            "" if spec.budget_ntx is None else digits(units_of(spec.budget_ntx)).replace(",", "")
         )
+        self.query_one("#max_minutes", Input).value = (
+            "" if spec.max_minutes is None else f"{spec.max_minutes:g}"
+        )
+        self.query_one("#resource_spec", Input).value = spec.resource_spec or ""
         self.extra = preset_extra(spec)
         self.framework, self.device, self.tier = spec.framework, spec.device, spec.tier
         self.query_one(f"#fw-{spec.framework}", RadioButton).value = True

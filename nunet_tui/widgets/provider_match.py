@@ -15,7 +15,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.api import Peer
-from engine.jobs.matching import MatchResult, match
+from engine.jobs.matching import Candidate, MatchResult, match
 from engine.jobs.spec import JobSpec
 from nunet_tui.format import (
     DASH,
@@ -48,7 +48,12 @@ class ProviderMatch(Vertical):
         yield OptionList(id="who-list", compact=True)
 
     def show(
-        self, spec: JobSpec, peers: Mapping[str, Peer], problem: str | None, chosen: str
+        self,
+        spec: JobSpec,
+        peers: Mapping[str, Peer],
+        problem: str | None,
+        chosen: str,
+        consumer: str | None = None,
     ) -> MatchResult | None:
         """Rank ``peers`` for ``spec`` (``chosen``: the peer picked by hand, if any); or say
         why there is nobody to rank (``problem``, else no adverts yet)."""
@@ -64,7 +69,7 @@ class ProviderMatch(Vertical):
             return None
         note.display = False
         options.display = True
-        result = match(spec, list(peers.values()))
+        result = match(spec, list(peers.values()), consumer=consumer)
         highlighted = options.highlighted
         options.clear_options()
         for rank, candidate in enumerate(result.candidates):
@@ -77,10 +82,10 @@ class ProviderMatch(Vertical):
                         "  ",
                         _offer(peer),
                         f"  {latency(candidate.latency_ms)}  ",
-                        (format_ntx(units_of(candidate.cost_ntx), "estimate"), "bold"),
-                        (f" ({format_rate(units_of(candidate.price_ntx_hour))})", "$text-muted"),
+                        *_price(candidate),
                         ("  ← picked" if peer.peer_id == chosen else "", "bold $text-accent"),
                         ("  best" if rank == 0 and not chosen else "", "$text-success"),
+                        *_reserved(candidate),
                     ),
                     id=peer.peer_id,
                 )
@@ -107,6 +112,32 @@ class ProviderMatch(Vertical):
     def _pick(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.post_message(self.Picked(event.option.id or ""))
+
+
+def _price(candidate: Candidate) -> tuple[tuple[str, str], ...]:
+    """``1.2 NTX estimate (gpu large, 2.4 NTX/h)``: the spec it would run under there."""
+    if candidate.resource is None:  # an advert from before specs: the tier's price
+        return (
+            (format_ntx(units_of(candidate.cost_ntx), "estimate"), "bold"),
+            (f" ({format_rate(units_of(candidate.price_ntx_hour))})", "$text-muted"),
+        )
+    resource = candidate.resource
+    return (
+        (format_ntx(candidate.estimate_units, "estimate"), "bold"),
+        (f" ({safe(resource.name)}, {format_rate(resource.price_units_hour)})", "$text-muted"),
+    )
+
+
+def _reserved(candidate: Candidate) -> tuple[tuple[str, str], ...]:
+    """The provider's specs this consumer may not use, each with why (a pool's group)."""
+    notes = [
+        f"{safe(offer.spec.name)}: {safe(offer.note)}"
+        for offer in candidate.offers
+        if offer.note and "reserved" in offer.note
+    ]
+    if not notes:
+        return ()
+    return (("\n    " + " · ".join(notes[:3]), "$text-muted"),)
 
 
 def _offer(peer: Peer) -> Content:
