@@ -2,8 +2,9 @@
 escrow script run by uplc on every spend) and the reference oracle over HTTP.
 
 The consumer locks the quoted NTX before the provider starts, the provider checks the lock on
-the chain, both sign the receipt, and the oracle's signature releases the lock: to the provider
-for a completed job, back to the consumer for a failed one.
+the chain, both sign the receipt, and the oracle's signature splits the lock in one tx: the
+metered machine time to the provider, the rest back to the consumer (issue 12); all of it
+back for a job that failed by the provider's fault.
 """
 
 from __future__ import annotations
@@ -199,8 +200,9 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> N
     # Network status: this node's figures at once, the channel's from the next heartbeats.
     assert provider.cli("network", "status")["ntx_claimed"] == pytest.approx(charge / 1e6)
     wait_for(
-        lambda: consumer.cli("network", "status")["totals"]["ntx_paid"]
-        == pytest.approx(charge / 1e6),
+        lambda: (
+            consumer.cli("network", "status")["totals"]["ntx_paid"] == pytest.approx(charge / 1e6)
+        ),
         "the channel's NTX paid never showed the claim",
         20,
     )
@@ -355,3 +357,106 @@ def test_after_the_deadline_the_consumer_takes_the_lock_back_without_the_oracle(
     refunded = consumer.cli("reward", "refund", job_id)
     assert refunded["state"] == "refunded" and refunded["claim_tx"]
     assert market.ntx(_address(consumer)) == 5_000_000
+
+
+# --- metered settlement (issue 12) ---------------------------------------------------------
+
+# A job that runs 6 s and its expected (= maximum) time, 12 s, at the low price of 6 NTX/h:
+# the lock is 20,000 base units and about half of it is paid.
+HALF = """
+import time
+for i in range(12):
+    print(f"tick {i}", flush=True)
+    time.sleep(0.5)
+"""
+# Machine time is measured by the provider from the job's start to its end; the consumer's
+# view of the same run (its updates) may differ by up to escrow.METERING_TOLERANCE_S plus 2 %,
+# and the share paid of a 6 s run in a 12 s lock by the interpreter's start and the
+# executor's bookkeeping: 0.45 to 0.75 on a loaded machine.
+HALF_SHARE = (0.45, 0.75)
+
+
+def _settled_split(
+    market: Market, provider: Daemon, consumer: Daemon, job_id: str, before: int
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Wait for the split on both sides; check both books against the receipt and the chain."""
+    from oracle_client import billing
+
+    wait_for(lambda: _escrow(provider, job_id).get("state") == "claimed", "never settled", 90)
+    wait_for(lambda: _escrow(consumer, job_id).get("state") == "paid_out", "never seen", 40)
+    ours, theirs = _escrow(provider, job_id), _escrow(consumer, job_id)
+    receipt = json.loads(provider.cli("job", "show", job_id)["receipt"])
+    assert receipt["consumer_signature"] and receipt["provider_signature"]
+    lock = ours["amount"]
+    assert lock == theirs["amount"] == receipt["amount"]
+    subtasks = _subtasks(receipt["subtasks"])
+    machine_ms = billing.machine_time_ms(subtasks)
+    charge = billing.charge(
+        receipt["price_units_hour"], machine_ms, min_charge=receipt["min_charge"], cap=lock
+    )
+    assert receipt["charge"] == charge
+    for book in (ours, theirs):
+        assert book["metered_units"] == charge
+        assert (book["paid_units"], book["refunded_units"]) == (charge, lock - charge)
+    # One tx: the provider's; the consumer sent none, and its NTX came back in that one.
+    assert ours["settle_tx"] and not theirs["settle_tx"]
+    assert market.ntx(_address(provider)) == charge
+    assert market.ntx(_address(consumer)) == before - charge
+    return ours, theirs, receipt
+
+
+def _subtasks(raw: Any) -> Any:
+    import msgspec
+
+    from oracle_client.billing import Subtasks
+
+    return msgspec.convert(raw, Subtasks)
+
+
+def test_a_job_that_runs_half_its_maximum_time_pays_about_half(
+    market: Market, scripts: str, tmp_path: Path
+) -> None:
+    (tmp_path / "www" / "half.py").write_text(HALF)
+    provider, consumer = _paid_pair(market)
+    before = market.ntx(_address(consumer))
+    job = consumer.cli(
+        "job", "submit", "--url", f"{scripts}/half.py", "--framework", "scikit-learn",
+        "--expected-minutes", "0.2",
+    )  # fmt: skip
+    job_id = job["job_id"]
+    ours, _, receipt = _settled_split(market, provider, consumer, job_id, before)
+    share = ours["paid_units"] / ours["amount"]
+    assert HALF_SHARE[0] <= share <= HALF_SHARE[1], (share, receipt)
+    # The provider's receipt spans the job's own run as its record says.
+    shown = provider.cli("job", "show", job_id)
+    ran_ms = (shown["finished_at"] - shown["started_at"]) * 1000
+    replica = receipt["subtasks"][0]["replicas"][0]
+    assert abs((replica["ended_at"] - replica["started_at"]) - ran_ms) <= 1_000
+
+
+def test_a_job_cancelled_after_it_started_pays_up_to_the_cancel(
+    market: Market, scripts: str
+) -> None:
+    import time
+
+    provider, consumer = _paid_pair(market)
+    before = market.ntx(_address(consumer))
+    job_id = _submit(consumer, f"{scripts}/slow.py")["job_id"]  # a minute of ticks
+    started = wait_for(
+        lambda: provider.cli("job", "show", job_id).get("started_at"), "never started", 60
+    )
+    wait_for(lambda: time.time() - started >= 3, "the clock stood still", 10)
+    cancelled_at = time.time()
+    consumer.cli("job", "cancel", job_id)
+    wait_for(lambda: _job_state(consumer, job_id) == "cancelled", "never cancelled", 60)
+    ours, _, receipt = _settled_split(market, provider, consumer, job_id, before)
+    assert receipt["outcome"] == "cancelled" and receipt["fault"] == "consumer"
+    assert 0 < ours["paid_units"] < ours["amount"]
+    replica = receipt["subtasks"][0]["replicas"][0]
+    billed_s = (replica["ended_at"] - replica["started_at"]) / 1000
+    # Up to the cancel (it reached the provider a moment later), never the whole minute.
+    assert cancelled_at - started - 1 <= billed_s <= cancelled_at - started + 5, billed_s
+
+
+def _job_state(daemon: Daemon, job_id: str) -> str:
+    return str(daemon.cli("job", "show", job_id)["state"])
