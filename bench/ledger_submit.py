@@ -1,11 +1,12 @@
-"""Submit latency of the local ledger: a plain payment and an escrow claim.
+"""Submit latency of the local ledger: a plain payment and an escrow split (distribute).
 
     .venv/bin/python bench/ledger_submit.py [--n 20]
 
 Starts `nunet-ledger serve` as its own process (as the demo does) and talks to it through
 pycardano's BlockFrostChainContext. Only `submit_tx` is timed (HTTP, decoding, every check,
-the script run for a claim, the SQLite commit); building and signing are reported apart,
-since the claim's build includes the ledger's evaluation round trip.
+the script run for a split, the SQLite commit); building and signing are reported apart,
+since the split's build includes the ledger's evaluation round trip. Each split pays the
+provider 40 % of its lock and the consumer the rest, in one tx, as the settle loop does.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PYTHON, REPO, summary
 from oracle_client.escrow import transactions as T
-from oracle_client.escrow.contract import EscrowDatum, oracle_message
+from oracle_client.escrow.contract import EscrowDatum, distribute_message
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
 
@@ -103,17 +104,26 @@ def main() -> None:
             T.submit(ctx, tx)
             lock_submit.append((time.perf_counter() - t0) * 1000)
             spent = T.locked_output(tx, ctx)  # the signature names the lock it releases
-            message = oracle_message(
-                "withdraw", job, provider.payment_part.payload, 1_000_000, spent
+            share = 400_000
+            message = distribute_message(
+                job,
+                provider.payment_part.payload,
+                share,
+                consumer.payment_part.payload,
+                1_000_000 - share,
+                spent,
             )
             signature = bytes(oracle.sign(message).signature)
             t0 = time.perf_counter()
-            tx = T.claim(
+            tx = T.distribute(
                 ctx,
                 signing_key=provider_sk,
                 address=provider,
                 job_id=job,
                 oracle_signature=signature,
+                provider_amount=share,
+                provider_address=provider,
+                consumer_address=consumer,
             )
             t1 = time.perf_counter()
             T.submit(ctx, tx)
@@ -124,8 +134,8 @@ def main() -> None:
         print(summary("plain payment: submit", pay_submit, "ms"))
         print(summary("plain payment: build+sign (client)", pay_build, "ms"))
         print(summary("escrow lock: submit", lock_submit, "ms"))
-        print(summary("escrow claim: submit (runs the script)", claim_submit, "ms"))
-        print(summary("escrow claim: build+sign incl. evaluate (client)", claim_build, "ms"))
+        print(summary("escrow distribute: submit (runs the script)", claim_submit, "ms"))
+        print(summary("escrow distribute: build+sign incl. evaluate (client)", claim_build, "ms"))
     finally:
         server.terminate()
         server.wait(timeout=10)
