@@ -19,8 +19,9 @@ import msgspec
 import pytest
 from textual.pilot import Pilot
 
-from engine.api import EscrowInfo, SetMode, WalletImport
+from engine.api import EscrowInfo, JobInfo, SetMode, WalletImport
 from engine.config import Paths
+from engine.jobs.spec import JobSpec
 from engine.payments.escrow import EscrowRecord
 from engine.payments.keystore import PASSPHRASE_ENV
 from engine.store import Store
@@ -155,12 +156,36 @@ ESCROWS: list[EscrowInfo] = [
 ]
 
 
+# The jobs two claimed escrows paid for: the spec each ran under and its machine time, which
+# the rewards screen adds up per spec per day.
+SPEC_OF = {"a1b2c3d4e5f6": ("gpu large", 1_800), "9f8e7d6c5b4a": ("cpu small", 5_400)}
+
+
+def ran_job(info: EscrowInfo) -> JobInfo:
+    spec, ran_s = SPEC_OF[info.job_id]
+    return JobInfo(
+        job_id=info.job_id,
+        role="provider",
+        state="completed",
+        provider="self",
+        consumer="12D3KooWconsumer",
+        spec=JobSpec(script_url="https://example.org/train.py", framework="pytorch"),
+        resource_spec=spec,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+        started_at=info.updated_at - ran_s - 60,
+        finished_at=info.updated_at - 60,
+    )
+
+
 def store_escrows(paths: Paths, escrows: list[EscrowInfo] = ESCROWS) -> None:
     """Write escrow rows as the engine's ``Escrows.save`` would (the document it keeps)."""
     store = Store(paths.database)
     for info in escrows:
         record = EscrowRecord(info=info, consumer_peer="12D3KooWconsumer", provider_peer="self")
         store.save_escrow(info.job_id, info.state, msgspec.json.encode(record))
+        if info.job_id in SPEC_OF:
+            store.save_job(ran_job(info))
     store.close()
 
 

@@ -121,6 +121,7 @@ def _app_only(argv: Sequence[str]) -> argparse.Namespace | None:
 
 def build_parser() -> argparse.ArgumentParser:
     from nunet_tui.cli import (
+        account_output,
         gpu_output,
         job_output,
         log_archive,
@@ -234,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     job_output.add_parsers(sub, common)
     wallet_output.add_parsers(sub, common)
     reward_output.add_parsers(sub, common)
+    account_output.add_parsers(sub, common)
     log_archive.add_parser(sub, common)
     notebook.add_parsers(sub, common)
     resource.add_parsers(sub, common)
@@ -280,6 +282,7 @@ def _mode(args: argparse.Namespace, client: EngineClient) -> Any:
 def runners() -> dict[str, Runner]:
     """What runs each command, by its words ("job list"); the modules load only now."""
     from nunet_tui.cli import (
+        account_output,
         gpu_output,
         job_output,
         notebook,
@@ -316,6 +319,7 @@ def runners() -> dict[str, Runner]:
         **gpu_output.RUNNERS,
         **wallet_output.RUNNERS,
         **reward_output.RUNNERS,
+        **account_output.RUNNERS,
         **notebook.RUNNERS,
         **resource.RUNNERS,
     }

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from engine import api
 from engine.safe_text import safe, safe_json
+from oracle_client.ntx import format_ntx, units_of
 
 
 def safe_lines(text: str) -> str:
@@ -219,10 +220,11 @@ def _network(status: api.NetworkStatus) -> str:
             f"{t.free_vram_mb:,} of {t.vram_mb:,} MB VRAM",
             f"  jobs    {t.running_jobs} running",
             f"  this node ran {status.jobs_run} job(s) ({status.cpu_mticks_run:,.0f} MTicks, "
-            f"{status.ntx_earned:.4f} NTX) and bought {status.jobs_bought} "
-            f"({status.ntx_spent:.4f} NTX)",
-            f"  NTX paid through escrow: {t.ntx_paid:,.6f} to providers on the channel; this "
-            f"node claimed {status.ntx_claimed:,.6f}, paid out {status.ntx_paid_out:,.6f}, "
-            f"has {status.ntx_locked:,.6f} locked",
+            f"{format_ntx(units_of(status.ntx_earned), 'metered')}) and bought "
+            f"{status.jobs_bought} ({format_ntx(units_of(status.ntx_spent), 'metered')})",
+            f"  NTX through escrow: {format_ntx(units_of(t.ntx_paid), 'paid')} to providers on "
+            f"the channel; this node was {format_ntx(units_of(status.ntx_claimed), 'paid')}, "
+            f"paid out {format_ntx(units_of(status.ntx_paid_out))}, has "
+            f"{format_ntx(units_of(status.ntx_locked), 'locked')}",
         ]
     )

@@ -34,7 +34,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 RUNNERS: dict[str, Any] = {
-    "reward list": lambda a, c: c.call_blocking(api.RewardList()),
+    "reward list": lambda a, c: _list(a, c),
     "reward claim": lambda a, c: _settle(c, api.RewardClaim(job_id=a.job_id)),
     "reward refund": lambda a, c: _settle(c, api.RewardRefund(job_id=a.job_id)),
 }
@@ -42,6 +42,29 @@ RUNNERS: dict[str, Any] = {
 
 def _settle(client: EngineClient, command: api.Command) -> Any:
     return client.call_blocking(command, timeout=SETTLE_TIMEOUT_S)
+
+
+def _list(args: argparse.Namespace, client: EngineClient) -> Any:
+    """The escrows; as text, with what each spec earned each day (the jobs name the spec)."""
+    listing: api.EscrowList = client.call_blocking(api.RewardList())
+    if getattr(args, "json", False):
+        return listing
+    from nunet_tui.cli.output import show
+    from nunet_tui.viewmodels.account import build
+    from nunet_tui.viewmodels.money import machine_time
+
+    jobs: api.JobList = client.call_blocking(api.ListJobs())
+    lines = [to_text(listing) or ""]
+    days = build(jobs.jobs, listing.escrows).per_spec_day
+    if days:
+        lines.append("earned per spec per day (UTC)")
+        lines += [
+            f"  {d.day}  {d.spec}  {d.jobs} job(s)  {machine_time(d.machine_ms)}  "
+            f"{format_ntx(d.paid_units, 'paid')}"
+            for d in days
+        ]
+    show("\n".join(lines))
+    return None
 
 
 def to_text(result: Any) -> str | None:

@@ -20,13 +20,24 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
-from engine.api import EscrowChanged, EscrowInfo, EscrowList, RewardClaim, RewardList, RewardRefund
+from engine.api import (
+    EscrowChanged,
+    EscrowInfo,
+    EscrowList,
+    JobInfo,
+    JobList,
+    ListJobs,
+    RewardClaim,
+    RewardList,
+    RewardRefund,
+)
 from engine.errors import EngineError
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.wallet_dialogs import error_text
-from nunet_tui.viewmodels.money import settle_tx, settlement
+from nunet_tui.viewmodels.account import SpecDay, build
+from nunet_tui.viewmodels.money import machine_time, settle_tx, settlement
 from nunet_tui.widgets.escrow_view import (
     deadline_text,
     detail_rows,
@@ -81,6 +92,7 @@ DONE_COLUMNS: dict[View, Columns] = {
         ("when", "When"),
     ),
 }
+PER_SPEC_ROWS = 3  # days x specs under the totals: the newest
 TICK_S = 15.0  # relative times ("5 min ago", "in 3 h") are redrawn this often
 WIDE_FROM = 120  # columns: from here the highlighted job gets a panel of its own
 OPEN_TITLES: dict[View, str] = {"provider": "Awaiting claim", "consumer": "Locked"}
@@ -104,6 +116,7 @@ class RewardsScreen(CapabilityScreen):
         self.view: View = view or "provider"
         self._view_given = view is not None
         self.escrows: dict[str, EscrowInfo] = {}
+        self.jobs: dict[tuple[str, str], JobInfo] = {}
         self.problem: str | None = None
         self.loaded = False
         self.busy: set[str] = set()  # jobs with a claim or refund in flight
@@ -113,6 +126,7 @@ class RewardsScreen(CapabilityScreen):
         yield NodeHeader(getattr(self.app, "mode", None))
         with Vertical(id="totals-panel", classes="panel"):
             yield Static(id="totals", markup=False)
+            yield Static(id="per-spec", markup=False)
         with Horizontal(id="rewards-body"):
             with Vertical(id="rewards-lists"):
                 with Vertical(id="open-panel", classes="panel"):
@@ -157,6 +171,12 @@ class RewardsScreen(CapabilityScreen):
         else:
             self.problem = None
             self.escrows = {e.job_id: e for e in listing.escrows}
+        try:  # which spec each job ran under: the earnings per spec per day
+            jobs: JobList = await self.nunet.client.call(ListJobs())
+        except EngineError:
+            pass
+        else:
+            self.jobs = {(j.role, j.job_id): j for j in jobs.jobs}
         self.loaded = True
         self.show()
 
@@ -282,6 +302,14 @@ class RewardsScreen(CapabilityScreen):
                 (format_ntx(sums.refunded, "refunded"), "bold"),
             )
         self.query_one("#totals", Static).update(line)
+        per_spec = self.query_one("#per-spec", Static)
+        days = (
+            build(self.jobs.values(), self.escrows.values()).per_spec_day
+            if self.view == "provider"
+            else ()
+        )
+        per_spec.display = bool(days)
+        per_spec.update(per_spec_lines(days[:PER_SPEC_ROWS]))
 
     def say(self, text: Content) -> None:
         """The outcome of the last claim or refund, under the table it came from."""
@@ -470,6 +498,19 @@ def settled_text(escrow: EscrowInfo, verb: str) -> Content:
     return Content.assemble(
         (f"Job {job}: ", "bold"),
         f"{verb} on its way ({escrow.state}); this list follows it.",
+    )
+
+
+def per_spec_lines(days: tuple[SpecDay, ...] | list[SpecDay]) -> Content:
+    """``2026-12-01  gpu large  2 jobs · 30 min 00 s · 1.2 NTX paid``, one per day and spec."""
+    return Content("\n").join(
+        Content.assemble(
+            (f"{day.day}  ", "$text-muted"),
+            (safe(day.spec) or "no job record", "bold"),
+            f"  {plural(day.jobs, 'job')} · {machine_time(day.machine_ms)} · ",
+            (format_ntx(day.paid_units, "paid"), "bold $text-success"),
+        )
+        for day in days
     )
 
 

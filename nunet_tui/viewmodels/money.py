@@ -11,7 +11,8 @@ the settlement on the chain: ``metered_units``, ``paid_units``, ``refunded_units
 metered charge worked out with ``oracle_client.billing.charge`` from its start and end), then
 the older float figures (``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
 Escrow records older than billing settled all or nothing: a claim paid the whole lock, a
-refund returned it.
+refund returned it. A settlement counts once the chain shows it (claimed, paid out,
+refunded), not while its transaction is on its way.
 """
 
 from __future__ import annotations
@@ -76,46 +77,35 @@ def metered_charge(job: JobInfo, elapsed_ms: int | None) -> int | None:
     )
 
 
-def _int_field(escrow: EscrowInfo, name: str) -> int | None:
-    # The escrow records gain these fields with issue 12 (engine/payments): read with a
-    # default so an older record (or an engine without them yet) still shows.
-    value = getattr(escrow, name, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def settlement(escrow: EscrowInfo) -> tuple[int | None, int | None]:
-    """(paid to the provider, refunded to the consumer) once the escrow settled; else Nones."""
-    paid = _int_field(escrow, "paid_units")
-    refunded = _int_field(escrow, "refunded_units")
-    new_tx = getattr(escrow, "settle_tx", "")
-    if escrow.state not in SETTLED_STATES and not (isinstance(new_tx, str) and new_tx):
+    """(paid to the provider, refunded to the consumer) once the chain settled the escrow;
+    Nones while it is open (a settlement tx on its way is not paid yet). Rows settled before
+    issue 12 carry no split: all one way, by their state (engine/payments ``settled_units``)."""
+    if escrow.state not in SETTLED_STATES:
         return None, None
-    if not paid and not refunded:
-        # An all-or-nothing record: a claim paid the lock, a refund gave it back.
-        whole = escrow.amount
-        return (whole, 0) if escrow.state in PAID_STATES else (0, whole)
-    paid = paid or 0
-    return paid, refunded if refunded is not None else max(escrow.amount - paid, 0)
+    if escrow.paid_units is not None and escrow.refunded_units is not None:
+        return escrow.paid_units, escrow.refunded_units
+    whole = escrow.amount
+    return (whole, 0) if escrow.state in PAID_STATES else (0, whole)
 
 
 def settle_tx(escrow: EscrowInfo) -> str:
-    tx = getattr(escrow, "settle_tx", "")
-    return tx if isinstance(tx, str) and tx else escrow.claim_tx
+    """The one transaction that spent the lock (a claim's or refund's before issue 12)."""
+    return escrow.settle_tx or escrow.claim_tx
 
 
 def escrow_figures(escrow: EscrowInfo) -> Figures:
     """What an escrow record alone says (the rewards, wallet and account lists)."""
     paid, refunded = settlement(escrow)
-    metered = _int_field(escrow, "metered_units")
-    if metered is None and paid is not None:
-        metered = paid
+    metered = escrow.metered_units
+    if metered is None and paid is not None and escrow.reward_type != "refund":
+        metered = paid  # settled before receipts carried a charge: what was paid
     return Figures(
         locked=escrow.amount,
         metered=metered,
         paid=paid,
         refunded=refunded,
-        spec=str(getattr(escrow, "spec", "") or ""),
-        machine_ms=_int_field(escrow, "machine_ms"),
+        spec="",
         lock_tx=escrow.lock_tx,
         settle_tx=settle_tx(escrow),
     )
@@ -158,7 +148,7 @@ def job_figures(
         spec=job.resource_spec or own.spec,
         price_units_hour=job.price_units_hour,
         min_charge_units=job.min_charge_units,
-        machine_ms=own.machine_ms if own.machine_ms is not None else elapsed,
+        machine_ms=elapsed,
         lock_tx=own.lock_tx,
         settle_tx=own.settle_tx,
     )
