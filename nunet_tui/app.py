@@ -55,7 +55,6 @@ from engine.deferred import DeferredClient
 from engine.errors import EngineError
 from nunet_tui.format import mb, mhz, safe, short_peer_id
 from nunet_tui.messages import EngineEvent, EngineUpdate, OpenJob
-from nunet_tui.presets import Preset, load_presets
 from nunet_tui.screens.base import CapabilityScreen, NodeScreen
 from nunet_tui.screens.start import StartScreen
 from nunet_tui.viewmodels.node import NetworkState, NetworkView, NodeView
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
     from textual.command import Provider
 
     from engine.notify import Notice, NoticeFilter
+    from nunet_tui.presets import Preset
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key (module, class); GPUs only in provider mode. Each
@@ -162,8 +162,12 @@ class NunetApp(App[None]):
         """What "now" is for "3 s ago" (tests may pin it)."""
         self.examples = examples
         """The demo sandbox (``Sandbox.describe()``), or None outside the demo."""
-        self.presets: list[Preset] = load_presets(examples)
+        self.presets: list[Preset] = []
         """Its example jobs, which the submit form offers one key away (F1, F2, ...)."""
+        if examples:  # the demo's (importlib.resources, zipfile: not before the first frame)
+            from nunet_tui.presets import load_presets
+
+            self.presets = load_presets(examples)
         self._peer_ids: set[str] = set()
         self._unsubscribe: Any = None
         self.startup_error: str | None = None

@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual.screen import Screen
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from nunet_tui.viewmodels.node import NodeView
 
 if TYPE_CHECKING:
+    from textual.widgets import DataTable
+
     from nunet_tui.app import NunetApp
 
 
@@ -62,6 +64,8 @@ class FilteredTableScreen(CapabilityScreen):
         """Fill the table from what the screen holds, honouring the filter."""
 
     def _table(self) -> DataTable[Any]:
+        from textual.widgets import DataTable  # 10 ms to import: not before the first frame
+
         return self.query_one(f"#{self.TABLE_ID}", DataTable)
 
     def action_back(self) -> None:
