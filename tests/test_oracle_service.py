@@ -743,3 +743,39 @@ def test_decide_vanished_rule(server: OracleServer, checker: LockCheckerDouble) 
     assert decide_vanished(lie, None) == "refund"
     assert decide_vanished(lie, None, 1_000, 1_000 + int(LIVENESS_GRACE_S * 1000)) is None
     assert decide_vanished(lie, None, 1_000, 2_000 + int(LIVENESS_GRACE_S * 1000)) == "refund"
+
+
+def test_a_database_from_before_splits_takes_distribute_decisions(tmp_path: Path) -> None:
+    """An oracle database made before issue 12 had a CHECK allowing only withdraw and refund:
+    opening it keeps its decisions and lets the oracle record splits."""
+    import sqlite3
+
+    from oracle_client.oracle_server.store import Store
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE jobs (job_id TEXT PRIMARY KEY, provider_peer_id TEXT NOT NULL,
+            deadline INTEGER NOT NULL, request TEXT NOT NULL, quote TEXT NOT NULL,
+            registered_at INTEGER NOT NULL);
+        CREATE TABLE decisions (
+            job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+            reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund')),
+            grant_json TEXT NOT NULL, receipt TEXT NOT NULL, lock_ref TEXT NOT NULL,
+            decided_at INTEGER NOT NULL);
+        INSERT INTO jobs VALUES ('old', 'p', 1, '{}', '{}', 1);
+        INSERT INTO decisions VALUES ('old', 'refund', '{}', '{}', 'x#0', 1);
+        """
+    )
+    db.close()
+    store = Store(path)
+    try:
+        with store.transaction() as conn:
+            conn.execute("INSERT INTO jobs VALUES ('new', 'p', 1, '{}', '{}', 1)")
+            conn.execute("INSERT INTO decisions VALUES ('new', 'distribute', '{}', '{}', 'y#0', 2)")
+            kinds = conn.execute("SELECT job_id, reward_type FROM decisions ORDER BY job_id")
+            assert kinds.fetchall() == [("new", "distribute"), ("old", "refund")]
+    finally:
+        store.close()
+    Store(path).close()  # opening it again changes nothing

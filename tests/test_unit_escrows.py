@@ -164,3 +164,97 @@ def test_the_settle_loop_retries_an_unreachable_chain_with_backoff_until_it_sett
     assert settled.info.reward_type == "withdraw" and settled.info.error == ""
     assert wallet.chain.asked  # it looked for the lock at the escrow script's address
     assert isinstance(events[-1], api.EscrowChanged) and events[-1].escrow.state == "paid_out"
+
+
+# --- metered receipts (issue 12) -------------------------------------------------------------
+
+T0 = 1_800_000_000.0
+
+
+def priced(
+    role: str,
+    state: str = "completed",
+    *,
+    price: int | None = 3_600_000,  # one base unit per millisecond
+    ran_s: float | None = 60.0,
+    min_charge: int = 0,
+) -> api.JobInfo:
+    return msgspec.structs.replace(
+        job(role, state),
+        price_units_hour=price,
+        min_charge_units=min_charge,
+        resource_spec="small",
+        started_at=None if ran_s is None else T0,
+        finished_at=T0 + (ran_s or 0.0),
+    )
+
+
+def test_the_receipt_charges_the_metered_machine_time_and_both_books_say_so(
+    tmp_path: Path,
+) -> None:
+    provider, _, _ = build(tmp_path / "provider", seed=8)
+    consumer, _, _ = build(tmp_path / "consumer", seed=9)
+    provider.save(record("provider", "verified"))
+    consumer.save(record("consumer", "locked"))
+    text = provider.provider_receipt(priced("provider"))
+    receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
+    assert (receipt.spec, receipt.price_units_hour, receipt.machine_ms) == (
+        "small",
+        3_600_000,
+        60_000,
+    )
+    assert receipt.charge == 60_000
+    # What the consumer saw differs by a second: within the tolerance.
+    seen = msgspec.structs.replace(priced("consumer"), finished_at=T0 + 61.0)
+    trio.run(consumer.countersign, seen, text)
+    for book in (provider, consumer):
+        kept = book.get(JOB)
+        assert kept is not None and kept.info.metered_units == 60_000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "charge"),
+    [
+        ({"price": None}, 500_000),  # quoted before specs: the whole lock, as before
+        ({"ran_s": None, "state": "cancelled"}, 0),  # never started
+        ({"ran_s": 0.5, "min_charge": 7_000}, 7_000),  # the spec's minimum charge
+        ({"ran_s": 3_600.0}, 500_000),  # capped at the lock
+    ],
+)
+def test_billing_fields_for_each_kind_of_job(kwargs: dict[str, Any], charge: int) -> None:
+    state = kwargs.pop("state", "completed")
+    fields = escrow_module.billing_fields(priced("provider", state, **kwargs), 500_000)
+    assert fields["charge"] == charge
+
+
+@pytest.mark.parametrize(
+    ("seen", "says"),
+    [
+        ({"ran_s": 40.0}, "machine time"),  # 20 s less than the provider bills: beyond 5 s + 2 %
+        ({"price": 1_800_000}, "price_units_hour"),  # not the quote's price
+        ({"min_charge": 1}, "min_charge"),
+    ],
+)
+def test_the_consumer_refuses_a_bill_it_did_not_see(
+    tmp_path: Path, seen: dict[str, Any], says: str
+) -> None:
+    provider, _, _ = build(tmp_path / "provider", seed=8)
+    consumer, _, _ = build(tmp_path / "consumer", seed=9)
+    provider.save(record("provider", "verified"))
+    consumer.save(record("consumer", "locked"))
+    text = provider.provider_receipt(priced("provider"))
+    with pytest.raises(EngineError, match=says):
+        trio.run(consumer.countersign, priced("consumer", **seen), text)
+    kept = consumer.get(JOB)
+    assert kept is not None and kept.info.state == "locked" and not kept.receipt
+
+
+def test_the_books_sums_follow_the_split(tmp_path: Path) -> None:
+    escrows, _, _ = build(tmp_path, seed=8)
+    split = {"paid_units": 300_000, "refunded_units": 200_000}
+    escrows.save(record("provider", "claimed", 500_000, job_id="000000000001", **split))
+    escrows.save(record("consumer", "paid_out", 500_000, job_id="000000000002", **split))
+    escrows.save(record("consumer", "refunded", 125_000, job_id="000000000003"))
+    listing = escrows.listing()
+    assert listing.earned_ntx == 0.3
+    assert (listing.spent_ntx, listing.refunded_ntx) == (0.3, 0.2 + 0.125)

@@ -173,13 +173,18 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
 
     info = record.info
     if info.role == "consumer" and await _lock_utxo(escrows, record) is None:
-        # The provider spent the lock: with the split the oracle signed, if we know it.
+        # The provider spent the lock, with the split the oracle signed; when the provider
+        # was quicker than our own request, the split the receipt we both signed makes
+        # (rules.split: what the oracle signs for it, and the provider spends only a split
+        # that pays it something).
         grant = _kept_grant(record)
-        paid, refunded = grant.shares if grant is not None else (info.amount, 0)
+        kind, (paid, refunded) = (
+            (grant.reward_type, grant.shares) if grant is not None else _receipt_split(record)
+        )
         return escrows.save(
             record,
             state="paid_out",
-            reward_type=grant.reward_type if grant is not None else "withdraw",
+            reward_type=kind,
             paid_units=paid,
             refunded_units=refunded,
             error="",
@@ -233,6 +238,20 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
                 raise _settled_the_other_way(record)
         return record  # consumer: the provider claims; the loop sees the lock spent
     return await _spend(escrows, record, answer)
+
+
+def _receipt_split(record: EscrowRecord) -> tuple[str, tuple[int, int]]:
+    """The provider's claim as the receipt both peers signed prices it; a row without one
+    (settled before issue 12): the whole lock."""
+    from oracle_client.escrow.receipt import Receipt
+
+    try:
+        receipt = msgspec.json.decode(record.receipt.encode(), type=Receipt)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        receipt = None
+    if receipt is None or not (receipt.consumer_signature and receipt.provider_signature):
+        return "withdraw", (record.info.amount, 0)
+    return "distribute", (receipt.charge, receipt.amount - receipt.charge)
 
 
 def _ours(role: str, grant: Any) -> bool:

@@ -22,6 +22,15 @@ import msgspec
 from oracle_client.escrow.receipt import Receipt
 from oracle_client.models import RewardGrant, ServiceQuote, ServiceRequest, StatusReport
 
+_DECISIONS = """
+CREATE TABLE IF NOT EXISTS {name} (
+    job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
+    reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund', 'distribute')),
+    grant_json TEXT NOT NULL,    -- the signed RewardGrant, JSON
+    receipt TEXT NOT NULL,       -- the receipt it was decided on, JSON
+    lock_ref TEXT NOT NULL,      -- the escrow UTxO seen on chain
+    decided_at INTEGER NOT NULL
+);"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -32,14 +41,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     registered_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_provider ON jobs (provider_peer_id, deadline);
-CREATE TABLE IF NOT EXISTS decisions (
-    job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
-    reward_type TEXT NOT NULL CHECK (reward_type IN ('withdraw', 'refund', 'distribute')),
-    grant_json TEXT NOT NULL,    -- the signed RewardGrant, JSON
-    receipt TEXT NOT NULL,       -- the receipt it was decided on, JSON
-    lock_ref TEXT NOT NULL,      -- the escrow UTxO seen on chain
-    decided_at INTEGER NOT NULL
-);
+{decisions}
 CREATE TABLE IF NOT EXISTS reports (
     job_id TEXT PRIMARY KEY REFERENCES jobs (job_id),
     receipt TEXT NOT NULL,       -- the provider's own signed receipt, JSON (its first one)
@@ -71,7 +73,22 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA busy_timeout=5000")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA.replace("{decisions}", _DECISIONS.format(name="decisions")))
+        self._allow_distribute()
+
+    def _allow_distribute(self) -> None:
+        """A database made before issue 12 refuses 'distribute' decisions (its CHECK): the
+        table is copied into one that allows them, in one transaction."""
+        row = self._db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'decisions'"
+        ).fetchone()
+        if row is None or "'distribute'" in row[0]:
+            return
+        with self.transaction() as db:
+            db.execute(_DECISIONS.format(name="decisions_v2"))
+            db.execute("INSERT INTO decisions_v2 SELECT * FROM decisions")
+            db.execute("DROP TABLE decisions")
+            db.execute("ALTER TABLE decisions_v2 RENAME TO decisions")
 
     def close(self) -> None:
         with self._lock:
