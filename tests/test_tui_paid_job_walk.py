@@ -221,6 +221,8 @@ async def test_the_provider_sees_the_same_figures_per_job_and_per_spec_per_day(
 
         await until(pilot, lambda: JOB[:6] in earned_row())
         assert earned_row().rstrip().endswith(METERED)
+        panel = app.screen.query_one("#recent-runs")
+        assert f"today cpu small {METERED} NTX metered" in str(panel.border_subtitle)
         await pilot.press("dollar_sign")
         rewards: RewardsScreen = await on_screen(pilot, RewardsScreen)
         await until(pilot, lambda: rewards.loaded and rewards.jobs)

@@ -191,5 +191,19 @@ def per_spec_day(earnings: Iterable[Earning]) -> tuple[SpecDay, ...]:
     )
 
 
+def metered_today(jobs: Iterable[JobInfo], now: float) -> list[tuple[str, int]]:
+    """(spec, metered base units) of the provider's jobs that ended today (UTC), most first:
+    what the dashboard says this machine earned today, before the settlements land."""
+    today = day_of(now)
+    sums: dict[str, int] = {}
+    for job in jobs:
+        if job.role != "provider" or job.finished_at is None or day_of(job.finished_at) != today:
+            continue
+        metered = job_figures(job).metered
+        if metered:
+            sums[_spec_of(job)] = sums.get(_spec_of(job), 0) + metered
+    return sorted(sums.items(), key=lambda item: (-item[1], item[0]))
+
+
 def _ordinal(day: str) -> int:
     return int(day.replace("-", "")) if day else 0

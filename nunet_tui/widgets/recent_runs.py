@@ -23,6 +23,7 @@ from textual.widgets.option_list import Option
 from engine.api import JobInfo
 from nunet_tui.format import DASH, safe
 from nunet_tui.messages import OpenJob
+from nunet_tui.viewmodels.account import metered_today
 from nunet_tui.viewmodels.money import job_figures
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
@@ -162,6 +163,15 @@ class RecentRuns(Vertical):
         self.jobs = list(jobs[:RECENT])
         self.now = now
         self.display = bool(self.jobs)
+        today = metered_today(jobs, now)
+        earned_today = (
+            "today "
+            + " · ".join(f"{safe(spec)} {digits(units)}" for spec, units in today[:3])
+            + " NTX metered · "
+            if today
+            else ""
+        )
+        self.border_subtitle = f"{earned_today}enter opens · j for all"
         self._draw()
 
     def on_resize(self) -> None:
