@@ -477,11 +477,24 @@ async def _deadline_refund(
 
 def _settled_the_other_way(record: EscrowRecord) -> EngineError:
     info = record.info
+    if info.role == "provider" and info.reward_type == "distribute":
+        return EngineError(
+            "no_reward",
+            f"job {info.job_id}'s receipt charges nothing for its machine time: the whole lock "
+            "goes back to the consumer, there is nothing to claim",
+        )
     if info.role == "provider":
         return EngineError(
             "no_reward",
             f"job {info.job_id} ended {info.outcome or 'without completing'} by this provider's "
             "fault: the oracle released its escrow to the consumer, there is nothing to claim",
+        )
+    if info.reward_type == "distribute" and info.paid_units is not None:
+        return EngineError(
+            "no_refund",
+            f"job {info.job_id}'s escrow was split by its provider's transaction: "
+            f"{info.paid_units} base units for the machine time, {info.refunded_units} back to "
+            "this wallet in the same transaction; there is nothing else to refund",
         )
     return EngineError(
         "no_refund",
