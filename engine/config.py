@@ -331,9 +331,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settings:
+def load_settings(
+    paths: Paths, environ: dict[str, str] | None = None, *, addresses: bool = True
+) -> Settings:
     """Read config.toml, apply NUNET_* overrides, validate; a bad value is a one-line error
-    naming the setting, where it was set and what is allowed."""
+    naming the setting, where it was set and what is allowed. ``addresses=False`` leaves the
+    multiaddrs unchecked (multiaddr brings netaddr, 30 ms: the TUI's first frame does not
+    wait for it; its engine checks them as it opens)."""
     environ = dict(os.environ) if environ is None else environ
     raw = _read_config(paths.config_file)
     where = _apply_env(raw, environ)
@@ -351,7 +355,8 @@ def load_settings(paths: Paths, environ: dict[str, str] | None = None) -> Settin
             "config",
             f"log_level must be one of {', '.join(_LOG_LEVELS)}, not {settings.log_level!r}",
         )
-    _check_multiaddrs(settings.network)
+    if addresses:
+        _check_multiaddrs(settings.network)
     parse_networks(settings.jobs.fetch_allow_networks)
     metrics_address(settings.metrics.listen)
     return settings

@@ -197,3 +197,49 @@ def test_the_bare_launch_loads_no_command_module_nor_the_engine_before_the_app()
     )
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_a_bad_address_is_the_engines_error_on_screen_then_one_line_and_exit_1(
+    tmp_path: Path,
+) -> None:
+    """The first frame does not wait for the multiaddr check: the engine makes it as it
+    opens, the start screen says why, and the command still ends with the line and 1."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from textual.app import App
+
+        _run = App.run
+
+        def run(self, *args, **kwargs):
+            first_frame = type(self).on_ready
+
+            def on_ready(app):
+                first_frame(app)
+
+                def poll():
+                    if app.engine_state == "error":
+                        print("ON SCREEN", app.startup_error, flush=True)
+                        app.exit()
+
+                app.set_interval(0.05, poll)
+
+            type(self).on_ready = on_ready
+            return _run(self, headless=True, size=(100, 32))
+
+        App.run = run
+        from nunet_tui.cli.main import main
+        sys.exit(main(sys.argv[1:]))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "--home", str(tmp_path / "home"), "--listen", "bogus"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "ON SCREEN network.listen: 'bogus' is not a multiaddr" in out.stdout, out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "network.listen: 'bogus' is not a multiaddr" in lines[0], lines

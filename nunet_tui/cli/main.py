@@ -420,7 +420,9 @@ def _run_tui(paths: Paths, attach: bool) -> int:
     from engine.logsetup import configure
 
     paths.ensure()
-    configure(paths, load_settings(paths).log_level)
+    # The log level now; a bad address in the config is the engine's error as it opens (on
+    # the start screen, then here as one line and exit 1).
+    configure(paths, load_settings(paths, addresses=False).log_level)
     # Which engine is decided now (a busy home or --attach without a daemon: one line, no
     # app); starting it waits for the app's first frame (DeferredClient.start).
     client = DeferredClient(
