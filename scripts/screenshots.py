@@ -12,7 +12,9 @@ The script walks a provider through the first run: choose the mode, onboard (wit
 first), look at the GPUs, peers, chat and network status, a job running here (the dashboard's
 job panels, then its detail with the GPUs beside the log), pause, then help, the command
 palette and consumer mode, its jobs and notebooks. Then scripts/screenshots_payments.py walks
-the wallet and the rewards (``--only payments``: just those).
+the wallet and the rewards (``--only payments``: just those), and scripts/screenshots_billing.py
+the Resources screen, the account, the submit form with a spec and the cancel dialog of a paid
+job (``--only billing``).
 """
 
 from __future__ import annotations
@@ -419,17 +421,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "screenshots")
     parser.add_argument("--size", action="append", default=None, help="WIDTHxHEIGHT")
-    parser.add_argument("--only", choices=["payments"], help="only the wallet and rewards")
+    parser.add_argument(
+        "--only",
+        choices=["payments", "billing"],
+        help="only the wallet and rewards, or only the resources, account and billing screens",
+    )
     args = parser.parse_args()
     sizes = [tuple(int(n) for n in s.split("x")) for s in (args.size or ["160x48", "80x24"])]
     args.out.mkdir(parents=True, exist_ok=True)
     # The wallet and rewards walk a home of their own (a local ledger, a new wallet).
+    import screenshots_billing
     import screenshots_payments
 
     for width, height in sizes:
         if args.only is None:
             shoot_size(args.out, (width, height))
-        screenshots_payments.shoot_size(args.out, (width, height))
+        if args.only in (None, "payments"):
+            screenshots_payments.shoot_size(args.out, (width, height))
+        if args.only in (None, "billing"):
+            # What a provider sells and what a consumer pays (issue 12).
+            screenshots_billing.shoot_size(args.out, (width, height))
 
 
 if __name__ == "__main__":
