@@ -268,16 +268,18 @@ def _job_families(rows: list[tuple[str, str, int, float, float]]) -> Iterator[Me
 
 
 def _escrow_families(escrows: tuple[api.EscrowInfo, ...], payments: bool) -> Iterator[Metric]:
-    def total(role: str | None, states: tuple[str, ...]) -> int:
+    def total(role: str | None, states: tuple[str, ...], part: str = "amount") -> int:
         return sum(
-            e.amount for e in escrows if (role is None or e.role == role) and e.state in states
+            e.amount if part == "amount" else e.settled()[0 if part == "paid" else 1]
+            for e in escrows
+            if (role is None or e.role == role) and e.state in states
         )
 
     yield _gauge("nunet_payments_enabled", "1 when paid jobs are configured", payments)
     yield CounterMetricFamily(
         "nunet_earned_ntx_base_units",
         "NTX claimed from escrows as a provider (base units: 1 NTX = 1,000,000)",
-        value=total("provider", ("claimed",)),
+        value=total("provider", ("claimed",), "paid"),
     )
     yield GaugeMetricFamily(
         "nunet_locked_ntx_base_units",
@@ -287,12 +289,12 @@ def _escrow_families(escrows: tuple[api.EscrowInfo, ...], payments: bool) -> Ite
     yield CounterMetricFamily(
         "nunet_spent_ntx_base_units",
         "NTX paid out to providers as a consumer (base units)",
-        value=total("consumer", ("paid_out",)),
+        value=total("consumer", ("paid_out",), "paid"),
     )
     yield CounterMetricFamily(
         "nunet_refunded_ntx_base_units",
         "NTX refunded to this node as a consumer (base units)",
-        value=total("consumer", ("refunded",)),
+        value=total("consumer", ("refunded", "paid_out"), "refunded"),
     )
     states = GaugeMetricFamily(
         "nunet_escrows", "Escrows by role and state", labels=["role", "state"]

@@ -262,11 +262,7 @@ class Node:
             return 0
         listing = self._escrows().listing()
         # A split pays the provider its part (paid_units); older rows were all or nothing.
-        return sum(
-            e.amount if e.paid_units is None else e.paid_units
-            for e in listing.escrows
-            if e.state == "claimed"
-        )
+        return sum(e.settled()[0] for e in listing.escrows if e.state == "claimed")
 
     def escrow_list(self) -> tuple[api.EscrowInfo, ...]:
         """MetricsSource: the escrow book (empty when payments are off)."""

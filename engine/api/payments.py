@@ -175,6 +175,17 @@ class EscrowInfo(Record, frozen=True):
     refunded_units: int | None = None
     settle_tx: str = ""
 
+    def settled(self) -> tuple[int, int]:
+        """(paid to the provider, refunded to the consumer) once settled; rows settled
+        before issue 12 carry no split: all one way, by their state; (0, 0) while open."""
+        if self.paid_units is not None and self.refunded_units is not None:
+            return self.paid_units, self.refunded_units
+        if self.state in ("claimed", "paid_out"):
+            return self.amount, 0
+        if self.state == "refunded":
+            return 0, self.amount
+        return 0, 0
+
 
 class EscrowList(Record, frozen=True):
     escrows: tuple[EscrowInfo, ...] = ()

@@ -157,7 +157,7 @@ class Escrows:
             # before issue 12, which have neither).
             return to_ntx(
                 sum(
-                    settled_units(e)[0 if part == "paid" else 1]
+                    e.settled()[0 if part == "paid" else 1]
                     for e in escrows
                     if e.role == role and e.state in states
                 )
@@ -622,18 +622,6 @@ METERING_TOLERANCE_SHARE = 0.02
 
 def metering_tolerance_ms(seen_ms: int) -> int:
     return int(METERING_TOLERANCE_S * 1000 + METERING_TOLERANCE_SHARE * seen_ms)
-
-
-def settled_units(info: api.EscrowInfo) -> tuple[int, int]:
-    """(paid to the provider, refunded to the consumer) of a settled escrow; rows settled
-    before issue 12 carry no split: all one way, by their state."""
-    if info.paid_units is not None and info.refunded_units is not None:
-        return info.paid_units, info.refunded_units
-    if info.state in ("claimed", "paid_out"):
-        return info.amount, 0
-    if info.state == "refunded":
-        return 0, info.amount
-    return 0, 0
 
 
 def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
