@@ -10,7 +10,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 
-from engine.api import OnboardRequest, ResourceList, SetMode
+from engine.api import OnboardRequest, ResourceList, ResourceSpec, SetMode, SpecAdd
 from engine.facade import Engine
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -155,3 +155,18 @@ async def test_pools_groups_and_custom_resources(engine_client: Engine) -> None:
         assert [(c.name, c.kind, c.from_gpus) for c in customs] == [
             ("TPU 1684X", "accelerator", None)
         ]
+
+
+async def test_a_change_through_another_door_shows_at_once(engine_client: Engine) -> None:
+    """The CLI (here: the engine's command) adds a spec while the screen is open."""
+    app = provider_app(engine_client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_resources(pilot)
+        engine_client.call_blocking(
+            SpecAdd(
+                spec=ResourceSpec(name="from cli", cpu_cores=1, ram_mb=1024, price_units_hour=1)
+            )
+        )
+        specs = screen.query_one("#spec-table", DataTable)
+        await until(pilot, lambda: any("from cli" in r for r in rows(specs)))
+        assert "0.000001 NTX/h" in rows(specs)[0]

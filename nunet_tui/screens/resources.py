@@ -23,11 +23,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
 
-from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourceSpec
+from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged, ResourceSpec
 from engine.errors import EngineError
 from nunet_tui.format import DASH, mb, plural, problem_lines, safe, short_peer_id, table_cell, tilde
+from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels import resources as vm
@@ -222,6 +223,14 @@ class ResourcesScreen(CapabilityScreen):
         self.loaded = True
         self.show()
 
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        """Another door (the CLI, a second TUI) changed what this machine sells: show it; an
+        open form keeps what is typed and is checked again against the new listing."""
+        if isinstance(message.event, ResourcesChanged):
+            self.listing = message.event.resources
+            self.show()
+            self.validate_form()
+
     # --- showing -------------------------------------------------------------------------
 
     @property
@@ -351,6 +360,7 @@ class ResourcesScreen(CapabilityScreen):
     def _focus_table(self) -> None:
         kind = self._tab_kind()
         if kind is None:  # the System tab has no table (focusing another's shows its tab)
+            self.query_one("#tabs", TabbedContent).query_one(Tabs).focus()
             return
         table = self.query_one(f"#{TABLES[kind]}", DataTable)
         if table.display:
