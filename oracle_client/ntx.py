@@ -61,8 +61,14 @@ def format_rate(units_per_hour: int) -> str:
 
 
 def units_of(ntx: float) -> int:
-    """An older float figure (``quoted_ntx``, ``cost_ntx``) in base units, to the nearest one."""
+    """An older float figure (``quoted_ntx``, ``cost_ntx``, ``[jobs] prices``) in base units,
+    to the nearest one: the float figures are rounded to 6 decimals where they are made."""
     return round(ntx * UNITS_PER_NTX)
+
+
+def ntx_of(units: int) -> float:
+    """Base units as the older float figures carry them (``price_ntx_hour``, ``total_ntx``)."""
+    return units / UNITS_PER_NTX
 
 
 def json_key(kind: Kind) -> str:

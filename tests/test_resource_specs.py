@@ -15,6 +15,7 @@ from engine.errors import EngineError
 from engine.facade import Engine
 from engine.identity import Identity
 from engine.resources import specs as rs
+from oracle_client.ntx import units_of
 from tests.conftest import TEST_ADDRESS
 
 CAPACITY = api.Capacity(
@@ -156,7 +157,7 @@ def test_default_specs_are_the_tiers_at_the_configured_prices_in_exact_units() -
         (4, 8192, 0),
         (8, 16384, 0),
     ]
-    assert rs.ntx_to_units(0.1) == 100_000 and rs.ntx_to_units(2.4) == 2_400_000
+    assert units_of(0.1) == 100_000 and units_of(2.4) == 2_400_000
     assert [s.name for s in rs.default_specs({"moderate": 2.0}, gpus=1)] == ["moderate"]
     assert rs.default_specs({"moderate": 2.0}, gpus=1)[0].gpus == 1
     book = rs.ResourceBook()

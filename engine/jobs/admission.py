@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from engine.api import PeerResources, ResourceSpec
 from engine.jobs.spec import JobSpec
 from engine.jobs.tiers import estimate_resource
-from engine.resources.specs import UNITS_PER_NTX, may_use, ntx_to_units
+from engine.resources.specs import may_use
+from oracle_client.ntx import UNITS_PER_NTX, units_of
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
 _CPU_ONLY_EXECUTORS = frozenset({"process"})
@@ -136,7 +137,7 @@ def quote_units(resource: ResourceSpec, spec: JobSpec, replicas: int = 1) -> tup
 
 
 def budget_units(spec: JobSpec) -> int | None:
-    return ntx_to_units(spec.budget_ntx) if spec.budget_ntx is not None else None
+    return units_of(spec.budget_ntx) if spec.budget_ntx is not None else None
 
 
 def _tier_spec(res: PeerResources, tier: str) -> ResourceSpec | None:

@@ -35,7 +35,7 @@ from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
 from engine.ports import EscrowPort, NetworkPort, PeerLink
-from engine.resources.specs import UNITS_PER_NTX, units_to_ntx
+from oracle_client.ntx import UNITS_PER_NTX, ntx_of
 
 log = logging.getLogger("nunet.jobs.consumer")
 
@@ -72,7 +72,7 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
                     f"estimated: its price for this job's times is {lock} and {estimate}"
                 ),
             )
-        if abs(quote.total_ntx - units_to_ntx(lock)) > 1e-9:
+        if abs(quote.total_ntx - ntx_of(lock)) > 1e-9:
             return 0, 0, "quoted a total that is not its lock"
     budget = budget_units(spec)
     if budget is not None and lock > budget:
@@ -224,7 +224,7 @@ class ConsumerJobs:
                         job_id,
                         provider,
                         quote.payment_address,
-                        units_to_ntx(lock),
+                        ntx_of(lock),
                         max_minutes(spec),
                         slots=_slots(peers, provider),
                     )

@@ -52,7 +52,8 @@ from engine.jobs.tunnel import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
 from engine.ports import Committed, EscrowPort, NetworkPort
 from engine.resources.capacity import detect_machine, onboarded_capacity
-from engine.resources.specs import ResourceFile, sold, units_to_ntx
+from engine.resources.specs import ResourceFile, sold
+from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -354,7 +355,7 @@ class ProviderJobs:
             provider=self.ctx.identity.peer_id,
             price_ntx_hour=verdict.price_ntx_hour,
             # What the escrow locks and the Confirm repeats: the lock (the maximum time).
-            total_ntx=units_to_ntx(verdict.lock_units),
+            total_ntx=ntx_of(verdict.lock_units),
             expires_at=now + self._quote_ttl(),
             executor=self._executor_for(spec) or "",
             payment_address=payment_address,

@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -46,6 +45,7 @@ from engine.errors import EngineError
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
 from oracle_client import billing
+from oracle_client.ntx import ntx_of, units_of
 
 if TYPE_CHECKING:
     from oracle_client.client import OracleClient
@@ -62,17 +62,6 @@ SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provi
 SETTLE_BACKOFF_S = 1.0  # a failing escrow is tried again after 1, 2, 4 ... s
 SETTLE_BACKOFF_MAX_S = 30.0
 Role = Literal["consumer", "provider"]
-
-
-def to_base(ntx: float) -> int:
-    """A quoted NTX figure to base units; quotes are rounded to 6 decimals already."""
-    from oracle_client.escrow.contract.datum import ntx_to_base
-
-    return ntx_to_base(Decimal(f"{ntx:.6f}"))
-
-
-def to_ntx(base: int) -> float:
-    return base / 1_000_000
 
 
 def fault_of(state: str, exit_code: int | None, started: bool) -> str:
@@ -155,7 +144,7 @@ class Escrows:
         def total(role: str, states: tuple[str, ...], part: str) -> float:
             # A settled split: its paid or refunded part (the whole amount for rows settled
             # before issue 12, which have neither).
-            return to_ntx(
+            return ntx_of(
                 sum(
                     e.settled()[0 if part == "paid" else 1]
                     for e in escrows
@@ -168,7 +157,7 @@ class Escrows:
             escrows=escrows,
             earned_ntx=total("provider", settled, "paid"),
             spent_ntx=total("consumer", settled, "paid"),
-            locked_ntx=to_ntx(sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES)),
+            locked_ntx=ntx_of(sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES)),
             refunded_ntx=total("consumer", settled, "refunded"),
         )
 
@@ -187,7 +176,7 @@ class Escrows:
         from oracle_client.models import ProviderOffer, ServiceRequest
 
         wallet = self.wallet.wallet()
-        amount = to_base(total_ntx)
+        amount = units_of(total_ntx)
         margin = self.ctx.settings.payments.deadline_margin_s
         deadline_ms = int((time.time() + expected_minutes * 120 + margin) * 1000)
         if not provider_address:
@@ -224,7 +213,7 @@ class Escrows:
                 role="consumer",
                 state="locking",
                 amount=amount,
-                ntx=to_ntx(amount),
+                ntx=ntx_of(amount),
                 deadline_ms=quote.deadline,
                 consumer_pkh=quote.consumer_pkh,
                 provider_pkh=quote.provider_pkh,
@@ -311,7 +300,7 @@ class Escrows:
             (quote.provider_peer_id != self.ctx.identity.peer_id, "the terms name another peer"),
             (quote.provider_pkh != wallet.payment_key_hash, "the terms pay another wallet"),
             (quote.consumer_peer_id != consumer_peer, "the terms name another consumer"),
-            (quote.estimated_price != to_base(total_ntx), "the terms differ from the quote"),
+            (quote.estimated_price != units_of(total_ntx), "the terms differ from the quote"),
             (quote.deadline < (time.time() + 60) * 1000, "the escrow's deadline is too close"),
         ]
         for bad, reason in problems:
@@ -326,7 +315,7 @@ class Escrows:
                 role="provider",
                 state="verified",
                 amount=quote.estimated_price,
-                ntx=to_ntx(quote.estimated_price),
+                ntx=ntx_of(quote.estimated_price),
                 deadline_ms=quote.deadline,
                 consumer_pkh=quote.consumer_pkh,
                 provider_pkh=quote.provider_pkh,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import Decimal
 from pathlib import Path
 
 import msgspec
@@ -29,12 +28,12 @@ from engine.api import DEFAULT_POOL, CustomResource, Group, Pool, ResourceSpec
 from engine.errors import EngineError, FieldProblem
 from engine.jobs.spec import TIERS
 from engine.jobs.tiers import estimate_resource
+from oracle_client.ntx import UNITS_PER_NTX, units_of
 
 log = logging.getLogger("nunet.resources.specs")
 
 FieldError = FieldProblem  # one field, one line: the TUI shows it under that field
 
-UNITS_PER_NTX = 1_000_000
 MAX_NAME_CHARS = 40
 MAX_MODEL_CHARS = 64
 MAX_SPECS = 16
@@ -82,16 +81,6 @@ def peer_id_problem(peer_id: str) -> str | None:
     except WireError:
         return f"{peer_id!r} is not a peer id (an Ed25519 peer id, as `nunet-tui info` shows)"
     return None
-
-
-def ntx_to_units(ntx: float) -> int:
-    """An NTX figure of the config (``[jobs] prices``) to base units, exactly to 6 decimals."""
-    return int(Decimal(f"{ntx:.6f}") * UNITS_PER_NTX)
-
-
-def units_to_ntx(units: int) -> float:
-    """Base units as the older float figures carry them (``price_ntx_hour``, ``total_ntx``)."""
-    return units / UNITS_PER_NTX
 
 
 # --- the validators ------------------------------------------------------------------------
@@ -378,7 +367,7 @@ def default_specs(prices: Mapping[str, float], gpus: int = 0) -> tuple[ResourceS
                 cpu_cores=need.max_cores,
                 ram_mb=need.max_ram_mb,
                 gpus=1 if gpus > 0 else 0,
-                price_units_hour=ntx_to_units(float(price)),
+                price_units_hour=units_of(float(price)),
             )
         )
     return tuple(out)
