@@ -229,7 +229,7 @@ def test_the_shell_client_sends_keys_resizes_and_returns_the_exit_status() -> No
     import socket
     import threading
 
-    from nunet_tui.cli.job_tunnel import run_shell
+    from nunet_tui.shell_relay import run_shell
 
     ours, theirs = socket.socketpair()
     stdin_r, stdin_w = os.pipe()
