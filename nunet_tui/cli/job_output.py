@@ -65,7 +65,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     submit.add_argument("--tier", choices=("low", "moderate", "high"), default="low")
     submit.add_argument("--dep", action="append", default=[], metavar="PKG")
     submit.add_argument("--expected-minutes", type=float, default=10.0, metavar="N")
+    submit.add_argument(
+        "--max-minutes",
+        type=float,
+        metavar="N",
+        help="the most it may run: the lock covers it, and it is stopped then",
+    )
     submit.add_argument("--budget", type=float, metavar="NTX")
+    submit.add_argument(
+        "--spec",
+        metavar="NAME",
+        help="the provider's resource spec (default: the tier's cheapest you may use)",
+    )
     submit.add_argument("--name", default="")
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     job_sub.add_parser("list", parents=[common], help="jobs, both roles")
@@ -113,9 +124,24 @@ def _tail(text: str) -> int:
 
 def _spec(args: argparse.Namespace) -> JobSpec:
     if args.file:
+        import msgspec
+
         from engine.jobs.spec import load_job_file
 
-        return load_job_file(args.file, base_url=args.base_url)
+        loaded = load_job_file(args.file, base_url=args.base_url)
+        # What a run asks for beyond the file's own job: these flags, when given, win.
+        given = {
+            name: value
+            for name, value in (
+                ("resource_spec", args.spec),
+                ("max_minutes", args.max_minutes),
+                ("budget_ntx", args.budget),
+            )
+            if value is not None
+        }
+        if not given:
+            return loaded
+        return _check_spec({**msgspec.to_builtins(loaded), **given})
     if not args.url or not args.framework:
         raise UsageError("give -f FILE, or --url and --framework", "job submit")
     spec: dict[str, Any] = {
@@ -129,6 +155,10 @@ def _spec(args: argparse.Namespace) -> JobSpec:
     }
     if args.budget is not None:
         spec["budget_ntx"] = args.budget
+    if args.max_minutes is not None:
+        spec["max_minutes"] = args.max_minutes
+    if args.spec is not None:
+        spec["resource_spec"] = args.spec
     return _check_spec(spec)
 
 
