@@ -83,6 +83,7 @@ class ConsumerDashboard(NodeScreen):
             ("s", "submit an ML job: see its price and who can run it as you type"),
             ("j", "your jobs: live logs, results, cancel"),
             ("w", "your wallet: NTX balance, address, funds locked in escrow"),
+            ("a", "your account: what each job paid and got back"),
             ("m", provide),
             ("ctrl+p", "command palette: every command by name"),
             ("?", "all keys"),
