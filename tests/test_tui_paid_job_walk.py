@@ -146,7 +146,7 @@ async def test_the_consumer_sees_the_same_figures_on_every_screen_and_in_the_cli
         jobs: JobsScreen = await on_screen(pilot, JobsScreen)
         table = jobs.query_one(DataTable)
         await until(pilot, lambda: table.row_count == 1)
-        assert f"{METERED} metered" in rows(table)[0]
+        assert f"{PAID} paid" in rows(table)[0]  # settled: what was paid
 
         # The job's detail: every figure, each named.
         await pilot.press("enter")

@@ -18,7 +18,16 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Input, Static
 
-from engine.api import JobChanged, JobInfo, JobList, ListJobs
+from engine.api import (
+    EscrowChanged,
+    EscrowInfo,
+    EscrowList,
+    JobChanged,
+    JobInfo,
+    JobList,
+    ListJobs,
+    RewardList,
+)
 from engine.errors import EngineError
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
@@ -93,6 +102,7 @@ class JobsScreen(FilteredTableScreen):
     def __init__(self) -> None:
         super().__init__()
         self.jobs: dict[str, JobInfo] = {}
+        self.escrows: dict[tuple[str, str], EscrowInfo] = {}  # paid jobs: their settlement
         self.problem: str | None = None
         self.loaded = False
         self.show_scheduled = False
@@ -147,12 +157,22 @@ class JobsScreen(FilteredTableScreen):
         else:
             self.problem = None
             self.jobs = {job.job_id: job for job in reply.jobs}
+        try:  # a paid job's settlement: its NTX cell says what was paid, not only metered
+            escrows: EscrowList = await self.nunet.client.call(RewardList())
+        except EngineError:
+            pass  # no payments here: the metered figures stand
+        else:
+            self.escrows = {(e.role, e.job_id): e for e in escrows.escrows}
         self.loaded = True
         self.show()
 
     def on_engine_update(self, message: EngineUpdate) -> None:
         event = message.event
-        if isinstance(event, JobChanged):
+        if isinstance(event, EscrowChanged):
+            self.escrows[(event.escrow.role, event.escrow.job_id)] = event.escrow
+            if self.loaded:
+                self.show()
+        elif isinstance(event, JobChanged):
             self.jobs[event.job.job_id] = event.job
             # Running jobs change with every batch of log lines: redraw a few times a second.
             if self.loaded and not self.show_scheduled:
@@ -169,7 +189,10 @@ class JobsScreen(FilteredTableScreen):
         query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
         ordered = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
-        rows = [(job, job_row(job, now, self.name_width)) for job in ordered]
+        rows = [
+            (job, job_row(job, now, self.name_width, self.escrows.get((job.role, job.job_id))))
+            for job in ordered
+        ]
         shown = [(j, r) for j, r in rows if not query or query in _text(j, r).lower()]
         keys = [key for key, _ in COLUMNS]
         at = [keys.index(key) for key in self.columns]
@@ -235,7 +258,9 @@ class JobsScreen(FilteredTableScreen):
         return True
 
 
-def job_row(job: JobInfo, now: float, name_width: int = NAME_WIDTH[1]) -> tuple[Content, ...]:
+def job_row(
+    job: JobInfo, now: float, name_width: int = NAME_WIDTH[1], escrow: EscrowInfo | None = None
+) -> tuple[Content, ...]:
     """Every column's cell (COLUMNS' order); the screen shows those that fit."""
     started = job.started_at or job.created_at
     return (
@@ -246,7 +271,7 @@ def job_row(job: JobInfo, now: float, name_width: int = NAME_WIDTH[1]) -> tuple[
         Content(job_name(job, name_width)),
         Content(ago(started, now)),
         Content(hms(duration(job, now))),
-        cost(job, unit=False),
+        cost(job, escrow, unit=False),
     )
 
 
