@@ -27,7 +27,6 @@ from oracle_client.ntx import format_ntx, format_rate, units_of
 
 OPEN_STATES: tuple[str, ...] = (*ESCROW_OPEN_STATES, "undecided")
 # Escrow states after which nothing more moves: the settlement is what the chain did.
-PAID_STATES = ("claimed", "paid_out")
 SETTLED_STATES = ("claimed", "paid_out", "refunded")
 
 
@@ -78,15 +77,13 @@ def metered_charge(job: JobInfo, elapsed_ms: int | None) -> int | None:
 
 
 def settlement(escrow: EscrowInfo) -> tuple[int | None, int | None]:
-    """(paid to the provider, refunded to the consumer) once the chain settled the escrow;
-    Nones while it is open (a settlement tx on its way is not paid yet). Rows settled before
-    issue 12 carry no split: all one way, by their state (engine/payments ``settled_units``)."""
+    """(paid to the provider, refunded to the consumer) once the chain settled the escrow
+    (``EscrowInfo.settled``: older rows all one way by their state); Nones while it is open:
+    a settlement tx on its way, or a split the oracle signed that is not spent yet, is not
+    paid yet."""
     if escrow.state not in SETTLED_STATES:
         return None, None
-    if escrow.paid_units is not None and escrow.refunded_units is not None:
-        return escrow.paid_units, escrow.refunded_units
-    whole = escrow.amount
-    return (whole, 0) if escrow.state in PAID_STATES else (0, whole)
+    return escrow.settled()
 
 
 def settle_tx(escrow: EscrowInfo) -> str:
