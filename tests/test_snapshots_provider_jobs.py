@@ -188,7 +188,8 @@ class ScriptedLoad:
         return FIXED_TIME + len(self.LOADS) - 1
 
     def _apply(self, step: int) -> None:
-        load = self.LOADS[min(step, len(self.LOADS) - 1)]
+        step = min(step, len(self.LOADS) - 1)  # after the script, both boards hold still
+        load = self.LOADS[step]
         self.gpus[0].utilization_gpu = load
         self.gpus[0].power_usage_mw = 150_000 + load * 2_000
         self.gpus[1].utilization_gpu = 2 + step % 3

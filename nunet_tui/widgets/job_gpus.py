@@ -117,6 +117,10 @@ class JobGpus(Widget):
             return
         try:
             reply: GpuStatusReply = await client.call(GetGpuStatus(history=not self._asked_history))
+            if not reply.history and self._missed_samples(reply):
+                # Our beat came late (a busy machine) and the engine sampled more than once
+                # meanwhile: its history fills the gap instead of a hole in the sparkline.
+                reply = await client.call(GetGpuStatus(history=True))
         except EngineError:
             return  # no sampler answer: nothing shown, the next beat asks again
         self._asked_history = True
@@ -124,6 +128,11 @@ class JobGpus(Widget):
         if not self._timer_started:
             self._timer_started = True
             self.set_interval(reply.interval_s or 1.0, self._poll)
+
+    def _missed_samples(self, reply: GpuStatusReply) -> bool:
+        if self.latest is None:
+            return False
+        return reply.at - self.latest.at > 1.5 * (reply.interval_s or 1.0)
 
     def take(self, reply: GpuStatusReply) -> None:
         previous = self.latest.at if self.latest is not None else None
