@@ -108,6 +108,17 @@ def test_asking_for_a_bigger_share_than_signed_fails() -> None:
     assert_fails(run(AMOUNT // 2, signature=signed), "bad oracle signature")
 
 
+def test_shares_in_each_others_places_fail() -> None:
+    # The script reads the consumer's share from the first output, the provider's from the
+    # second (the layout transactions.distribute builds): swapped, each place pays the wrong
+    # key, even though both keys receive their shares somewhere.
+    share = AMOUNT // 4
+    outputs = [pays(PROVIDER, share), pays(CONSUMER, AMOUNT - share)]
+    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+    outputs = [pays(CONSUMER, AMOUNT - share), pays(STRANGER, 1), pays(PROVIDER, share)]
+    assert_fails(run(share, outputs=outputs), "provider underpaid")
+
+
 def test_the_consumers_share_sent_elsewhere_fails() -> None:
     share = AMOUNT // 4
     outputs = [pays(STRANGER, AMOUNT - share), pays(PROVIDER, share)]

@@ -116,17 +116,6 @@ def starts_after(validity: POSIXTimeRange, deadline: int) -> bool:
     return after
 
 
-def token_of(value: Value) -> Token:
-    # The one token beside ADA in a lock: the NTX the escrow splits. The ledger orders a
-    # Value's policies, ADA's empty one first.
-    policies = value.keys()
-    assert len(policies) == 2, "a lock holds ADA and one token"
-    policy = policies[1]
-    names = value[policy].keys()
-    assert len(names) == 1, "a lock holds ADA and one token"
-    return Token(policy, names[0])
-
-
 def check_distribute(
     tx: TxInfo, datum: EscrowDatum, own_ref: TxOutRef, redeemer: Distribute
 ) -> None:
@@ -161,20 +150,40 @@ def check_distribute(
             script_inputs += 1
             locked = spent.value
     assert script_inputs == 1, "one escrow per distribute tx"
-    token = token_of(locked)
-    # NTX reaching each party's payment key hash (any staking part).
-    to_provider = 0
-    to_consumer = 0
-    for output in tx.outputs:
-        credential = output.address.payment_credential
-        if isinstance(credential, PubKeyCredential):
-            owner = credential.credential_hash
-            if owner == datum.provider:
-                to_provider += output.value.get(token.policy_id, {b"": 0}).get(token.token_name, 0)
-            elif owner == datum.consumer:
-                to_consumer += output.value.get(token.policy_id, {b"": 0}).get(token.token_name, 0)
-    assert to_provider >= provider_amount, "provider underpaid"
-    assert to_consumer >= consumer_amount, "consumer underpaid"
+    # The one token beside ADA in the lock: the NTX the escrow splits. The ledger orders a
+    # Value's policies, ADA's empty one first.
+    policy = b""
+    names: Dict[bytes, int] = {}
+    policies = 0
+    for entry_policy, entry_names in locked.items():
+        policies += 1
+        policy = entry_policy
+        names = entry_names
+    name = b""
+    tokens = 0
+    for entry_name, entry_amount in names.items():
+        tokens += 1
+        name = entry_name
+    assert policies == 2 and tokens == 1, "a lock holds ADA and one token"
+    # The layout transactions.distribute builds: the consumer's output first, the provider's
+    # second. Each is checked where it must be, instead of a search of every output.
+    outputs = tx.outputs
+    if consumer_amount > 0:
+        back = outputs[0]
+        assert back.address.payment_credential == PubKeyCredential(datum.consumer), (
+            "consumer underpaid"
+        )
+        assert back.value.get(policy, {b"": 0}).get(name, 0) >= consumer_amount, (
+            "consumer underpaid"
+        )
+    if provider_amount > 0:
+        paid = outputs[1]
+        assert paid.address.payment_credential == PubKeyCredential(datum.provider), (
+            "provider underpaid"
+        )
+        assert paid.value.get(policy, {b"": 0}).get(name, 0) >= provider_amount, (
+            "provider underpaid"
+        )
 
 
 def validator(context: ScriptContext) -> None:
