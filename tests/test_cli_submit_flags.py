@@ -52,7 +52,8 @@ def test_the_flags_win_over_the_job_file_and_leave_the_rest_of_it() -> None:
 
 
 def test_a_maximum_below_the_expected_time_is_one_clear_error() -> None:
-    with pytest.raises(EngineError, match="maximum time must be at least the expected time") as refused:
+    expected = "maximum time must be at least the expected time"
+    with pytest.raises(EngineError, match=expected) as refused:
         _spec(
             _parsed(
                 "--url", "https://example.org/t.py", "--framework", "sklearn",
