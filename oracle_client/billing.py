@@ -63,6 +63,12 @@ def single_run(started_at: int, ended_at: int) -> tuple[Subtask, ...]:
     return (Subtask(replicas=(Replica(started_at=started_at, ended_at=ended_at),)),)
 
 
+def metered(price_units_hour: int, machine_ms: int) -> int:
+    """Floor of price x time, in base units: the one product every figure is built on (the
+    quote's estimate and lock, the charge)."""
+    return price_units_hour * machine_ms // MS_PER_HOUR
+
+
 def charge(
     price_units_hour: int,
     machine_ms: int,
@@ -86,4 +92,4 @@ def charge(
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
     if not started:
         return 0
-    return min(cap, max(min_charge, price_units_hour * machine_ms // MS_PER_HOUR))
+    return min(cap, max(min_charge, metered(price_units_hour, machine_ms)))

@@ -26,6 +26,7 @@ from engine.api import PeerResources, ResourceSpec
 from engine.jobs.spec import JobSpec
 from engine.jobs.tiers import estimate_resource
 from engine.resources.specs import may_use
+from oracle_client import billing
 from oracle_client.ntx import UNITS_PER_NTX, units_of
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
@@ -123,8 +124,7 @@ def max_minutes(spec: JobSpec) -> float:
 
 def units_for(price_units_hour: int, minutes: float) -> int:
     """Base units for ``minutes`` of machine time: integer math, floored (billing's rule)."""
-    ms = round(max(0.0, minutes) * 60_000)
-    return price_units_hour * ms // 3_600_000
+    return billing.metered(price_units_hour, round(max(0.0, minutes) * 60_000))
 
 
 def quote_units(resource: ResourceSpec, spec: JobSpec, replicas: int = 1) -> tuple[int, int]:
@@ -151,7 +151,7 @@ def _tier_spec(res: PeerResources, tier: str) -> ResourceSpec | None:
         cpu_cores=need.max_cores,
         ram_mb=need.max_ram_mb,
         gpus=1 if res.gpus else 0,
-        price_units_hour=round(price * UNITS_PER_NTX),
+        price_units_hour=units_of(price),
     )
 
 
