@@ -24,8 +24,10 @@ from tests.test_jobs_process import (
     EPOCHS,
     EXAMPLES,
     FAIL,
+    FILL_SMALL_FILES,
     FOREVER,
     LIVE,
+    ONE_BIG_FILE,
     collect,
     make_wheel,
     new_run,
@@ -133,6 +135,21 @@ def test_out_of_memory(executor: DockerExecutor, tmp_path: Path) -> None:
     assert status.outcome == "oom", (status, lines)
     assert status.exit_code == 137
     assert "128 MB" in status.reason
+
+
+def test_the_specs_disk_bounds_the_workspace(executor: DockerExecutor, tmp_path: Path) -> None:
+    # Many files, each under the limit: the walk stops it.
+    limits = Limits(memory_mb=256, cpu_cores=1.0, timeout_s=60, disk_mb=4)
+    status, lines = run_job(executor, new_run(tmp_path, spec(), limits), FILL_SMALL_FILES)
+    assert status.outcome == "failed", (status, lines)
+    assert status.reason.endswith("over the 4 MB its resource spec sells"), status
+    # One file past it: the container's file-size limit, before any walk.
+    limits = Limits(memory_mb=256, cpu_cores=1.0, timeout_s=60, disk_mb=3)
+    run = new_run(tmp_path, spec(), limits, job_id="job-2")
+    status, lines = run_job(executor, run, ONE_BIG_FILE)
+    assert status.outcome == "failed", (status, lines)
+    assert status.reason == "wrote a file past the 3 MB of disk its resource spec sells"
+    assert (run.workspace / "big.bin").stat().st_size <= 3 << 20
 
 
 def test_cancel_and_timeout(executor: DockerExecutor, tmp_path: Path) -> None:

@@ -379,3 +379,49 @@ def test_pytorch_examples_for_real(tmp_path: Path) -> None:
     assert status.outcome == "completed"
     assert texts(lines)[:2][0] == "resuming from epoch 3"
     assert os.path.getsize(training.workspace / "outputs" / "model.pt") > 0
+
+
+FILL_SMALL_FILES = """
+import time
+from pathlib import Path
+for i in range(12):
+    Path(f"part-{i}.bin").write_bytes(b"x" * (1 << 20))  # 1 MB each, each under the limit
+print("written", flush=True)
+time.sleep(60)
+print("never printed")
+"""
+ONE_BIG_FILE = """
+with open("big.bin", "wb") as out:
+    for _ in range(8):
+        out.write(b"x" * (1 << 20))
+        out.flush()
+print("all written")
+"""
+
+
+def test_a_job_holding_more_than_its_specs_disk_is_stopped(tmp_path: Path) -> None:
+    limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=60, disk_mb=4)
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec(), limits), FILL_SMALL_FILES)
+    assert status.outcome == "failed", (status, lines)
+    assert status.reason.startswith("used "), status
+    assert status.reason.endswith("MB of disk in /workspace, over the 4 MB its resource spec sells")
+    assert "never printed" not in texts(lines)
+    assert any(line.stream == "system" and "over the 4 MB" in line.text for line in lines)
+
+
+def test_one_file_cannot_grow_past_the_specs_disk_between_two_walks(tmp_path: Path) -> None:
+    limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=60, disk_mb=3)
+    run = new_run(tmp_path, spec(), limits)
+    status, lines = run_job(ProcessExecutor(), run, ONE_BIG_FILE)
+    assert status.outcome == "failed", (status, lines)
+    assert status.reason == "wrote a file past the 3 MB of disk its resource spec sells"
+    assert (run.workspace / "big.bin").stat().st_size <= 3 << 20
+
+
+def test_without_a_disk_in_its_spec_a_job_writes_what_it_needs(tmp_path: Path) -> None:
+    limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=60)
+    run = new_run(tmp_path, spec(), limits)
+    status, lines = run_job(ProcessExecutor(), run, ONE_BIG_FILE)
+    assert status.outcome == "completed", (status, lines)
+    assert texts(lines) == ["all written"]
+    assert (run.workspace / "big.bin").stat().st_size == 8 << 20

@@ -260,9 +260,14 @@ def test_a_job_runs_within_its_spec_for_at_most_its_maximum_time(tmp_path: Path)
     )
     limits = jobs._limits(record)
     assert (limits.memory_mb, limits.cpu_cores, limits.timeout_s) == (8192, 4.0, 1500.0)
+    assert limits.disk_mb is None  # BIG sells no particular disk
     legacy = msgspec.structs.replace(record, spec=job(expected_minutes=10), resource_spec="low")
     tier = jobs._limits(legacy)  # a default tier spec: the tier's maximums, twice the time
-    assert (tier.memory_mb, tier.timeout_s) == (2048, 1200.0)
+    assert (tier.memory_mb, tier.timeout_s, tier.disk_mb) == (2048, 1200.0, None)
+    disk = msgspec.structs.replace(BIG, name="big-disk", disk_mb=2048)
+    disk_jobs = _provider(tmp_path / "disk", rs.ResourceBook(specs=(disk,)))
+    sized = disk_jobs._limits(msgspec.structs.replace(record, resource_spec="big-disk"))
+    assert sized.disk_mb == 2048  # the workspace's bound (executors/disk_quota.py)
     jobs.ctx.store.save_job(record)
     assert jobs.committed().memory_mb == 8192
 

@@ -610,10 +610,10 @@ class ProviderJobs:
         return executor, run
 
     def _limits(self, job: api.JobInfo) -> Limits:
-        """What the job may use: its resource spec's cores and RAM (a tier's maximums when it
-        runs under NuNet's default specs), for at most its maximum time (``max_minutes``, what
-        the lock covers); without one, a batch job gets twice its expected time and a service
-        its expected time (what was quoted)."""
+        """What the job may use: its resource spec's cores, RAM and disk (a tier's maximums
+        when it runs under NuNet's default specs), for at most its maximum time
+        (``max_minutes``, what the lock covers); without one, a batch job gets twice its
+        expected time and a service its expected time (what was quoted)."""
         spec = job.spec
         limits = (
             limits_for(spec, timeout_factor=1.0) if spec.kind == "service" else limits_for(spec)
@@ -621,7 +621,10 @@ class ProviderJobs:
         resource = self._resource_of(job)
         if resource is not None:
             limits = dataclasses.replace(
-                limits, memory_mb=resource.ram_mb, cpu_cores=float(resource.cpu_cores)
+                limits,
+                memory_mb=resource.ram_mb,
+                cpu_cores=float(resource.cpu_cores),
+                disk_mb=resource.disk_mb or None,  # 0: the spec sells no particular disk
             )
         if spec.max_minutes is not None:
             limits = dataclasses.replace(limits, timeout_s=max(60.0, spec.max_minutes * 60))

@@ -63,6 +63,7 @@ class Limits:
     pids: int = 512
     tmp_mb: int = 512
     max_result_bytes: int = 1 << 30
+    disk_mb: int | None = None  # the workspace's bound, from the spec (disk_quota.py)
 
 
 def limits_for(
@@ -311,6 +312,20 @@ class BaseExecutor:
 
     async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
         raise NotImplementedError
+
+    def _watch_disk(self, state: RunState) -> None:
+        """Once a run started: stop it when its workspace holds more than its disk."""
+        disk_mb = state.run.limits.disk_mb
+        if not disk_mb:
+            return
+        from engine.jobs.executors import disk_quota
+
+        async def stop(reason: str) -> None:
+            if not state.done.is_set() and state.stop is None:
+                state.logs.append("system", f"stopped: {reason}")
+                await self._stop_run(state, "failed", reason)
+
+        self._spawn(disk_quota.watch, state.run.workspace, disk_mb, stop, state.done)
 
     async def _pause(self, state: RunState) -> None:
         """Hook: freeze the job while a snapshot is taken (consistent files)."""

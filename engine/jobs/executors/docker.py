@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ from engine.jobs.executors.base import (
     RunState,
     failure_reason,
 )
+from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 from engine.jobs.executors.dockerlogs import LogReader
 from engine.resources.container_engine import EngineFacts, probe_facts
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
@@ -302,6 +304,11 @@ class DockerExecutor(BaseExecutor):
             environment=self.environment(run),
             network_mode="none",
         )
+        if run.limits.disk_mb:  # one file past the spec's disk, between walks (disk_quota)
+            from docker.types import Ulimit
+
+            size = run.limits.disk_mb << 20
+            options["ulimits"] = [Ulimit(name="fsize", soft=size, hard=size)]
         if run.spec.device == "gpu":
             from engine.resources.readiness import probe_docker
 
@@ -334,6 +341,7 @@ class DockerExecutor(BaseExecutor):
         state.started = True
         state.meter.start()
         self._spawn(self._supervise, state, container, sock)
+        self._watch_disk(state)
 
     async def _supervise(self, state: RunState, container: Any, sock: Any) -> None:
         run = state.run
@@ -387,6 +395,9 @@ class DockerExecutor(BaseExecutor):
             return ExitStatus(exit_code, "oom", f"out of memory: the limit is {limit} MB")
         if exit_code == 0:
             return ExitStatus(0, "completed", "")
+        disk_mb = state.run.limits.disk_mb
+        if wrote_too_large(disk_mb, exit_code == 128 + signal.SIGXFSZ, state.stderr_tail.lines):
+            return ExitStatus(exit_code, "failed", file_too_large(disk_mb or 0))
         if exit_code == 137:  # SIGKILL we did not send: the kernel's OOM killer, as a rule
             return ExitStatus(
                 137, "oom", f"killed (exit 137), most likely out of memory ({limit} MB)"

@@ -37,6 +37,7 @@ from engine.jobs.executors.base import (
     failure_reason,
     signal_exit_code,
 )
+from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
@@ -191,6 +192,7 @@ class ProcessExecutor(BaseExecutor):
         state.started = True
         state.meter.start()
         self._spawn(self._supervise, state, process)
+        self._watch_disk(state)
 
     async def _supervise(self, state: RunState, process: trio.Process) -> None:
         run = state.run
@@ -226,6 +228,9 @@ class ProcessExecutor(BaseExecutor):
             return ExitStatus(0, "completed", "")
         if returncode == -signal.SIGXCPU:
             return ExitStatus(code, "timeout", "used up its CPU time limit")
+        disk_mb = state.run.limits.disk_mb
+        if wrote_too_large(disk_mb, returncode == -signal.SIGXFSZ, state.stderr_tail.lines):
+            return ExitStatus(code, "failed", file_too_large(disk_mb or 0))
         if any(marker in line for line in state.stderr_tail.lines for marker in _OOM_MARKERS):
             limit = state.run.limits.memory_mb
             return ExitStatus(code, "oom", f"out of memory: the limit is {limit} MB")
@@ -375,6 +380,7 @@ def _limiter(run: JobRun) -> Callable[[], None]:
     memory = run.limits.memory_mb << 20
     # CPU seconds: the wall limit times the cores it may use (+ slack for the interpreter).
     cpu_s = int(run.limits.timeout_s * max(1.0, run.limits.cpu_cores)) + 5
+    fsize = (run.limits.disk_mb or 0) << 20
     nproc: int | None = None
     if os.getuid() != 0:  # RLIMIT_NPROC counts all of the user's processes; root ignores it
         import psutil
@@ -389,6 +395,8 @@ def _limiter(run: JobRun) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if fsize:  # one file past the spec's disk, between two walks (disk_quota.py)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         if nproc is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 

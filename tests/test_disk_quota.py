@@ -1,0 +1,76 @@
+"""What counts toward a job's disk (engine/jobs/executors/disk_quota.py), on a real file system."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from engine.jobs.executors import disk_quota
+
+
+def test_files_count_by_what_they_hold_and_links_are_not_followed(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"o" * (4 << 20))
+    (workspace / "sub" / "data.bin").write_bytes(b"d" * (1 << 20))
+    os.link(workspace / "sub" / "data.bin", workspace / "hard.bin")  # the same blocks again
+    (workspace / "to-outside").symlink_to(outside)
+    (workspace / "to-root").symlink_to("/")
+    with open(workspace / "sparse.bin", "wb") as handle:
+        handle.truncate(1 << 30)  # a 1 GB hole holds no blocks
+    used = disk_quota.workspace_bytes(workspace)
+    assert 1 << 20 <= used < (1 << 20) + (256 << 10), used
+
+
+def test_the_watch_stops_once_and_only_over_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    reasons: list[str] = []
+    walks: list[int] = []
+    walk = disk_quota.workspace_bytes
+
+    def counted(root: Path) -> int:
+        walks.append(used := walk(root))
+        return used
+
+    monkeypatch.setattr(disk_quota, "workspace_bytes", counted)
+
+    async def main() -> None:
+        done = trio.Event()
+
+        async def stop(reason: str) -> None:
+            reasons.append(reason)
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(disk_quota.watch, workspace, 2, stop, done)
+            with trio.fail_after(5):
+                while not walks:
+                    await trio.sleep(0.05)
+            assert reasons == []  # one walk of an empty workspace: under the limit
+            (workspace / "a.bin").write_bytes(b"a" * (3 << 20))
+            with trio.fail_after(disk_quota.MIN_INTERVAL_S + 5):
+                await done.wait()
+
+    trio.run(main)
+    assert reasons == ["used 3 MB of disk in /workspace, over the 2 MB its resource spec sells"]
+
+
+def test_the_watch_ends_with_the_run(tmp_path: Path) -> None:
+    async def main() -> None:
+        done = trio.Event()
+
+        async def stop(reason: str) -> None:
+            raise AssertionError(reason)
+
+        done.set()
+        with trio.fail_after(2):
+            await disk_quota.watch(tmp_path, 1, stop, done)
+
+    trio.run(main)
