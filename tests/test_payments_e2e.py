@@ -113,16 +113,22 @@ def _paid_pair(
     *,
     provider_ledger_url: str = "",
     consumer_env: dict[str, str] | None = None,
+    provider_env: dict[str, str] | None = None,
+    consumer_payments: str = "",
 ) -> tuple[Daemon, Daemon]:
+    """``consumer_payments``: more lines of the consumer's ``[payments]`` section."""
     consumer = market.spawn(
-        "consumer", 41, extra_toml=market.toml(), env={**PASSPHRASE, **(consumer_env or {})}
+        "consumer",
+        41,
+        extra_toml=market.toml() + consumer_payments,
+        env={**PASSPHRASE, **(consumer_env or {})},
     )
     provider = market.spawn(
         "provider",
         40,
         bootstrap=consumer.addrs()[0],
         extra_toml=market.toml(provider_ledger_url) + provider_jobs + PRICES,
-        env=PASSPHRASE,
+        env={**PASSPHRASE, **(provider_env or {})},
     )
     for daemon, ada, ntx in ((consumer, 20, consumer_ntx), (provider, 10, 0)):
         address = daemon.cli("wallet", "new")["address"]

@@ -116,9 +116,12 @@ def test_the_consumer_refuses_a_receipt_that_says_what_it_did_not_see(tmp_path: 
     with pytest.raises(EngineError) as info:  # the consumer saw the job fail
         trio.run(consumer.countersign, job("consumer", state="failed"), text)
     assert info.value.code == "payment"
-    assert info.value.message == "the provider's receipt says outcome = 'completed'"
+    assert info.value.message == (
+        "the provider's receipt says outcome = 'completed'; this node's record says 'failed'"
+    )
     kept = consumer.get(JOB)
     assert kept is not None and kept.info.state == "locked" and not kept.receipt
+    assert kept.info.error == f"not countersigning the provider's receipt: {info.value.message}"
     assert provider.provider_receipt(job("provider")) == text
     assert consumer.provider_receipt(job("consumer")) == ""  # not a provider's escrow
 

@@ -446,6 +446,25 @@ class Escrows:
         if record.receipt:
             return record.receipt
         try:
+            receipt = self._checked_receipt(job, record, text)
+        except EngineError as exc:
+            # The one line a user reads in `reward list` and the escrow views; the lock then
+            # comes back at the deadline (the oracle never decides on the provider's word).
+            why = " ".join(exc.message.split())[:300]
+            self.save(record, error=f"not countersigning the provider's receipt: {why}")
+            raise
+        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
+        text = msgspec.json.encode(signed).decode()
+        record = self.keep(record, receipt=text)
+        self.save(record, state="receipt", outcome=job.state, metered_units=signed.charge, error="")
+        self._wake.set()
+        return text
+
+    def _checked_receipt(self, job: api.JobInfo, record: EscrowRecord, text: str) -> Any:
+        """The provider's receipt if it says what this node saw, else why not (EngineError)."""
+        from oracle_client.escrow import receipt as rc
+
+        try:
             receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
             rc.verify_signature(receipt, "provider")
         except (msgspec.DecodeError, msgspec.ValidationError, rc.ReceiptError) as exc:
@@ -468,7 +487,9 @@ class Escrows:
         for name, value in expected.items():
             if getattr(receipt, name) != value:
                 raise EngineError(
-                    "payment", f"the provider's receipt says {name} = {getattr(receipt, name)!r}"
+                    "payment",
+                    f"the provider's receipt says {name} = {getattr(receipt, name)!r}; "
+                    f"this node's record says {value!r}",
                 )
         seen_ms = billing.machine_time_ms(ours["subtasks"])
         if abs(receipt.machine_ms - seen_ms) > metering_tolerance_ms(seen_ms):
@@ -477,12 +498,7 @@ class Escrows:
                 f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine time; "
                 f"this node saw {seen_ms / 1000:.1f} s",
             )
-        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
-        text = msgspec.json.encode(signed).decode()
-        record = self.keep(record, receipt=text)
-        self.save(record, state="receipt", outcome=job.state, metered_units=signed.charge)
-        self._wake.set()
-        return text
+        return receipt
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
         """Provider: the consumer's countersignature; "" when accepted, else why not."""
