@@ -15,6 +15,7 @@ from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.spec import JobSpec
+from engine.network.ratelimit import PeerRateLimiter
 from tests.fakes.context import identity, make_context
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.network import FakeNetwork, FakePeerLink, FakeProviderPeer, provider_info
@@ -122,3 +123,23 @@ def test_a_failed_lock_ends_the_job_refused_and_confirms_nothing(tmp_path: Path)
     assert [type(m) for m in provider.received] == [p.Offer]  # no Confirm went out
     (job,) = consumer.ctx.store.list_jobs()
     assert job.state == "refused" and job.reason == "could not lock 0.5 NTX: not enough funds"
+
+
+def test_a_script_submitting_many_jobs_waits_its_turn_instead_of_being_refused(
+    tmp_path: Path,
+) -> None:
+    # The provider's own rule (provider.py): offers past its per-consumer rate are refused.
+    provider = FakeProviderPeer(
+        identity(3), offer_limit=PeerRateLimiter(p.OFFERS_PER_S, p.OFFER_BURST)
+    )
+    consumer, link, _ = world(tmp_path, (provider, 0.5))
+    count = int(p.OFFER_BURST) + 4  # past the burst: the last ones wait for the rate
+
+    async def main() -> list[api.JobInfo]:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            return [await consumer.submit(api.SubmitJob(spec=spec())) for _ in range(count)]
+
+    jobs = trio.run(main)
+    assert [job.state for job in jobs] == ["accepted"] * count
+    assert [type(m) for m in provider.received] == [p.Offer, p.Confirm] * count

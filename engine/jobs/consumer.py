@@ -34,6 +34,7 @@ from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
+from engine.network.ratelimit import PeerRateLimiter
 from engine.ports import EscrowPort, NetworkPort, PeerLink
 from oracle_client.ntx import UNITS_PER_NTX, ntx_of
 
@@ -43,6 +44,8 @@ ASK_TIMEOUT_S = 10.0
 MAX_RESULTS_BYTES = 2 << 30
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
+# Longer than this waiting for our own pace to a provider: the next candidate instead.
+MAX_OFFER_WAIT_S = 5.0
 PROVIDER_UNREACHABLE = "provider unreachable"
 
 
@@ -102,6 +105,10 @@ class ConsumerJobs:
         self._network = network
         self._escrows = escrows if ctx.payments_enabled else None
         self._following: set[str] = set()
+        # Our offers to each provider, paced under the rate it answers (protocol.py), with a
+        # margin for the network's jitter: a script submitting many jobs waits its turn
+        # instead of being refused "too many offers".
+        self._offer_pace = PeerRateLimiter(p.OFFERS_PER_S * 0.9, p.OFFER_BURST - 1)
         # Open logs: a followed job's stays; of the others only the last few read.
         self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
         self._nursery: trio.Nursery | None = None
@@ -177,6 +184,12 @@ class ConsumerJobs:
         job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id
         for provider in candidates:
+            wait = self._offer_pace.wait_s(provider)
+            if wait > MAX_OFFER_WAIT_S:
+                refusals.append((provider, f"our offers to it are paced: free in {wait:.0f} s"))
+                continue
+            await trio.sleep(wait)
+            self._offer_pace.allow(provider)
             try:
                 quote = await self._ask(
                     service,

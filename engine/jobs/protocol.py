@@ -36,6 +36,10 @@ RESULT_CHUNK = 256 * 1024
 # carries a few KiB of signed JSON. A peer announcing more is reset before any of it is read.
 MAX_REQUEST_BYTES = 320 * 1024
 MAX_ANSWER_BYTES = 64 * 1024  # a Quote, Refusal or Accepted, read by the consumer
+# Offers per consumer a provider answers: a person or script submitting jobs makes a few; a
+# flood is refused. Honest consumers pace their own offers under it (consumer.py).
+OFFERS_PER_S = 2.0
+OFFER_BURST = 10.0
 # Free text that crosses the wire and may be shown or stored: each has a bound in the schema.
 MAX_REASON_CHARS = 1000
 MAX_JOB_NAME_CHARS = 200

@@ -67,9 +67,8 @@ LINGER_S = 5.0  # for the peer to close its side after our last frame (then: res
 # Job streams served at once: a consumer needs one per job it follows plus a few short asks.
 STREAMS_PER_PEER = 16
 STREAMS_TOTAL = 256
-# Offers per peer: a person or script submitting jobs makes a few; a flood is refused.
-OFFERS_PER_S = 2.0
-OFFER_BURST = 10.0
+OFFERS_PER_S = p.OFFERS_PER_S  # per peer (protocol.py)
+OFFER_BURST = p.OFFER_BURST
 # Unconfirmed quotes held (each keeps its offer, at most p.MAX_REQUEST_BYTES): per peer, all.
 QUOTES_PER_PEER = 4
 QUOTES_TOTAL = 64
@@ -130,6 +129,10 @@ class QuoteBook:
 
 
 FOLLOW_POLL_S = 0.1
+# After an Update with lines, a running job's next lines wait this long and go together: a
+# service that logs every request (the tunnels' common case) would otherwise cost both daemons
+# a signed Update, its check and a store write per request, in the middle of its round trips.
+LINES_GATHER_S = 0.2
 
 
 class ProviderJobs:
@@ -874,6 +877,9 @@ class ProviderJobs:
                 last_state = state
                 if more:
                     continue  # more backlog waiting
+                if lines and job.state not in api.TERMINAL_STATES:
+                    await trio.sleep(LINES_GATHER_S)
+                    continue
             if job.state in api.TERMINAL_STATES and not joblog.read(after, 1):
                 return
             with trio.move_on_after(FOLLOW_POLL_S * 10):

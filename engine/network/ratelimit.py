@@ -34,6 +34,13 @@ class PeerRateLimiter:
             self._prune(now)
         return True
 
+    def wait_s(self, peer_id: str, cost: float = 1.0) -> float:
+        """Seconds until ``allow(peer_id, cost)`` would pass (0.0: now); takes nothing."""
+        now = self._clock()
+        tokens, last = self._buckets.get(peer_id, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        return max(0.0, (cost - tokens) / self.rate)
+
     def _prune(self, now: float) -> None:
         for peer, (tokens, last) in list(self._buckets.items()):
             if tokens + (now - last) * self.rate >= self.burst:

@@ -18,6 +18,7 @@ from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.network import wire
 from engine.network.peers import PeerInfo
+from engine.network.ratelimit import PeerRateLimiter
 from engine.ports import StreamHandler
 
 
@@ -140,6 +141,8 @@ class FakeProviderPeer:
     total_ntx: float = 0.5
     refuse: str = ""
     payment_address: str = ""
+    # The real provider's per-consumer offer rate (provider.py), when a test wants it.
+    offer_limit: PeerRateLimiter | None = None
     received: list[p.AnyJobMessage] = field(default_factory=list)
 
     @property
@@ -153,10 +156,14 @@ class FakeProviderPeer:
         message, _ = got
         self.received.append(message)
         answer: p.JobMessage
+        refuse = self.refuse
+        limit = self.offer_limit
+        if isinstance(message, p.Offer) and limit and not limit.allow(p.remote_peer(stream)):
+            refuse = "too many offers from you"
         if isinstance(message, p.Offer):
             answer = (
-                p.refusal(message.job_id, self.refuse)
-                if self.refuse
+                p.refusal(message.job_id, refuse)
+                if refuse
                 else p.Quote(
                     job_id=message.job_id,
                     provider=self.peer_id,
