@@ -3,8 +3,9 @@
 The consumer's matcher judges a provider by what its advert and heartbeats say; the provider
 judges an offer by the same figures about itself (what it advertises and beats). Both call
 ``judge`` with a ``PeerResources``, so a provider the matcher keeps is one that quotes, and one
-it excludes refuses with the same reasons. ``job_cost`` is the one price formula: the matcher's
-ranking, the provider's quote, the submit form's "who can run it" and the metered cost all use it.
+it excludes refuses with the same reasons. ``billing.metered`` is the one price product:
+``units_for`` gives the quote's estimate and lock from it, the receipt's charge is it, and
+``job_cost`` is the same figure in NTX for the float fields (the metered cost of an unpaid job).
 
 What is sold is a provider's resource specs (issue 12, engine/resources/specs.py): a job
 names one, or its tier maps to the cheapest spec that fits it and that the consumer may use
@@ -27,7 +28,7 @@ from engine.jobs.spec import JobSpec
 from engine.jobs.tiers import estimate_resource
 from engine.resources.specs import may_use
 from oracle_client import billing
-from oracle_client.ntx import UNITS_PER_NTX, units_of
+from oracle_client.ntx import UNITS_PER_NTX, ntx_of, units_of
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
 _CPU_ONLY_EXECUTORS = frozenset({"process"})
@@ -42,8 +43,9 @@ def price_of(prices: Mapping[str, float], tier: str) -> float | None:
 
 
 def job_cost(price_ntx_hour: float, minutes: float) -> float:
-    """NTX for ``minutes`` at ``price_ntx_hour``, rounded to the 6 decimals escrows carry."""
-    return round(price_ntx_hour * max(0.0, minutes) / 60, 6)
+    """NTX for ``minutes`` at ``price_ntx_hour``: ``units_for`` (billing's product, floored
+    to the base unit) as the older float figures carry it (``cost_ntx``, the ranking)."""
+    return ntx_of(units_for(units_of(price_ntx_hour), minutes))
 
 
 def usable_executors(device: str, offered: Collection[str]) -> list[str]:

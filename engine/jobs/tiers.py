@@ -7,7 +7,7 @@ price range. The document gives the structure; its figures are not reproduced in
 can check, so the figures below are ours, chosen to match common machines (a Low job fits a
 2-core laptop, a High GPU job a 24 GB card) and documented here as the single source: the TUI
 shows this table, admission (engine/jobs/admission.py) uses the minimums, executors enforce
-the maximums. What a provider charges is its own price per tier (admission.job_cost).
+the maximums. What a provider charges is its own price per tier (admission.units_for).
 """
 
 from __future__ import annotations
