@@ -87,6 +87,7 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.WalletImport,
         api.WalletShow,
         api.WalletBalance,
+        api.WalletRecharges,
         api.UnlockKeystore,
         api.SetBlockfrostProjectId,
         api.RewardList,

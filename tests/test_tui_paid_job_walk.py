@@ -27,9 +27,12 @@ from engine.api import (
     JobList,
     JobLogs,
     ListJobs,
+    Recharge,
+    RechargeList,
     RewardList,
     SetMode,
     WalletBalance,
+    WalletRecharges,
 )
 from engine.facade import Engine
 from engine.jobs.spec import JobSpec
@@ -51,6 +54,7 @@ PROVIDER = "12D3KooWD3eckifWpRn9wQpMG9R9hX3sD158z7EqHWmweQc7XWbW"
 CONSUMER = "12D3KooWRWcUSHYQhJjq4z1S8u5iEHoYwqHW6dFCzr1ww59zqu3x"
 LOCK_TX = "6fee1b3d" + "0" * 52 + "b7b6"
 SETTLE_TX = "91ac" + "1" * 56 + "9f00"
+FAUCET_TX = "0fa0" + "2" * 56 + "ce70"
 # The figures, as each screen writes them.
 ESTIMATE, LOCKED, METERED, PAID, REFUNDED = "1.2", "2.4", "0.6", "0.6", "1.8"
 
@@ -119,6 +123,17 @@ BALANCE = Balance(
 )
 
 
+# The wallet's history on the chain: one faucet drop of 99 NTX before the job (its lock and
+# the split coming back are escrows, never recharges: tests/test_account_recharges.py).
+RECHARGES = RechargeList(
+    address="addr_test1qfake",
+    backend="local",
+    recharges=(Recharge(tx_hash=FAUCET_TX, at=T0 - 600, amount_units=99_000_000),),
+    recharged_units=99_000_000,
+    scanned=3,
+)
+
+
 def client_for(engine: Engine, role: str) -> FakeEngineClient:
     engine.call_blocking(SetMode(mode=role))  # type: ignore[arg-type]
     return FakeEngineClient(
@@ -128,6 +143,7 @@ def client_for(engine: Engine, role: str) -> FakeEngineClient:
             GetJobLogs: JobLogs(job_id=JOB, done=True),
             RewardList: EscrowList(escrows=(escrow(role),)),
             WalletBalance: BALANCE,
+            WalletRecharges: RECHARGES,
         },
         delegate=engine,
     )
@@ -174,7 +190,8 @@ async def test_the_consumer_sees_the_same_figures_on_every_screen_and_in_the_cli
         account: AccountScreen = await on_screen(pilot, AccountScreen)
         await until(pilot, lambda: account.account is not None)
         summary = text_of(account, "#account-summary")
-        assert "98.4 NTX balance" in summary and "99 NTX recharged in all" in summary
+        assert "98.4 NTX balance   99 NTX recharged in all · 1 transfer" in summary
+        assert "+99 NTX recharge · 0fa02222…ce70 · 1 h ago · from the faucet" in summary
         assert f"{PAID} NTX paid   {REFUNDED} NTX refunded   0 NTX locked still" in summary
         row = rows(account.query_one("#jobs-table", DataTable))[0]
         for cell in ("cpu small", "15 min 00 s", LOCKED, METERED, PAID, REFUNDED):
@@ -196,10 +213,41 @@ async def test_the_consumer_sees_the_same_figures_on_every_screen_and_in_the_cli
         row_json["settle_tx"],
         row_json["spec"],
     ) == (2_400_000, 600_000, 600_000, 1_800_000, SETTLE_TX, "cpu small")
-    assert data["recharged_units"] == 99_000_000
+    assert data["recharged_units"] == 99_000_000 and data["recharges_read"] is True
+    assert data["recharges"] == [
+        {
+            "tx_hash": FAUCET_TX,
+            "at": T0 - 600,
+            "amount_units": 99_000_000,
+            "kind": "recharge",
+            "from_addresses": [],
+        }
+    ]
     json.dumps(data)  # what --json prints
-    shown = job_output._detail(job("consumer"))
-    assert f"{ESTIMATE} NTX estimate · {LOCKED} NTX locked · {METERED} NTX metered" in shown
+    assert f"{FAUCET_TX}  99 NTX recharge  from the faucet (no inputs)" in text
+    # job show, text and --json: the escrow's figures, the same records account reads.
+    capsys.readouterr()
+    job_output._show(argparse.Namespace(job_id=JOB, json=False), client)  # type: ignore[arg-type]
+    shown = capsys.readouterr().out
+    assert (
+        f"{ESTIMATE} NTX estimate · {LOCKED} NTX locked · {METERED} NTX metered · "
+        f"{PAID} NTX paid · {REFUNDED} NTX refunded · machine time 15 min 00 s"
+    ) in shown
+    assert f"escrow    paid_out · lock tx {LOCK_TX} · settle tx {SETTLE_TX}" in shown
+    job_output._show(argparse.Namespace(job_id=JOB, json=True), client)  # type: ignore[arg-type]
+    shown_json = json.loads(capsys.readouterr().out)
+    assert shown_json["job_id"] == JOB and shown_json["state"] == "completed"  # the JobInfo
+    assert shown_json["money"] == {
+        "estimate_units": 1_200_000,
+        "locked_units": row_json["locked_units"],
+        "metered_units": row_json["metered_units"],
+        "paid_units": row_json["paid_units"],
+        "refunded_units": row_json["refunded_units"],
+        "machine_ms": row_json["machine_ms"],
+        "escrow_state": "paid_out",
+        "lock_tx": row_json["lock_tx"],
+        "settle_tx": row_json["settle_tx"],
+    }
     capsys.readouterr()
     reward_output._list(argparse.Namespace(), client)  # type: ignore[arg-type]
     listed = capsys.readouterr().out

@@ -121,6 +121,8 @@ from engine.api.payments import (
     EscrowState,
     KeystoreBackend,
     KeystoreInfo,
+    Recharge,
+    RechargeList,
     RewardClaim,
     RewardList,
     RewardRefund,
@@ -132,6 +134,7 @@ from engine.api.payments import (
     WalletImported,
     WalletInfo,
     WalletNew,
+    WalletRecharges,
     WalletShow,
 )
 from engine.api.resources import (
@@ -281,6 +284,8 @@ __all__ = [
     "PrepareMlImages",
     "ProblemItem",
     "Readiness",
+    "Recharge",
+    "RechargeList",
     "Record",
     "ResourceConfig",
     "ResourceList",
@@ -308,6 +313,7 @@ __all__ = [
     "WalletImported",
     "WalletInfo",
     "WalletNew",
+    "WalletRecharges",
     "WalletShow",
     "decode_event",
     "decode_reply",

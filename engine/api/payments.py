@@ -10,7 +10,9 @@ units (6 decimals) so nothing is ever rounded; `ntx` fields are for display.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 from engine.api.base import Command, Done, Event, Record
 
@@ -77,6 +79,42 @@ class Balance(Record, frozen=True):
     ntx_units: int | None  # NTX base units (6 decimals)
     ntx: float | None
     ntx_unit: str | None  # policy id hex + asset name hex
+
+
+class Recharge(Record, frozen=True):
+    """NTX that arrived in the wallet from outside this node's escrows (a faucet, an
+    exchange, another wallet), as the chain backend lists the wallet's transactions."""
+
+    tx_hash: str
+    at: float  # the block's time (seconds)
+    amount_units: int  # NTX base units the wallet gained in this transaction
+    kind: Literal["recharge"] = "recharge"
+    # The senders' addresses as the chain shows them (the wallet's own left out); empty for
+    # NTX created by the local ledger's faucet (a transaction with no inputs).
+    from_addresses: tuple[str, ...] = ()
+
+
+class RechargeList(Record, frozen=True):
+    """The wallet's recharges, newest first, and how much of its history was read."""
+
+    address: str
+    backend: str
+    recharges: tuple[Recharge, ...] = ()
+    recharged_units: int = 0  # the sum of ``recharges``
+    scanned: int = 0  # transactions of the address read from the backend
+    # False: the address has more transactions than the bound; the oldest were not read.
+    complete: bool = True
+
+
+MAX_RECHARGE_SCAN = 1000
+
+
+class WalletRecharges(Command, tag="wallet_recharges", frozen=True):
+    """Read the wallet's transactions on the chain backend (newest first, at most ``limit``)
+    and list those that brought NTX in; escrow refunds and pay are not recharges."""
+
+    reply = RechargeList
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_RECHARGE_SCAN)] = 200
 
 
 class WalletNew(Command, tag="wallet_new", frozen=True):

@@ -76,22 +76,27 @@ def check_network(settings: PaymentsSettings, wallet_network: Network, channel: 
 
 def build_context(settings: PaymentsSettings, project_id: str | None) -> ChainContext:
     """The Blockfrost-compatible chain context; it asks the backend for the epoch at once."""
-    from blockfrost import ApiUrls
     from pycardano import BlockFrostChainContext
+
+    url, key = endpoint(settings, project_id)
+    return _calling(url, lambda: BlockFrostChainContext(key, base_url=url))
+
+
+def endpoint(settings: PaymentsSettings, project_id: str | None) -> tuple[str, str]:
+    """(the Blockfrost API's base URL, ending in /api; the project id it is called with)."""
+    from blockfrost import ApiUrls
 
     backend = require_backend(settings)
     if backend == "local":
-        url, key = settings.ledger_url.rstrip("/"), LOCAL_PROJECT_ID
-    else:
-        url = ApiUrls.preprod.value if backend == "preprod" else ApiUrls.mainnet.value
-        if not project_id:
-            raise EngineError(
-                "no_blockfrost_key",
-                f"reading {backend} needs a Blockfrost project id: get one at blockfrost.io "
-                "and store it with `nunet-tui wallet blockfrost` (it is kept in the keystore)",
-            )
-        key = project_id
-    return _calling(url, lambda: BlockFrostChainContext(key, base_url=url))
+        return settings.ledger_url.rstrip("/"), LOCAL_PROJECT_ID
+    if not project_id:
+        raise EngineError(
+            "no_blockfrost_key",
+            f"reading {backend} needs a Blockfrost project id: get one at blockfrost.io "
+            "and store it with `nunet-tui wallet blockfrost` (it is kept in the keystore)",
+        )
+    url = ApiUrls.preprod.value if backend == "preprod" else ApiUrls.mainnet.value
+    return url, project_id
 
 
 def ntx_unit(settings: PaymentsSettings) -> NtxUnit | None:

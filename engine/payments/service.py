@@ -65,6 +65,7 @@ class NodePayments:
             api.WalletImport: self._import,
             api.WalletShow: self._show,
             api.WalletBalance: self._balance,
+            api.WalletRecharges: self._recharges,
             api.UnlockKeystore: self._unlock,
             api.SetBlockfrostProjectId: self._set_blockfrost,
             api.RewardList: self._reward_list,
@@ -136,13 +137,18 @@ class NodePayments:
         """The configured chain backend (cached once it answered)."""
         if self._context is None:
             settings = self.ctx.settings.payments
-            project_id = None
-            if chain.require_backend(settings) != "local":
-                keystore = await self.keystore()
-                project_id = await trio.to_thread.run_sync(keystore.get, BLOCKFROST)
+            project_id = await self._project_id()
             context = await trio.to_thread.run_sync(chain.build_context, settings, project_id)
             self._context = self._context or context
         return self._context
+
+    async def _project_id(self) -> str | None:
+        """The Blockfrost project id from the keystore (None for the local ledger)."""
+        if chain.require_backend(self.ctx.settings.payments) == "local":
+            return None
+        keystore = await self.keystore()
+        found: str | None = await trio.to_thread.run_sync(keystore.get, BLOCKFROST)
+        return found
 
     async def keystore(self) -> Keystore:
         if self._keystore is None:
@@ -242,6 +248,35 @@ class NodePayments:
             ntx_units=ntx_units,
             ntx=None if ntx_units is None else ntx_units / scale,
             ntx_unit=unit.unit if unit is not None else None,
+        )
+
+    async def _recharges(self, command: api.WalletRecharges) -> api.RechargeList:
+        from engine.payments import history
+        from oracle_client.escrow.contract import escrow_script_hash
+
+        settings = self.ctx.settings.payments
+        info = self.wallet()
+        chain.check_network(settings, info.network, info.channel)
+        unit = await trio.to_thread.run_sync(chain.ntx_unit, settings)
+        if unit is None:
+            raise EngineError(
+                "config", "the NTX token is not known here (set [payments] ntx_policy_id)"
+            )
+        url, key = chain.endpoint(settings, await self._project_id())
+        # Refunds and splits spend the escrow script, or one of our own locks (an escrow of
+        # an older script): neither is a recharge.
+        own_locks = {e.lock_tx for e in self.escrows.listing().escrows if e.lock_tx}
+        is_escrow = history.script_address_matcher(escrow_script_hash().payload)
+        return await trio.to_thread.run_sync(
+            lambda: history.read_recharges(
+                history.Backend(url, key),
+                info.address,
+                unit.unit,
+                is_escrow=is_escrow,
+                own_locks=own_locks,
+                limit=command.limit,
+                backend_name=settings.backend,
+            )
         )
 
     async def _unlock(self, command: api.UnlockKeystore) -> api.KeystoreInfo:

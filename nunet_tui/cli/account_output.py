@@ -9,12 +9,14 @@ the rewards screen show; ``--json`` gives them in NTX base units, each key namin
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from engine import api
 from engine.client import EngineClient
 from engine.errors import EngineError
 from nunet_tui.cli.output import show, show_json
+from nunet_tui.format import safe
 from nunet_tui.viewmodels.account import Account, build
 from nunet_tui.viewmodels.money import amount, machine_time
 from oracle_client.ntx import format_ntx
@@ -29,7 +31,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def read_account(client: EngineClient) -> Account:
-    """The three records the account is made of; a balance that cannot be read is a note."""
+    """The four records the account is made of; a balance or a history that cannot be read
+    is a note."""
     jobs: api.JobList = client.call_blocking(api.ListJobs())
     escrows: api.EscrowList = client.call_blocking(api.RewardList())
     balance: api.Balance | None = None
@@ -40,7 +43,13 @@ def read_account(client: EngineClient) -> Account:
         note = exc.message
     if balance is not None and balance.ntx_units is None:
         note = "the NTX token is not known here (set [payments] ntx_policy_id)"
-    return build(jobs.jobs, escrows.escrows, balance, note)
+    recharges: api.RechargeList | None = None
+    recharges_note = ""
+    try:
+        recharges = client.call_blocking(api.WalletRecharges(), timeout=90)
+    except EngineError as exc:
+        recharges_note = exc.message
+    return build(jobs.jobs, escrows.escrows, balance, note, recharges, recharges_note)
 
 
 def _account(args: argparse.Namespace, client: EngineClient) -> None:
@@ -61,10 +70,7 @@ def to_text(account: Account) -> str:
         lines.append(f"balance    unknown: {account.balance_note or 'not read'}")
     else:
         lines.append(f"balance    {format_ntx(account.balance_units)}")
-        lines.append(
-            f"recharges  {format_ntx(account.recharged_units or 0)} arrived in all "
-            "(balance + locked ever - refunded - earned)"
-        )
+    lines += recharge_lines(account)
     lines.append(
         f"jobs       {format_ntx(account.paid_units, 'paid')} · "
         f"{format_ntx(account.refunded_units, 'refunded')} · "
@@ -94,3 +100,35 @@ def to_text(account: Account) -> str:
                 f"  settle tx {e.settle_tx or '-'}"
             )
     return "\n".join(lines)
+
+
+def recharge_lines(account: Account) -> list[str]:
+    """The recharges: each transfer from the chain's history, or the derived sum and why."""
+    if not account.recharges_read:
+        if account.recharged_units is None:
+            return []
+        return [
+            f"recharges  {format_ntx(account.recharged_units)} arrived in all "
+            "(derived: balance + locked ever - refunded - earned; the wallet's history was "
+            f"not read: {account.recharges_note or 'no chain backend'})"
+        ]
+    older = "" if account.recharges_complete else " (older transactions not read)"
+    lines = [
+        f"recharges  {format_ntx(account.recharged_units or 0)} arrived in all, "
+        f"{len(account.recharges)} transfer(s){older}"
+    ]
+    for r in account.recharges:
+        lines.append(
+            f"  {when(r.at)}  {r.tx_hash}  {format_ntx(r.amount_units, r.kind)}  "
+            f"from {sender(r.from_addresses)}"
+        )
+    return lines
+
+
+def when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(at)) + " UTC" if at else "-"
+
+
+def sender(addresses: tuple[str, ...]) -> str:
+    """Who sent a recharge: its addresses as the chain shows them, or the ledger's faucet."""
+    return ", ".join(safe(a) for a in addresses) if addresses else "the faucet (no inputs)"

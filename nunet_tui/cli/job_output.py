@@ -219,6 +219,42 @@ def _logs(args: argparse.Namespace, client: EngineClient) -> None:
             time.sleep(FOLLOW_POLL_S)
 
 
+def _show(args: argparse.Namespace, client: EngineClient) -> None:
+    """The job and, for a paid one, its escrow's figures: the records ``account`` reads."""
+    job: api.JobInfo = client.call_blocking(api.GetJob(job_id=args.job_id))
+    escrow = escrow_of(client, job.job_id)
+    if getattr(args, "json", False):
+        show_json(json_of(job, escrow))
+    else:
+        show(_detail(job, escrow))
+    return None
+
+
+def escrow_of(client: EngineClient, job_id: str) -> api.EscrowInfo | None:
+    """This node's escrow of ``job_id`` (None: an unpaid job)."""
+    listed: api.EscrowList = client.call_blocking(api.RewardList())
+    return next((e for e in listed.escrows if e.job_id == job_id), None)
+
+
+def json_of(job: api.JobInfo, escrow: api.EscrowInfo | None) -> dict[str, Any]:
+    """``job show --json``: the JobInfo, and ``money``: each figure in base units under the
+    key of its kind, the escrow's (what the chain did) where the job has one."""
+    data: dict[str, Any] = api.to_builtins(job)
+    figures = job_figures(job, escrow)
+    data["money"] = {
+        "estimate_units": figures.estimate,
+        "locked_units": figures.locked,
+        "metered_units": figures.metered,
+        "paid_units": figures.paid,
+        "refunded_units": figures.refunded,
+        "machine_ms": figures.machine_ms,
+        "escrow_state": escrow.state if escrow is not None else None,
+        "lock_tx": figures.lock_tx,
+        "settle_tx": figures.settle_tx,
+    }
+    return data
+
+
 def _raise_unless_completed(client: EngineClient, job_id: str) -> None:
     """A followed job that failed ends the command with a failure, as ``tail``-and-wait
     scripts expect: ``nunet-tui job logs -f ID && next-step``."""
@@ -233,7 +269,7 @@ def _raise_unless_completed(client: EngineClient, job_id: str) -> None:
 RUNNERS = {
     "job submit": _submit,
     "job list": lambda a, c: c.call_blocking(api.ListJobs()),
-    "job show": lambda a, c: c.call_blocking(api.GetJob(job_id=a.job_id)),
+    "job show": _show,
     "job logs": _logs,
     "job results": _results,
     "job cancel": lambda a, c: c.call_blocking(api.CancelJob(job_id=a.job_id), timeout=60),
@@ -269,7 +305,7 @@ def _row(job: api.JobInfo) -> str:
     return f"{job.job_id}  {job.role:<8}  {job.state:<11}  {other[-8:]}  {name}"
 
 
-def _detail(job: api.JobInfo) -> str:
+def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     lines = [
         f"job {job.job_id} ({job.role}): {job.state}"
         + (f" · resumed from checkpoint {job.resumed_from}" if job.resumed_from else ""),
@@ -281,8 +317,14 @@ def _detail(job: api.JobInfo) -> str:
     ]
     if price := price_text(job):
         lines.append(f"  price     {price}")
-    if money := summary(job_figures(job)):
+    figures = job_figures(job, escrow)
+    if money := summary(figures):
         lines.append(f"  NTX       {money}")
+    if escrow is not None:
+        lines.append(
+            f"  escrow    {escrow.state} · lock tx {figures.lock_tx or '-'} · "
+            f"settle tx {figures.settle_tx or '-'}"
+        )
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.exit_code is not None:

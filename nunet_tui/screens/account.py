@@ -25,14 +25,16 @@ from engine.api import (
     EscrowList,
     JobList,
     ListJobs,
+    RechargeList,
     RewardList,
     WalletBalance,
+    WalletRecharges,
 )
 from engine.errors import EngineError
 from nunet_tui.format import DASH, ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
-from nunet_tui.viewmodels.account import Account, Consumption, build
+from nunet_tui.viewmodels.account import Account, Consumption, RechargeRow, build
 from nunet_tui.viewmodels.money import amount, machine_time
 from nunet_tui.widgets.escrow_view import short_hash
 from nunet_tui.widgets.key_table import KeyTable
@@ -54,6 +56,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("when", "When"),
 )
 NARROW = ("job", "spec", "time", "paid", "refunded")
+SHOWN_RECHARGES = 3  # the newest, in the summary; the CLI lists every one
 STATE_WORDS = {"paid_out": "paid", "receipt": "decided", "verified": "locked"}
 
 
@@ -120,8 +123,14 @@ class AccountScreen(CapabilityScreen):
             note = safe(exc.message)
         if balance is not None and balance.ntx_units is None:
             note = "the NTX token is not known here (set [payments] ntx_policy_id)"
+        recharges: RechargeList | None = None
+        recharges_note = ""
+        try:
+            recharges = await client.call(WalletRecharges())
+        except EngineError as exc:
+            recharges_note = safe(exc.message)
         self.problem = None
-        self.account = build(jobs.jobs, escrows.escrows, balance, note)
+        self.account = build(jobs.jobs, escrows.escrows, balance, note, recharges, recharges_note)
         self.loaded = True
         self.show()
 
@@ -195,12 +204,17 @@ class AccountScreen(CapabilityScreen):
         if account.balance_units is None:
             parts += [("Balance ", "bold"), (account.balance_note or "not read", muted)]
         else:
+            parts += [(format_ntx(account.balance_units), "bold $text-accent"), (" balance", muted)]
+        if account.recharged_units is not None:
             parts += [
-                (format_ntx(account.balance_units), "bold $text-accent"),
-                (" balance   ", muted),
-                (format_ntx(account.recharged_units or 0), "bold"),
+                ("   ", muted),
+                (format_ntx(account.recharged_units), "bold"),
                 (" recharged in all", muted),
             ]
+            if not account.recharges_read:
+                parts.append((" (derived: the wallet's history was not read)", muted))
+            else:
+                parts.append((f" · {plural(len(account.recharges), 'transfer')}", muted))
         parts += [
             "\n",
             (format_ntx(account.paid_units, "paid"), "bold"),
@@ -210,6 +224,13 @@ class AccountScreen(CapabilityScreen):
             (format_ntx(account.locked_units, "locked"), "bold $text-accent"),
             (" still", muted),
         ]
+        now = self.nunet.clock()
+        for r in account.recharges[:SHOWN_RECHARGES]:
+            parts += ["\n", recharge_line(r, now, wide=self.wide)]
+        hidden = len(account.recharges) - SHOWN_RECHARGES
+        if hidden > 0 or not account.recharges_complete:
+            more = f"{hidden} more" if hidden > 0 else "older ones not read"
+            parts += ["\n", (f"  … {more}: `nunet-tui account` lists them", muted)]
         return Content.assemble(*parts)
 
     def selected(self) -> Consumption | None:
@@ -254,6 +275,24 @@ class AccountScreen(CapabilityScreen):
         self.load()
 
 
+def recharge_line(r: RechargeRow, now: float, *, wide: bool) -> Content:
+    """``+99 NTX recharge · 6fee1b3d…b7b6 · 5 min ago · from the faucet``."""
+    if r.from_addresses:
+        first = safe(r.from_addresses[0])
+        source = first if wide else f"{first[:14]}…{first[-6:]}"
+        if len(r.from_addresses) > 1:
+            source += f" +{len(r.from_addresses) - 1}"
+    else:
+        source = "the faucet"
+    return Content.assemble(
+        ("+" + format_ntx(r.amount_units, r.kind), "bold"),
+        (
+            f" · {short_hash(r.tx_hash)} · {ago(r.at, now) if r.at else DASH} · from {source}",
+            "$text-muted",
+        ),
+    )
+
+
 def row_cells(c: Consumption, now: float) -> tuple[Content, ...]:
     """Every column's cell (COLUMNS' order): numbers under a title that says their kind."""
 
@@ -290,4 +329,4 @@ def detail_rows(c: Consumption) -> list[tuple[str, Content | str]]:
     ]
 
 
-__all__ = ["AccountScreen", "detail_rows", "row_cells"]
+__all__ = ["AccountScreen", "detail_rows", "recharge_line", "row_cells"]

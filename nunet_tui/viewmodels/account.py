@@ -6,11 +6,13 @@ jobs (``ListJobs``: which spec, how much machine time) and the wallet's balance 
 chain (``WalletBalance``). The account screen (``a``), ``nunet-tui account`` and its
 ``--json`` all show this one object, so their figures are the same to the base unit.
 
-Recharges: NTX arrives in the wallet from outside the escrows (a faucet, an exchange, another
-wallet). The records hold no list of those transfers, so their sum is worked out from what
-the records do hold: every NTX that left the wallet went into a lock, and every NTX that came
-back from an escrow is a refund or a provider's pay, so ``recharged = balance + locked ever -
-refunded - earned`` (fees are paid in ADA, never NTX).
+Recharges: NTX that arrived in the wallet from outside the escrows (a faucet, an exchange,
+another wallet), one record per transaction as the chain backend lists the wallet's history
+(``WalletRecharges``: tx hash, time, amount, senders); escrow refunds and splits coming back
+are not recharges (they are "refunded"). Where the history cannot be read, the sum is worked
+out from what the records do hold: every NTX that left the wallet went into a lock, and every
+NTX that came back from an escrow is a refund or a provider's pay, so ``recharged = balance +
+locked ever - refunded - earned`` (fees are paid in ADA, never NTX), marked as derived.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import msgspec
 
-from engine.api import Balance, EscrowInfo, JobInfo
+from engine.api import Balance, EscrowInfo, JobInfo, RechargeList
 from nunet_tui.viewmodels.money import escrow_figures, job_figures, settlement
 
 # A consumer's lock that never reached the chain took nothing from the wallet.
@@ -72,9 +74,22 @@ class SpecDay:
 
 
 @dataclass(frozen=True)
+class RechargeRow:
+    """One transfer that brought NTX into the wallet."""
+
+    tx_hash: str
+    at: float
+    amount_units: int
+    kind: str  # "recharge"
+    from_addresses: tuple[str, ...]  # empty: created by the local ledger's faucet
+
+
+@dataclass(frozen=True)
 class Account:
     balance_units: int | None  # None: not read (no wallet, no chain backend, unknown token)
     balance_note: str  # why not, in one line
+    # The sum of ``recharges`` when the chain's history was read; else derived from the
+    # balance and the escrows (``recharges_read`` False, ``recharges_note`` says why).
     recharged_units: int | None
     consumption: tuple[Consumption, ...]
     earnings: tuple[Earning, ...]
@@ -83,12 +98,15 @@ class Account:
     paid_units: int  # consumer: paid to providers
     refunded_units: int  # consumer: came back
     earned_units: int  # provider: paid to this node
+    recharges: tuple[RechargeRow, ...] = ()  # newest first
+    recharges_read: bool = False  # the records come from the chain's history
+    recharges_complete: bool = True  # False: older transactions than those read exist
+    recharges_note: str = ""  # why the history was not read, in one line
 
     def to_json(self) -> dict[str, object]:
         """The ``account --json`` object: every figure in base units, keys saying the kind."""
         # JSON's own types all the way down (tuples become lists, as --json prints them).
         data: dict[str, object] = msgspec.json.decode(msgspec.json.encode(asdict(self)))
-        data["recharges"] = {"recharged_units": self.recharged_units, "derived": True}
         return data
 
 
@@ -107,6 +125,8 @@ def build(
     escrows: Iterable[EscrowInfo],
     balance: Balance | None = None,
     balance_note: str = "",
+    recharges: RechargeList | None = None,
+    recharges_note: str = "",
 ) -> Account:
     by_id: dict[tuple[str, str], JobInfo] = {(j.role, j.job_id): j for j in jobs}
     consumption: list[Consumption] = []
@@ -158,7 +178,21 @@ def build(
                 )
             )
     units = balance.ntx_units if balance is not None else None
-    recharged = None if units is None else units + locked_ever - refunded_in - earned
+    rows: tuple[RechargeRow, ...] = ()
+    if recharges is not None:
+        rows = tuple(
+            RechargeRow(
+                tx_hash=r.tx_hash,
+                at=r.at,
+                amount_units=r.amount_units,
+                kind=r.kind,
+                from_addresses=r.from_addresses,
+            )
+            for r in recharges.recharges
+        )
+        recharged: int | None = recharges.recharged_units
+    else:
+        recharged = None if units is None else units + locked_ever - refunded_in - earned
     return Account(
         balance_units=units,
         balance_note=balance_note,
@@ -170,6 +204,10 @@ def build(
         paid_units=paid_out,
         refunded_units=refunded_in,
         earned_units=earned,
+        recharges=rows,
+        recharges_read=recharges is not None,
+        recharges_complete=recharges.complete if recharges is not None else True,
+        recharges_note=recharges_note,
     )
 
 
