@@ -14,6 +14,10 @@ if ! "$root/.venv/bin/python" -c 'import sklearn, torch, tensorflow' >/dev/null 
   if ! { [ -f "$log.pid" ] && kill -0 "$(cat "$log.pid")" 2>/dev/null; }; then
     (
       trap '' HUP # outlives the terminal's hang-up: the install finishes either way
+      # The lowest CPU and disk priority: on a small machine the install (a GB of wheels)
+      # must not starve the sandbox starting beside it, nor the app.
+      renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+      ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
       pip=("$root/.venv/bin/python" -m pip --disable-pip-version-check install --progress-bar off)
       {
         echo "installing scikit-learn (the iris example)"
