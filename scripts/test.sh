@@ -39,4 +39,5 @@ export "$(bash scripts/dockerd.sh start | tail -n 1)"
 bash scripts/build_test_image.sh >/dev/null
 echo "DOCKER_HOST=$DOCKER_HOST${started_dockerd:+ (started for this run)}"
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+# The slowest tests are printed: the suite must stay well inside CI's 90 minutes.
+.venv/bin/python -m pytest --durations=30 "$@"
