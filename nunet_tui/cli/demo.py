@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -41,6 +41,7 @@ from engine import api
 from engine.config import Paths
 from engine.control import ControlClient
 from engine.errors import EngineError
+from nunet_tui.cli.zygote import ForkedChild, ZygoteClient
 from nunet_tui.presets import EXAMPLES
 
 CHANNEL = "nunet-demo-test"
@@ -60,6 +61,8 @@ PROVIDERS = (
 
 
 Progress = Callable[[str], None]
+Child = subprocess.Popen[Any] | ForkedChild
+START_ENV = "NUNET_TUI_DEMO_START"
 
 
 def _quiet(message: str) -> None:
@@ -121,7 +124,8 @@ class Sandbox:
     root: Path
     consumer: Paths
     providers: list[Paths] = field(default_factory=list)
-    procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+    procs: list[subprocess.Popen[Any] | ForkedChild] = field(default_factory=list)
+    zygotes: list[ZygoteClient] = field(default_factory=list)
     scripts_url: str = ""
     server: http.server.ThreadingHTTPServer | None = None
     ledger_url: str = ""
@@ -129,6 +133,8 @@ class Sandbox:
     passphrase_file: Path | None = None
     bootstrap: list[str] = field(default_factory=list)
     signals: Signals = field(default_factory=Signals)
+    # Wallets made before the nodes started (fork start: sandbox_wallets.py), by home.
+    wallets: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -164,33 +170,77 @@ class Sandbox:
             self.procs.append(proc)
         return proc
 
+    def fork(
+        self,
+        zygote: ZygoteClient,
+        module: str,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        name: str,
+        log: Path,
+        pipe_stdout: bool = False,
+    ) -> ForkedChild:
+        """``python -m module args`` forked from ``zygote`` (see :meth:`spawn`); its stdout a
+        pipe to us when ``pipe_stdout`` (a service's ready line), else /dev/null."""
+        read_end, write_end = os.pipe() if pipe_stdout else (-1, os.open(os.devnull, os.O_WRONLY))
+        stderr = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            with self.signals.held():
+                pid, pidfd = zygote.fork(module, args, env, name, write_end, stderr)
+                stdout = os.fdopen(read_end, "r") if pipe_stdout else None
+                child = ForkedChild(pid, pidfd, stdout)
+                self.procs.append(child)
+        except BaseException:
+            if pipe_stdout:
+                os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+            os.close(stderr)
+        return child
+
     def stop(self) -> int:
         """Stop every child (SIGTERM, then SIGKILL after ``STOP_WAIT_S``); returns how many
-        were still running."""
+        were still running. The zygotes last: they would stop their children too, and a
+        second SIGTERM would cut a child's own clean-up short."""
         self.signals.stopping = True
-        running = [proc for proc in self.procs if proc.poll() is None]
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_WAIT_S
-        for proc in running:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        zygotes = [zygote.proc for zygote in self.zygotes]
+        running = _terminate([proc for proc in self.procs if proc not in zygotes])
+        for zygote in self.zygotes:
+            zygote.close()  # at the end of its socket a zygote exits; SIGTERM ends an import
+        running += _terminate(zygotes)
         for proc in self.procs:
             # What a child left in its group (a job it ran) goes with it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             if proc.stdout is not None:
                 proc.stdout.close()
+            if isinstance(proc, ForkedChild):
+                proc.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
-        return len(running)
+        return running
+
+
+def _terminate(procs: Sequence[Child]) -> int:
+    """SIGTERM to each process's group, SIGKILL to those still there after ``STOP_WAIT_S``;
+    how many were running."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_S
+    for proc in running:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return len(running)
 
 
 def _example_names() -> list[str]:
@@ -274,7 +324,7 @@ def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _client(paths: Paths, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> ControlClient:
+def _client(paths: Paths, proc: Child, timeout: float = 30.0) -> ControlClient:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -314,7 +364,7 @@ def _service(sandbox: Sandbox, name: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _ready_line(sandbox: Sandbox, name: str, proc: subprocess.Popen[str]) -> dict[str, str]:
+def _ready_line(sandbox: Sandbox, name: str, proc: Child) -> dict[str, str]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     try:
@@ -332,16 +382,19 @@ def fund_wallet(
     ada: int,
     ntx: int,
     ledger_up: threading.Event | None = None,
-    proc: subprocess.Popen[bytes] | None = None,
+    proc: Child | None = None,
+    address: str | None = None,
 ) -> str | None:
-    """A new wallet for a sandbox node, with test ADA and NTX from the ledger's faucet.
+    """A sandbox node's wallet, with test ADA and NTX from the ledger's faucet.
 
-    The wallet is made first, while the ledger may still be starting: making it loads
-    pycardano in the node (seconds of CPU, the longest step of a node's set-up), and only
-    the faucet needs the ledger. None when the node's process ended while waiting."""
+    ``address``: the wallet the sandbox made in the node's home before it started
+    (sandbox_wallets.py). Otherwise the node makes one first, while the ledger may still be
+    starting: that loads pycardano in the node (seconds of CPU), and only the faucet needs
+    the ledger. None when the node's process ended while waiting."""
     import httpx
 
-    address = client.call_blocking(api.WalletNew(), timeout=60).wallet.address
+    if address is None:
+        address = client.call_blocking(api.WalletNew(), timeout=60).wallet.address
     while ledger_up is not None and not ledger_up.wait(0.1):
         if proc is not None and proc.poll() is not None:
             return None
@@ -404,7 +457,7 @@ def _wait_ledger_then_oracle(
 def _set_up_provider(
     sandbox: Sandbox,
     paths: Paths,
-    proc: subprocess.Popen[bytes],
+    proc: Child,
     ledger_up: threading.Event,
     onboard: tuple[str, int, int],
     progress: Progress,
@@ -415,7 +468,15 @@ def _set_up_provider(
         _listening(client)
         progress(f"{name} listening")
         # ADA for fees and collateral; NTX come from the jobs they run.
-        wallet = fund_wallet(sandbox, client, ada=50, ntx=0, ledger_up=ledger_up, proc=proc)
+        wallet = fund_wallet(
+            sandbox,
+            client,
+            ada=50,
+            ntx=0,
+            ledger_up=ledger_up,
+            proc=proc,
+            address=sandbox.wallets.get(str(paths.home)),
+        )
         if wallet is None:
             return
         client.call_blocking(
@@ -448,10 +509,36 @@ def start_sandbox(
 
 
 def _start(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
+    sandbox.root.mkdir(parents=True, exist_ok=True)
+    if start_mode() == "fork":
+        _start_forked(sandbox, consumer_daemon, progress)
+    else:
+        _start_spawned(sandbox, consumer_daemon, progress)
+
+
+def start_mode() -> str:
+    """``fork`` (zygotes, the default where the platform has pidfds) or ``spawn`` (a fresh
+    interpreter per process; ``NUNET_TUI_DEMO_START=spawn``, and bench/demo_startup.py's
+    baseline)."""
+    wanted = os.environ.get(START_ENV, "fork")
+    if wanted == "spawn" or not (hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")):
+        return "spawn"
+    return "fork"
+
+
+@dataclass
+class _Plan:
+    """What is decided before anything runs: ports, provider homes and their configs."""
+
+    homes: list[Paths]
+    ledger_port: int
+    oracle_port: int
+
+
+def _plan(sandbox: Sandbox) -> _Plan:
     from engine import identity
 
     root = sandbox.root
-    root.mkdir(parents=True, exist_ok=True)
     sandbox.server, sandbox.scripts_url = _serve_examples()
     ledger_port, oracle_port = _free_port(), _free_port()
     sandbox.ledger_url = f"http://127.0.0.1:{ledger_port}/api"
@@ -469,68 +556,245 @@ def _start(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
         paths.ensure()
         peer_id = identity.load_or_create(paths.identity_key).peer_id
         sandbox.bootstrap.append(f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id}")
-    names = ", ".join(name for name, *_ in PROVIDERS)
-    progress(f"starting the ledger, the oracle and the providers {names} in {root}")
-    ledger = _service(
-        sandbox,
-        "ledger",
-        *("--db", str(root / "ledger.db"), "--dev", "--port", str(ledger_port)),
-    )
-    workers: list[_Worker] = []
-    ledger_up = threading.Event()
     spec: tuple[Any, ...]
     for paths, port, spec in zip(homes, ports, PROVIDERS, strict=True):
-        name, cores, mhz, memory, onboard_mb, onboard_mhz, prices = spec
+        _name, cores, mhz, memory, _onboard_mb, _onboard_mhz, prices = spec
         paths.config_file.write_text(
             _config(cores, mhz, memory, sandbox.bootstrap, prices, sandbox, listen_port=port)
         )
-        proc = sandbox.spawn(
-            _daemon_argv(paths),
-            stdout=subprocess.DEVNULL,
-            stderr=(root / f"{name}.log").open("ab"),
-            env=_daemon_env(),
-        )
-        sandbox.providers.append(paths)
-        onboard = (name, onboard_mb, onboard_mhz)
-        workers.append(
-            _Worker(
-                name,
-                functools.partial(
-                    _set_up_provider, sandbox, paths, proc, ledger_up, onboard, progress
-                ),
-            )
-        )
+    sandbox.providers.extend(homes)
     consumer = sandbox.consumer
     consumer.ensure()
     consumer.config_file.write_text(
         _config(4, 3000, 16_000, sandbox.bootstrap, (1.0, 2.5, 6.0), sandbox)
     )
+    return _Plan(homes=homes, ledger_port=ledger_port, oracle_port=oracle_port)
+
+
+def _ledger_args(sandbox: Sandbox, plan: _Plan) -> list[str]:
+    root = sandbox.root
+    return ["serve", "--db", str(root / "ledger.db"), "--dev", "--port", str(plan.ledger_port)]
+
+
+def _oracle_args(sandbox: Sandbox, plan: _Plan, ready: dict[str, str]) -> list[str]:
+    root = sandbox.root
+    return [
+        "serve",
+        *("--db", str(root / "oracle.db"), "--key-file", str(root / "oracle.key")),
+        *("--ledger-url", ready["url"], "--ntx-unit", ready["ntx_unit"]),
+        *("--port", str(plan.oracle_port)),
+    ]
+
+
+def _provider_worker(
+    sandbox: Sandbox, paths: Paths, proc: Child, ledger_up: threading.Event, progress: Progress
+) -> _Worker:
+    spec = next(p for p in PROVIDERS if p[0] == _home_name(paths))
+    name, _cores, _mhz, _memory, onboard_mb, onboard_mhz, _prices = spec
+    work = functools.partial(
+        _set_up_provider, sandbox, paths, proc, ledger_up, (name, onboard_mb, onboard_mhz), progress
+    )
+    return _Worker(name, work)
+
+
+def _consumer_worker(
+    sandbox: Sandbox, proc: Child, ledger_up: threading.Event, progress: Progress
+) -> _Worker:
+    consumer = sandbox.consumer
+
+    def set_up_consumer() -> None:
+        client = _client(consumer, proc)
+        try:
+            _listening(client)
+            client.call_blocking(api.SetMode(mode="consumer"))
+            funded = fund_wallet(
+                sandbox,
+                client,
+                ada=100,
+                ntx=CONSUMER_NTX,
+                ledger_up=ledger_up,
+                proc=proc,
+                address=sandbox.wallets.get(str(consumer.home)),
+            )
+            if funded is not None:
+                progress("consumer funded")
+        finally:
+            client.close()
+
+    return _Worker("consumer", set_up_consumer)
+
+
+def _start_spawned(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
+    """Every process a fresh interpreter (each imports pycardano, uplc or libp2p itself)."""
+    root = sandbox.root
+    plan = _plan(sandbox)
+    names = ", ".join(name for name, *_ in PROVIDERS)
+    progress(f"starting the ledger, the oracle and the providers {names} in {root}")
+    ledger = _service(sandbox, "ledger", *_ledger_args(sandbox, plan)[1:])
+    workers: list[_Worker] = []
+    ledger_up = threading.Event()
+    for paths in plan.homes:
+        proc = sandbox.spawn(
+            _daemon_argv(paths),
+            stdout=subprocess.DEVNULL,
+            stderr=(root / f"{_home_name(paths)}.log").open("ab"),
+            env=_daemon_env(),
+        )
+        workers.append(_provider_worker(sandbox, paths, proc, ledger_up, progress))
     if consumer_daemon:
         proc = sandbox.spawn(
-            _daemon_argv(consumer),
+            _daemon_argv(sandbox.consumer),
             stdout=subprocess.DEVNULL,
             stderr=(root / "consumer.log").open("ab"),
             env=_daemon_env(),
         )
-
-        def set_up_consumer(proc: subprocess.Popen[bytes] = proc) -> None:
-            client = _client(consumer, proc)
-            try:
-                _listening(client)
-                client.call_blocking(api.SetMode(mode="consumer"))
-                funded = fund_wallet(
-                    sandbox, client, ada=100, ntx=CONSUMER_NTX, ledger_up=ledger_up, proc=proc
-                )
-                if funded is not None:
-                    progress("consumer funded")
-            finally:
-                client.close()
-
-        workers.append(_Worker("consumer", set_up_consumer))
+        workers.append(_consumer_worker(sandbox, proc, ledger_up, progress))
     for worker in workers:
         worker.start()
-    _wait_ledger_then_oracle(sandbox, ledger, oracle_port, progress, ledger_up)
+    _wait_ledger_then_oracle(sandbox, ledger, plan.oracle_port, progress, ledger_up)
     _join(workers)
+
+
+# What the zygotes import before forking: the modules each component loads at start.
+CHAIN_PRELOAD = (
+    "pycardano",
+    "uplc",
+    "oracle_client.ledger.cli",
+    "oracle_client.ledger.state",
+    "oracle_client.oracle_server.cli",
+    "oracle_client.oracle_server.server",
+    "oracle_client.oracle_server.service",
+    "oracle_client.oracle_server.locks",
+    "oracle_client.oracle_server.store",
+    "oracle_client.oracle_server.keys",
+    "oracle_client.escrow.contract.artifact",
+    # sandbox_wallets.py's imports (not itself: runpy runs a module it finds imported twice)
+    "engine.payments.service",
+    "engine.store",
+    "engine.identity",
+)
+NODE_PRELOAD = (
+    "nunet_tui.cli.main",
+    "engine.daemon",
+    "engine.facade",
+    "engine.payments.service",
+    "engine.payments.escrow",
+    "libp2p",
+)
+
+
+def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
+    """Two zygotes import in parallel (the chain's pycardano and uplc; the nodes' libp2p and
+    engine), then fork the ledger and oracle, and the daemons, as each is ready."""
+    root = sandbox.root
+    tag = str(root)
+    chain = ZygoteClient(
+        sandbox.spawn, CHAIN_PRELOAD, env=os.environ, log=root / "zygote-chain.log", tag=tag
+    )
+    sandbox.zygotes.append(chain)
+    nodes = ZygoteClient(
+        sandbox.spawn, NODE_PRELOAD, env=_daemon_env(), log=root / "zygote-nodes.log", tag=tag
+    )
+    sandbox.zygotes.append(nodes)
+    plan = _plan(sandbox)
+    names = ", ".join(name for name, *_ in PROVIDERS)
+    progress(f"starting the ledger, the oracle and the providers {names} in {root}")
+    ledger_up = threading.Event()
+    workers: list[_Worker] = []
+    ledger_line: _Worker | None = None
+    oracle_line: _Worker | None = None
+    wallets_line: _Worker | None = None
+    ready: dict[str, dict[str, str]] = {}
+    daemons_started = False
+    while True:
+        if ledger_line is None and chain.poll_ready():
+            ledger = sandbox.fork(
+                chain,
+                "oracle_client.ledger",
+                _ledger_args(sandbox, plan),
+                env=dict(os.environ),
+                name="nunet-ledger",
+                log=root / "ledger.log",
+                pipe_stdout=True,
+            )
+            ledger_line = _line_reader(sandbox, "ledger", ledger, ready)
+            homes = [str(p.home) for p in (*plan.homes, sandbox.consumer)]
+            maker = sandbox.fork(
+                chain,
+                "nunet_tui.cli.sandbox_wallets",
+                ["--passphrase-file", str(sandbox.passphrase_file), "--channel", CHANNEL, *homes],
+                env=_daemon_env(),
+                name="nunet-wallets",
+                log=root / "wallets.log",
+                pipe_stdout=True,
+            )
+            wallets_line = _line_reader(sandbox, "wallets", maker, ready)
+        if "wallets" in ready and not sandbox.wallets:
+            sandbox.wallets.update(ready["wallets"])
+            progress("wallets made")
+        if not daemons_started and sandbox.wallets and nodes.poll_ready():
+            daemons_started = True
+            for paths in plan.homes:
+                proc = _fork_daemon(sandbox, nodes, paths, root / f"{_home_name(paths)}.log")
+                workers.append(_provider_worker(sandbox, paths, proc, ledger_up, progress))
+                workers[-1].start()
+            if consumer_daemon:
+                proc = _fork_daemon(sandbox, nodes, sandbox.consumer, root / "consumer.log")
+                workers.append(_consumer_worker(sandbox, proc, ledger_up, progress))
+                workers[-1].start()
+        if ledger_line is not None and "ledger" in ready and oracle_line is None:
+            progress("ledger up")
+            ledger_up.set()
+            oracle = sandbox.fork(
+                chain,
+                "oracle_client.oracle_server",
+                _oracle_args(sandbox, plan, ready["ledger"]),
+                env=dict(os.environ),
+                name="nunet-oracle",
+                log=root / "oracle_server.log",
+                pipe_stdout=True,
+            )
+            oracle_line = _line_reader(sandbox, "oracle", oracle, ready)
+        for worker in (ledger_line, wallets_line, oracle_line, *workers):
+            if worker is not None and worker.error is not None:
+                raise worker.error
+        if "oracle" in ready and oracle_line not in (None, _DONE) and not oracle_line.is_alive():
+            progress("oracle up")
+            oracle_line = _DONE
+        if oracle_line is _DONE and daemons_started:
+            break
+        time.sleep(0.02)  # short: a signal is handled between polls
+    _join(workers)
+
+
+_DONE = _Worker("done", lambda: None)  # a reader whose line was read and reported
+
+
+def _home_name(paths: Paths) -> str:
+    assert paths.home is not None  # sandbox nodes always have a home folder
+    return paths.home.name
+
+
+def _fork_daemon(sandbox: Sandbox, nodes: ZygoteClient, paths: Paths, log: Path) -> ForkedChild:
+    return sandbox.fork(
+        nodes,
+        "nunet_tui",
+        ["--home", str(paths.home), "daemon"],
+        env=_daemon_env(),
+        name=f"nunet-{_home_name(paths)}",
+        log=log,
+    )
+
+
+def _line_reader(
+    sandbox: Sandbox, name: str, proc: Child, ready: dict[str, dict[str, str]]
+) -> _Worker:
+    def read() -> None:
+        ready[name] = _ready_line(sandbox, name, proc)
+
+    worker = _Worker(f"{name}-line", read)
+    worker.start()
+    return worker
 
 
 def _say(started: float) -> Progress:
@@ -653,7 +917,13 @@ def _run_app(sandbox: Sandbox, say: Progress) -> int:
     client = open_client(sandbox.consumer)
     try:
         client.call_blocking(api.SetMode(mode="consumer"))
-        fund_wallet(sandbox, client, ada=100, ntx=CONSUMER_NTX)
+        fund_wallet(
+            sandbox,
+            client,
+            ada=100,
+            ntx=CONSUMER_NTX,
+            address=sandbox.wallets.get(str(sandbox.consumer.home)),
+        )
         say("ready")
         app = NunetApp(client=client, examples=sandbox.describe())
         if (extra := _extra_log()) is not None:

@@ -1,0 +1,117 @@
+"""Time `nunet-tui demo --no-tui` from start to ready, stage by stage, for each start mode.
+
+    .venv/bin/python bench/demo_startup.py [--runs 3] [--modes spawn,fork]
+
+Each run starts the demo in a fresh folder, reads its progress lines (``demo: STAGE (T s)``)
+until ``ready``, adds up the CPU time every process of the sandbox had used by then (from
+/proc, so a figure that depends little on what else the machine runs), stops it with SIGTERM
+and times the stop. Modes alternate run by run (``NUNET_TUI_DEMO_START``: ``spawn`` is a
+fresh interpreter per process, the old path; ``fork`` the zygotes), so both see the same
+load. Prints each run, then the median per mode and stage, with ``uptime`` before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LINE = re.compile(r"^demo: (?P<stage>.+) \((?P<t>[0-9.]+) s\)$")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _cpu_seconds(root: Path, demo_pid: int) -> float:
+    """utime+stime of the demo and of every process whose command line names ``root``."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(entry.name) != demo_pid and str(root).encode() not in cmdline:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    return total
+
+
+def run_once(mode: str, timeout: float) -> dict[str, float]:
+    root = Path(tempfile.mkdtemp(prefix="nunet-bench-demo-")) / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUNET_")}
+    env["NUNET_TUI_DEMO_START"] = mode
+    argv = [sys.executable, "-m", "nunet_tui", "demo", "--no-tui", "--root", str(root)]
+    proc = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stages: dict[str, float] = {}
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    try:
+        for line in proc.stderr:
+            match = LINE.match(line.strip())
+            if match:
+                stage = match["stage"]
+                stage = "starting" if stage.startswith("starting") else stage
+                stages[stage] = float(match["t"])
+                if stage == "ready":
+                    stages["cpu_s"] = _cpu_seconds(root, proc.pid)
+                    break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        stages["stop_s"] = time.monotonic() - stopped
+        subprocess.run(["rm", "-rf", str(root.parent)], check=False)
+    if "ready" not in stages:
+        raise SystemExit(f"{mode}: the demo never said ready (stages: {stages})")
+    return stages
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", default="spawn,fork")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    print(f"before: {_uptime()}  ({os.cpu_count()} CPUs)")
+    results: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    for run in range(args.runs):
+        for mode in modes:
+            stages = run_once(mode, args.timeout)
+            results[mode].append(stages)
+            shown = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+            print(f"run {run + 1} {mode}: {shown}", flush=True)
+    print(f"after: {_uptime()}")
+    print("median (s) over", args.runs, "runs:")
+    for mode in modes:
+        keys = [k for k in results[mode][0] if all(k in r for r in results[mode])]
+        shown = ", ".join(f"{k} {statistics.median(r[k] for r in results[mode]):.1f}" for k in keys)
+        print(f"  {mode}: {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
