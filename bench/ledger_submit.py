@@ -105,14 +105,7 @@ def main() -> None:
             lock_submit.append((time.perf_counter() - t0) * 1000)
             spent = T.locked_output(tx, ctx)  # the signature names the lock it releases
             share = 400_000
-            message = distribute_message(
-                job,
-                provider.payment_part.payload,
-                share,
-                consumer.payment_part.payload,
-                1_000_000 - share,
-                spent,
-            )
+            message = distribute_message(share, spent)
             signature = bytes(oracle.sign(message).signature)
             t0 = time.perf_counter()
             tx = T.distribute(

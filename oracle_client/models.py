@@ -243,8 +243,8 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
     amount: Amount  # the whole lock
     oracle_key: PublicKeyHex
     # withdraw/refund: contract.datum.oracle_message(reward_type, job_id, beneficiary_pkh,
-    # amount, escrow_utxo); distribute: distribute_message(job_id, beneficiary_pkh,
-    # provider_amount, consumer_pkh, consumer_amount, escrow_utxo)
+    # amount, escrow_utxo); distribute: distribute_message(provider_amount, escrow_utxo) (the
+    # output's datum fixes the job, parties and lock amount)
     oracle_message: MessageHex
     signature: SignatureHex
     decided_at: PosixMs
@@ -294,14 +294,7 @@ class RewardGrant(msgspec.Struct, frozen=True, kw_only=True):
 
         if self.reward_type == "distribute":
             assert self.consumer_pkh is not None  # __post_init__
-            expected = distribute_message(
-                self.job_id,
-                bytes.fromhex(self.beneficiary_pkh),
-                self.provider_amount,
-                bytes.fromhex(self.consumer_pkh),
-                self.consumer_amount,
-                self.escrow_utxo,
-            )
+            expected = distribute_message(self.provider_amount, self.escrow_utxo)
         else:
             expected = oracle_message(
                 self.reward_type,

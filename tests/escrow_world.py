@@ -121,17 +121,12 @@ def oracle_sign(
 def distribute_sign(
     provider_amount: int,
     *,
-    consumer_amount: int | None = None,
-    job_id: bytes = JOB_ID,
     key: OracleKey = ORACLE,
     escrow: TransactionInput | None = None,
 ) -> bytes:
     """The oracle's signature splitting `escrow` (default: `escrow_utxo()`'s output)."""
     spent = escrow_utxo().input if escrow is None else escrow
-    rest = AMOUNT - provider_amount if consumer_amount is None else consumer_amount
-    message = distribute_message(
-        job_id, PROVIDER.pkh.payload, provider_amount, CONSUMER.pkh.payload, rest, spent
-    )
+    message = distribute_message(provider_amount, spent)
     return key.sign(message).signature
 
 

@@ -12,6 +12,7 @@ from tests.escrow_world import (
     AMOUNT,
     CONSUMER,
     NETWORK,
+    OTHER_ORACLE,
     PROVIDER,
     SLOTS,
     STRANGER,
@@ -197,7 +198,10 @@ def test_a_split_signature_neither_claims_nor_refunds() -> None:
     assert "bad oracle signature" in evaluate_tx(tx, utxos, SLOTS)[0].logs
 
 
-def test_shares_that_do_not_add_up_to_the_lock_were_never_signed() -> None:
-    # The validator derives the consumer's share: a message with another total cannot match.
-    signed = distribute_sign(AMOUNT // 2, consumer_amount=AMOUNT // 2 + 1)
-    assert_fails(run(AMOUNT // 2, signature=signed), "bad oracle signature")
+def test_a_signature_splits_only_the_datum_its_output_holds() -> None:
+    # The message names no job or party: the output reference does. The same share and the
+    # same output reference signed by another key (another lock's oracle) do not verify.
+    share = AMOUNT // 2
+    assert_fails(
+        run(share, signature=distribute_sign(share, key=OTHER_ORACLE)), "bad oracle signature"
+    )

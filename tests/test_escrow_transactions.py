@@ -404,14 +404,7 @@ def test_two_locks_with_the_same_datum_are_released_one_by_one(world: World) -> 
 
 def _split_signature(world: World, provider_amount: int) -> bytes:
     assert world.last_lock is not None
-    message = distribute_message(
-        JOB,
-        world.provider.pkh.payload,
-        provider_amount,
-        world.consumer.pkh.payload,
-        AMOUNT - provider_amount,
-        world.last_lock,
-    )
+    message = distribute_message(provider_amount, world.last_lock)
     return bytes(world.oracle.sign(message).signature)
 
 

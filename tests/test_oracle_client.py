@@ -327,10 +327,7 @@ def test_request_reward_outcomes(server: OracleServer, checker: LockCheckerDoubl
             assert grant.shares == (1_500, 5_000_000 - 1_500)
             assert grant.consumer_pkh == CONSUMER.pkh
             assert grant.escrow_utxo == ref  # the signature names the lock it releases
-            pkh = bytes.fromhex(PROVIDER.pkh)
-            expected = distribute_message(
-                "job-w", pkh, 1_500, bytes.fromhex(CONSUMER.pkh), 5_000_000 - 1_500, ref
-            )
+            expected = distribute_message(1_500, ref)
             assert bytes.fromhex(grant.oracle_message) == expected
             grant.verify()
             # Without a receipt, the decision once made.

@@ -181,12 +181,10 @@ def test_two_locks_with_the_same_terms_get_one_signature_for_the_consumers_lock(
     grant = _reward(server, msgspec.structs.replace(done, lock_tx="bb" * 32))
     assert isinstance(grant, RewardGrant) and grant.escrow_utxo == ref_b
     grant.verify()
-    pkh = bytes.fromhex(quote.provider_pkh)
-    consumer = bytes.fromhex(quote.consumer_pkh)
     price = quote.estimated_price
-    message = distribute_message("job-2l", pkh, price, consumer, 0, ref_b)
+    message = distribute_message(price, ref_b)
     assert bytes.fromhex(grant.oracle_message) == message
-    assert message != distribute_message("job-2l", pkh, price, consumer, 0, ref_a)
+    assert message != distribute_message(price, ref_a)
     # Never a second signature: naming the other lock gets the one decision, for B.
     again = _reward(server, msgspec.structs.replace(done, lock_tx="aa" * 32))
     assert again == grant

@@ -576,14 +576,7 @@ def _distribute_signed(escrow: Escrow, provider_amount: int, signature: bytes) -
     datum = escrow.datum
     if not 0 <= provider_amount <= datum.amount:
         return False
-    message = distribute_message(
-        datum.job_id,
-        datum.provider,
-        provider_amount,
-        datum.consumer,
-        datum.amount - provider_amount,
-        escrow.utxo.input,
-    )
+    message = distribute_message(provider_amount, escrow.utxo.input)
     try:
         VerifyKey(datum.oracle_key).verify(message, signature)
     except (BadSignatureError, ValueError, TypeError):

@@ -350,14 +350,9 @@ class Oracle:
         # carries the same terms.
         if kind == "distribute":
             provider_amount, consumer_amount = split(receipt, kind)
-            message = distribute_message(
-                quote.job_id,
-                bytes.fromhex(quote.provider_pkh),
-                provider_amount,
-                bytes.fromhex(quote.consumer_pkh),
-                consumer_amount,
-                lock_ref,
-            )
+            # Only the share and the output: check_lock read that output's datum (this job,
+            # these parties, this amount, this oracle key) and the script reads it too.
+            message = distribute_message(provider_amount, lock_ref)
             return RewardGrant(
                 job_id=quote.job_id,
                 reward_type=kind,

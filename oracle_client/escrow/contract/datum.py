@@ -81,8 +81,9 @@ class Refund(PlutusData):
 class Distribute(PlutusData):
     """Split the escrow (issue 12): `provider_amount` NTX to the provider, the rest of the
     datum's amount to the consumer, in one tx. `signature` is the oracle's over
-    `distribute_message(...)` naming both shares and the output spent; either party may
-    submit, since the validator checks what each one's payment credential receives."""
+    `distribute_message(provider_amount, escrow)`, the share and the output spent; either
+    party may submit, since the validator checks what each one's payment credential
+    receives."""
 
     CONSTR_ID = 2
     signature: bytes
@@ -150,51 +151,29 @@ class OracleMessage(PlutusData):
 @dataclass
 class DistributeMessage(PlutusData):
     """What the oracle signs for a split. Its own constructor id: it can never be read as an
-    OracleMessage (a withdraw or refund), nor one as it."""
+    OracleMessage (a withdraw or refund), nor one as it. Only the provider's share and the
+    escrow output: the output reference names one output ever, whose datum (job, parties,
+    lock amount, oracle key) the validator reads and the oracle checked on chain before
+    signing, so signing those fields again would only cost the script (docs/payments.md)."""
 
     CONSTR_ID = 1
     domain: bytes
     kind: bytes
-    job_id: bytes
-    provider: bytes
     provider_amount: int
-    consumer: bytes
-    consumer_amount: int
     escrow: EscrowRef
 
 
 KIND_DISTRIBUTE = b"distribute"
 
 
-def distribute_message(
-    job_id: str | bytes,
-    provider_pkh: bytes,
-    provider_amount: int,
-    consumer_pkh: bytes,
-    consumer_amount: int,
-    escrow: EscrowRef | TransactionInput | str,
-) -> bytes:
-    """The bytes the oracle signs to split job `job_id`'s escrow output `escrow`:
-    `provider_amount` base units to `provider_pkh`, `consumer_amount` to `consumer_pkh`
-    (either may be 0; they sum to the datum's amount, which the validator checks)."""
-    job = job_id.encode("utf-8") if isinstance(job_id, str) else bytes(job_id)
-    _check_job_id(job)
-    _check_len("provider_pkh", provider_pkh, PKH_BYTES)
-    _check_len("consumer_pkh", consumer_pkh, PKH_BYTES)
-    if provider_amount < 0 or consumer_amount < 0 or provider_amount + consumer_amount <= 0:
-        raise ValueError(
-            f"a split's shares must be non-negative with a positive total, got "
-            f"{provider_amount} and {consumer_amount}"
-        )
+def distribute_message(provider_amount: int, escrow: EscrowRef | TransactionInput | str) -> bytes:
+    """The bytes the oracle signs to split escrow output `escrow`: `provider_amount` base
+    units to the provider its datum names, the rest of the datum's amount to its consumer
+    (the validator derives the consumer's share, so the two always make up the lock)."""
+    if provider_amount < 0:
+        raise ValueError(f"a provider's share must be non-negative, got {provider_amount}")
     message = DistributeMessage(
-        ORACLE_DOMAIN,
-        KIND_DISTRIBUTE,
-        job,
-        bytes(provider_pkh),
-        provider_amount,
-        bytes(consumer_pkh),
-        consumer_amount,
-        EscrowRef.parse(escrow),
+        ORACLE_DOMAIN, KIND_DISTRIBUTE, provider_amount, EscrowRef.parse(escrow)
     )
     return message.to_cbor()
 
