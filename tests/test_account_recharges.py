@@ -189,6 +189,7 @@ class Scripted:
 
     def __init__(self) -> None:
         self.answers: dict[str, bytes] = {}
+        self.hits: list[str] = []
         scripted = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -197,6 +198,7 @@ class Scripted:
 
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0].removeprefix("/api/v0")
+                scripted.hits.append(path)
                 body = scripted.answers.get(path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("content-length", str(len(body or b"")))
@@ -213,9 +215,13 @@ class Scripted:
             f"/txs/{TX}/utxos": json.dumps(utxos).encode(),
         }
 
-    def read(self) -> Any:
+    def read(self, cache: dict[str, Any] | None = None) -> Any:
         return history.read_recharges(
-            history.Backend(self.url, "local"), ADDRESS, UNIT, is_escrow=lambda _: False
+            history.Backend(self.url, "local"),
+            ADDRESS,
+            UNIT,
+            is_escrow=lambda _: False,
+            cache=cache,
         )
 
 
@@ -276,6 +282,17 @@ def test_a_backend_reply_beyond_the_byte_bound_is_refused(scripted: Scripted) ->
     assert [(r.tx_hash, r.amount_units) for r in listed.recharges] == [(TX, 5)]
 
 
+def test_a_transaction_is_read_once_then_its_verdict_is_kept(scripted: Scripted) -> None:
+    scripted.say([ROW])
+    cache: dict[str, Any] = {}
+    first, again = scripted.read(cache), scripted.read(cache)
+    assert first == again and first.recharged_units == 5
+    assert scripted.hits.count(f"/txs/{TX}/utxos") == 1
+    assert scripted.hits.count(f"/addresses/{ADDRESS}/transactions") == 2  # new ones listed
+    scripted.read()
+    assert scripted.hits.count(f"/txs/{TX}/utxos") == 2
+
+
 def test_an_unreachable_backend_is_one_line() -> None:
     with pytest.raises(EngineError) as info:
         history.read_recharges(
@@ -321,3 +338,25 @@ def test_a_daemons_account_lists_the_faucet_drop_as_a_recharge(
         assert "12.5 NTX arrived in all, 1 transfer(s)" in shown.stdout
     finally:
         ledger.stop()
+
+
+# --- the account's figures ------------------------------------------------------------------
+
+
+def test_without_the_history_the_sum_is_derived_and_says_so() -> None:
+    from nunet_tui.cli.account_output import to_text
+    from nunet_tui.viewmodels.account import build
+    from tests import test_tui_paid_job_walk as walk
+
+    jobs, escrows = [walk.job("consumer")], [walk.escrow("consumer")]
+    read = build(jobs, escrows, walk.BALANCE, "", walk.RECHARGES)
+    derived = build(jobs, escrows, walk.BALANCE, "", None, "cannot reach the chain backend")
+    # The records and the balance-based sum agree on the walk's job: 98.4 + 2.4 - 1.8 - 0.
+    assert read.recharged_units == derived.recharged_units == 99_000_000
+    assert (read.recharges_read, derived.recharges_read) == (True, False)
+    assert derived.recharges == () and derived.to_json()["recharges"] == []
+    assert "(derived: balance + locked ever - refunded - earned; the wallet's history was " in (
+        to_text(derived)
+    )
+    assert "not read: cannot reach the chain backend)" in to_text(derived)
+    assert "99 NTX arrived in all, 1 transfer(s)" in to_text(read)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ MAX_REPLY_BYTES = 2 << 20  # one page of 100 hashes is ~15 KiB; a tx's UTxOs far
 MAX_UTXOS = 1000  # inputs or outputs of one transaction (a Cardano tx holds far fewer)
 MAX_ASSETS = 256  # units in one output's amount
 MAX_FROM = 4  # sender addresses kept per recharge
+MAX_CACHED = 10_000  # verdicts kept between calls
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _ADDRESS = re.compile(r"^[a-z0-9_]{1,200}$")
 _UNIT = re.compile(r"^(lovelace|[0-9a-f]{56}(?:[0-9a-f]{2}){0,32})$")
@@ -110,8 +111,11 @@ def recharges(
     own_locks: Collection[str] = (),
     limit: int = 200,
     backend_name: str = "",
+    cache: MutableMapping[str, api.Recharge | None] | None = None,
 ) -> api.RechargeList:
-    """The recharges among the ``limit`` newest transactions of ``address``."""
+    """The recharges among the ``limit`` newest transactions of ``address``; ``cache`` keeps
+    each transaction's verdict between calls (the account view reads again on each escrow
+    change)."""
     hashes: list[tuple[str, int]] = []
     exhausted = False  # the backend has no older transaction than those read
     page = 1
@@ -137,26 +141,17 @@ def recharges(
         if tx_hash in seen:  # a hostile backend may list one twice
             continue
         seen.add(tx_hash)
-        answer = get(f"/txs/{tx_hash}/utxos", {})
-        if answer is None:
-            raise BadAnswer(f"transaction {tx_hash} is listed but not found")
-        inputs, outputs = _tx_utxos(answer, tx_hash, ntx_unit)
-        if any(is_escrow(u.address) or u.tx_hash in own_locks for u in inputs):
-            continue  # an escrow spent: a refund or a split, counted as such
-        gained = sum(u.ntx for u in outputs if u.address == address) - sum(
-            u.ntx for u in inputs if u.address == address
-        )
-        if gained <= 0:
-            continue
-        senders = sorted({u.address for u in inputs if u.address != address})
-        out.append(
-            api.Recharge(
-                tx_hash=tx_hash,
-                at=float(at),
-                amount_units=gained,
-                from_addresses=tuple(senders[:MAX_FROM]),
-            )
-        )
+        key = f"{address}:{tx_hash}"
+        if cache is not None and key in cache:
+            found = cache[key]  # a transaction on chain never changes: read once
+        else:
+            found = _classify(get, address, ntx_unit, tx_hash, at, is_escrow, own_locks)
+            if cache is not None:
+                if len(cache) >= MAX_CACHED:
+                    cache.clear()
+                cache[key] = found
+        if found is not None:
+            out.append(found)
     return api.RechargeList(
         address=address,
         backend=backend_name,
@@ -164,6 +159,36 @@ def recharges(
         recharged_units=sum(r.amount_units for r in out),
         scanned=len(seen),
         complete=complete,
+    )
+
+
+def _classify(
+    get: Getter,
+    address: str,
+    ntx_unit: str,
+    tx_hash: str,
+    at: int,
+    is_escrow: Callable[[str], bool],
+    own_locks: Collection[str],
+) -> api.Recharge | None:
+    """The recharge ``tx_hash`` is for ``address``, or None (not one)."""
+    answer = get(f"/txs/{tx_hash}/utxos", {})
+    if answer is None:
+        raise BadAnswer(f"transaction {tx_hash} is listed but not found")
+    inputs, outputs = _tx_utxos(answer, tx_hash, ntx_unit)
+    if any(is_escrow(u.address) or u.tx_hash in own_locks for u in inputs):
+        return None  # an escrow spent: a refund or a split, counted as such
+    gained = sum(u.ntx for u in outputs if u.address == address) - sum(
+        u.ntx for u in inputs if u.address == address
+    )
+    if gained <= 0:
+        return None
+    senders = sorted({u.address for u in inputs if u.address != address})
+    return api.Recharge(
+        tx_hash=tx_hash,
+        at=float(at),
+        amount_units=gained,
+        from_addresses=tuple(senders[:MAX_FROM]),
     )
 
 
@@ -254,6 +279,7 @@ def read_recharges(
     own_locks: Collection[str] = (),
     limit: int = 200,
     backend_name: str = "",
+    cache: MutableMapping[str, api.Recharge | None] | None = None,
 ) -> api.RechargeList:
     """``recharges`` over HTTP; a malformed answer is one line naming the backend."""
     get, close = http_getter(backend, time.monotonic() + TOTAL_TIMEOUT_S)
@@ -266,6 +292,7 @@ def read_recharges(
             own_locks=own_locks,
             limit=limit,
             backend_name=backend_name,
+            cache=cache,
         )
     except BadAnswer as exc:
         raise EngineError(

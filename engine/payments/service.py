@@ -55,6 +55,8 @@ class NodePayments:
         self._context: ChainContext | None = None
         # One wallet change at a time: new/import each read, then replace, the one wallet.
         self._changing = trio.Lock()
+        # Each transaction's recharge verdict, by address and hash (history.MAX_CACHED).
+        self._recharge_verdicts: dict[str, api.Recharge | None] = {}
         from engine.payments.escrow import Escrows
 
         self.escrows = Escrows(ctx, wallet=self)
@@ -276,6 +278,7 @@ class NodePayments:
                 own_locks=own_locks,
                 limit=command.limit,
                 backend_name=settings.backend,
+                cache=self._recharge_verdicts,
             )
         )
 
