@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,6 +74,21 @@ def test_tail_is_bounded_by_the_parser() -> None:
 def test_version() -> None:
     done = run_cli("--version")
     assert done.returncode == 0 and done.stdout.startswith("nunet-tui ")
+
+
+def test_a_reader_that_quits_early_gets_no_traceback() -> None:
+    # `nunet-tui completion bash | head -1`, with the reader gone before the first write (so
+    # every write finds the pipe closed, whatever the timing).
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    argv = [sys.executable, "-m", "nunet_tui", "completion", "bash"]
+    try:
+        done = subprocess.run(argv, stdout=write_end, stderr=subprocess.PIPE, timeout=30)
+    finally:
+        os.close(write_end)
+    errors = done.stderr.decode()
+    assert done.returncode == 141, errors  # as a tool killed by SIGPIPE
+    assert "Traceback" not in errors and "BrokenPipe" not in errors
 
 
 def test_stream_options_document_ndjson() -> None:

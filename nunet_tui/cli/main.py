@@ -326,6 +326,17 @@ def runners() -> dict[str, Runner]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Read by `head` or a pager that quit: not an error of ours, and never a traceback.
+        # Python's own flush at exit would fail again on the closed pipe: point it elsewhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13  # as a tool killed by SIGPIPE exits
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     app_args = _app_only(words)
     if app_args is not None:
