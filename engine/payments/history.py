@@ -143,15 +143,15 @@ def recharges(
         seen.add(tx_hash)
         key = f"{address}:{tx_hash}"
         if cache is not None and key in cache:
-            found = cache[key]  # a transaction on chain never changes: read once
+            verdict = cache[key]  # a transaction on chain never changes: read once
         else:
-            found = _classify(get, address, ntx_unit, tx_hash, at, is_escrow, own_locks)
+            verdict = _classify(get, address, ntx_unit, tx_hash, at, is_escrow, own_locks)
             if cache is not None:
                 if len(cache) >= MAX_CACHED:
                     cache.clear()
-                cache[key] = found
-        if found is not None:
-            out.append(found)
+                cache[key] = verdict
+        if verdict is not None:
+            out.append(verdict)
     return api.RechargeList(
         address=address,
         backend=backend_name,
