@@ -184,20 +184,22 @@ class Sandbox:
         """``python -m module args`` forked from ``zygote`` (see :meth:`spawn`); its stdout a
         pipe to us when ``pipe_stdout`` (a service's ready line), else /dev/null."""
         read_end, write_end = os.pipe() if pipe_stdout else (-1, os.open(os.devnull, os.O_WRONLY))
+        # Ours until the child is recorded (then stop() closes it); an interruption deferred
+        # by held() is raised on leaving it, after that.
+        stdout = os.fdopen(read_end, "r") if pipe_stdout else None
         stderr = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        recorded = False
         try:
             with self.signals.held():
                 pid, pidfd = zygote.fork(module, args, env, name, write_end, stderr)
-                stdout = os.fdopen(read_end, "r") if pipe_stdout else None
                 child = ForkedChild(pid, pidfd, stdout)
                 self.procs.append(child)
-        except BaseException:
-            if pipe_stdout:
-                os.close(read_end)
-            raise
+                recorded = True
         finally:
             os.close(write_end)
             os.close(stderr)
+            if not recorded and stdout is not None:
+                stdout.close()
         return child
 
     def stop(self) -> int:

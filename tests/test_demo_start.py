@@ -1,0 +1,136 @@
+"""The demo's fork start (nunet_tui/cli/zygote.py): what a forked component is, and that an
+interrupted start-up leaves no process behind, whichever stage it reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nunet_tui.cli.zygote import ForkedChild, ZygoteClient
+from tests.conftest import REPO
+from tests.daemons import wait_for
+
+
+class _Spawned:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        proc: subprocess.Popen[Any] = subprocess.Popen(argv, cwd=REPO, process_group=0, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[ZygoteClient]:
+    spawned = _Spawned()
+    env = {**os.environ, "NUNET_PROBE_PARENT": "zygote"}
+    client = ZygoteClient(spawned, ["json"], env=env, log=tmp_path / "zygote.log", tag="probe")
+    wait_for(client.poll_ready, "the zygote never became ready", 30)
+    yield client
+    client.close()
+    for proc in spawned.procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the zygote did not exit when its socket closed") from None
+
+
+def _fork_probe(zygote: ZygoteClient, tmp_path: Path, *args: str) -> tuple[ForkedChild, dict]:
+    read_end, write_end = os.pipe()
+    log = os.open(tmp_path / "probe.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        pid, pidfd = zygote.fork(
+            "tests.zygote_probe", list(args), {"PROBE": "yes"}, "probe-child", write_end, log
+        )
+    finally:
+        os.close(write_end)
+        os.close(log)
+    child = ForkedChild(pid, pidfd, os.fdopen(read_end, "r"))
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line, (tmp_path / "probe.log").read_text()
+    return child, json.loads(line)
+
+
+def test_a_forked_child_is_its_own_process(zygote: ZygoteClient, tmp_path: Path) -> None:
+    first, seen = _fork_probe(zygote, tmp_path, "one", "two")
+    second, again = _fork_probe(zygote, tmp_path, "three")
+    for child in (first, second):
+        assert child.wait(10) == -1  # ended; the status went to the zygote
+        child.close()
+    assert seen["argv"] == ["one", "two"] and again["argv"] == ["three"]
+    assert seen["pid"] == first.pid and seen["pgid"] == first.pid  # its own process group
+    assert seen["ppid"] == zygote.proc.pid
+    assert seen["env"] == "yes" and seen["leaked"] is None  # only the environment it was given
+    assert seen["random"] != again["random"]
+    assert seen["comm"] == "probe-child"
+
+
+def test_children_go_with_the_zygote(zygote: ZygoteClient, tmp_path: Path) -> None:
+    """A SIGKILLed zygote cannot stop its children: they get SIGTERM from the kernel."""
+    child, _seen = _fork_probe(zygote, tmp_path, "--wait")
+    assert child.poll() is None
+    zygote.proc.kill()
+    child.wait(10)
+    child.close()
+
+
+def test_a_zygote_stops_its_children_when_its_socket_closes(
+    zygote: ZygoteClient, tmp_path: Path
+) -> None:
+    child, _seen = _fork_probe(zygote, tmp_path, "--wait")
+    zygote.close()
+    child.wait(15)
+    child.close()
+    assert zygote.proc.wait(15) == 0
+
+
+def _leftovers(root: Path) -> str:
+    found = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True)
+    return found.stdout.strip()
+
+
+@pytest.mark.parametrize("stage", ["starting", "ledger up", "listening", "ready"])
+def test_sigterm_at_any_stage_of_the_fork_start_leaves_nothing(tmp_path: Path, stage: str) -> None:
+    root = tmp_path / "demo"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUNET_")}
+    env["NUNET_TUI_DEMO_START"] = "fork"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nunet_tui", "demo", "--no-tui", "--root", str(root)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if stage in line:
+            break
+    assert any(stage in line for line in lines), "".join(lines)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.communicate(timeout=60)[1]
+    # Once ready, SIGTERM is how it ends (0), unless it came before the wait began.
+    expected = {0, 128 + signal.SIGTERM} if stage == "ready" else {128 + signal.SIGTERM}
+    assert proc.returncode in expected, rest
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith(f"demo: stopped; its files are in {root}, kept (--root)"), rest
+    # Nothing of the sandbox runs any more: zygotes and forked children name the root too.
+    deadline = time.monotonic() + 5
+    while _leftovers(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _leftovers(root) == ""

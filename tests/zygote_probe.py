@@ -1,0 +1,26 @@
+"""Run by tests/test_demo_start.py in a child forked from a zygote: prints what the child is."""
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+print(
+    json.dumps(
+        {
+            "argv": sys.argv[1:],
+            "pid": os.getpid(),
+            "pgid": os.getpgid(0),
+            "ppid": os.getppid(),
+            "env": os.environ.get("PROBE"),
+            "leaked": os.environ.get("NUNET_PROBE_PARENT"),
+            "random": random.random(),
+            "comm": Path("/proc/self/comm").read_text().strip(),
+        }
+    ),
+    flush=True,
+)
+if "--wait" in sys.argv:
+    time.sleep(60)
