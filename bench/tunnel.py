@@ -34,10 +34,24 @@ from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, TEST_ADDRESS, make_
 from tests.daemons import HEARTBEAT_ENV, Daemon, wait_for
 from tests.tunnel_helpers import Forwarding, free_port, submit_service
 
+DAEMONS = ("consumer", "provider")
 JOBS = '[jobs]\nexecutors = ["{}"]\ncheckpoint_interval_s = 0\nslots = 2\n'
 
 
-def _http_times(port: int, body: bytes, rtts: int) -> tuple[float, list[float]]:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far; 0 where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _http_times(
+    port: int, body: bytes, rtts: int, pids: tuple[int, ...] = ()
+) -> tuple[float, list[float], list[float]]:
+    """The echo's seconds, each small GET's seconds, and the CPU seconds per GET that each
+    of ``pids`` spent during them (on a shared machine the round trip waits for CPU too)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     conn.request("GET", "/")
     conn.getresponse().read()
@@ -46,13 +60,15 @@ def _http_times(port: int, body: bytes, rtts: int) -> tuple[float, list[float]]:
     assert conn.getresponse().read() == body
     seconds = time.perf_counter() - started
     samples = []
+    cpu = [_cpu_s(pid) for pid in pids]
     for _ in range(rtts):
         at = time.perf_counter()
         conn.request("GET", "/")
         conn.getresponse().read()
         samples.append(time.perf_counter() - at)
+    cpu = [(_cpu_s(pid) - before) / rtts for pid, before in zip(pids, cpu, strict=True)]
     conn.close()
-    return seconds, samples
+    return seconds, samples, cpu
 
 
 def _raw_stream_times(
@@ -150,10 +166,11 @@ def main() -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/serve.py"
         job_id = submit_service(consumer, url, root, port)
         body = os.urandom(int(args.size_mb * (1 << 20)))
-        direct_s, direct_rtt = (0.0, []) if docker else _http_times(port, body, args.rtts)
+        direct_s, direct_rtt, _ = (0.0, [], []) if docker else _http_times(port, body, args.rtts)
         forward = Forwarding(consumer, job_id, str(port))
+        daemons = tuple(d.proc.pid for d in (consumer, provider) if d.proc is not None)
         try:
-            fwd_s, fwd_rtt = _http_times(forward.port, body, args.rtts)
+            fwd_s, fwd_rtt, fwd_cpu = _http_times(forward.port, body, args.rtts, daemons)
         finally:
             forward.stop()
         # The raw stream's peer runs a service job of its own (tunnels are the owner's only).
@@ -188,6 +205,10 @@ def main() -> None:
         verdict = "met" if added < 5 else "MISSED"
         against = "the raw stream" if docker else "direct TCP"
         print(f"added per round trip vs {against}: {added:.2f} ms (goal < 5 ms: {verdict})")
+        spent = zip(DAEMONS, fwd_cpu, strict=True)
+        cpu = ", ".join(f"{who} daemon {c * 1e3:.2f} ms" for who, c in spent)
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(f"CPU per forwarded round trip: {cpu} (load average {load})")
         consumer.cli("job", "stop", job_id)
     finally:
         server.shutdown()

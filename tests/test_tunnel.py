@@ -4,6 +4,7 @@ daemons and the real CLI (process executor: its service listens on 127.0.0.1).""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -426,3 +427,69 @@ def test_matching_keeps_jobs_that_want_a_shell_off_providers_that_refuse_them() 
     verdict = judge(Needs.of(_spec(shell=True)), res)
     assert not verdict.ok and "shells are turned off" in verdict.reason
     assert judge(Needs.of(_spec(shell=True)), msgspec.structs.replace(res, shell=True)).ok
+
+
+def test_a_service_that_logs_every_request_is_followed_in_batches(
+    daemons: Callable[..., Daemon], service_url: str, tmp_path: Path
+) -> None:
+    """Its owner gets every line, but in Updates that follow the first at most one a
+    LINES_GATHER_S: one signed Update a request cost both daemons a signature, its check and a
+    store write in the middle of every round trip through the job's tunnel."""
+    import http.client
+
+    from engine.jobs import protocol as p
+    from engine.jobs.provider import LINES_GATHER_S
+    from engine.network.host import peer_id_of
+    from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, seal_job
+    from tests.adversarial.test_tunnel_owner import _own_job
+
+    provider, _ = pair(daemons, PROCESS_JOBS)
+    pid = provider.peer_id
+    peer = HostilePeer(seed=b"\x67" * 32, bootstrap=[provider.addrs()[0]]).start()
+    requests = 60
+    try:
+        peer.wait_connected(pid)
+        port = free_port()
+        own = _own_job(peer, pid, service_url, port)
+        wait_for(
+            lambda: "serving on" in run_cli("job", "logs", own, home=provider.home).stdout,
+            "its service never listened",
+            60,
+        )
+
+        def ask() -> None:  # one keep-alive connection, as a browser or the benchmark does
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+            for _ in range(requests):
+                conn.request("GET", "/")
+                conn.getresponse().read()
+            conn.close()
+
+        async def follow() -> tuple[int, int, float]:
+            stream = await peer.host.new_stream(peer_id_of(pid), [JOB_PROTOCOL])
+            await p.send(stream, peer.identity, p.Follow(job_id=own))
+            updates = lines = 0
+            async with trio.open_nursery() as nursery:
+                started = trio.current_time()
+                nursery.start_soon(trio.to_thread.run_sync, ask)
+                with trio.fail_after(60):
+                    while lines < requests:
+                        received = await p.receive(stream, pid)
+                        assert received is not None, "the provider ended the follow"
+                        update = received[0]
+                        assert isinstance(update, p.Update), update
+                        got = sum('"GET / ' in line.text for line in update.lines)
+                        updates += bool(got)
+                        lines += got
+                took = trio.current_time() - started
+            await stream.reset()
+            return updates, lines, took
+
+        updates, lines, took = peer.call(follow)
+        assert lines == requests  # none lost, none twice
+        # The first line goes at once; later ones wait at most LINES_GATHER_S together.
+        assert updates <= 2 + took / LINES_GATHER_S, (updates, took)
+    finally:
+        cancel = {"t": "cancel", "v": 1, "job_id": "a0a1a2a3a4a5"}
+        with contextlib.suppress(Exception):
+            peer.request(pid, JOB_PROTOCOL, [seal_job(peer.identity, cancel)])
+        peer.stop()

@@ -132,7 +132,7 @@ FOLLOW_POLL_S = 0.1
 # After an Update with lines, a running job's next lines wait this long and go together: a
 # service that logs every request (the tunnels' common case) would otherwise cost both daemons
 # a signed Update, its check and a store write per request, in the middle of its round trips.
-LINES_GATHER_S = 0.2
+LINES_GATHER_S = 0.1
 
 
 class ProviderJobs:
