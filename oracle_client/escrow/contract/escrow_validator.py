@@ -114,72 +114,6 @@ def starts_after(validity: POSIXTimeRange, deadline: int) -> bool:
     return after
 
 
-def check_distribute(
-    tx: TxInfo, datum: EscrowDatum, own_ref: TxOutRef, redeemer: Distribute
-) -> None:
-    # Either party may submit (the outputs are checked), but not a stranger, who could keep
-    # the lock's ADA.
-    assert datum.provider in tx.signatories or datum.consumer in tx.signatories, (
-        "neither party signed"
-    )
-    provider_amount = redeemer.provider_amount
-    assert provider_amount >= 0 and provider_amount <= datum.amount, "bad split"
-    consumer_amount = datum.amount - provider_amount
-    message = DistributeMessage(
-        ORACLE_DOMAIN,
-        KIND_DISTRIBUTE,
-        provider_amount,
-        own_ref,
-    ).to_cbor()
-    assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
-        "bad oracle signature"
-    )
-    # One script input, ours: two escrows split in one tx could both count the same payment
-    # (double satisfaction).
-    script_inputs = 0
-    locked: Value = {}
-    for tx_input in tx.inputs:
-        spent = tx_input.resolved
-        if isinstance(spent.address.payment_credential, ScriptCredential):
-            script_inputs += 1
-            locked = spent.value
-    assert script_inputs == 1, "one escrow per distribute tx"
-    # The one token beside ADA in the lock: the NTX the escrow splits. The ledger orders a
-    # Value's policies, ADA's empty one first.
-    policy = b""
-    names: Dict[bytes, int] = {}
-    policies = 0
-    for entry_policy, entry_names in locked.items():
-        policies += 1
-        policy = entry_policy
-        names = entry_names
-    name = b""
-    tokens = 0
-    for entry_name, entry_amount in names.items():
-        tokens += 1
-        name = entry_name
-    assert policies == 2 and tokens == 1, "a lock holds ADA and one token"
-    # The layout transactions.distribute builds: the consumer's output first, the provider's
-    # second. Each is checked where it must be, instead of a search of every output.
-    outputs = tx.outputs
-    if consumer_amount > 0:
-        back = outputs[0]
-        assert back.address.payment_credential == PubKeyCredential(datum.consumer), (
-            "consumer underpaid"
-        )
-        assert back.value.get(policy, {b"": 0}).get(name, 0) >= consumer_amount, (
-            "consumer underpaid"
-        )
-    if provider_amount > 0:
-        paid = outputs[1]
-        assert paid.address.payment_credential == PubKeyCredential(datum.provider), (
-            "provider underpaid"
-        )
-        assert paid.value.get(policy, {b"": 0}).get(name, 0) >= provider_amount, (
-            "provider underpaid"
-        )
-
-
 def validator(context: ScriptContext) -> None:
     purpose = context.purpose
     assert isinstance(purpose, Spending), "not a spend"
@@ -192,9 +126,66 @@ def validator(context: ScriptContext) -> None:
     own_ref = info.tx_out_ref
     tx = context.transaction
     redeemer: Union[Claim, Refund, Distribute] = context.redeemer
-    # The settlement first: each isinstance that fails on the way costs its execution.
+    # The settlement first: each isinstance that fails on the way costs its execution. Its
+    # checks are written here, not in a function: an OpShin call costs ~0.02 % of the memory
+    # budget.
     if isinstance(redeemer, Distribute):
-        check_distribute(tx, datum, own_ref, redeemer)
+        # Either party may submit (the outputs are checked), but not a stranger, who could keep
+        # the lock's ADA.
+        assert datum.provider in tx.signatories or datum.consumer in tx.signatories, (
+            "neither party signed"
+        )
+        provider_amount = redeemer.provider_amount
+        assert provider_amount >= 0 and provider_amount <= datum.amount, "bad split"
+        consumer_amount = datum.amount - provider_amount
+        message = DistributeMessage(
+            ORACLE_DOMAIN,
+            KIND_DISTRIBUTE,
+            provider_amount,
+            own_ref,
+        ).to_cbor()
+        assert verify_ed25519_signature(datum.oracle_key, message, redeemer.signature), (
+            "bad oracle signature"
+        )
+        # One script input, ours: two escrows split in one tx could both count the same payment
+        # (double satisfaction).
+        script_inputs = 0
+        locked: Value = {}
+        for tx_input in tx.inputs:
+            spent = tx_input.resolved
+            if isinstance(spent.address.payment_credential, ScriptCredential):
+                script_inputs += 1
+                locked = spent.value
+        assert script_inputs == 1, "one escrow per distribute tx"
+        # The one token beside ADA in the lock: the NTX the escrow splits. The ledger orders a
+        # Value's policies, ADA's empty one first. Indexing the entries, not a loop over them
+        # (~0.13 % of the memory budget less).
+        entries = locked.items()
+        assert len(entries) == 2, "a lock holds ADA and one token"
+        token = entries[1]
+        policy = token[0]
+        names = token[1].items()
+        assert len(names) == 1, "a lock holds ADA and one token"
+        name = names[0][0]
+        # The layout transactions.distribute builds: the consumer's output first, the provider's
+        # second. Each is checked where it must be, instead of a search of every output.
+        outputs = tx.outputs
+        if consumer_amount > 0:
+            back = outputs[0]
+            assert back.address.payment_credential == PubKeyCredential(datum.consumer), (
+                "consumer underpaid"
+            )
+            assert back.value.get(policy, {b"": 0}).get(name, 0) >= consumer_amount, (
+                "consumer underpaid"
+            )
+        if provider_amount > 0:
+            paid = outputs[1]
+            assert paid.address.payment_credential == PubKeyCredential(datum.provider), (
+                "provider underpaid"
+            )
+            assert paid.value.get(policy, {b"": 0}).get(name, 0) >= provider_amount, (
+                "provider underpaid"
+            )
     elif isinstance(redeemer, Refund):
         assert datum.consumer in tx.signatories, "consumer did not sign"
         if not starts_after(tx.validity_range, datum.deadline):
