@@ -35,14 +35,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import api
 from engine.config import Paths
-from engine.control import ControlClient
 from engine.errors import EngineError
 from nunet_tui.cli.zygote import ForkedChild, ZygoteClient
 from nunet_tui.presets import EXAMPLES
+
+if TYPE_CHECKING:
+    # trio comes with it: imported once the zygotes are importing (_client)
+    from engine.control import ControlClient
 
 CHANNEL = "nunet-demo-test"
 STOP_WAIT_S = 10.0
@@ -327,6 +330,8 @@ def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _client(paths: Paths, proc: Child, timeout: float = 30.0) -> ControlClient:
+    from engine.control import ControlClient
+
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -657,37 +662,56 @@ def _start_spawned(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) 
     _join(workers)
 
 
-# What the zygotes import before forking: the modules each component loads at start.
+# What the zygotes import before forking: the modules each component loads at start (a
+# name that no longer imports is skipped, and the child imports what it needs itself).
 CHAIN_PRELOAD = (
+    # What the wallets need (sandbox_wallets.py, not itself: runpy would warn of a module
+    # imported twice); they come first, the daemons wait for them. The ledger and the oracle
+    # import their own modules (uplc for the ledger) once forked, while the wallets are made.
     "pycardano",
-    "uplc",
-    "oracle_client.ledger.cli",
-    "oracle_client.ledger.state",
-    "oracle_client.oracle_server.cli",
-    "oracle_client.oracle_server.server",
-    "oracle_client.oracle_server.service",
-    "oracle_client.oracle_server.locks",
-    "oracle_client.oracle_server.store",
-    "oracle_client.oracle_server.keys",
-    "oracle_client.escrow.contract.artifact",
-    # sandbox_wallets.py's imports (not itself: runpy runs a module it finds imported twice)
     "engine.payments.service",
     "engine.store",
     "engine.identity",
 )
 NODE_PRELOAD = (
-    "nunet_tui.cli.main",
+    "libp2p",
+    "libp2p.network.connection.swarm_connection",
     "engine.daemon",
     "engine.facade",
     "engine.payments.service",
     "engine.payments.escrow",
-    "libp2p",
+    "engine.jobs.service",
+    "engine.jobs.provider",
+    "engine.jobs.consumer",
+    "engine.jobs.notebooks",
+    "engine.jobs.executors.process",
+    "engine.network.service",
+    "engine.network.link",
+    "engine.network.heartbeat",
+    "engine.network.chat",
+    "engine.notify",
+    # `nunet-tui daemon` parses its command line with every command's parser (build_parser)
+    "nunet_tui.cli.main",
+    "nunet_tui.cli.account_output",
+    "nunet_tui.cli.completion",
+    "nunet_tui.cli.gpu_output",
+    "nunet_tui.cli.job_output",
+    "nunet_tui.cli.job_tunnel",
+    "nunet_tui.cli.log_archive",
+    "nunet_tui.cli.notebook",
+    "nunet_tui.cli.resource",
+    "nunet_tui.cli.reward_output",
+    "nunet_tui.cli.wallet_output",
+    "importlib_metadata",
+    "email.policy",
 )
 
 
 def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -> None:
-    """Two zygotes import in parallel (the chain's pycardano and uplc; the nodes' libp2p and
-    engine), then fork the ledger and oracle, and the daemons, as each is ready."""
+    """Two zygotes import in parallel (the chain's: pycardano; the nodes': libp2p and the
+    engine). As soon as the chain's is ready it forks the maker of every node's wallet and
+    the ledger (the oracle once the ledger is up); the daemons are forked from the nodes'
+    zygote once it is ready and the wallets are in their homes."""
     root = sandbox.root
     tag = str(root)
     chain = ZygoteClient(
@@ -710,16 +734,6 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
     daemons_started = False
     while True:
         if ledger_line is None and chain.poll_ready():
-            ledger = sandbox.fork(
-                chain,
-                "oracle_client.ledger",
-                _ledger_args(sandbox, plan),
-                env=dict(os.environ),
-                name="nunet-ledger",
-                log=root / "ledger.log",
-                pipe_stdout=True,
-            )
-            ledger_line = _line_reader(sandbox, "ledger", ledger, ready)
             homes = [str(p.home) for p in (*plan.homes, sandbox.consumer)]
             maker = sandbox.fork(
                 chain,
@@ -731,6 +745,16 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
                 pipe_stdout=True,
             )
             wallets_line = _line_reader(sandbox, "wallets", maker, ready)
+            ledger = sandbox.fork(
+                chain,
+                "oracle_client.ledger",
+                _ledger_args(sandbox, plan),
+                env=dict(os.environ),
+                name="nunet-ledger",
+                log=root / "ledger.log",
+                pipe_stdout=True,
+            )
+            ledger_line = _line_reader(sandbox, "ledger", ledger, ready)
         if "wallets" in ready and not sandbox.wallets:
             sandbox.wallets.update(ready["wallets"])
             progress("wallets made")

@@ -324,7 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         modules = [name for name in args.preload.split(",") if name]
         for name in modules:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:  # a renamed module: slower children, not a failure
+                print(f"zygote: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
         # What is imported now is shared by every child: out of the collector's sight, a
         # collection in a child neither walks it nor copies its pages.
         gc.freeze()
