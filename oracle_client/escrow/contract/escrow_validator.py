@@ -132,9 +132,17 @@ def validator(context: ScriptContext) -> None:
     if isinstance(redeemer, Distribute):
         # Either party may submit (the outputs are checked), but not a stranger, who could keep
         # the lock's ADA.
-        assert datum.provider in tx.signatories or datum.consumer in tx.signatories, (
-            "neither party signed"
-        )
+        # The submitter is the builder's one required signer: checking the first signer before
+        # a search of the list is ~0.12 % of the memory budget less for the consumer (a tx
+        # without signers fails here too, with a builtin error instead of the message).
+        signatories = tx.signatories
+        first = signatories[0]
+        assert (
+            first == datum.provider
+            or first == datum.consumer
+            or datum.provider in signatories
+            or datum.consumer in signatories
+        ), "neither party signed"
         provider_amount = redeemer.provider_amount
         assert provider_amount >= 0 and provider_amount <= datum.amount, "bad split"
         consumer_amount = datum.amount - provider_amount
