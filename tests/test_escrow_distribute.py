@@ -25,8 +25,9 @@ from tests.escrow_world import (
 )
 
 # Shares of the per-tx limits a split may use: cpu under 2 %, memory under 2.5 % (it takes
-# 2.04-2.41 % over the cases below; the issue's goal is 2 %, which OpShin 0.28's list and map code for the walk
-# over the inputs and the outputs' Values keeps out of reach: see docs/payments.md).
+# 2.04-2.41 % over the cases below; the issue's goal is 2 %, which OpShin 0.28's list and map
+# code for the walk over the inputs and the outputs' Values keeps out of reach: see
+# docs/payments.md).
 CPU_SHARE = 0.02
 MEM_SHARE = 0.025
 LOCK = escrow_utxo()
