@@ -65,11 +65,14 @@ def run_once(mode: str, timeout: float) -> dict[str, float]:
         text=True,
     )
     stages: dict[str, float] = {}
+    stages_note: list[str] = []
     assert proc.stderr is not None
     launched = time.monotonic()
     deadline = time.monotonic() + timeout
     try:
         for line in proc.stderr:
+            if line.startswith("nunet-tui:"):  # why it ended before ready
+                stages_note.append(line.strip())
             match = LINE.match(line.strip())
             if match:
                 stage = match["stage"]
@@ -80,7 +83,7 @@ def run_once(mode: str, timeout: float) -> dict[str, float]:
                     stages["ready_from_exec"] = time.monotonic() - launched
                     stages["cpu_s"] = _cpu_seconds(root, proc.pid)
                     break
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline:  # checked per line: a silent hang waits longer
                 break
     finally:
         stopped = time.monotonic()
@@ -88,8 +91,8 @@ def run_once(mode: str, timeout: float) -> dict[str, float]:
         proc.communicate(timeout=60)
         stages["stop_s"] = time.monotonic() - stopped
         subprocess.run(["rm", "-rf", str(root.parent)], check=False)
-    if "ready" not in stages:
-        raise SystemExit(f"{mode}: the demo never said ready (stages: {stages})")
+    if "ready" not in stages and stages_note:
+        print(f"{mode}: {stages_note[-1]}")
     return stages
 
 
@@ -97,7 +100,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--modes", default="spawn,fork")
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per run, to ready")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     print(f"before: {_uptime()}  ({os.cpu_count()} CPUs)")
@@ -105,12 +108,18 @@ def main() -> int:
     for run in range(args.runs):
         for mode in modes:
             stages = run_once(mode, args.timeout)
-            results[mode].append(stages)
             shown = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+            if "ready" not in stages:
+                print(f"run {run + 1} {mode}: not ready in {args.timeout:.0f} s ({shown})")
+                continue
+            results[mode].append(stages)
             print(f"run {run + 1} {mode}: {shown}", flush=True)
     print(f"after: {_uptime()}")
     print("median (s) over", args.runs, "runs:")
     for mode in modes:
+        if not results[mode]:
+            print(f"  {mode}: no run got to ready")
+            continue
         keys = [k for k in results[mode][0] if all(k in r for r in results[mode])]
         shown = ", ".join(f"{k} {statistics.median(r[k] for r in results[mode]):.1f}" for k in keys)
         print(f"  {mode}: {shown}")

@@ -134,3 +134,41 @@ def test_sigterm_at_any_stage_of_the_fork_start_leaves_nothing(tmp_path: Path, s
     while _leftovers(root) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _leftovers(root) == ""
+
+
+def test_a_sandbox_wallet_is_the_one_the_node_opens(tmp_path: Path) -> None:
+    """sandbox_wallets.py writes where the node's own `wallet new` would: the node's
+    payments read back the same address, and the keystore's mnemonic derives to its keys."""
+    from engine import identity
+    from engine.config import Paths
+    from engine.payments.keystore import FILE_NAME, Keystore, passphrase_sources
+    from engine.payments.service import KEYSTORE_CHOICE, MNEMONIC
+    from engine.payments.wallet import derive_keys
+    from engine.store import Store
+    from nunet_tui.cli.sandbox_wallets import make_wallet
+    from oracle_client.cardano.address import network_for_channel
+
+    paths = Paths.for_home(tmp_path / "node")
+    passphrase = tmp_path / "passphrase"
+    passphrase.write_text("a sandbox passphrase\n")
+    passphrase.chmod(0o600)
+    address = make_wallet(paths, passphrase, "nunet-demo-test")
+    store = Store(paths.database)
+    try:
+        row = store.get_wallet()
+        assert store.get_value(KEYSTORE_CHOICE) == "file"
+    finally:
+        store.close()
+    assert row is not None and row.origin == "new"
+    keystore = Keystore(
+        "file",
+        paths.keys_dir / FILE_NAME,
+        namespace=identity.load_or_create(paths.identity_key).peer_id,
+        sources=passphrase_sources({}, passphrase),
+    )
+    mnemonic = keystore.get(MNEMONIC)
+    assert mnemonic is not None and len(mnemonic.split()) == 24
+    keys = derive_keys(mnemonic)
+    assert keys.payment_key_hash == row.payment_key_hash
+    assert keys.address(network_for_channel("nunet-demo-test")) == address
+    assert address.startswith("addr_test1")

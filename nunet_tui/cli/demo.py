@@ -10,9 +10,12 @@ describing it (with ``ledger_url`` and ``oracle_url``), and runs until interrupt
 Everything stops when the app quits.
 
 Start-up runs in parallel (ports and the first identities are chosen up front, so every node
-can be configured before any is running) and says what it is doing on stderr. SIGINT or
-SIGTERM at any moment, also during start-up, stops every process the sandbox started; the
-last line says where its files are and whether they were removed.
+can be configured before any is running) and says what it is doing on stderr. By default the
+processes are forked from two zygotes (zygote.py) that import pycardano, and libp2p with the
+engine, once instead of in every process, and the nodes' wallets are made before the nodes
+start (sandbox_wallets.py); ``NUNET_TUI_DEMO_START=spawn`` starts a fresh interpreter for
+each instead. SIGINT or SIGTERM at any moment, also during start-up, stops every process the
+sandbox started; the last line says where its files are and whether they were removed.
 """
 
 from __future__ import annotations
@@ -664,6 +667,7 @@ def _start_spawned(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) 
 
 # What the zygotes import before forking: the modules each component loads at start (a
 # name that no longer imports is skipped, and the child imports what it needs itself).
+ZYGOTE_IMPORT_S = 120.0  # seconds of wall time: minutes only on a machine loaded far past its cores
 CHAIN_PRELOAD = (
     # What the wallets need (sandbox_wallets.py, not itself: runpy would warn of a module
     # imported twice); they come first, the daemons wait for them. The ledger and the oracle
@@ -732,7 +736,14 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
     wallets_line: _Worker | None = None
     ready: dict[str, dict[str, str]] = {}
     daemons_started = False
+    deadline = time.monotonic() + ZYGOTE_IMPORT_S
     while True:
+        if time.monotonic() > deadline and not (ledger_line is not None and daemons_started):
+            raise EngineError(
+                "demo",
+                f"the sandbox's modules were not imported in {ZYGOTE_IMPORT_S:.0f} s; see "
+                f"{root / 'zygote-chain.log'} and {root / 'zygote-nodes.log'}",
+            )
         if ledger_line is None and chain.poll_ready():
             homes = [str(p.home) for p in (*plan.homes, sandbox.consumer)]
             maker = sandbox.fork(
