@@ -719,7 +719,12 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
     root = sandbox.root
     tag = str(root)
     chain = ZygoteClient(
-        sandbox.spawn, CHAIN_PRELOAD, env=os.environ, log=root / "zygote-chain.log", tag=tag
+        sandbox.spawn,
+        CHAIN_PRELOAD,
+        env=os.environ,
+        log=root / "zygote-chain.log",
+        tag=tag,
+        options=["--skip-pycardano-ogmios"],
     )
     sandbox.zygotes.append(chain)
     nodes = ZygoteClient(

@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,6 +238,7 @@ class ZygoteClient:
         env: Mapping[str, str],
         log: Path,
         tag: str,
+        options: Sequence[str] = (),
     ) -> None:
         self.log = log
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -244,7 +246,7 @@ class ZygoteClient:
         self._lock = threading.Lock()
         try:
             argv = [sys.executable, "-m", "nunet_tui.cli.zygote", "--fd", str(theirs.fileno())]
-            argv += ["--preload", ",".join(preload), "--tag", tag]
+            argv += ["--preload", ",".join(preload), "--tag", tag, *options]
             with log.open("ab") as stderr:
                 self.proc = spawn(
                     argv,
@@ -305,6 +307,35 @@ class ZygoteClient:
         self._sock.close()
 
 
+# pycardano/backend/__init__.py imports its Ogmios backends unconditionally (from .ogmios_v5
+# import *, from .ogmios_v6 import *): ~1 s of CPU, 40 % of `import pycardano`, for chain
+# backends the sandbox never uses (its nodes, ledger and oracle talk Blockfrost to the local
+# ledger). A chain zygote may put empty modules in their place before importing pycardano. A
+# hack on a library's internals, so: only for the version whose backend/__init__.py is known
+# (tests/test_demo_start.py fails when pycardano changes it), only in the sandbox's chain
+# zygote and its children, and never with pycardano's run-time type checks turned off.
+PYCARDANO_OGMIOS_SKIP_VERSIONS = ("0.19.2",)
+PYCARDANO_OGMIOS_MODULES = ("pycardano.backend.ogmios_v5", "pycardano.backend.ogmios_v6")
+
+
+def skip_pycardano_ogmios() -> bool:
+    """Empty stand-ins for pycardano's Ogmios backends; False (nothing done) for a pycardano
+    version not known to import them only from backend/__init__.py, or already imported."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pycardano")
+    except metadata.PackageNotFoundError:
+        return False
+    if version not in PYCARDANO_OGMIOS_SKIP_VERSIONS or "pycardano" in sys.modules:
+        return False
+    for name in PYCARDANO_OGMIOS_MODULES:
+        stand_in = types.ModuleType(name, "not imported by the sandbox (nunet_tui/cli/zygote.py)")
+        stand_in.__all__ = []  # type: ignore[attr-defined]
+        sys.modules[name] = stand_in
+    return True
+
+
 def _on_term(signum: int, frame: FrameType | None) -> None:
     raise _Stop
 
@@ -314,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--preload", default="", help="modules to import, comma-separated")
     parser.add_argument("--tag", default="", help="shown on the command line only")
+    parser.add_argument(
+        "--skip-pycardano-ogmios", action="store_true", help="see skip_pycardano_ogmios"
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the demo decides; SIGTERM stops us
@@ -323,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = time.monotonic()
         modules = [name for name in args.preload.split(",") if name]
+        if args.skip_pycardano_ogmios and skip_pycardano_ogmios():
+            print("zygote: pycardano's Ogmios backends not imported", file=sys.stderr, flush=True)
         for name in modules:
             try:
                 importlib.import_module(name)
