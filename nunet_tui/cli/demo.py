@@ -870,7 +870,12 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
     sandbox: Sandbox | None = None
     ok = False
     try:
-        sandbox = start_sandbox(root, consumer_daemon=not tui, progress=say, signals=signals)
+        # The consumer is a daemon of the sandbox in both modes, started and funded with the
+        # providers; the app attaches to it. Embedded in the app, its engine started only
+        # once the sandbox was up, and ready came ~3 s later (7.4 s against 4.7 s).
+        if tui:  # the app's modules load while the sandbox starts, not after it
+            threading.Thread(target=_preload_app, name="demo-preload", daemon=True).start()
+        sandbox = start_sandbox(root, consumer_daemon=True, progress=say, signals=signals)
         if not tui:
             say("ready")
             print(json.dumps(sandbox.describe()), flush=True)
@@ -891,6 +896,13 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
             sandbox.stop()
         signals.restore()
         _finish(sandbox, root, made_root, ok)
+
+
+def _preload_app() -> None:
+    import importlib
+
+    for name in ("engine.connect", "engine.control", "engine.reconnect", "nunet_tui.app"):
+        importlib.import_module(name)
 
 
 def _extra_log() -> Path | None:
@@ -956,16 +968,9 @@ def _run_app(sandbox: Sandbox, say: Progress) -> int:
     from nunet_tui.app import NunetApp
 
     configure(sandbox.consumer)
-    client = open_client(sandbox.consumer)
+    # Set to consumer mode and funded by the sandbox already; reconnect: as any attached app.
+    client = open_client(sandbox.consumer, attach=True, reconnect=True)
     try:
-        client.call_blocking(api.SetMode(mode="consumer"))
-        fund_wallet(
-            sandbox,
-            client,
-            ada=100,
-            ntx=CONSUMER_NTX,
-            address=sandbox.wallets.get(str(sandbox.consumer.home)),
-        )
         say("ready")
         app = NunetApp(client=client, examples=sandbox.describe())
         if (extra := _extra_log()) is not None:
