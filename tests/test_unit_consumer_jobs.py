@@ -4,6 +4,7 @@ job's NTX through the escrow port before confirming, and keeps the job it confir
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,43 @@ def test_a_script_submitting_many_jobs_waits_its_turn_instead_of_being_refused(
     jobs = trio.run(main)
     assert [job.state for job in jobs] == ["accepted"] * count
     assert [type(m) for m in provider.received] == [p.Offer, p.Confirm] * count
+
+
+def test_a_provider_silent_after_the_quote_ends_the_job_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.jobs.consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "ASK_TIMEOUT_S", 0.5)
+
+    class SilentAfterQuote(FakeProviderPeer):
+        async def handle(self, stream: Any) -> None:
+            got = await p.receive(stream, p.remote_peer(stream))
+            if got is not None and isinstance(got[0], p.Confirm):
+                self.received.append(got[0])
+                await trio.sleep(1.5)  # holds the stream past the consumer's 0.5 s, silent
+                return
+            assert got is not None
+            self.received.append(got[0])
+            await p.send(
+                stream,
+                self.identity,
+                p.Quote(
+                    job_id=got[0].job_id,
+                    provider=self.peer_id,
+                    price_ntx_hour=3.0,
+                    total_ntx=0.5,
+                    expires_at=time.time() + 60,
+                    executor="process",
+                ),
+            )
+            await stream.close()
+
+    silent = SilentAfterQuote(identity(4))
+    consumer, link, _ = world(tmp_path, (silent, 0.5))
+    with pytest.raises(EngineError) as info:
+        submit(consumer, link)
+    assert "no answer to the confirmation: no answer within 0.5 s" in info.value.message
+    [job] = consumer.ctx.store.list_jobs()
+    assert job.state == "refused"
+    assert job.reason == "no answer to the confirmation: no answer within 0.5 s"

@@ -90,6 +90,13 @@ class _Heard:
     at: float
 
 
+def _why(exc: BaseException) -> str:
+    """One line for a failed ask (a timeout's own text is empty)."""
+    if isinstance(exc, trio.TooSlowError):
+        return f"no answer within {ASK_TIMEOUT_S:g} s"
+    return str(exc) or type(exc).__name__
+
+
 class ConsumerJobs:
     """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
     are off). Both are built on first use."""
@@ -197,7 +204,7 @@ class ConsumerJobs:
                     p.Offer(job_id=job_id, spec=spec, consumer=me),
                 )
             except (p.ProtocolError, OSError, trio.TooSlowError, Exception) as exc:
-                refusals.append((provider, f"unreachable: {exc}"))
+                refusals.append((provider, f"unreachable: {_why(exc)}"))
                 continue
             if isinstance(quote, p.Refusal):
                 refusals.append((provider, quote.reason))
@@ -244,18 +251,25 @@ class ConsumerJobs:
                 except EngineError as exc:
                     self._save(msgspec.structs.replace(job, state="refused", reason=exc.message))
                     raise
-            answer = await self._ask(
-                service,
-                provider,
-                p.Confirm(
-                    job_id=job_id,
-                    total_ntx=quote.total_ntx,
-                    escrow_tx=lock_tx,
-                    escrow_terms=terms,
-                ),
-            )
+            answer: p.AnyJobMessage | None = None
+            why = "no answer"
+            try:
+                answer = await self._ask(
+                    service,
+                    provider,
+                    p.Confirm(
+                        job_id=job_id,
+                        total_ntx=quote.total_ntx,
+                        escrow_tx=lock_tx,
+                        escrow_terms=terms,
+                    ),
+                )
+            except (p.ProtocolError, OSError, trio.TooSlowError) as exc:
+                # The job ends refused with the reason, never pending for ever behind an
+                # "internal error".
+                why = f"no answer to the confirmation: {_why(exc)}"
             if not isinstance(answer, p.Accepted):
-                reason = answer.reason if isinstance(answer, p.Refusal) else "no answer"
+                reason = answer.reason if isinstance(answer, p.Refusal) else why
                 if lock_tx:
                     reason += " (the locked NTX come back after the escrow's deadline)"
                 self._save(msgspec.structs.replace(job, state="refused", reason=reason))
