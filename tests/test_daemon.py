@@ -62,12 +62,14 @@ def test_second_engine_is_refused_while_the_daemon_runs(
 
 
 def test_sigterm_stops_cleanly_and_logs(daemon: subprocess.Popen[str], node_home: Paths) -> None:
-    began = time.monotonic()
     daemon.send_signal(signal.SIGTERM)
     assert daemon.wait(10) == 0
-    assert time.monotonic() - began < 3
     _, stderr = daemon.communicate()
     assert "daemon ready" in stderr and "engine stopped" in stderr
+    # Clean, which is not a time: the signal may come while the engine still starts (the
+    # socket opens first, ~1 s before ready); what must never show is a stop that waited
+    # out its own deadline.
+    assert "did not stop within" not in stderr and "Traceback" not in stderr
     log = node_home.log_file.read_text()
     assert "daemon ready" in log
     assert not node_home.control_socket.exists()
