@@ -1,10 +1,14 @@
-"""Compile the escrow validator with the opshin CLI and write the committed artifact.
+"""Build the escrow script and write the committed artifact.
 
     .venv/bin/python scripts/build_contract.py          # rewrites contract/build/escrow.json
     .venv/bin/python scripts/build_contract.py --out X  # writes X instead (the test compares)
 
-The CLI, not opshin's Python API: the CLI tags the script with its version before flattening,
-so only the CLI reproduces the hash of what we ship (PLATFORM-NOTES).
+Two parts: the OpShin validator (Claim, Refund), compiled with the opshin CLI, and the split
+(Distribute), written as UPLC in distribute_uplc.py; `with_distribute` wraps the first in the
+second and the result is flattened again with uplc. The CLI, not opshin's Python API: the
+CLI tags the script with its version before flattening, so only the CLI reproduces the hash
+of what we ship (PLATFORM-NOTES). Both steps are deterministic: the same sources, opshin and
+uplc give the same bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ from typing import Any
 from pycardano import Address, Network, PlutusV3Script, plutus_script_hash
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE = REPO / "oracle_client" / "escrow" / "contract" / "escrow_validator.py"
+sys.path.insert(0, str(REPO))
+
+from uplc.tools import flatten, unflatten  # noqa: E402
+
+from oracle_client.escrow.contract.distribute_uplc import with_distribute  # noqa: E402
+
+CONTRACT = REPO / "oracle_client" / "escrow" / "contract"
+SOURCE = CONTRACT / "escrow_validator.py"
+# The split's UPLC: part of the script, so part of what the artifact records it was built from.
+DISTRIBUTE_SOURCE = CONTRACT / "distribute_uplc.py"
 ARTIFACT = REPO / "oracle_client" / "escrow" / "contract" / "build" / "escrow.json"
 # -O3 is ~0.5 % of a tx's memory budget cheaper on a split than the default -O1
 # (bench/escrow_costs.py); it also strips traces, which the tests and the off-chain errors read
@@ -37,7 +50,8 @@ def opshin_version() -> str:
 
 
 def compile_validator(source: Path = SOURCE) -> dict[str, Any]:
-    """Run `opshin build` on `source` and describe the result as the artifact dict."""
+    """Run `opshin build` on `source`, wrap it in the split's UPLC and describe the result
+    as the artifact dict."""
     with tempfile.TemporaryDirectory(prefix="escrow-build-") as tmp:
         result = subprocess.run(
             [sys.executable, "-m", "opshin", "build", str(source), "-o", tmp, *OPSHIN_FLAGS],
@@ -47,16 +61,22 @@ def compile_validator(source: Path = SOURCE) -> dict[str, Any]:
         )
         if result.returncode != 0:
             raise RuntimeError(f"opshin build failed:\n{result.stdout}\n{result.stderr}")
-        cbor_hex = (Path(tmp) / "script.cbor").read_text().strip()
-    script = PlutusV3Script(bytes.fromhex(cbor_hex))
+        opshin_cbor = bytes.fromhex((Path(tmp) / "script.cbor").read_text().strip())
+    # uplc's decoder and encoder recurse once per nested term (OpShin's ~900 deep).
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
+    script_bytes = flatten(with_distribute(unflatten(opshin_cbor)))
+    cbor_hex = script_bytes.hex()
+    script = PlutusV3Script(script_bytes)
     script_hash = plutus_script_hash(script)
     return {
         "title": "nunet NTX escrow",
         "plutus_version": 3,
         "opshin_version": opshin_version(),
         "opshin_flags": list(OPSHIN_FLAGS),
-        "source": str(source.relative_to(REPO)) if source.is_relative_to(REPO) else str(source),
-        "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "sources": {
+            _shown(path): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in (source, DISTRIBUTE_SOURCE)
+        },
         "cbor_hex": cbor_hex,
         "size_bytes": len(script),
         "script_hash": script_hash.payload.hex(),
@@ -65,10 +85,14 @@ def compile_validator(source: Path = SOURCE) -> dict[str, Any]:
     }
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ARTIFACT, help="artifact path to write")
-    parser.add_argument("--source", type=Path, default=SOURCE, help="validator source")
+    parser.add_argument("--source", type=Path, default=SOURCE, help="OpShin validator source")
     args = parser.parse_args(argv)
     artifact = compile_validator(args.source.resolve())
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -96,7 +96,9 @@ from tests.escrow_world import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-VALIDATOR = REPO / "oracle_client" / "escrow" / "contract" / "escrow_validator.py"
+CONTRACT = REPO / "oracle_client" / "escrow" / "contract"
+# What the script is built from: the OpShin validator and the split's UPLC.
+SOURCES = (CONTRACT / "escrow_validator.py", CONTRACT / "distribute_uplc.py")
 
 # The world's lock (A, escrow_utxo()) and a second lock B with the very same datum, made by
 # another transaction at another output index.
@@ -136,12 +138,15 @@ def test_artifact_is_consistent() -> None:
 
 
 def test_artifact_was_built_from_the_current_source() -> None:
-    """Cheap guard: the validator changed but nobody ran scripts/build_contract.py."""
-    assert load_artifact().source_sha256 == hashlib.sha256(VALIDATOR.read_bytes()).hexdigest()
+    """Cheap guard: a source changed but nobody ran scripts/build_contract.py."""
+    assert load_artifact().sources == {
+        str(path.relative_to(REPO)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in SOURCES
+    }
 
 
 def test_compiling_again_gives_the_committed_script(tmp_path: Path) -> None:
-    """The opshin CLI, as the artifact was built (~6.5 s)."""
+    """The opshin CLI and the split's UPLC, as the artifact was built (~10-15 s)."""
     out = tmp_path / "escrow.json"
     subprocess.run(
         [sys.executable, str(REPO / "scripts" / "build_contract.py"), "--out", str(out)],

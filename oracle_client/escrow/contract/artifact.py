@@ -23,7 +23,8 @@ class EscrowArtifact:
     testnet_address: str
     mainnet_address: str
     opshin_version: str
-    source_sha256: str
+    # Each source the script was built from (the OpShin validator, the split's UPLC): sha256.
+    sources: dict[str, str]
     size_bytes: int
 
 
@@ -37,7 +38,7 @@ def load_artifact(path: Path = ARTIFACT_PATH) -> EscrowArtifact:
         testnet_address=raw["testnet_address"],
         mainnet_address=raw["mainnet_address"],
         opshin_version=raw["opshin_version"],
-        source_sha256=raw["source_sha256"],
+        sources=dict(raw["sources"]),
         size_bytes=raw["size_bytes"],
     )
     actual = plutus_script_hash(PlutusV3Script(bytes.fromhex(artifact.cbor_hex))).payload.hex()
