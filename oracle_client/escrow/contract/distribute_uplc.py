@@ -242,7 +242,10 @@ _AFTER = lam(
         v("rest"),
         v("value"),
         ite(
-            eq_int(_credential_id(_resolved_fields(head(v("rest")))), const(1)),
+            eq_int(
+                _credential_id(_resolved_fields(head(v("rest")))),
+                const(SCRIPT_CREDENTIAL_CONSTR),
+            ),
             fail(_ONE_ESCROW),
             recur("after", tail(v("rest")), v("value")),
         ),
