@@ -2,7 +2,8 @@
 
 Choices come from PLATFORM-NOTES: one connection per peer (otherwise every dial waits a fixed
 250 ms), Noise as the only security transport (py-libp2p offers plaintext and secio by
-default), yamux only (no mplex fallback), and ``close()`` before cancelling so peers see us go.
+default), yamux only (no mplex fallback) with go-yamux's window credit (yamux_credit.py),
+and ``close()`` before cancelling so peers see us go.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from engine.identity import Identity
+from engine.network import yamux_credit
 from engine.network.libp2p_guards import guard_host
 
 log = logging.getLogger("nunet.network.host")
@@ -128,6 +130,8 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
     )
     # A handler that raises on a stranger's stream must not close the host (libp2p_guards).
     guard_host(host)
+    # A stream's sender is credited once half its window is read, not after every read.
+    yamux_credit.install(host)
     return host
 
 
