@@ -1,7 +1,8 @@
 """What the TUI and the CLI hold: an engine they can call, embedded or across the socket.
 
 ``Engine`` (embedded, engine/facade.py) and ``ControlClient`` (a running daemon's socket,
-engine/control.py) both satisfy this protocol, so nothing above the engine knows which it has.
+engine/control_client.py) both satisfy this protocol, so nothing above the engine knows which
+it has.
 """
 
 from __future__ import annotations

@@ -281,6 +281,9 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # Provider: tell the oracle this often that a paid job is still running (the oracle
     # refunds on the consumer's word only after ~3 of these are missed).
     liveness_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=300)] = 30.0
+    # Both: open escrows (a deadline passed, the oracle back, a claim to confirm) are looked at
+    # this often; a receipt or a command wakes the loop at once either way.
+    settle_interval_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 15.0
 
 
 class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

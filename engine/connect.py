@@ -111,7 +111,7 @@ def _choose(
 
 def _attach(paths: Paths, reconnect: bool) -> EngineClient:
     """The holder's control socket (OSError while nothing answers on it yet)."""
-    from engine.control import ControlClient
+    from engine.control_client import ControlClient
 
     if reconnect:
         from engine.reconnect import ReconnectingClient

@@ -8,7 +8,6 @@ imports nothing heavy, so the first frame never waits for it.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import threading
@@ -127,6 +126,8 @@ class DeferredClient:
         return waiter
 
     async def call(self, command: Command) -> Any:
+        import asyncio  # 25 ms that a scripting command, which never awaits, does not pay
+
         client = await asyncio.wrap_future(self._waiter())
         return await client.call(command)
 

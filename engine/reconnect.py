@@ -21,7 +21,7 @@ from typing import Any
 
 from engine import api
 from engine.client import EventCallback, Subscribers
-from engine.control import DAEMON_GONE, ControlClient
+from engine.control_client import DAEMON_GONE, ControlClient
 from engine.errors import EngineError
 
 log = logging.getLogger("nunet.reconnect")

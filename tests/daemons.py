@@ -14,9 +14,17 @@ from typing import Any
 import pytest
 
 from engine.config import Paths
+from engine.payments.keystore import SANDBOX_KDF_ENV
 from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, REPO, make_home, run_cli
 
-HEARTBEAT_ENV = {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1", **FETCH_LOOPBACK_ENV}
+HEARTBEAT_ENV = {
+    "NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1",
+    # A test daemon's wallets are throwaway: created with the sandbox's cheap key derivation
+    # (engine/payments/keystore.py SANDBOX_KDF_ENV), as `nunet-tui demo` creates its own. The
+    # full Argon2id cost is tested in tests/test_keystore.py; here it was 5 s of every paid pair.
+    SANDBOX_KDF_ENV: "1",
+    **FETCH_LOOPBACK_ENV,
+}
 
 
 class Daemon:

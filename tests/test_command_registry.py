@@ -14,7 +14,7 @@ import pytest
 from engine import api
 from engine.commands import ALL_COMMANDS, ROOM_OF, ROOMS, AnyCommand, Dispatch, decode_command
 from engine.config import Paths, load_settings
-from engine.control import ControlClient
+from engine.control_client import ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
 from engine.identity import load_or_create

@@ -72,6 +72,7 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         ("[machine]\nhostname = '" + "h" * 300 + "'\n", {}, "at most 253 characters"),
         ("[payments]\ndeadline_margin_s = 5\n", {}, "deadline_margin_s = 5 .*60 to"),
         ("[payments]\nrequire_payment = 'maybe'\n", {}, "require_payment .*true or false"),
+        ("[payments]\nsettle_interval_s = 0\n", {}, "settle_interval_s = 0 .*1 to 3,600"),
         ("", {"NUNET_PAYMENTS_REQUIRE_PAYMENT": "maybe"}, "true or false"),
         ("", {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "inf"}, r"\(from NUNET_NETWORK_HEART"),
         ("", {"NUNET_PAYMENTS_DEADLINE_MARGIN_S": "5"}, "deadline_margin_s = 5 .*60 to"),
@@ -140,6 +141,7 @@ def test_every_setting_has_a_range() -> None:
         ({"NUNET_PAYMENTS_REQUIRE_PAYMENT": "off"}, "payments", "require_payment", False),
         ({"NUNET_PAYMENTS_REQUIRE_PAYMENT": "Yes"}, "payments", "require_payment", True),
         ({"NUNET_JOBS_CHECKPOINT_INTERVAL_S": "0"}, "jobs", "checkpoint_interval_s", 0.0),
+        ({"NUNET_PAYMENTS_SETTLE_INTERVAL_S": "2"}, "payments", "settle_interval_s", 2.0),
     ],
 )
 def test_environment_overrides_of_every_type(

@@ -18,7 +18,7 @@ import pytest
 from engine import api
 from engine.commands import decode_command
 from engine.config import Paths
-from engine.control import DAEMON_GONE, MAX_LINE, ControlClient
+from engine.control_client import DAEMON_GONE, MAX_LINE, ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
 from tests.conftest import TEST_ADDRESS

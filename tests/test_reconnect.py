@@ -16,7 +16,7 @@ import pytest
 
 from engine import api
 from engine.connect import open_client
-from engine.control import DAEMON_GONE
+from engine.control_client import DAEMON_GONE
 from engine.errors import EngineError
 from engine.reconnect import MAX_RETRY_S, ReconnectingClient, backoff
 from nunet_tui.app import NunetApp

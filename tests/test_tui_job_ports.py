@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from engine.api import JobInfo, SetMode, TunnelForward
-from engine.control import ControlClient
+from engine.control_client import ControlClient
 from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen

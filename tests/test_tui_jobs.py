@@ -26,7 +26,7 @@ from engine.api import (
     SetMode,
     SubmitJob,
 )
-from engine.control import DAEMON_GONE, ControlClient
+from engine.control_client import DAEMON_GONE, ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
 from nunet_tui.app import NunetApp

@@ -57,7 +57,6 @@ T = TypeVar("T")
 
 LOCK_WAIT_S = 60.0  # how long a provider waits for the consumer's lock to show on chain
 LOCK_POLL_S = 1.0
-SETTLE_RETRY_S = 15.0  # open escrows are retried this often (oracle down, tx refused...)
 SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provider's claim
 SETTLE_BACKOFF_S = 1.0  # a failing escrow is tried again after 1, 2, 4 ... s
 SETTLE_BACKOFF_MAX_S = 30.0
@@ -569,10 +568,13 @@ class Escrows:
         can cancel the node's other services."""
         task_status.started()
         failures: dict[str, tuple[int, float]] = {}  # job id -> (failures in a row, retry at)
+        # Open escrows are retried this often (the oracle down, a tx refused, a deadline on
+        # the chain's clock); a receipt or a command wakes the loop sooner.
+        every = self.ctx.settings.payments.settle_interval_s
         while True:
             soon = False
             now = trio.current_time()
-            due = now + SETTLE_RETRY_S
+            due = now + every
             # "undecided" too: a consumer's lock the oracle would not release comes back
             # after its deadline without anyone asking.
             for raw in self.ctx.store.list_escrows((*api.ESCROW_OPEN_STATES, "undecided")):
@@ -601,7 +603,7 @@ class Escrows:
                     or info.state in ("claiming", "refunding")
                 )
             wait = SETTLE_SOON_S if soon else due - trio.current_time()
-            with trio.move_on_after(max(0.0, min(wait, SETTLE_RETRY_S))):
+            with trio.move_on_after(max(0.0, min(wait, every))):
                 await self._wake.wait()
             self._wake = trio.Event()
 

@@ -48,7 +48,7 @@ from nunet_tui.presets import EXAMPLES
 
 if TYPE_CHECKING:
     # trio comes with it: imported once the zygotes are importing (_client)
-    from engine.control import ControlClient
+    from engine.control_client import ControlClient
 
 CHANNEL = "nunet-demo-test"
 STOP_WAIT_S = 10.0
@@ -333,7 +333,7 @@ def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _client(paths: Paths, proc: Child, timeout: float = 30.0) -> ControlClient:
-    from engine.control import ControlClient
+    from engine.control_client import ControlClient
 
     deadline = time.monotonic() + timeout
     while True:
@@ -901,7 +901,7 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
 def _preload_app() -> None:
     import importlib
 
-    for name in ("engine.connect", "engine.control", "engine.reconnect", "nunet_tui.app"):
+    for name in ("engine.connect", "engine.control_client", "engine.reconnect", "nunet_tui.app"):
         importlib.import_module(name)
 
 

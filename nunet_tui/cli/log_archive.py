@@ -31,7 +31,6 @@ import time
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -273,6 +272,8 @@ def _read_log(path: Path) -> str | None:
 
 
 def _versions() -> dict[str, Any]:
+    from importlib import metadata  # 25 ms: only the archive needs it, not every command
+
     def version(name: str) -> str:
         try:
             return metadata.version(name)
@@ -327,7 +328,7 @@ def _job(job: api.JobInfo) -> dict[str, Any]:
 
 def _from_daemon(paths: Paths) -> dict[str, Any] | None:
     """The running node's view over its control socket, or None when none answers."""
-    from engine.control import ControlClient
+    from engine.control_client import ControlClient
 
     try:
         client = ControlClient(paths.control_socket)

@@ -62,6 +62,20 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _Version(argparse.Action):
+    """``--version``: the distribution's version is read only when asked (importlib.metadata
+    is 40 ms that every other command would pay while its parser is built)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        print(f"{parser.prog} {version()}")  # on stdout, as argparse's own action prints it
+        parser.exit(0)
+
+
 def _add_app_options(parser: argparse.ArgumentParser) -> None:
     """The options that come before any command (the full-screen app takes only these)."""
     parser.add_argument(
@@ -162,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A decentralized compute market in one terminal program.",
         parents=[common],
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_Version)
     _add_app_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -425,7 +439,9 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
     from engine.logsetup import configure
 
     paths.ensure()  # a --home that is a file or unwritable: one line, before anything else
-    configure(paths, load_settings(paths).log_level)
+    # Only the log level: an embedded engine checks the addresses as it opens, and a daemon
+    # has its own (multiaddr's checks are 40 ms of every command).
+    configure(paths, load_settings(paths, addresses=False).log_level)
     client = open_client(paths, attach=args.attach, network=False)
     try:
         result = runner(args, client)

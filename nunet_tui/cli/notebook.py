@@ -10,7 +10,6 @@ its files on the provider.
 from __future__ import annotations
 
 import argparse
-import http.client
 import sys
 import time
 from typing import Any
@@ -131,6 +130,8 @@ def _list(args: argparse.Namespace, client: EngineClient) -> None:
 
 def wait_ready(port: int, token: str, seconds: float = READY_S) -> None:
     """Until JupyterLab answers its status with the token through the forward."""
+    import http.client  # 15 ms (ssl) that the other commands, loading this module, skip
+
     deadline = time.monotonic() + seconds
     last = "no answer"
     while time.monotonic() < deadline:

@@ -22,7 +22,7 @@ import msgspec
 import pytest
 
 from engine import api
-from engine.control import ControlClient
+from engine.control_client import ControlClient
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
 from tests.daemons import Daemon, wait_for

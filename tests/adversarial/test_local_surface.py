@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import Paths, check_socket_dir
-from engine.control import ControlClient
+from engine.control_client import ControlClient
 from engine.errors import EngineError
 from tests.conftest import REPO, make_home, run_cli
 from tests.daemons import Daemon
