@@ -289,42 +289,45 @@ _SIGNED = lam(
     ),
 )
 
+
+def _find_key(loop: str, entries: str, key: str, entry: str, found: AST) -> AST:
+    """A recursive function `loop` over a Map's `entries` (a builtin list of pairs): `found`
+    (which reads v(entry)) for the first entry whose key equals v(key) as Data, 0 when none
+    does."""
+    return lam(
+        [loop, entries],
+        on_list(
+            v(entries),
+            const(0),
+            block(
+                [Let(entry, head(v(entries)))],
+                ite(
+                    eq_data(call(BuiltInFun.FstPair, v(entry)), v(key)),
+                    found,
+                    recur(loop, tail(v(entries))),
+                ),
+            ),
+        ),
+    )
+
+
 # How much of the lock's token (v "policy", v "name", as B data) a Value's entries hold: the
 # first entry with that policy, then the first with that name; 0 when there is none (what
 # OpShin's `value.get(policy, {b"": 0}).get(name, 0)` gave). The ledger keeps a Value's keys
 # unique, so the first is the only one.
-_NAMED = lam(
-    ["named", "names"],
-    on_list(
-        v("names"),
-        const(0),
-        block(
-            [Let("entry", head(v("names")))],
-            ite(
-                eq_data(call(BuiltInFun.FstPair, v("entry")), v("name")),
-                call(BuiltInFun.UnIData, call(BuiltInFun.SndPair, v("entry"))),
-                recur("named", tail(v("names"))),
-            ),
-        ),
-    ),
+_NAMED = _find_key(
+    "named",
+    "names",
+    "name",
+    "entry",
+    call(BuiltInFun.UnIData, call(BuiltInFun.SndPair, v("entry"))),
 )
-_QUANTITY = lam(
-    ["quantity", "policies"],
-    on_list(
-        v("policies"),
-        const(0),
-        block(
-            [Let("policy_entry", head(v("policies")))],
-            ite(
-                eq_data(call(BuiltInFun.FstPair, v("policy_entry")), v("policy")),
-                recur(
-                    "named",
-                    call(BuiltInFun.UnMapData, call(BuiltInFun.SndPair, v("policy_entry"))),
-                ),
-                recur("quantity", tail(v("policies"))),
-            ),
-        ),
-    ),
+_QUANTITY = _find_key(
+    "quantity",
+    "policies",
+    "policy",
+    "policy_entry",
+    recur("named", call(BuiltInFun.UnMapData, call(BuiltInFun.SndPair, v("policy_entry")))),
 )
 
 
