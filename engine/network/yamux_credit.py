@@ -2,14 +2,15 @@
 window has been read, not one after every read.
 
 py-libp2p 0.8.1's ``YamuxStream._auto_tune_and_send_window_update`` credits the sender for
-every read that returns data (its ``partial_slack`` and ``RELEASE_ON_READ`` branches; the
-environment setting only turns off the second, so neither value changes a small read). In a
-request/response exchange of small messages (a tunnelled HTTP request, a job's Update) that
-is one more frame per message each way: encrypted, written and awaited inside ``read()``
-before the data is returned, so on the round trip's critical path, and read, decrypted and
-handled by the peer's connection task. A forwarded round trip crosses four such reads (each
-daemon reads the request or the answer off its stream), and the updates were about 0.9 ms
-of each daemon's CPU per round trip (bench/tunnel.py).
+every read that returns data (its ``partial_slack`` branch over-credits one read, its
+``RELEASE_ON_READ`` branch the next; ``PY_YAMUX_RELEASE_ON_READ=0`` turns off only the
+second: 200 small round trips sent 204 updates each way, 106 with it). In a request/response
+exchange of small messages (a tunnelled HTTP request, a job's Update) that is one more frame
+per message each way: encrypted, written and awaited inside ``read()`` before the data is
+returned, so on the round trip's critical path, and read, decrypted and handled by the
+peer's connection task. A forwarded round trip crosses four such reads (each daemon reads
+the request or the answer off its stream); the updates were 0.6-0.9 ms of each daemon's CPU
+per round trip (bench/tunnel.py, A/B on a loaded machine).
 
 go-yamux (``sendWindowUpdate``) sends an update only once the bytes read but not yet
 credited reach half the window; py-libp2p's own method does exactly that when called with
