@@ -238,3 +238,59 @@ def test_anything_more_than_a_plain_demo_goes_to_the_full_parser(argv: list[str]
     from nunet_tui.cli.main import _demo_only
 
     assert _demo_only(argv) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["peer", "list", "--json"],
+        ["--home", "job", "peer", "self"],  # an option's value that is a command's name
+        ["--json", "job", "submit", "--url", "http://x/a.py", "--framework", "torch"],
+        ["--home", "/tmp/h", "job", "logs", "abc", "--tail", "5"],
+        ["--attach", "reward", "list"],
+        ["wallet", "show"],
+        ["resource", "list", "--json"],
+        ["onboard-ml"],
+        ["onboard", "-m", "100", "-c", "200", "-a", "addr"],
+        ["chat", "send", "p", "job"],
+        ["log", "-o", "/tmp/x.tar.gz"],
+    ],
+)
+def test_a_command_parsed_by_its_own_parser_reads_as_the_whole_one_reads_it(
+    argv: list[str],
+) -> None:
+    from nunet_tui.cli.main import _parse
+
+    parser, args = _parse(argv)
+    assert args == build_parser().parse_args(argv)
+    assert parser.prog == "nunet-tui"
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["peer", "list"], "peer"),
+        (["--home", "job", "peer", "self"], "peer"),
+        (["--listen", "/ip4/1.2.3.4/tcp/1", "job", "list"], "job"),
+        (["job", "-h"], None),  # help: the whole parser
+        (["--version"], None),
+        (["completion", "bash"], None),
+        (["daemon"], None),
+        (["jbo", "list"], None),
+        (["--", "job"], None),
+        ([], None),
+    ],
+)
+def test_the_command_word_is_found_past_the_apps_options(argv: list[str], word: str | None) -> None:
+    from nunet_tui.cli.main import _command_word
+
+    assert _command_word(argv) == word
+
+
+def test_a_mistake_in_a_command_is_worded_by_the_whole_parser() -> None:
+    bad = run_cli("peer", "lst")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("nunet-tui peer: error: argument PEER_COMMAND: invalid choice")
+    assert "'self', 'list'" in bad.stderr
+    unknown = run_cli("jbo", "list")
+    assert unknown.returncode == 2 and "'job', 'wallet'" in unknown.stderr

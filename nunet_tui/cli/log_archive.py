@@ -81,7 +81,7 @@ BLOCKFROST_ID = re.compile(r"\b(?:mainnet|preprod|preview)[A-Za-z0-9]{32}\b")
 URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     log = sub.add_parser(
         "log",
         parents=[common],

@@ -8,6 +8,7 @@ exits 0 on success, and otherwise prints a one-line error on stderr and exits no
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -154,24 +155,90 @@ def _demo_only(argv: Sequence[str]) -> argparse.Namespace | None:
         return None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from nunet_tui.cli import (
-        account_output,
-        gpu_output,
-        job_output,
-        log_archive,
-        notebook,
-        resource,
-        reward_output,
-        wallet_output,
-    )
-    from nunet_tui.cli.completion import SHELLS
+class _OneCommandParser(Parser):
+    """The parser of one command: any error goes back to the whole parser, which words it."""
+
+    def error(self, message: str) -> Any:
+        raise _MoreThanTheApp(message)
+
+
+def _parse(words: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line parsed by the parser of its one command when it names one plainly
+    (a command then loads one output module, not all nine: ~0.1 s of every call), else, and
+    for help, completion and any error, by the whole parser."""
+    if (word := _command_word(words)) is not None:
+        try:
+            parser = build_parser(word, parser_class=_OneCommandParser)
+            return parser, parser.parse_args(words)
+        except _MoreThanTheApp:
+            pass
+    parser = build_parser()
+    return parser, parser.parse_args(words)
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The command that ``argv`` runs, past the app's options (``--home DIR``); None for
+    help, ``--version``, completion or anything unclear."""
+    if "--" in argv or any(w in ("-h", "--help") for w in argv):
+        return None
+    quick = _AppOnlyParser(prog="nunet-tui", add_help=False)
+    quick.add_argument("--version", action="store_true")
+    quick.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    _add_app_options(quick)
+    try:
+        args, rest = quick.parse_known_args(argv)
+    except _MoreThanTheApp:
+        return None
+    if args.version or not rest or rest[0] in ("completion", "daemon", "demo"):
+        return None
+    return rest[0] if rest[0] in COMMAND_MODULES or rest[0] in OWN_COMMANDS else None
+
+
+# The commands whose parsers and runners live in an output module, by the command's first word.
+COMMAND_MODULES = {
+    "gpu": "gpu_output",
+    "onboard-ml": "gpu_output",
+    "job": "job_output",
+    "wallet": "wallet_output",
+    "reward": "reward_output",
+    "account": "account_output",
+    "log": "log_archive",
+    "notebook": "notebook",
+    "resource": "resource",
+}
+
+
+# The commands main.py itself defines (build_parser), with or without subcommands.
+OWN_COMMANDS = (
+    "capacity",
+    "onboard",
+    "resource-config",
+    "pause",
+    "resume",
+    "offboard",
+    "info",
+    "peer",
+    "chat",
+    "network",
+    "mode",
+)
+
+
+def build_parser(
+    only: str | None = None, parser_class: type[Parser] | None = None
+) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: just the parser of that one command (``job``), with
+    only its module loaded: what running a command needs (``_main``). Help, completion and
+    every usage error use the whole one."""
+
+    def want(name: str) -> bool:
+        return only is None or only == name
 
     common = Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
     )
-    parser = Parser(
+    parser = (parser_class or Parser)(
         prog="nunet-tui",
         description="A decentralized compute market in one terminal program.",
         parents=[common],
@@ -180,47 +247,57 @@ def build_parser() -> argparse.ArgumentParser:
     _add_app_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    daemon = sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
-    daemon.add_argument(
-        "--executor",
-        action="append",
-        choices=("docker", "process"),
-        help="what runs jobs here (repeatable; config jobs.executors; process: trusted "
-        "local networks only)",
-    )
-    _add_demo_options(sub.add_parser("demo", help="a sandbox market on 127.0.0.1, then the app"))
+    if want("daemon"):
+        daemon = sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
+        daemon.add_argument(
+            "--executor",
+            action="append",
+            choices=("docker", "process"),
+            help="what runs jobs here (repeatable; config jobs.executors; process: trusted "
+            "local networks only)",
+        )
 
-    capacity = sub.add_parser("capacity", parents=[common], help="what this machine offers")
-    views = capacity.add_mutually_exclusive_group()
-    for view in ("full", "available", "onboarded"):
-        views.add_argument(f"--{view}", dest="view", action="store_const", const=view)
+    if want("demo"):
+        _add_demo_options(
+            sub.add_parser("demo", help="a sandbox market on 127.0.0.1, then the app")
+        )
 
-    onboard = sub.add_parser("onboard", parents=[common], help="offer this machine's resources")
-    onboard.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
-    onboard.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
-    onboard.add_argument("-n", "--channel", default=api.DEFAULT_CHANNEL)
-    onboard.add_argument("-a", "--address", required=True, help="Cardano wallet address")
-    onboard.add_argument(
-        "-l", "--local", action="store_true", help="discover peers on the local network (mDNS)"
-    )
-    onboard.add_argument(
-        "-C",
-        "--cardano",
-        action="store_true",
-        help="offer to host a Cardano node (needs 10,000 MB and 6,000 MHz)",
-    )
-    gpu_group = onboard.add_mutually_exclusive_group()
-    gpu_group.add_argument(
-        "--gpu",
-        action="append",
-        metavar="UUID",
-        help="offer only this GPU (repeatable; default: every GPU found)",
-    )
-    gpu_group.add_argument("--no-gpu", action="store_true", help="offer no GPU")
+    if want("capacity"):
+        capacity = sub.add_parser("capacity", parents=[common], help="what this machine offers")
+        views = capacity.add_mutually_exclusive_group()
+        for view in ("full", "available", "onboarded"):
+            views.add_argument(f"--{view}", dest="view", action="store_const", const=view)
 
-    config = sub.add_parser("resource-config", parents=[common], help="change onboarded amounts")
-    config.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
-    config.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
+    if want("onboard"):
+        onboard = sub.add_parser("onboard", parents=[common], help="offer this machine's resources")
+        onboard.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
+        onboard.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
+        onboard.add_argument("-n", "--channel", default=api.DEFAULT_CHANNEL)
+        onboard.add_argument("-a", "--address", required=True, help="Cardano wallet address")
+        onboard.add_argument(
+            "-l", "--local", action="store_true", help="discover peers on the local network (mDNS)"
+        )
+        onboard.add_argument(
+            "-C",
+            "--cardano",
+            action="store_true",
+            help="offer to host a Cardano node (needs 10,000 MB and 6,000 MHz)",
+        )
+        gpu_group = onboard.add_mutually_exclusive_group()
+        gpu_group.add_argument(
+            "--gpu",
+            action="append",
+            metavar="UUID",
+            help="offer only this GPU (repeatable; default: every GPU found)",
+        )
+        gpu_group.add_argument("--no-gpu", action="store_true", help="offer no GPU")
+
+    if want("resource-config"):
+        config = sub.add_parser(
+            "resource-config", parents=[common], help="change onboarded amounts"
+        )
+        config.add_argument("-m", "--memory", type=int, required=True, metavar="MB")
+        config.add_argument("-c", "--cpu", type=int, required=True, metavar="MHZ")
 
     for name, text in (
         ("pause", "stop offering resources, keep the onboarding"),
@@ -228,57 +305,64 @@ def build_parser() -> argparse.ArgumentParser:
         ("offboard", "remove the onboarding"),
         ("info", "machine, onboarding, peer id and ML readiness"),
     ):
-        sub.add_parser(name, parents=[common], help=text)
+        if want(name):
+            sub.add_parser(name, parents=[common], help=text)
 
-    peer = sub.add_parser("peer", help="peers")
-    peer_sub = peer.add_subparsers(dest="peer_command", metavar="PEER_COMMAND", required=True)
-    peer_sub.add_parser("self", parents=[common], help="this node's peer id and addresses")
-    peer_list = peer_sub.add_parser("list", parents=[common], help="peers seen on the channel")
-    peer_list.add_argument("--dht", action="store_true", help="look the channel up in the DHT")
+    if want("peer"):
+        peer = sub.add_parser("peer", help="peers")
+        peer_sub = peer.add_subparsers(dest="peer_command", metavar="PEER_COMMAND", required=True)
+        peer_sub.add_parser("self", parents=[common], help="this node's peer id and addresses")
+        peer_list = peer_sub.add_parser("list", parents=[common], help="peers seen on the channel")
+        peer_list.add_argument("--dht", action="store_true", help="look the channel up in the DHT")
 
-    chat = sub.add_parser("chat", help="chat with peers")
-    chat_sub = chat.add_subparsers(dest="chat_command", metavar="CHAT_COMMAND", required=True)
-    chat_sub.add_parser("start", parents=[common], help="send a chat request").add_argument(
-        "peer", metavar="PEER"
-    )
-    chat_sub.add_parser("list", parents=[common], help="open requests and conversations")
-    chat_sub.add_parser("join", parents=[common], help="join a chat request").add_argument(
-        "request_id", type=bounded_int(1, MAX_ROW_ID), metavar="ID"
-    )
-    chat_sub.add_parser("clear", parents=[common], help="remove open chat requests")
-    send = chat_sub.add_parser("send", parents=[common], help="send a message")
-    send.add_argument("peer", metavar="PEER")
-    send.add_argument("text", metavar="TEXT")
-    send.add_argument(
-        "--no-queue",
-        action="store_true",
-        help="fail instead of queueing when the peer is unreachable",
-    )
-    history = chat_sub.add_parser("history", parents=[common], help="messages with a peer")
-    history.add_argument("peer", metavar="PEER")
-    history.add_argument("--limit", type=bounded_int(1, 100_000), default=500)
+    if want("chat"):
+        chat = sub.add_parser("chat", help="chat with peers")
+        chat_sub = chat.add_subparsers(dest="chat_command", metavar="CHAT_COMMAND", required=True)
+        chat_sub.add_parser("start", parents=[common], help="send a chat request").add_argument(
+            "peer", metavar="PEER"
+        )
+        chat_sub.add_parser("list", parents=[common], help="open requests and conversations")
+        chat_sub.add_parser("join", parents=[common], help="join a chat request").add_argument(
+            "request_id", type=bounded_int(1, MAX_ROW_ID), metavar="ID"
+        )
+        chat_sub.add_parser("clear", parents=[common], help="remove open chat requests")
+        send = chat_sub.add_parser("send", parents=[common], help="send a message")
+        send.add_argument("peer", metavar="PEER")
+        send.add_argument("text", metavar="TEXT")
+        send.add_argument(
+            "--no-queue",
+            action="store_true",
+            help="fail instead of queueing when the peer is unreachable",
+        )
+        history = chat_sub.add_parser("history", parents=[common], help="messages with a peer")
+        history.add_argument("peer", metavar="PEER")
+        history.add_argument("--limit", type=bounded_int(1, 100_000), default=500)
 
-    network = sub.add_parser("network", help="the channel as a whole")
-    network_sub = network.add_subparsers(
-        dest="network_command", metavar="NETWORK_COMMAND", required=True
-    )
-    network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
+    if want("network"):
+        network = sub.add_parser("network", help="the channel as a whole")
+        network_sub = network.add_subparsers(
+            dest="network_command", metavar="NETWORK_COMMAND", required=True
+        )
+        network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
 
-    gpu_output.add_parsers(sub, common)
-    job_output.add_parsers(sub, common)
-    wallet_output.add_parsers(sub, common)
-    reward_output.add_parsers(sub, common)
-    account_output.add_parsers(sub, common)
-    log_archive.add_parser(sub, common)
-    notebook.add_parsers(sub, common)
-    resource.add_parsers(sub, common)
+    added: set[str] = set()
+    for name, module in COMMAND_MODULES.items():
+        if want(name) and module not in added:
+            importlib.import_module(f"nunet_tui.cli.{module}").add_parsers(sub, common)
+            added.add(module)
 
-    mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
-    mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
-    completion = sub.add_parser(
-        "completion", help="print a shell completion script (bash, zsh or fish)"
-    )
-    completion.add_argument("shell", choices=SHELLS)
+    if want("mode"):
+        mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
+        mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
+
+    if want("completion"):
+        from nunet_tui.cli.completion import SHELLS
+
+        completion = sub.add_parser(
+            "completion", help="print a shell completion script (bash, zsh or fish)"
+        )
+        completion.add_argument("shell", choices=SHELLS)
+
     return parser
 
 
@@ -312,19 +396,10 @@ def _mode(args: argparse.Namespace, client: EngineClient) -> Any:
     return api.Done(message=info.mode or "not chosen yet")
 
 
-def runners() -> dict[str, Runner]:
-    """What runs each command, by its words ("job list"); the modules load only now."""
-    from nunet_tui.cli import (
-        account_output,
-        gpu_output,
-        job_output,
-        notebook,
-        resource,
-        reward_output,
-        wallet_output,
-    )
-
-    return {
+def runners(only: str | None = None) -> dict[str, Runner]:
+    """What runs each command, by its words ("job list"); ``only``: a command's first word,
+    whose module alone is loaded (None: every module)."""
+    table: dict[str, Runner] = {
         "capacity": _capacity,
         "onboard": _onboard,
         "resource-config": lambda a, c: c.call_blocking(
@@ -347,15 +422,13 @@ def runners() -> dict[str, Runner]:
             api.ChatHistory(peer_id=a.peer, limit=a.limit)
         ),
         "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
-        **job_output.RUNNERS,
         "mode": _mode,
-        **gpu_output.RUNNERS,
-        **wallet_output.RUNNERS,
-        **reward_output.RUNNERS,
-        **account_output.RUNNERS,
-        **notebook.RUNNERS,
-        **resource.RUNNERS,
     }
+    for name, module in COMMAND_MODULES.items():
+        if only is None or only == name:
+            # `log` has none: it runs without an engine (_run).
+            table.update(getattr(importlib.import_module(f"nunet_tui.cli.{module}"), "RUNNERS", {}))
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -375,8 +448,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return _run(app_args)
     from nunet_tui.cli import job_output
 
-    parser = build_parser()
-    args = parser.parse_args(words)
+    parser, args = _parse(words)
     if args.command == "completion":
         from nunet_tui.cli.completion import script
 
@@ -419,7 +491,7 @@ def _run(args: argparse.Namespace) -> int:
         from nunet_tui.cli import job_output
 
         job_output.check_usage(key, args)  # before an engine is opened for nothing
-        return _run_command(runners()[key], args, paths, key)
+        return _run_command(runners(args.command)[key], args, paths, key)
     except EngineError as exc:
         output.show_error(exc.message)
         return 1
