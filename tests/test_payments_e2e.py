@@ -407,8 +407,10 @@ def _settled_split(
     for book in (ours, theirs):
         assert book["metered_units"] == charge
         assert (book["paid_units"], book["refunded_units"]) == (charge, lock - charge)
-    # One tx: the provider's; the consumer sent none, and its NTX came back in that one.
-    assert ours["settle_tx"] and not theirs["settle_tx"]
+    # One tx: the provider's; the consumer sent none, its NTX came back in that one, and its
+    # book names that tx (read from the chain: what spent the lock).
+    assert ours["settle_tx"] and theirs["settle_tx"] == ours["settle_tx"]
+    assert not theirs["claim_tx"]
     assert market.ntx(_address(provider)) == charge
     assert market.ntx(_address(consumer)) == before - charge
     return ours, theirs, receipt

@@ -160,7 +160,7 @@ def test_the_settle_loop_retries_an_unreachable_chain_with_backoff_until_it_sett
         return trio.current_time() - began
 
     took = trio.run(main)
-    assert wallet.chain_calls == 3  # two failures, then the answer
+    assert wallet.chain_calls == 4  # two failures, the answer, then which tx spent the lock
     assert took >= 0.05 + 0.1  # backoff of 0.05 s, then 0.1 s
     settled = escrows.get(JOB)
     assert settled is not None and settled.info.state == "paid_out"

@@ -29,6 +29,7 @@ exponential backoff, and no failure of one escrow leaves the loop.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from oracle_client.client import OracleClient
 
 log = logging.getLogger("nunet.payments.settle")
+TX_HASH = re.compile(r"[0-9a-f]{64}")
 T = TypeVar("T")
 
 
@@ -104,6 +106,33 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
         return None
 
     return await _chain(escrows, find, "reading the escrow lock")
+
+
+async def _spent_by(escrows: Escrows, record: EscrowRecord) -> str:
+    """The tx that spent the job's lock (the provider's split): the consumer's book names it
+    as the provider's does. The chain backend's word (Blockfrost's ``consumed_by_tx`` of the
+    lock tx's escrow output), kept only if it is a tx hash; "" when the backend does not say
+    or cannot be reached (the escrow is settled either way: only its record is poorer)."""
+    from oracle_client.escrow.contract import escrow_address
+
+    context = await escrows.wallet.chain_context()
+    api_client = getattr(context, "api", None)  # Blockfrost's client; absent in other contexts
+    if api_client is None or not record.info.lock_tx:
+        return ""
+    script = str(escrow_address(context.network))
+
+    def read() -> object:
+        for output in api_client.transaction_utxos(record.info.lock_tx).outputs:
+            if getattr(output, "address", None) == script:
+                return getattr(output, "consumed_by_tx", None)
+        return None
+
+    try:
+        spent = await _chain(escrows, read, "reading which tx spent the lock")
+    except Exception as exc:  # a poorer record, never a failed settle
+        log.info("job %s: which tx spent the lock is unknown: %s", record.info.job_id, exc)
+        return ""
+    return spent if isinstance(spent, str) and TX_HASH.fullmatch(spent) else ""
 
 
 async def _chain(escrows: Escrows, call: Callable[[], T], what: str) -> T:
@@ -187,6 +216,7 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
             reward_type=kind,
             paid_units=paid,
             refunded_units=refunded,
+            settle_tx=await _spent_by(escrows, record),
             error="",
         )
     # A receipt both peers signed asks for the decision; the provider's own receipt is its
