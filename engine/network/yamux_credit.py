@@ -17,7 +17,10 @@ credited reach half the window; py-libp2p's own method does exactly that when ca
 ``bytes_read=0`` (its "full grow" branch, autotuning included), which is all the override
 does. Flow control still holds: a sender with no credit left has a full window outstanding,
 so either its bytes are buffered here (the next read credits them, being at least half the
-window) or they were read and credited already.
+window) or they were read and credited already. It also bounds what a peer can make us
+buffer: py-libp2p's per-read credit (with either setting) over-credits and autotunes the
+window up after a single small read, so a sender could push 1 MiB at a reader that read
+1000 bytes and stopped; here it stops at the 256 KiB window (tests/test_tunnel_yamux.py).
 
 py-libp2p has no factory for its stream class (``Yamux.open_stream`` and
 ``handle_incoming`` construct ``YamuxStream`` by name), and its muxer negotiation builds
