@@ -254,6 +254,7 @@ def test_anything_more_than_a_plain_demo_goes_to_the_full_parser(argv: list[str]
         ["onboard", "-m", "100", "-c", "200", "-a", "addr"],
         ["chat", "send", "p", "job"],
         ["log", "-o", "/tmp/x.tar.gz"],
+        ["--home", "/tmp/h", "daemon", "--executor", "docker"],
     ],
 )
 def test_a_command_parsed_by_its_own_parser_reads_as_the_whole_one_reads_it(
@@ -275,7 +276,8 @@ def test_a_command_parsed_by_its_own_parser_reads_as_the_whole_one_reads_it(
         (["job", "-h"], None),  # help: the whole parser
         (["--version"], None),
         (["completion", "bash"], None),
-        (["daemon"], None),
+        (["daemon", "--executor", "process"], "daemon"),
+        (["demo"], None),  # its own quick path (_demo_only)
         (["jbo", "list"], None),
         (["--", "job"], None),
         ([], None),

@@ -323,6 +323,15 @@ def _daemon_env() -> dict[str, str]:
     return env
 
 
+def _chain_env() -> dict[str, str]:
+    """The environment of the sandbox's chain: its zygote, the ledger, the oracle and the
+    wallet maker. SANDBOX ONLY: pycardano's typeguard instrumentation is off (its own
+    PYCARDANO_NO_TYPE_CHECK), a second of CPU at the chain zygote's import, on the demo's
+    critical path (the nodes wait for their wallets). These processes are our own stand-ins
+    on 127.0.0.1; every node keeps pycardano's checks, and so does a real oracle."""
+    return {**os.environ, "PYCARDANO_NO_TYPE_CHECK": "1"}
+
+
 def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         _daemon_argv(paths),
@@ -694,18 +703,10 @@ NODE_PRELOAD = (
     "engine.network.heartbeat",
     "engine.network.chat",
     "engine.notify",
-    # `nunet-tui daemon` parses its command line with every command's parser (build_parser)
+    # `nunet-tui daemon` parses its command line with the daemon's own parser (main._parse;
+    # job_output for its usage checks), so no other command's module is loaded for it.
     "nunet_tui.cli.main",
-    "nunet_tui.cli.account_output",
-    "nunet_tui.cli.completion",
-    "nunet_tui.cli.gpu_output",
     "nunet_tui.cli.job_output",
-    "nunet_tui.cli.job_tunnel",
-    "nunet_tui.cli.log_archive",
-    "nunet_tui.cli.notebook",
-    "nunet_tui.cli.resource",
-    "nunet_tui.cli.reward_output",
-    "nunet_tui.cli.wallet_output",
     "importlib_metadata",
     "email.policy",
 )
@@ -721,7 +722,7 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
     chain = ZygoteClient(
         sandbox.spawn,
         CHAIN_PRELOAD,
-        env=os.environ,
+        env=_chain_env(),
         log=root / "zygote-chain.log",
         tag=tag,
         options=["--skip-pycardano-ogmios"],
@@ -755,7 +756,7 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
                 chain,
                 "nunet_tui.cli.sandbox_wallets",
                 ["--passphrase-file", str(sandbox.passphrase_file), "--channel", CHANNEL, *homes],
-                env=_daemon_env(),
+                env={**_daemon_env(), "PYCARDANO_NO_TYPE_CHECK": "1"},  # as its zygote
                 name="nunet-wallets",
                 log=root / "wallets.log",
                 pipe_stdout=True,
@@ -765,7 +766,7 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
                 chain,
                 "oracle_client.ledger",
                 _ledger_args(sandbox, plan),
-                env=dict(os.environ),
+                env=_chain_env(),
                 name="nunet-ledger",
                 log=root / "ledger.log",
                 pipe_stdout=True,
@@ -791,7 +792,7 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
                 chain,
                 "oracle_client.oracle_server",
                 _oracle_args(sandbox, plan, ready["ledger"]),
-                env=dict(os.environ),
+                env=_chain_env(),
                 name="nunet-oracle",
                 log=root / "oracle_server.log",
                 pipe_stdout=True,

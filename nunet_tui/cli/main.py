@@ -189,7 +189,7 @@ def _command_word(argv: Sequence[str]) -> str | None:
         args, rest = quick.parse_known_args(argv)
     except _MoreThanTheApp:
         return None
-    if args.version or not rest or rest[0] in ("completion", "daemon", "demo"):
+    if args.version or not rest or rest[0] in ("completion", "demo"):
         return None
     return rest[0] if rest[0] in COMMAND_MODULES or rest[0] in OWN_COMMANDS else None
 
@@ -210,6 +210,7 @@ COMMAND_MODULES = {
 
 # The commands main.py itself defines (build_parser), with or without subcommands.
 OWN_COMMANDS = (
+    "daemon",
     "capacity",
     "onboard",
     "resource-config",
