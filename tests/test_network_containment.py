@@ -132,19 +132,32 @@ def test_a_stream_handler_that_raises_resets_its_stream_only() -> None:
                 raise KeyError("boom")
 
             a.host.set_stream_handler(TProtocol("/test/boom"), boom)
-            stream = await _retried(
-                lambda: b.host.new_stream(peer_id_of(a.identity.peer_id), ["/test/boom"])
-            )
-            with trio.fail_after(20):
-                try:  # the reset arrives as an error or as the end of the stream
-                    while await stream.read(10):
-                        pass
-                except Exception:
-                    pass
-            await wait_until(
-                lambda: supervise.FAILURES.snapshot().get("stream /test/boom", 0) == before + 1,
-                timeout=30,
-            )
+
+            def failures() -> int:
+                return supervise.FAILURES.snapshot().get("stream /test/boom", 0) - before
+
+            # The opener need not see its stream open: the handler raises at once, and its
+            # reset can overtake the protocol's acknowledgement (or the negotiation times out
+            # on a loaded machine, py-libp2p's 5 s). What is tested is that the failure is
+            # counted, and that both hosts and their connection live on.
+            for _ in range(3):
+                try:
+                    stream = await b.host.new_stream(peer_id_of(a.identity.peer_id), ["/test/boom"])
+                except (StreamFailure, PeerUnreachable):
+                    stream = None
+                if stream is not None:
+                    with trio.fail_after(20):
+                        try:  # the reset arrives as an error or as the end of the stream
+                            while await stream.read(10):
+                                pass
+                        except Exception:
+                            pass
+                counted_by = trio.current_time() + 10
+                while failures() == 0 and trio.current_time() < counted_by:
+                    await trio.sleep(0.05)
+                if failures() > 0:
+                    break
+            assert failures() > 0, "the handler's failure was never counted"
             # Chat still flows both ways: the connection and both hosts are untouched.
             await _retried(lambda: b.send_chat(a.identity.peer_id, "after the boom"))
             assert b.identity.peer_id in a.connected_peers()
