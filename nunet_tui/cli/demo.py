@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -47,7 +47,7 @@ from nunet_tui.cli.zygote import ForkedChild, ZygoteClient
 from nunet_tui.presets import EXAMPLES
 
 if TYPE_CHECKING:
-    # trio comes with it: imported once the zygotes are importing (_client)
+    # imported once the zygotes are importing (_client)
     from engine.control_client import ControlClient
 
 CHANNEL = "nunet-demo-test"
@@ -323,13 +323,13 @@ def _daemon_env() -> dict[str, str]:
     return env
 
 
-def _chain_env() -> dict[str, str]:
-    """The environment of the sandbox's chain: its zygote, the ledger, the oracle and the
-    wallet maker. SANDBOX ONLY: pycardano's typeguard instrumentation is off (its own
+def _chain_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``base`` for the sandbox's chain: its zygote, the ledger, the oracle and the wallet
+    maker. SANDBOX ONLY: pycardano's typeguard instrumentation is off (its own
     PYCARDANO_NO_TYPE_CHECK), a second of CPU at the chain zygote's import, on the demo's
     critical path (the nodes wait for their wallets). These processes are our own stand-ins
     on 127.0.0.1; every node keeps pycardano's checks, and so does a real oracle."""
-    return {**os.environ, "PYCARDANO_NO_TYPE_CHECK": "1"}
+    return {**base, "PYCARDANO_NO_TYPE_CHECK": "1"}
 
 
 def _daemon(paths: Paths, log: Path) -> subprocess.Popen[bytes]:
@@ -756,7 +756,7 @@ def _start_forked(sandbox: Sandbox, consumer_daemon: bool, progress: Progress) -
                 chain,
                 "nunet_tui.cli.sandbox_wallets",
                 ["--passphrase-file", str(sandbox.passphrase_file), "--channel", CHANNEL, *homes],
-                env={**_daemon_env(), "PYCARDANO_NO_TYPE_CHECK": "1"},  # as its zygote
+                env=_chain_env(_daemon_env()),
                 name="nunet-wallets",
                 log=root / "wallets.log",
                 pipe_stdout=True,

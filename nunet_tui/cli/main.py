@@ -105,9 +105,27 @@ class _MoreThanTheApp(Exception):
     pass
 
 
-class _AppOnlyParser(argparse.ArgumentParser):
+class _AppOnlyParser(Parser):
+    """A quick parser (the app's options alone, a plain demo, one command's): any error goes
+    back to the whole parser, which words it."""
+
     def error(self, message: str) -> Any:
         raise _MoreThanTheApp(message)
+
+
+def _app_options_then(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]] | None:
+    """The app's options in ``argv`` and the words after them; None when they do not parse.
+    The same long options as the full parser's top level, so abbreviations (--hom, --att)
+    resolve, or fail as ambiguous (--h), exactly as there."""
+    quick = _AppOnlyParser(prog="nunet-tui", add_help=False)
+    quick.add_argument("-h", "--help", action="store_true")
+    quick.add_argument("--version", action="store_true")
+    quick.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    _add_app_options(quick)
+    try:
+        return quick.parse_known_args(argv)
+    except _MoreThanTheApp:
+        return None
 
 
 def _app_only(argv: Sequence[str]) -> argparse.Namespace | None:
@@ -115,19 +133,9 @@ def _app_only(argv: Sequence[str]) -> argparse.Namespace | None:
     before any command): the commands' modules and the full parser are then never loaded,
     which the app's first frame would wait for. None: anything more, help or an error, for
     the full parser to handle as it always does."""
-    if "--" in argv:
+    if "--" in argv or (parsed := _app_options_then(argv)) is None:
         return None
-    quick = _AppOnlyParser(prog="nunet-tui", add_help=False)
-    # The same long options as the full parser's top level, so abbreviations (--hom, --att)
-    # resolve, or fail as ambiguous (--h), exactly as there.
-    quick.add_argument("-h", "--help", action="store_true")
-    quick.add_argument("--version", action="store_true")
-    quick.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    _add_app_options(quick)
-    try:
-        args, rest = quick.parse_known_args(argv)
-    except _MoreThanTheApp:
-        return None
+    args, rest = parsed
     if rest or args.help or args.version:
         return None
     args.command = None
@@ -155,20 +163,13 @@ def _demo_only(argv: Sequence[str]) -> argparse.Namespace | None:
         return None
 
 
-class _OneCommandParser(Parser):
-    """The parser of one command: any error goes back to the whole parser, which words it."""
-
-    def error(self, message: str) -> Any:
-        raise _MoreThanTheApp(message)
-
-
 def _parse(words: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     """The command line parsed by the parser of its one command when it names one plainly
     (a command then loads one output module, not all nine: ~0.1 s of every call), else, and
     for help, completion and any error, by the whole parser."""
     if (word := _command_word(words)) is not None:
         try:
-            parser = build_parser(word, parser_class=_OneCommandParser)
+            parser = build_parser(word, parser_class=_AppOnlyParser)
             return parser, parser.parse_args(words)
         except _MoreThanTheApp:
             pass
@@ -181,14 +182,9 @@ def _command_word(argv: Sequence[str]) -> str | None:
     help, ``--version``, completion or anything unclear."""
     if "--" in argv or any(w in ("-h", "--help") for w in argv):
         return None
-    quick = _AppOnlyParser(prog="nunet-tui", add_help=False)
-    quick.add_argument("--version", action="store_true")
-    quick.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
-    _add_app_options(quick)
-    try:
-        args, rest = quick.parse_known_args(argv)
-    except _MoreThanTheApp:
+    if (parsed := _app_options_then(argv)) is None:
         return None
+    args, rest = parsed
     if args.version or not rest or rest[0] in ("completion", "demo"):
         return None
     return rest[0] if rest[0] in COMMAND_MODULES or rest[0] in OWN_COMMANDS else None
