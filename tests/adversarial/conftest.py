@@ -33,10 +33,13 @@ def hostile() -> Iterator[Callable[..., HostilePeer]]:
         provider: bool = False,
     ) -> HostilePeer:
         peer = HostilePeer(seed=seed, bootstrap=bootstrap, channel=channel, advert=advert)
+        if provider and advert is None:
+            # Before start, so its very first heartbeat already reports the advert's free
+            # RAM: set after, a beat of zeros could be the latest a victim saw, and a
+            # submit then failed on "busy: 0 MB RAM free" before any offer went out.
+            peer.callbacks.advert_value = provider_advert(peer, channel=channel)
         started.append(peer)
         peer.start()
-        if provider and advert is None:
-            peer.set_advert(provider_advert(peer, channel=channel))
         return peer
 
     yield spawn
