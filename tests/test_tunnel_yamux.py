@@ -4,7 +4,8 @@ Two real py-libp2p hosts as the node builds them (host.build_host: TCP, Noise, o
 127.0.0.1 in one trio run; every frame each connection writes is recorded. A tunnel's small
 request/response round trips send no WINDOW_UPDATE (py-libp2p's own stream sent one per read
 each way); bulk transfers still get their credit, and a reader that stops reading still
-stops its sender at the window.
+stops its sender at the window. A sender that ignores the window, or announces a frame
+longer than any yamux writes, loses its connection.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from nacl.signing import SigningKey
 
 from engine.identity import Identity
 from engine.network import host as hostmod
-from engine.network.yamux_credit import HalfWindowCreditStream
+from engine.network.yamux_credit import MAX_DATA_FRAME, BoundedFrameYamux, HalfWindowCreditStream
 
 PROTOCOL = TProtocol("/nunet/test/yamux-credit/1.0.0")
 LISTEN = ["/ip4/127.0.0.1/tcp/0"]
@@ -191,3 +192,85 @@ def test_a_reader_that_stops_reading_stops_its_sender_at_the_window() -> None:
 
     trio.run(main)
     assert got == [1 << 20]
+
+
+async def push_past_the_window(stream: Any, total: int, piece: int = 60_000) -> int:
+    """Write raw DATA frames for ``stream``'s id, ignoring its send window (a hostile
+    sender); the bytes written before the connection went away."""
+    conn, sid = stream.muxed_stream.conn, stream.muxed_stream.stream_id
+    chunk = b"x" * piece
+    sent = 0
+    with contextlib.suppress(Exception):  # the receiver closes the connection under us
+        while sent < total:
+            header = struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_DATA, 0, sid, len(chunk))
+            await conn._write_frame(header + chunk)
+            sent += len(chunk)
+    return sent
+
+
+def test_a_sender_past_the_window_is_reset_and_its_connection_closed() -> None:
+    parked = trio.Event()
+    outcome: list[str] = []
+    conns: list[Any] = []
+
+    async def never_reads(stream: Any) -> None:
+        conns.append(stream.muxed_stream.conn)
+        await stream.read(1000)
+        parked.set()
+        await trio.sleep(1)  # not reading: whatever arrives now must wait in the buffer
+        try:
+            await stream.read(1 << 20)
+            outcome.append("read")
+        except Exception as exc:
+            outcome.append(type(exc).__name__)
+
+    async def main() -> None:
+        async with connected_pair(never_reads) as (stream, _ours, _theirs):
+            await stream.write(b"y" * 1000)
+            with trio.fail_after(10):
+                await parked.wait()
+            sent = await push_past_the_window(stream, 8 << 20)
+            (conn,) = conns
+            with trio.fail_after(10):
+                await conn.event_closed.wait()
+            # The receiver held at most a window before it gave up on the peer.
+            assert not any(conn.stream_buffers.values())
+            assert sent < 8 << 20 or conn.event_shutting_down.is_set()
+            with trio.fail_after(10):
+                while not outcome:
+                    await trio.sleep(0.01)
+
+    trio.run(main)
+    assert outcome and outcome[0] != "read", outcome
+
+
+def test_a_data_frame_longer_than_the_limit_closes_the_connection_unread() -> None:
+    conns: list[Any] = []
+    reads: list[int] = []
+
+    async def handler(stream: Any) -> None:
+        conns.append(stream.muxed_stream.conn)
+        with contextlib.suppress(Exception):
+            while True:
+                reads.append(len(await stream.read(1 << 20)))
+
+    async def main() -> None:
+        async with connected_pair(handler) as (stream, _ours, _theirs):
+            await stream.write(b"hello")
+            with trio.fail_after(10):
+                while not conns:
+                    await trio.sleep(0.01)
+            (conn,) = conns
+            # One frame announcing 1 MiB: py-libp2p would read it whole (up to 16 MiB).
+            body = 1 << 20
+            assert body > MAX_DATA_FRAME
+            sid = stream.muxed_stream.stream_id
+            header = struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_DATA, 0, sid, body)
+            with contextlib.suppress(Exception):
+                await stream.muxed_stream.conn._write_frame(header + b"z" * body)
+            with trio.fail_after(10):
+                await conn.event_closed.wait()
+            assert type(conn) is BoundedFrameYamux
+
+    trio.run(main)
+    assert sum(reads) == 5  # "hello", and nothing of the long frame

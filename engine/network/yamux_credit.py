@@ -29,16 +29,40 @@ py-libp2p has no factory for its stream class (``Yamux.open_stream`` and
 each new yamux connection a stream table that turns each stream registered in it into a
 HalfWindowCreditStream. tests/test_tunnel_yamux.py fails if a py-libp2p upgrade bypasses
 either.
+
+The window is also enforced on what arrives. An honest sender stops at it, but a hostile one
+need not: py-libp2p 0.8.1 logs "peer exceeded receive window", sets the window to 0 and keeps
+the bytes, so a peer writing raw DATA frames into a stream we are not reading made us buffer
+without end (tests/adversarial/test_yamux_window.py: 64 MiB pushed, 65 MB more RSS). As
+go-yamux does (``ErrRecvWindowExceeded`` ends the session), a stream that goes past its
+window drops what it buffered, is reset, and the connection is closed with a protocol error.
+A frame is read whole before its stream sees it, and py-libp2p accepts DATA frames of up to
+16 MiB (22 MB more RSS in the same test), so a frame announcing more than MAX_DATA_FRAME
+closes the connection before its body is read: four times the 64 KiB that go-yamux, js-yamux
+and py-libp2p split writes at (rust-yamux splits at 16 KiB).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
+import trio
 from libp2p.abc import IMuxedConn, ISecureConn
+from libp2p.io.exceptions import IncompleteReadError
 from libp2p.peer.id import ID
 from libp2p.stream_muxer.muxer_multistream import MuxerMultistream
-from libp2p.stream_muxer.yamux.yamux import Yamux, YamuxStream
+from libp2p.stream_muxer.yamux.yamux import (
+    GO_AWAY_PROTOCOL_ERROR,
+    MAX_MESSAGE_SIZE,
+    Yamux,
+    YamuxStream,
+)
+
+log = logging.getLogger("nunet.network.yamux")
+
+MAX_DATA_FRAME = 4 * MAX_MESSAGE_SIZE  # 256 KiB: the most a DATA frame may announce
 
 
 class HalfWindowCreditStream(YamuxStream):
@@ -47,6 +71,65 @@ class HalfWindowCreditStream(YamuxStream):
     async def _auto_tune_and_send_window_update(self, *, bytes_read: int = 0) -> None:
         # The credit owed is computed from the window and the buffer, not from bytes_read.
         await super()._auto_tune_and_send_window_update(bytes_read=0)
+
+    # Every change to the receive window goes through here: py-libp2p subtracts each DATA
+    # frame's length as it arrives, so a negative value is a peer past the credit it had.
+    # The value lives in the instance's __dict__, where YamuxStream.__init__ put it.
+    @property
+    def recv_window(self) -> int:
+        return int(self.__dict__["recv_window"])
+
+    @recv_window.setter
+    def recv_window(self, value: int) -> None:
+        if value < 0:
+            self._window_exceeded(-value)
+            value = 0
+        self.__dict__["recv_window"] = value
+
+    def _window_exceeded(self, excess: int) -> None:
+        """Drop what the stream holds, reset it, and close the connection (once)."""
+        buffer = self.conn.stream_buffers.get(self.stream_id)
+        if buffer is not None:
+            buffer.clear()
+        # The reader sees a reset; handle_incoming then drops the stream's bookkeeping
+        # (it is closed with nothing buffered), and later frames for it are discarded.
+        self.reset_received = self.recv_closed = self.send_closed = self.closed = True
+        conn = self.conn
+        if getattr(conn, "_nunet_window_exceeded", False):
+            return
+        conn._nunet_window_exceeded = True  # type: ignore[attr-defined]
+        log.warning(
+            "peer %s sent %d bytes past stream %d's receive window: closing the connection",
+            conn.peer_id,
+            excess,
+            self.stream_id,
+        )
+        # Called synchronously from the muxer's read loop: the close (GO_AWAY, then the
+        # secured connection) runs as its own task. A system task must not raise.
+        trio.lowlevel.spawn_system_task(_close_quietly, conn)
+
+
+async def _close_quietly(conn: Yamux) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close(GO_AWAY_PROTOCOL_ERROR)
+
+
+class BoundedFrameYamux(Yamux):
+    """A yamux connection that refuses a DATA frame longer than MAX_DATA_FRAME unread."""
+
+    async def _read_data_body(self, length: int) -> bytes:
+        if length > MAX_DATA_FRAME:
+            log.warning(
+                "peer %s announced a %d-byte DATA frame (at most %d): closing the connection",
+                self.peer_id,
+                length,
+                MAX_DATA_FRAME,
+            )
+            # handle_incoming calls us outside its stream lock, which close() takes; the
+            # error then ends that frame's stream, and the loop ends with the connection.
+            await _close_quietly(self)
+            raise IncompleteReadError("DATA frame too long", expected_bytes=length)
+        return await super()._read_data_body(length)
 
 
 class _StreamTable(dict[int, YamuxStream]):
@@ -68,6 +151,7 @@ class _CreditMuxerMultistream(MuxerMultistream):
             if muxed.streams:  # not started yet: nothing can be registered before us
                 raise RuntimeError("py-libp2p registered yamux streams before the upgrade")
             muxed.streams = _StreamTable()
+            muxed.__class__ = BoundedFrameYamux  # the same instance layout: one more check
         return muxed
 
 
