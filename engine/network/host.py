@@ -32,7 +32,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from engine.identity import Identity
 from engine.network import yamux_credit
-from engine.network.libp2p_guards import guard_host
+from engine.network.libp2p_guards import bound_multistream_messages, guard_host
 
 log = logging.getLogger("nunet.network.host")
 
@@ -128,8 +128,10 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
         # version multicasts on every interface.
         enable_mDNS=False,
     )
-    # A handler that raises on a stranger's stream must not close the host (libp2p_guards).
+    # A handler that raises on a stranger's stream must not close the host, and a stranger's
+    # first bytes must not announce a message of any length (libp2p_guards).
     guard_host(host)
+    bound_multistream_messages()
     # A stream's sender is credited once half its window is read, not after every read.
     yamux_credit.install(host)
     return host

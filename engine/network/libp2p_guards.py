@@ -7,6 +7,12 @@ so it escapes into ``SwarmConn._handle_new_streams``' nursery, then the swarm's 
 closes the host: the node's network restarts (on a new port with ``tcp/0``). Any other stream
 handler that raises does the same, and so does a ``push_msg`` task (a sync topic validator's
 exception is not caught by ``Pubsub.validate_msg``).
+
+Measured with 0.8.1 too: multistream-select, the first thing read from a TCP connection
+(before Noise, so before any peer id or per-peer cap) and from every new stream, reads a
+message of whatever length its varint prefix claims (``libp2p.utils.read_delim``; only
+``read_exactly``'s 101 reads end it). One raw TCP connection announcing 1 GiB had a daemon
+take 130-220 MB in a fraction of a second, and nothing limits how many connect at once.
 """
 
 from __future__ import annotations
@@ -14,7 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from libp2p.exceptions import ParseError
+from libp2p.protocol_muxer import multiselect_communicator
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 
 from engine.network import supervise
 
@@ -30,6 +39,28 @@ def guard_host(host: Any) -> None:
     """
     network = host.get_network()
     network.set_stream_handler(supervise.guard_stream("stream", host._swarm_stream_handler))
+
+
+# A multistream-select message is one protocol id and its newline: go-multistream and
+# js-libp2p refuse ids over 1024 bytes. (Only an "ls" answer is longer; we never send "ls".)
+MAX_MULTISTREAM_MESSAGE = 1024 + 1
+
+
+async def read_bounded_delim(reader: Any) -> bytes:
+    """``libp2p.utils.read_delim`` that refuses a length prefix over MAX_MULTISTREAM_MESSAGE
+    before reading the body (``MessageTooLarge``, an ``IOException``, which the
+    communicator turns into the negotiation failure it already handles)."""
+    message = await read_varint_prefixed_bytes_limited(reader, MAX_MULTISTREAM_MESSAGE)
+    if not message.endswith(b"\n"):
+        raise ParseError("a multistream-select message must end with a newline")
+    return message[:-1]
+
+
+def bound_multistream_messages() -> None:
+    """Every multistream-select negotiation in this process, connections and streams, reads
+    at most MAX_MULTISTREAM_MESSAGE bytes per message. ``MultiselectCommunicator.read``
+    calls the ``read_delim`` it imported by name, and every negotiation goes through it."""
+    multiselect_communicator.read_delim = read_bounded_delim
 
 
 class GuardedPubsub(Pubsub):
