@@ -1,5 +1,9 @@
 """A provider that stops takes its jobs with it: nothing a consumer started on this machine
-outlives the daemon (real daemons, the process executor, a service job that never ends)."""
+outlives the daemon (real daemons, the process executor, a service job that never ends).
+
+Killed with SIGKILL (or by the OOM killer) the daemon can do nothing: before the group
+leader (engine/jobs/executors/group_leader.py) the job and its children ran on unsupervised
+until the provider came back (``kill_orphan``), or until their CPU limit if it never did."""
 
 from __future__ import annotations
 
@@ -8,13 +12,25 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.daemons import Daemon, daemons, wait_for
+from tests.test_jobs_e2e import _pair, _state, _submit, scripts
 from tests.tunnel_helpers import free_port, http_get, pair, service_url, submit_service
 
-__all__ = ["daemons", "service_url"]
+__all__ = ["daemons", "scripts", "service_url"]
 
+# The job starts a child of its own (as DataLoader workers or a pip run would), so both the
+# process-group leader and a grandchild of the daemon must go.
+FAMILY = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(f"child {child.pid}", flush=True)
+for i in range(600):
+    print(f"tick {i}", flush=True)
+    time.sleep(0.1)
+"""
 PROCESS_JOBS = '[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\n'
 
 
@@ -44,3 +60,31 @@ def test_a_stopped_provider_leaves_no_job_process_behind(
     wait_for(lambda: not _alive(pgid), f"job group {pgid} outlived its provider", timeout=10)
     with pytest.raises(OSError):
         http_get(port, timeout=2)
+
+
+def _in_workspace(home: Path) -> list[psutil.Process]:
+    """The processes whose working directory is under ``home`` (a job's workspace)."""
+    found = []
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd")
+        if cwd and Path(cwd).is_relative_to(home):
+            found.append(proc)
+    return found
+
+
+def test_a_killed_provider_takes_the_job_and_its_children_with_it(
+    daemons: Callable[..., Daemon], scripts: str, tmp_path: Path
+) -> None:
+    (tmp_path / "www" / "family.py").write_text(FAMILY)  # the scripts server's folder
+    provider, consumer = _pair(daemons)
+    job_id = _submit(consumer, f"{scripts}/family.py")["job_id"]
+    home = Path(str(provider.home.home))
+    wait_for(lambda: len(_in_workspace(home)) >= 2, "the job and its child never started", 60)
+    provider.stop(kill=True)
+    wait_for(lambda: not _in_workspace(home), "the job's processes outlived the provider", 15)
+    # Nothing is left undecided: the provider comes back, finds the run it no longer has
+    # (no checkpoint to resume from) and ends it on both sides, and nothing runs again.
+    provider.start()
+    wait_for(lambda: _state(consumer, job_id) == "interrupted", "the job was never decided", 60)
+    assert _state(provider, job_id) == "interrupted"
+    assert not _in_workspace(home)

@@ -40,6 +40,7 @@ from engine.jobs.executors.base import (
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 
 INSTALL_TIMEOUT_S = 900
+GROUP_LEADER = Path(__file__).with_name("group_leader.py")  # run by path, with -I
 GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 SAMPLE_S = 1.0
 _OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
@@ -174,7 +175,10 @@ class ProcessExecutor(BaseExecutor):
         safe_paths.real_dir(run.workspace / ".tmp", what="the job's temporary folder").mkdir(
             exist_ok=True
         )
-        argv = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        job = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        # The group's leader ends the job and all it started if this provider dies (even
+        # by SIGKILL); the provider's own signals reach the job as before (group_leader.py).
+        argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), *job]
         pid_file = self.pid_file(run)  # checked before anything runs
         process = await trio.lowlevel.open_process(
             argv,
@@ -354,16 +358,19 @@ def _job_listens_on(pid: int, port: int) -> bool:
 
 
 def _tree_usage(proc: object) -> tuple[float, float]:
+    """The CPU seconds and MB of RAM of the job under the group leader ``proc``: what its
+    processes use and used, not the leader's own few MB and no CPU. A process's time moves
+    to its parent's ``children_*`` when it is reaped, so each second is counted once."""
     import psutil
 
     assert isinstance(proc, psutil.Process)
     times = proc.cpu_times()
-    cpu = times.user + times.system + times.children_user + times.children_system
-    ram = proc.memory_info().rss
+    cpu = times.children_user + times.children_system
+    ram = 0
     for child in proc.children(recursive=True):
         try:
-            child_times = child.cpu_times()
-            cpu += child_times.user + child_times.system
+            t = child.cpu_times()
+            cpu += t.user + t.system + t.children_user + t.children_system
             ram += child.memory_info().rss
         except psutil.Error:
             continue
@@ -387,7 +394,7 @@ def _limiter(run: JobRun) -> Callable[[], None]:
 
         uid = os.getuid()
         mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"].real == uid)
-        nproc = mine + run.limits.pids
+        nproc = mine + run.limits.pids + 1  # and the group's leader
 
     def apply() -> None:
         # RLIMIT_DATA, not RLIMIT_AS: torch and OpenBLAS reserve far more address space than

@@ -1,0 +1,101 @@
+"""The process-executor job's group leader (engine/jobs/executors/group_leader.py) passes
+the job's status and the provider's signals through unchanged, and ends the whole group
+when the provider dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.jobs.executors.process import GROUP_LEADER
+
+
+def _lead(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), sys.executable, "-c"]
+    return subprocess.Popen([*argv, code], start_new_session=True, **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("pass", 0),
+        ("raise SystemExit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGXCPU)", -signal.SIGXCPU),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL),
+    ],
+    ids=["ok", "exit-3", "sigxcpu", "sigkill"],
+)
+def test_the_job_status_is_the_leaders(code: str, status: int) -> None:
+    assert _lead(code).wait(20) == status
+
+
+def test_the_providers_sigterm_reaches_the_job_which_may_finish_its_work(tmp_path: Path) -> None:
+    done = tmp_path / "saved"
+    code = (
+        "import signal, sys, time, pathlib\n"
+        "def save(*_):\n"
+        f"    pathlib.Path({str(done)!r}).write_text('checkpoint'); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    leader = _lead(code, stdout=subprocess.PIPE)
+    assert leader.stdout is not None and leader.stdout.readline() == b"ready\n"
+    os.killpg(leader.pid, signal.SIGTERM)  # as ProcessExecutor._stop_run does
+    assert leader.wait(20) == 0
+    assert done.read_text() == "checkpoint"
+
+
+def test_a_command_that_cannot_run_exits_127() -> None:
+    argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), "/nonexistent/python"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    assert result.returncode == 127 and "cannot run /nonexistent/python" in result.stderr
+
+
+def test_the_group_ends_when_the_provider_is_killed(tmp_path: Path) -> None:
+    # A stand-in provider starts the leader (whose job starts a child) and is SIGKILLed.
+    pids = tmp_path / "pids"
+    job = (
+        "import subprocess, sys, time\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{c.pid}}\\n')\n"
+        "time.sleep(60)\n"
+    )
+    provider_code = (
+        "import os, subprocess, sys, time\n"
+        f"argv = [sys.executable, '-I', {str(GROUP_LEADER)!r}, str(os.getpid()),"
+        " sys.executable, '-c', sys.argv[1]]\n"
+        "p = subprocess.Popen(argv, start_new_session=True)\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    provider = subprocess.Popen(
+        [sys.executable, "-c", provider_code, job], stdout=subprocess.PIPE, text=True
+    )
+    assert provider.stdout is not None
+    leader = int(provider.stdout.readline())
+    deadline = time.monotonic() + 20
+    while not (pids.exists() and pids.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "the job never started its child"
+        time.sleep(0.05)
+    grandchild = int(pids.read_text())
+    provider.kill()
+    provider.wait(10)
+    deadline = time.monotonic() + 10
+    while alive := [pid for pid in (leader, grandchild) if _running(pid)]:
+        assert time.monotonic() < deadline, f"still running: {alive}"
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # gone, if not reaped yet
+    except psutil.NoSuchProcess:
+        return False
