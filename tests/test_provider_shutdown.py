@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 from tests.daemons import Daemon, daemons, wait_for
+from tests.docker_fixture import docker_host, sklearn_image
 from tests.test_jobs_e2e import _pair, _state, _submit, scripts
 from tests.tunnel_helpers import free_port, http_get, pair, service_url, submit_service
 
-__all__ = ["daemons", "scripts", "service_url"]
+__all__ = ["daemons", "docker_host", "scripts", "service_url", "sklearn_image"]
 
 # The job starts a child of its own (as DataLoader workers or a pip run would), so both the
 # process-group leader and a grandchild of the daemon must go.
@@ -88,3 +89,25 @@ def test_a_killed_provider_takes_the_job_and_its_children_with_it(
     wait_for(lambda: _state(consumer, job_id) == "interrupted", "the job was never decided", 60)
     assert _state(provider, job_id) == "interrupted"
     assert not _in_workspace(home)
+
+
+def test_a_killed_provider_takes_its_containers_with_it(
+    daemons: Callable[..., Daemon], scripts: str, docker_host: str, sklearn_image: str
+) -> None:
+    import docker
+
+    docker_jobs = '\n[jobs]\nexecutors = ["docker"]\ncheckpoint_interval_s = 0\n'
+    provider, consumer = _pair(daemons, jobs_toml=docker_jobs, env={"DOCKER_HOST": docker_host})
+    job_id = _submit(consumer, f"{scripts}/slow.py")["job_id"]
+    client = docker.DockerClient(base_url=docker_host, version="auto", timeout=30)
+
+    def containers() -> list[object]:
+        return client.containers.list(all=True, filters={"label": f"nunet.job={job_id}"})
+
+    wait_for(lambda: _state(consumer, job_id) == "running", "the job never ran", 90)
+    assert containers()
+    provider.stop(kill=True)
+    # The provider's reaper (container_reaper.py) woke at its death and removed them; before,
+    # they ran on until the provider's next start, with no one enforcing their time limit.
+    wait_for(lambda: not containers(), "the job's container outlived its provider", 30)
+    assert "removed 1 container(s)" in provider.stderr_path.read_text()

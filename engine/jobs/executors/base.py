@@ -206,9 +206,13 @@ class BaseExecutor:
                 for state in list(self._runs.values()):
                     if state.started and not state.done.is_set():
                         await self._stop_run(state, "interrupted", "the provider shut down")
+            self._on_served()
 
     async def _on_serve(self) -> None:
         """Hook: cleanup after a crash (the Docker executor removes orphan containers)."""
+
+    def _on_served(self) -> None:
+        """Hook: serve has ended and every run is stopped (the Docker executor's reaper goes)."""
 
     def _spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         if self._nursery is None:

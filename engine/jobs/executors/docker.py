@@ -20,6 +20,8 @@ import functools
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -52,6 +54,7 @@ log = logging.getLogger("nunet.jobs.docker")
 DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 5
+CONTAINER_REAPER = Path(__file__).with_name("container_reaper.py")  # run by path, with -I
 LOG_IDLE_S = 10.0  # after the exit, a log stream silent this long is given up
 NOBODY = "65534:65534"
 
@@ -96,6 +99,7 @@ class DockerExecutor(BaseExecutor):
         self._containers: dict[str, Any] = {}
         self._paused: set[str] = set()  # job ids whose container a checkpoint froze
         self._facts: EngineFacts | None = None
+        self._reaper: subprocess.Popen[bytes] | None = None
 
     # --- docker plumbing -----------------------------------------------------------------
 
@@ -145,6 +149,35 @@ class DockerExecutor(BaseExecutor):
         # dockerd down: prepare says so clearly; serve itself must not fail.
         with contextlib.suppress(Exception):
             await self._call(self.cleanup_orphans)
+        self._reaper = self._start_reaper()
+
+    def _start_reaper(self) -> subprocess.Popen[bytes] | None:
+        """The process that removes this node's containers if the provider dies without
+        doing so (SIGKILL, the OOM killer): container_reaper.py. Started from the engine's
+        thread, whose end is what wakes it."""
+        base = self.docker_host or "unix:///var/run/docker.sock"
+        label = f"{LABEL_NODE}={self.node_id or '-'}"
+        # Its one line, if it has to act, goes where the daemon's own log does; never into
+        # a terminal the app has just left.
+        err = subprocess.DEVNULL if sys.stderr is None or sys.stderr.isatty() else None
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-I", str(CONTAINER_REAPER), str(os.getpid()), base, label],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,  # a Ctrl-C in the provider's terminal is not for it
+            )
+        except OSError as exc:
+            log.warning("no container reaper (%s): a crash leaves containers until restart", exc)
+            return None
+
+    def _on_served(self) -> None:
+        # Stopped normally: the runs' containers are gone, and the reaper with them.
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
 
     def _user(self) -> str:
         rootless = self._engine_facts().job_user
