@@ -203,6 +203,9 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mdns_interfaces: Annotated[list[Annotated[str, _text(64, 1)]], msgspec.Meta(max_length=64)] = (
         msgspec.field(default_factory=list)
     )
+    # Inbound connections one address (IPv4, or an IPv6 /64) may have in their handshake at
+    # once (engine/network/pending_gate.py); established connections are not counted.
+    max_pending_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

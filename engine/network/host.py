@@ -33,6 +33,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from engine.identity import Identity
 from engine.network import yamux_credit
 from engine.network.libp2p_guards import bound_multistream_messages, guard_host
+from engine.network.pending_gate import MAX_PENDING_PER_IP, PendingGate
 
 log = logging.getLogger("nunet.network.host")
 
@@ -110,7 +111,9 @@ class PerPeerResourceManager(ResourceManager):
             return self._inbound.get(str(peer_id), 0)
 
 
-def build_host(identity: Identity, listen: Sequence[str]) -> Any:
+def build_host(
+    identity: Identity, listen: Sequence[str], *, max_pending_per_ip: int = MAX_PENDING_PER_IP
+) -> Any:
     """A BasicHost with our key; nothing listens until ``host.run(listen_addrs)``."""
     key_pair = key_pair_of(identity)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
@@ -132,6 +135,8 @@ def build_host(identity: Identity, listen: Sequence[str]) -> Any:
     # first bytes must not announce a message of any length (libp2p_guards).
     guard_host(host)
     bound_multistream_messages()
+    # One address's idle connections must not take every inbound slot (pending_gate.py).
+    PendingGate(max_pending_per_ip).install(host.get_network())
     # A stream's sender is credited once half its window is read, not after every read.
     yamux_credit.install(host)
     return host

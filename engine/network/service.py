@@ -202,7 +202,11 @@ class NetworkService:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.host = hostmod.build_host(self.identity, self.settings.listen)
+        self.host = hostmod.build_host(
+            self.identity,
+            self.settings.listen,
+            max_pending_per_ip=self.settings.max_pending_per_ip,
+        )
         gossipsub = GossipSub(
             protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],
             degree=6,
