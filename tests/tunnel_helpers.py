@@ -9,6 +9,7 @@ import http.client
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -103,7 +104,11 @@ class Forwarding:
                 *("job", "forward", job_id, ports, "--json"),
             ],
             cwd=REPO,
-            env={k: v for k, v in os.environ.items() if k != "NUNET_HOME"},
+            # PYTHONFAULTHANDLER: a forward that hangs shows where (stop()).
+            env={
+                **{k: v for k, v in os.environ.items() if k != "NUNET_HOME"},
+                "PYTHONFAULTHANDLER": "1",
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -121,7 +126,12 @@ class Forwarding:
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(2)  # Ctrl-C
-        return self.proc.wait(20)
+        try:
+            return self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's traceback
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"job forward ignored Ctrl-C for 20 s; stderr: {err}") from None
 
 
 def http_get(port: int, path: str = "/", timeout: float = 20.0) -> tuple[int, bytes]:

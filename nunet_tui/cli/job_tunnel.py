@@ -135,8 +135,11 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
                     show(f"job {info.job_id} is {ended.state}: the forward closed", file=sys.stderr)
                     return None
         except KeyboardInterrupt:
+            # Ctrl-C ends this command promptly whatever the daemon does: the daemon takes
+            # up to 5 s to close a forward, and one that does not answer in time ends it
+            # anyway when the lease we stop renewing runs out (LEASE_S).
             with contextlib.suppress(EngineError):
-                client.call_blocking(api.JobForwardClose(forward_id=info.forward_id))
+                client.call_blocking(api.JobForwardClose(forward_id=info.forward_id), timeout=8)
             return None
 
 
