@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -97,15 +98,25 @@ def _wait_running(client: EngineClient, job_id: str, quiet: bool) -> api.JobInfo
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+def _stop_requested() -> Iterator[threading.Event]:
+    """An event set by the first Ctrl-C or SIGTERM; a second one interrupts at once.
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    A flag rather than KeyboardInterrupt raised wherever the main thread happens to be: an
+    exception between a lock's acquire and its ``with`` block (the control client's) would
+    leave the lock held, and the close that follows would wait on it for ever."""
+    stop = threading.Event()
+
+    def request(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _forward(args: argparse.Namespace, client: EngineClient) -> None:
@@ -123,24 +134,21 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
             f"forwarding {info.url} -> job {info.job_id} port {info.remote_port} (Ctrl-C to stop)",
             flush=True,
         )
-    with _sigterm_as_interrupt():
-        try:
-            while True:
-                time.sleep(POLL_S)
-                listed: api.ForwardList = client.call_blocking(
-                    api.ListForwards(job_id=info.job_id, renew=(info.forward_id,))
-                )
-                if not any(f.forward_id == info.forward_id for f in listed.forwards):
-                    ended: api.JobInfo = client.call_blocking(api.GetJob(job_id=info.job_id))
-                    show(f"job {info.job_id} is {ended.state}: the forward closed", file=sys.stderr)
-                    return None
-        except KeyboardInterrupt:
-            # Ctrl-C ends this command promptly whatever the daemon does: the daemon takes
-            # up to 5 s to close a forward, and one that does not answer in time ends it
-            # anyway when the lease we stop renewing runs out (LEASE_S).
-            with contextlib.suppress(EngineError):
-                client.call_blocking(api.JobForwardClose(forward_id=info.forward_id), timeout=8)
-            return None
+    with _stop_requested() as stop:
+        while not stop.wait(POLL_S):
+            listed: api.ForwardList = client.call_blocking(
+                api.ListForwards(job_id=info.job_id, renew=(info.forward_id,)), timeout=LEASE_S
+            )
+            if not any(f.forward_id == info.forward_id for f in listed.forwards):
+                ended: api.JobInfo = client.call_blocking(api.GetJob(job_id=info.job_id))
+                show(f"job {info.job_id} is {ended.state}: the forward closed", file=sys.stderr)
+                return None
+        # Ctrl-C ends this command promptly whatever the daemon does: the daemon takes up to
+        # 5 s to close a forward, and one that does not answer in time ends it anyway when
+        # the lease we stop renewing runs out (LEASE_S).
+        with contextlib.suppress(EngineError):
+            client.call_blocking(api.JobForwardClose(forward_id=info.forward_id), timeout=8)
+    return None
 
 
 # --- job shell -------------------------------------------------------------------------------
