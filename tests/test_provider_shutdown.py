@@ -2,7 +2,7 @@
 outlives the daemon (real daemons, the process executor, a service job that never ends).
 
 Killed with SIGKILL (or by the OOM killer) the daemon can do nothing: before the group
-leader (engine/jobs/executors/group_leader.py) the job and its children ran on unsupervised
+leader (engine/jobs/executors/orphan_guard.py) the job and its children ran on unsupervised
 until the provider came back (``kill_orphan``), or until their CPU limit if it never did."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def test_a_killed_provider_takes_its_containers_with_it(
     wait_for(lambda: _state(consumer, job_id) == "running", "the job never ran", 90)
     assert containers()
     provider.stop(kill=True)
-    # The provider's reaper (container_reaper.py) woke at its death and removed them; before,
+    # The provider's reaper (orphan_guard.py containers) woke at its death and removed them; before,
     # they ran on until the provider's next start, with no one enforcing their time limit.
     wait_for(lambda: not containers(), "the job's container outlived its provider", 30)
-    assert "removed 1 container(s)" in provider.stderr_path.read_text()
+    assert "orphan_guard: removed 1 container(s)" in provider.stderr_path.read_text()

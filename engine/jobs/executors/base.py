@@ -66,6 +66,10 @@ class Limits:
     disk_mb: int | None = None  # the workspace's bound, from the spec (disk_quota.py)
 
 
+# Ends a provider's jobs when the provider dies (SIGKILL included): run by path, with -I.
+ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
+
+
 def limits_for(
     spec: JobSpec, *, timeout_factor: float = TIMEOUT_FACTOR, min_timeout_s: float = MIN_TIMEOUT_S
 ) -> Limits:

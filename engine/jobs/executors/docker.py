@@ -33,6 +33,7 @@ from engine import safe_paths
 from engine.api import GpuVendor
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
+    ORPHAN_GUARD,
     BaseExecutor,
     ExitStatus,
     JobRun,
@@ -54,7 +55,6 @@ log = logging.getLogger("nunet.jobs.docker")
 DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 5
-CONTAINER_REAPER = Path(__file__).with_name("container_reaper.py")  # run by path, with -I
 LOG_IDLE_S = 10.0  # after the exit, a log stream silent this long is given up
 NOBODY = "65534:65534"
 
@@ -149,20 +149,23 @@ class DockerExecutor(BaseExecutor):
         # dockerd down: prepare says so clearly; serve itself must not fail.
         with contextlib.suppress(Exception):
             await self._call(self.cleanup_orphans)
-        self._reaper = self._start_reaper()
+        # Only a named node's: the shared "-" label of an unnamed executor (a test's, an
+        # embedding's) could be another's containers.
+        self._reaper = self._start_reaper() if self.node_id else None
 
     def _start_reaper(self) -> subprocess.Popen[bytes] | None:
         """The process that removes this node's containers if the provider dies without
-        doing so (SIGKILL, the OOM killer): container_reaper.py. Started from the engine's
+        doing so (SIGKILL, the OOM killer): orphan_guard.py. Started from the engine's
         thread, whose end is what wakes it."""
         base = self.docker_host or "unix:///var/run/docker.sock"
         label = f"{LABEL_NODE}={self.node_id or '-'}"
         # Its one line, if it has to act, goes where the daemon's own log does; never into
         # a terminal the app has just left.
         err = subprocess.DEVNULL if sys.stderr is None or sys.stderr.isatty() else None
+        argv = [sys.executable, "-I", str(ORPHAN_GUARD), "containers", str(os.getpid())]
         try:
             return subprocess.Popen(
-                [sys.executable, "-I", str(CONTAINER_REAPER), str(os.getpid()), base, label],
+                [*argv, base, label],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,

@@ -29,6 +29,7 @@ import trio
 from engine import safe_paths
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
+    ORPHAN_GUARD,
     BaseExecutor,
     ExitStatus,
     JobRun,
@@ -40,7 +41,6 @@ from engine.jobs.executors.base import (
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 
 INSTALL_TIMEOUT_S = 900
-GROUP_LEADER = Path(__file__).with_name("group_leader.py")  # run by path, with -I
 GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 SAMPLE_S = 1.0
 _OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
@@ -177,8 +177,8 @@ class ProcessExecutor(BaseExecutor):
         )
         job = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
         # The group's leader ends the job and all it started if this provider dies (even
-        # by SIGKILL); the provider's own signals reach the job as before (group_leader.py).
-        argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), *job]
+        # by SIGKILL); the provider's own signals reach the job as before (orphan_guard.py).
+        argv = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid()), *job]
         pid_file = self.pid_file(run)  # checked before anything runs
         process = await trio.lowlevel.open_process(
             argv,

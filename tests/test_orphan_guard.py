@@ -1,6 +1,6 @@
-"""The process-executor job's group leader (engine/jobs/executors/group_leader.py) passes
-the job's status and the provider's signals through unchanged, and ends the whole group
-when the provider dies."""
+"""orphan_guard.py's group role: a process-executor job's group leader passes the job's
+status and the provider's signals through unchanged, and ends the whole group when the
+provider dies. (Its containers role: test_provider_shutdown.py, with a real Docker engine.)"""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.jobs.executors.process import GROUP_LEADER
+from engine.jobs.executors.base import ORPHAN_GUARD
+
+LEADER = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid())]
 
 
 def _lead(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), sys.executable, "-c"]
+    argv = [*LEADER, sys.executable, "-c"]
     return subprocess.Popen([*argv, code], start_new_session=True, **kwargs)  # type: ignore[call-overload]
 
 
@@ -54,8 +56,9 @@ def test_the_providers_sigterm_reaches_the_job_which_may_finish_its_work(tmp_pat
 
 
 def test_a_command_that_cannot_run_exits_127() -> None:
-    argv = [sys.executable, "-I", str(GROUP_LEADER), str(os.getpid()), "/nonexistent/python"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    result = subprocess.run(
+        [*LEADER, "/nonexistent/python"], capture_output=True, text=True, timeout=20
+    )
     assert result.returncode == 127 and "cannot run /nonexistent/python" in result.stderr
 
 
@@ -70,7 +73,7 @@ def test_the_group_ends_when_the_provider_is_killed(tmp_path: Path) -> None:
     )
     provider_code = (
         "import os, subprocess, sys, time\n"
-        f"argv = [sys.executable, '-I', {str(GROUP_LEADER)!r}, str(os.getpid()),"
+        f"argv = [sys.executable, '-I', {str(ORPHAN_GUARD)!r}, 'group', str(os.getpid()),"
         " sys.executable, '-c', sys.argv[1]]\n"
         "p = subprocess.Popen(argv, start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
