@@ -56,13 +56,9 @@ class PendingGate:
     ) -> None:
         self.per_address = per_address
         self.handshake_s = handshake_s
-        self.refused = 0
         self._pending: dict[str, int] = {}
         self._refused_since_warning = 0
         self._warned_at = -WARN_EVERY_S
-
-    def pending(self, key: str) -> int:
-        return self._pending.get(key, 0)
 
     def install(self, swarm: Any) -> None:
         # ``Swarm._do_handle_inbound_connection`` calls ``self.upgrade_inbound_raw_conn``
@@ -91,7 +87,6 @@ class PendingGate:
         swarm.upgrade_inbound_raw_conn = gated
 
     def _refuse(self, key: str) -> None:
-        self.refused += 1
         self._refused_since_warning += 1
         now = time.monotonic()
         if now - self._warned_at >= WARN_EVERY_S:  # one line a minute, however many come

@@ -135,10 +135,14 @@ class DockerExecutor(BaseExecutor):
     def labels(self, run: JobRun, step: str) -> dict[str, str]:
         return {LABEL_JOB: run.job_id, LABEL_NODE: self.node_id or "-", LABEL_STEP: step}
 
+    def _node_label(self, node_id: str | None = None) -> str:
+        """The label on every container of ``node_id`` (default this node; "-" unnamed)."""
+        return f"{LABEL_NODE}={node_id if node_id is not None else (self.node_id or '-')}"
+
     def cleanup_orphans(self, node_id: str | None = None) -> list[str]:
         """Remove every container of ours (``nunet.node`` = node_id, default this node) that a
         crash left behind; returns their job ids. Blocking."""
-        label = f"{LABEL_NODE}={node_id if node_id is not None else (self.node_id or '-')}"
+        label = self._node_label(node_id)
         removed = []
         for container in self.client().containers.list(all=True, filters={"label": label}):
             removed.append(container.labels.get(LABEL_JOB, "?"))
@@ -158,7 +162,7 @@ class DockerExecutor(BaseExecutor):
         doing so (SIGKILL, the OOM killer): orphan_guard.py. Started from the engine's
         thread, whose end is what wakes it."""
         base = self.docker_host or "unix:///var/run/docker.sock"
-        label = f"{LABEL_NODE}={self.node_id or '-'}"
+        label = self._node_label()
         # Its one line, if it has to act, goes where the daemon's own log does; never into
         # a terminal the app has just left.
         err = subprocess.DEVNULL if sys.stderr is None or sys.stderr.isatty() else None
