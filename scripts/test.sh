@@ -4,6 +4,25 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+# CI's limit is 90 minutes and our budget 25 (README, "Tests"): every phase says what it took.
+started=$SECONDS
+phase_start=$SECONDS
+phase() {
+  echo "   ($(( SECONDS - phase_start )) s)"
+  phase_start=$SECONDS
+  echo "== $1"
+}
+finish() {
+  local rc=$?
+  if [ -n "${started_dockerd:-}" ]; then
+    bash scripts/dockerd.sh stop >/dev/null 2>&1 || true
+  fi
+  local total=$(( SECONDS - started ))
+  echo "== total: $(( total / 60 )) min $(( total % 60 )) s (exit $rc)"
+  exit "$rc"
+}
+trap finish EXIT
+echo "== set-up (.venv)"
 . "$root/scripts/setup_venv.sh" test
 # The js-libp2p peer of tests/test_network_interop.py, at the versions of its package-lock.json
 # (the tests never download; they fail without it). Reinstalled only when the lock changed.
@@ -17,27 +36,28 @@ if ! cmp -s "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock" 2>/
     echo "note: no npm: install Node.js >= 20 for tests/test_network_interop.py" >&2
   fi
 fi
-echo "== ruff"
+phase "ruff"
 .venv/bin/ruff check engine nunet_tui oracle_client tests scripts bench
 .venv/bin/ruff format --check engine nunet_tui oracle_client tests scripts bench
-echo "== mypy"
+phase "mypy"
 .venv/bin/mypy
-echo "== import contracts"
+phase "import contracts"
 # The rooms' boundaries: [tool.importlinter] in pyproject.toml (layers, no Textual in the engine,
 # subsystems without the node, screens and widgets without the command line, widgets without
 # screens).
 .venv/bin/lint-imports
-echo "== docker engine and test image"
+phase "docker engine and test image"
 # A private dockerd (installed with apt when missing) and the jobs' image built from Debian
 # packages: the container tests run against the real thing. Stopped again on exit if we
 # started it.
 if ! bash scripts/dockerd.sh status >/dev/null 2>&1; then
   started_dockerd=1
-  trap 'bash scripts/dockerd.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 export "$(bash scripts/dockerd.sh start | tail -n 1)"
 bash scripts/build_test_image.sh >/dev/null
 echo "DOCKER_HOST=$DOCKER_HOST${started_dockerd:+ (started for this run)}"
-echo "== pytest"
-# The slowest tests are printed: the suite must stay well inside CI's 90 minutes.
+phase "pytest"
+# Parallel workers (pytest-xdist, `-n` in [tool.pytest.ini_options]); the 30 slowest tests are
+# printed: the suite must stay well inside CI's limit.
 .venv/bin/python -m pytest --durations=30 "$@"
+phase "done"

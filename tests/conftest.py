@@ -94,24 +94,44 @@ def run_cli(
     env: dict[str, str] | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real command line in a fresh process, as a user's shell would.
+    """Run the real command line in its own process, as a user's shell would: forked from
+    the suite's zygote (tests/forkserver.py), which imported it once.
 
     ``input`` is piped to its stdin (a secret such as a mnemonic; never a terminal, so no
     prompt waits for a person)."""
-    argv = [sys.executable, "-m", "nunet_tui"]
-    if home is not None:
-        argv += ["--home", str(home.home)]
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("NUNET_HOME", None)
+    from tests import forkserver
+
+    return forkserver.run(_cli_args(args, home), env=cli_env(env), timeout=timeout, input=input)
+
+
+def run_cli_fresh(
+    *args: str,
+    home: Paths | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``run_cli`` in a new interpreter: for the tests of what a fork cannot show (the
+    interpreter's start, imports, the entry point): tests/test_cli*.py."""
     return subprocess.run(
-        argv + list(args),
+        [sys.executable, "-m", "nunet_tui", *_cli_args(args, home)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=full_env,
+        env=cli_env(env),
         cwd=REPO,
         input=input,
     )
+
+
+def _cli_args(args: tuple[str, ...], home: Paths | None) -> list[str]:
+    return (["--home", str(home.home)] if home is not None else []) + list(args)
+
+
+def cli_env(env: dict[str, str] | None) -> dict[str, str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("NUNET_HOME", None)
+    return full_env
 
 
 # -- markers --------------------------------------------------------------------------------
@@ -144,6 +164,12 @@ def _starts_processes(func: object, seen: set[int]) -> bool:
         target = module_globals.get(name)
         if target is subprocess or target is subprocess.Popen or target is subprocess.run:
             return True
+        if (
+            target is run_cli
+            or getattr(target, "__name__", None) == "tests.forkserver"
+            or (getattr(target, "__module__", None) == "tests.forkserver")
+        ):
+            return True  # forks the command line or a daemon from the suite's zygote
         if target is _starts_processes:  # this hook's own code names subprocess
             continue
         if not str(getattr(target, "__module__", "")).startswith("tests"):
@@ -154,6 +180,14 @@ def _starts_processes(func: object, seen: set[int]) -> bool:
     return False
 
 
+# Tests that share something of the machine run on one xdist worker (`--dist loadgroup`):
+# the Docker engine (a provider's start removes the containers its node label left, and the
+# test nodes share the label "rig-01") and mDNS on loopback (multicast reaches every worker).
+_SHARED = {"docker": "docker"}
+_SHARED_FILES = {"test_network_mdns.py": "mdns"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -169,3 +203,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 marks.add("multiprocess")
         for mark in sorted(marks):
             item.add_marker(mark)
+        group = next((_SHARED[m] for m in sorted(marks) if m in _SHARED), None)
+        group = _SHARED_FILES.get(item.path.name, group)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -1,4 +1,5 @@
-"""Real daemons on 127.0.0.1, driven through the real CLI: shared by the end-to-end tests."""
+"""Real daemons on 127.0.0.1, driven through their control socket and the real CLI: shared by
+the end-to-end tests."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from engine import api
 from engine.config import Paths
+from engine.control_client import ControlClient
 from engine.payments.keystore import SANDBOX_KDF_ENV
-from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, REPO, make_home, run_cli
+from nunet_tui.cli.zygote import ForkedChild
+from tests import forkserver
+from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, REPO, cli_env, make_home, run_cli
 
 HEARTBEAT_ENV = {
     "NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "1",
@@ -28,23 +33,59 @@ HEARTBEAT_ENV = {
 
 
 class Daemon:
+    """A real `nunet-tui daemon` process (forked from the suite's zygote, tests/forkserver.py),
+    queried through its control socket; ``cli`` runs the real command line against it."""
+
     def __init__(self, home: Paths, env: dict[str, str]) -> None:
         self.home = home
         self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: ForkedChild | subprocess.Popen[bytes] | None = None
+        self.client: ControlClient | None = None
         self.stderr_path = Path(str(home.home)) / "daemon.stderr"
 
-    def start(self) -> Daemon:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nunet_tui", "--home", str(self.home.home), "daemon"],
-            cwd=REPO,
-            env={**os.environ, **self.env},
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.stderr_path, "ab"),  # noqa: SIM115 - the child owns it
-        )
-        # Ready when the network listens: `peer self` then shows an address.
-        wait_for(lambda: self.addrs(), f"{self.home.home} never listened", timeout=30)
+    def start(self, timeout: float = 30.0) -> Daemon:
+        args = ["--home", str(self.home.home), "daemon"]
+        stderr = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            if "PYTHONPATH" in self.env:
+                # A start-up hook (a sitecustomize.py on the path, tests/adversarial/
+                # overbilling_hook) runs only in a new interpreter.
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "nunet_tui", *args],
+                    cwd=REPO,
+                    env=cli_env(self.env),
+                    stdout=devnull,
+                    stderr=stderr,
+                )
+            else:
+                self.proc = forkserver.fork(
+                    args, env=cli_env(self.env), stdout=devnull, stderr=stderr, name="nunet-daemon"
+                )
+        finally:
+            os.close(stderr)
+            os.close(devnull)
+        # Ready when the network listens: its control socket then shows an address.
+        self.client = wait_for(self._connect, f"{self.home.home} never answered", timeout)
+        wait_for(self.addrs, f"{self.home.home} never listened", timeout)
         return self
+
+    def _connect(self) -> ControlClient | None:
+        self._check_running()
+        try:
+            return ControlClient(self.home.control_socket)
+        except OSError:
+            return None
+
+    def _check_running(self) -> None:
+        assert self.proc is not None and self.proc.poll() is None, (
+            "daemon exited: " + self.stderr_path.read_text(errors="replace")[-2000:]
+        )
+
+    def call(self, command: api.Command, timeout: float = 30.0) -> Any:
+        """One command through the control socket (what the CLI sends, without its process)."""
+        assert self.client is not None, "the daemon is not started"
+        return self.client.call_blocking(command, timeout=timeout)
 
     def cli(self, *args: str) -> Any:
         result = run_cli(*args, "--json", home=self.home)
@@ -52,33 +93,40 @@ class Daemon:
         return json.loads(result.stdout)
 
     def addrs(self) -> list[str]:
-        assert self.proc is not None and self.proc.poll() is None, (
-            "daemon exited: " + self.stderr_path.read_text(errors="replace")[-2000:]
-        )
-        result = run_cli("--attach", "peer", "self", "--json", home=self.home)
-        return json.loads(result.stdout)["addrs"] if result.returncode == 0 else []
+        self._check_running()
+        return [str(addr) for addr in self.call(api.GetPeerSelf()).addrs]
 
     @property
     def peer_id(self) -> str:
-        return str(self.cli("peer", "self")["peer_id"])
+        return str(self.call(api.GetPeerSelf()).peer_id)
 
     def stop(self, kill: bool = False) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            if kill:
-                self.proc.kill()
-            else:
-                self.proc.terminate()
-            self.proc.wait(15)
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                if kill:
+                    self.proc.kill()
+                else:
+                    self.proc.terminate()
+                self.proc.wait(15)
+            if isinstance(self.proc, ForkedChild):
+                self.proc.close()
         self.proc = None
 
 
 def wait_for(check: Callable[[], Any], message: str, timeout: float = 20.0) -> Any:
+    """Call ``check`` until it returns something true; soon at first (most waits are short),
+    then every 0.25 s."""
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.25)
+        time.sleep(pause)
+        pause = min(0.25, pause * 1.5)
     raise AssertionError(message)
 
 

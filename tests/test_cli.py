@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import Paths
-from tests.conftest import TEST_ADDRESS, run_cli
+from tests.conftest import TEST_ADDRESS, run_cli_fresh
 
 MAINNET_ADDRESS = (
     "addr1qx2fxv2umyhttkxyxp8x0dlpdt3k6cwng5pxj3jhsydzer3n0d3vllmyqwsx5wktcd8cc3sq835lu7drv2x"
@@ -17,7 +17,7 @@ MAINNET_ADDRESS = (
 
 
 def _json(*args: str, home: Paths) -> dict[str, object]:
-    result = run_cli(*args, "--json", home=home)
+    result = run_cli_fresh(*args, "--json", home=home)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -58,7 +58,7 @@ def test_peer_self_is_stable(node_home: Paths) -> None:
 
 def test_errors_are_one_line_and_keep_state(node_home: Paths) -> None:
     assert (
-        run_cli(
+        run_cli_fresh(
             "onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS, home=node_home
         ).returncode
         == 0
@@ -72,7 +72,7 @@ def test_errors_are_one_line_and_keep_state(node_home: Paths) -> None:
         (["resource-config", "-m", "100000", "-c", "4000"], "memory"),
     ]
     for args, needle in cases:
-        result = run_cli(*args, home=node_home)
+        result = run_cli_fresh(*args, home=node_home)
         assert result.returncode == 1, (args, result.stdout)
         line = result.stderr.strip()
         assert "\n" not in line and needle in line, (args, line)
@@ -80,12 +80,12 @@ def test_errors_are_one_line_and_keep_state(node_home: Paths) -> None:
 
 
 def test_usage_errors_exit_2(node_home: Paths) -> None:
-    assert run_cli("onboard", "-m", "lots", home=node_home).returncode == 2
-    assert run_cli("frobnicate", home=node_home).returncode == 2
+    assert run_cli_fresh("onboard", "-m", "lots", home=node_home).returncode == 2
+    assert run_cli_fresh("frobnicate", home=node_home).returncode == 2
 
 
 def test_not_onboarded_commands_say_what_to_do(node_home: Paths) -> None:
-    result = run_cli("pause", home=node_home)
+    result = run_cli_fresh("pause", home=node_home)
     assert result.returncode == 1 and "nunet-tui onboard" in result.stderr
 
 
@@ -97,10 +97,10 @@ def test_a_piped_secret_loses_exactly_one_line_end(node_home: Paths) -> None:
     from engine.payments.keystore import PASSPHRASE_ENV
 
     none = {PASSPHRASE_ENV: ""}
-    made = run_cli("wallet", "unlock", home=node_home, env=none, input="pass phrase 1\n")
+    made = run_cli_fresh("wallet", "unlock", home=node_home, env=none, input="pass phrase 1\n")
     assert made.returncode == 0, made.stderr  # the first passphrase creates the keystore
     # The stored passphrase is exactly the line: the environment's copy (no newline) opens it.
-    exact = run_cli(
+    exact = run_cli_fresh(
         "wallet", "new", "--json", home=node_home, env={PASSPHRASE_ENV: "pass phrase 1"}
     )
     assert exact.returncode == 0, exact.stderr
@@ -110,7 +110,7 @@ def test_a_piped_secret_loses_exactly_one_line_end(node_home: Paths) -> None:
         ("pass phrase 1\n\n", False),  # one line end is dropped, not every one
         (" pass phrase 1\n", False),  # spaces are part of it
     ):
-        result = run_cli("wallet", "unlock", home=node_home, env=none, input=piped)
+        result = run_cli_fresh("wallet", "unlock", home=node_home, env=none, input=piped)
         assert (result.returncode == 0) == opens, (piped, result.stderr)
         if not opens:
             assert "wrong passphrase" in result.stderr and result.stderr.count("\n") == 1

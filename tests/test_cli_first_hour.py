@@ -15,7 +15,7 @@ import pytest
 
 from nunet_tui.cli import completion
 from nunet_tui.cli.main import build_parser
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli_fresh
 from tests.daemons import Daemon, daemons, wait_for
 from tests.test_jobs_e2e import _pair, _state, scripts
 
@@ -47,7 +47,7 @@ def test_framework_aliases(typed: str, meant: str) -> None:
 
 
 def test_an_unknown_framework_is_a_usage_error_naming_the_choices() -> None:
-    done = run_cli("job", "submit", "--url", "http://h/x.py", "--framework", "jax")
+    done = run_cli_fresh("job", "submit", "--url", "http://h/x.py", "--framework", "jax")
     assert done.returncode == 2
     assert "unknown framework 'jax'" in done.stderr and "sklearn" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -55,7 +55,7 @@ def test_an_unknown_framework_is_a_usage_error_naming_the_choices() -> None:
 
 def test_submit_without_a_job_is_a_usage_error(tmp_path: Path) -> None:
     for args in ((), ("--url", "http://h/x.py"), ("--framework", "sklearn")):
-        done = run_cli("--home", str(tmp_path / "home"), "job", "submit", *args)
+        done = run_cli_fresh("--home", str(tmp_path / "home"), "job", "submit", *args)
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip() == (
             "nunet-tui job submit: error: give -f FILE, or --url and --framework "
@@ -67,12 +67,12 @@ def test_submit_without_a_job_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_tail_is_bounded_by_the_parser() -> None:
     for bad in ("0", "-3", "x", "50001"):
-        done = run_cli("job", "logs", "j1", "--tail", bad)
+        done = run_cli_fresh("job", "logs", "j1", "--tail", bad)
         assert done.returncode == 2 and "--tail" in done.stderr
 
 
 def test_version() -> None:
-    done = run_cli("--version")
+    done = run_cli_fresh("--version")
     assert done.returncode == 0 and done.stdout.startswith("nunet-tui ")
 
 
@@ -92,8 +92,8 @@ def test_a_reader_that_quits_early_gets_no_traceback() -> None:
 
 
 def test_stream_options_document_ndjson() -> None:
-    logs = run_cli("job", "logs", "--help").stdout
-    watch = run_cli("gpu", "status", "--help").stdout
+    logs = run_cli_fresh("job", "logs", "--help").stdout
+    watch = run_cli_fresh("gpu", "status", "--help").stdout
     assert "NDJSON" in logs and "NDJSON" in watch
     readme = (REPO / "README.md").read_text()
     assert "NDJSON" in readme
@@ -132,7 +132,7 @@ def test_every_command_of_the_parser_is_in_every_script() -> None:
     commands = {c for node in completion.walk(parser) for c in node.commands}
     assert {"submit", "logs", "doctor", "completion"} <= commands
     for shell in completion.SHELLS:
-        done = run_cli("completion", shell)
+        done = run_cli_fresh("completion", shell)
         assert done.returncode == 0
         for command in commands:
             assert command in done.stdout, (shell, command)
@@ -177,15 +177,15 @@ def test_logs_tail_follow_and_the_exit_status_of_a_failed_job(
     wait_for(lambda: _state(consumer, ok) == "completed", "the job never completed", 60)
     assert consumer.cli("job", "show", ok)["spec"]["framework"] == "scikit-learn"
 
-    whole = run_cli("job", "logs", ok, "--json", home=consumer.home)
+    whole = run_cli_fresh("job", "logs", ok, "--json", home=consumer.home)
     every = [json.loads(line) for line in whole.stdout.splitlines()]  # NDJSON
     assert [r["text"] for r in every if r["text"].startswith("line ")] == [
         f"line {i}" for i in range(30)
     ]
-    tail = run_cli("job", "logs", ok, "--tail", "3", "--json", home=consumer.home)
+    tail = run_cli_fresh("job", "logs", ok, "--tail", "3", "--json", home=consumer.home)
     assert tail.returncode == 0
     assert [json.loads(line) for line in tail.stdout.splitlines()] == every[-3:]
-    followed = run_cli("job", "logs", ok, "-f", "--tail", "2", "--json", home=consumer.home)
+    followed = run_cli_fresh("job", "logs", ok, "-f", "--tail", "2", "--json", home=consumer.home)
     assert followed.returncode == 0
     assert [json.loads(line) for line in followed.stdout.splitlines()] == every[-2:]
 
@@ -200,7 +200,7 @@ def test_logs_tail_follow_and_the_exit_status_of_a_failed_job(
         "1",
     )["job_id"]
     wait_for(lambda: _state(consumer, failing) == "failed", "the job never failed", 60)
-    done = run_cli("job", "logs", failing, "-f", home=consumer.home)
+    done = run_cli_fresh("job", "logs", failing, "-f", home=consumer.home)
     assert done.returncode == 1
     assert "about to fail" in done.stdout
     assert (
@@ -209,7 +209,7 @@ def test_logs_tail_follow_and_the_exit_status_of_a_failed_job(
         .startswith(f"nunet-tui: error: job {failing} ended failed: ")
     )
     # Without -f it is a plain read: the log was printed, so it succeeded.
-    assert run_cli("job", "logs", failing, home=consumer.home).returncode == 0
+    assert run_cli_fresh("job", "logs", failing, home=consumer.home).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -290,9 +290,9 @@ def test_the_command_word_is_found_past_the_apps_options(argv: list[str], word: 
 
 
 def test_a_mistake_in_a_command_is_worded_by_the_whole_parser() -> None:
-    bad = run_cli("peer", "lst")
+    bad = run_cli_fresh("peer", "lst")
     assert bad.returncode == 2
     assert bad.stderr.startswith("nunet-tui peer: error: argument PEER_COMMAND: invalid choice")
     assert "'self', 'list'" in bad.stderr
-    unknown = run_cli("jbo", "list")
+    unknown = run_cli_fresh("jbo", "list")
     assert unknown.returncode == 2 and "'job', 'wallet'" in unknown.stderr

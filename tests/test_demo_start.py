@@ -51,13 +51,13 @@ def _fork_probe(zygote: ZygoteClient, tmp_path: Path, *args: str) -> tuple[Forke
     read_end, write_end = os.pipe()
     log = os.open(tmp_path / "probe.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        pid, pidfd = zygote.fork(
+        child = zygote.fork(
             "tests.zygote_probe", list(args), {"PROBE": "yes"}, "probe-child", write_end, log
         )
     finally:
         os.close(write_end)
         os.close(log)
-    child = ForkedChild(pid, pidfd, os.fdopen(read_end, "r"))
+    child.stdout = os.fdopen(read_end, "r")
     assert child.stdout is not None
     line = child.stdout.readline()
     assert line, (tmp_path / "probe.log").read_text()
@@ -68,7 +68,7 @@ def test_a_forked_child_is_its_own_process(zygote: ZygoteClient, tmp_path: Path)
     first, seen = _fork_probe(zygote, tmp_path, "one", "two")
     second, again = _fork_probe(zygote, tmp_path, "three")
     for child in (first, second):
-        assert child.wait(10) == -1  # ended; the status went to the zygote
+        assert child.wait(10) == 0  # the zygote reaped it and passed its exit code on
         child.close()
     assert seen["argv"] == ["one", "two"] and again["argv"] == ["three"]
     assert seen["pid"] == first.pid and seen["pgid"] == first.pid  # its own process group
@@ -76,6 +76,48 @@ def test_a_forked_child_is_its_own_process(zygote: ZygoteClient, tmp_path: Path)
     assert seen["env"] == "yes" and seen["leaked"] is None  # only the environment it was given
     assert seen["random"] != again["random"]
     assert seen["comm"] == "probe-child"
+
+
+def test_a_forked_childs_exit_code_reaches_its_caller(zygote: ZygoteClient, tmp_path: Path) -> None:
+    """The zygote reaps its children and passes each exit code on, as Popen.returncode
+    would give it: what the test suite's forked command line reports."""
+    exits, _seen = _fork_probe(zygote, tmp_path, "--exit", "3")
+    killed, _seen = _fork_probe(zygote, tmp_path, "--wait")
+    assert killed.poll() is None
+    killed.kill()
+    assert exits.wait(10) == 3
+    assert killed.wait(10) == -signal.SIGKILL
+    killed.kill()  # after it ended: nothing to signal, no error
+    for child in (exits, killed):
+        child.close()
+
+
+def test_a_forked_child_takes_stdin_and_a_working_directory(
+    zygote: ZygoteClient, tmp_path: Path
+) -> None:
+    stdin = os.memfd_create("stdin")
+    os.write(stdin, b"a secret line\n")
+    os.lseek(stdin, 0, os.SEEK_SET)
+    read_end, write_end = os.pipe()
+    try:
+        child = zygote.fork(
+            "tests.zygote_probe",
+            ["--stdin"],
+            {},
+            "probe",
+            write_end,
+            2,
+            stdin=stdin,
+            cwd=str(tmp_path),
+        )
+    finally:
+        os.close(write_end)
+        os.close(stdin)
+    with os.fdopen(read_end, "r") as out:
+        seen = json.loads(out.readline())
+    assert child.wait(10) == 0
+    child.close()
+    assert seen["stdin"] == "a secret line\n" and seen["cwd"] == str(tmp_path)
 
 
 def test_children_go_with_the_zygote(zygote: ZygoteClient, tmp_path: Path) -> None:

@@ -18,9 +18,13 @@ print(
             "leaked": os.environ.get("NUNET_PROBE_PARENT"),
             "random": random.random(),
             "comm": Path("/proc/self/comm").read_text().strip(),
+            "cwd": os.getcwd(),
+            "stdin": sys.stdin.read() if "--stdin" in sys.argv else None,
         }
     ),
     flush=True,
 )
 if "--wait" in sys.argv:
     time.sleep(60)
+if "--exit" in sys.argv:
+    raise SystemExit(int(sys.argv[sys.argv.index("--exit") + 1]))

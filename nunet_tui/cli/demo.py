@@ -197,8 +197,8 @@ class Sandbox:
         recorded = False
         try:
             with self.signals.held():
-                pid, pidfd = zygote.fork(module, args, env, name, write_end, stderr)
-                child = ForkedChild(pid, pidfd, stdout)
+                child = zygote.fork(module, args, env, name, write_end, stderr)
+                child.stdout = stdout
                 self.procs.append(child)
                 recorded = True
         finally:

@@ -8,9 +8,12 @@ streams, its own process group, fresh randomness).
 
 ``python -m nunet_tui.cli.zygote --fd N --preload a,b [--tag TEXT]``: ``N`` is one end of a
 ``SOCK_SEQPACKET`` socket pair. The zygote sends ``{"ready": …}`` once imported, then answers
-each request ``{"module", "args", "env", "name"}`` (with the child's stdout and stderr as
-passed descriptors) with ``{"pid": …}`` and a pidfd of the child, opened before it can be
-reaped, so that the demo can wait for a process that is not its child without a pid race.
+each request ``{"module", "args", "env", "name", "cwd", "stdin"}`` (with the child's stdout,
+stderr, the write end of a status pipe and, when ``stdin``, its stdin as passed descriptors)
+with ``{"pid": …}`` and a pidfd of the child, opened before it can be reaped, so that the
+caller can wait for and signal a process that is not its child without a pid race. When the
+child ends, the zygote (its parent, the only one that can reap it) writes its exit code, as
+``Popen.returncode`` would give it (negative for a signal), to the status pipe and closes it.
 
 The zygote stays single-threaded (a fork copies only the calling thread: a lock held by
 another thread would stay locked in the child forever); it refuses to fork if an import
@@ -60,6 +63,8 @@ class ChildSpec:
     args: list[str]
     env: dict[str, str]
     name: str
+    cwd: str | None = None
+    stdin: bool = False  # a descriptor for stdin was passed (else /dev/null)
 
 
 class _Stop(BaseException):
@@ -79,15 +84,24 @@ def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = 
 def _parse_request(data: bytes) -> ChildSpec:
     raw = json.loads(data)
     module, args, env, name = raw["module"], raw["args"], raw["env"], raw["name"]
+    cwd, stdin = raw.get("cwd"), raw.get("stdin", False)
     if not isinstance(module, str) or not all(isinstance(a, str) for a in args):
         raise ValueError("module and args are strings")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ValueError("env maps strings to strings")
-    return ChildSpec(module=module, args=list(args), env=dict(env), name=str(name))
+    if not (cwd is None or isinstance(cwd, str)) or not isinstance(stdin, bool):
+        raise ValueError("cwd is a string, stdin a boolean")
+    return ChildSpec(
+        module=module, args=list(args), env=dict(env), name=str(name), cwd=cwd, stdin=stdin
+    )
 
 
-def _become_child(spec: ChildSpec, sock: socket.socket, stdout: int, stderr: int) -> None:
-    """In the forked child: the process a fresh ``python -m spec.module`` would be."""
+def _become_child(
+    spec: ChildSpec, sock: socket.socket, fds: list[int], inherited: set[int]
+) -> None:
+    """In the forked child: the process a fresh ``python -m spec.module`` would be.
+    ``fds``: its stdout, stderr, status pipe and maybe stdin; ``inherited``: the zygote's
+    descriptors of its other children, not this one's to keep."""
     os.setpgid(0, 0)  # its own group: the demo stops it (and the jobs it runs) by group
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() == 1:  # the zygote died between fork and prctl
@@ -97,12 +111,19 @@ def _become_child(spec: ChildSpec, sock: socket.socket, stdout: int, stderr: int
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock.close()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
+    stdout, stderr, status = fds[0], fds[1], fds[2]
+    stdin = fds[3] if spec.stdin else os.open(os.devnull, os.O_RDONLY)
+    os.close(status)  # the zygote writes this child's status; the child holds no end of it
+    for fd in inherited:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    os.dup2(stdin, 0)
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
-    for fd in {devnull, stdout, stderr} - {0, 1, 2}:
+    for fd in {stdin, stdout, stderr} - {0, 1, 2}:
         os.close(fd)
+    if spec.cwd is not None:
+        os.chdir(spec.cwd)
     os.environ.clear()
     os.environ.update(spec.env)
     # CPython re-seeds `random` after a fork already; said again here because every child
@@ -111,20 +132,28 @@ def _become_child(spec: ChildSpec, sock: socket.socket, stdout: int, stderr: int
     sys.argv = [spec.module, *spec.args]
 
 
+@dataclass
+class _Child:
+    pidfd: int  # readable once the child has ended: then it is reaped at once
+    status: int  # the write end of its status pipe
+
+
 class Zygote:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.children: set[int] = set()
+        self.children: dict[int, _Child] = {}
 
     def serve(self) -> ChildSpec | None:
         """Answer requests until the socket closes; in a forked child, return its spec."""
         while True:
-            self._reap()
-            readable, _, _ = select.select([self.sock], [], [], 1.0)
-            if not readable:
+            ended = [child.pidfd for child in self.children.values()]
+            readable, _, _ = select.select([self.sock.fileno(), *ended], [], [], 5.0)
+            if any(fd in ended for fd in readable):
+                self._reap()
+            if self.sock.fileno() not in readable:
                 continue
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 2)
+                data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
             except (ConnectionResetError, OSError):
                 return None
             if not data:
@@ -133,8 +162,8 @@ class Zygote:
                 return None
             try:
                 spec = _parse_request(data)
-                if len(fds) != 2:
-                    raise ValueError("a request passes stdout and stderr")
+                if len(fds) != 3 + spec.stdin:
+                    raise ValueError("a request passes stdout, stderr, a status pipe (and stdin)")
             except (ValueError, KeyError, TypeError) as exc:
                 for fd in fds:
                     os.close(fd)
@@ -152,27 +181,36 @@ class Zygote:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
             pid = os.fork()
             if pid == 0:
+                inherited = {fd for c in self.children.values() for fd in (c.pidfd, c.status)}
                 self.children.clear()
-                _become_child(spec, self.sock, fds[0], fds[1])
+                _become_child(spec, self.sock, fds, inherited)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                 return spec
-            self.children.add(pid)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            for fd in fds:
-                os.close(fd)
+            # Opened before the child can be reaped (only we reap it): never another's pid.
             pidfd = os.pidfd_open(pid)
-            try:
-                _send(self.sock, {"pid": pid}, [pidfd])
-            finally:
-                os.close(pidfd)
+            os.set_inheritable(fds[2], False)
+            self.children[pid] = _Child(pidfd=pidfd, status=fds[2])
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            for fd in fds[:2] + fds[3:]:
+                os.close(fd)
+            _send(self.sock, {"pid": pid}, [pidfd])
 
-    def _reap(self) -> None:
-        for pid in list(self.children):
-            with contextlib.suppress(ChildProcessError):
-                done, _status = os.waitpid(pid, os.WNOHANG)
+    def _reap(self, block: bool = False) -> None:
+        """Reap each ended child (each child, waiting, when ``block``) and write its exit code
+        to its status pipe."""
+        for pid, child in list(self.children.items()):
+            try:
+                done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
                 if not done:
                     continue
-            self.children.discard(pid)
+                code = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                code = -1
+            del self.children[pid]
+            with contextlib.suppress(OSError):  # the caller may have gone
+                os.write(child.status, f"{code}\n".encode())
+            os.close(child.status)
+            os.close(child.pidfd)
 
     def stop_children(self) -> None:
         """SIGTERM to every child's group, SIGKILL to what is left after ``STOP_WAIT_S``."""
@@ -188,24 +226,22 @@ class Zygote:
         for pid in self.children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-        for pid in list(self.children):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
-            self.children.discard(pid)
+        self._reap(block=True)
 
 
 class ForkedChild:
-    """A process a zygote forked, as the demo sees it: the part of ``Popen`` it uses.
+    """A process a zygote forked, as its caller sees it: the part of ``Popen`` it uses.
 
-    Not the demo's child, so its exit status goes to the zygote: ``returncode`` is -1 once it
-    ended. Liveness comes from a pidfd the zygote opened before it could reap the child, so a
-    reused pid is never mistaken for it."""
+    Not the caller's child: its exit code comes from the zygote through the status pipe
+    (``returncode`` as ``Popen`` gives it; -1 if the zygote died first). Signals go through
+    a pidfd the zygote opened before it could reap the child, so a reused pid is never hit."""
 
-    def __init__(self, pid: int, pidfd: int, stdout: IO[str] | None) -> None:
+    def __init__(self, pid: int, pidfd: int, status: int, stdout: IO[str] | None = None) -> None:
         self.pid = pid
         self.stdout = stdout
         self.returncode: int | None = None
         self._pidfd = pidfd
+        self._status = status
 
     def poll(self) -> int | None:
         return self.wait(0) if self._ended(0) else None
@@ -213,18 +249,34 @@ class ForkedChild:
     def wait(self, timeout: float | None = None) -> int:
         if not self._ended(timeout):
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-        self.returncode = -1
+        if self.returncode is None:
+            text = os.read(self._status, 64).decode(errors="replace").strip()
+            if not text:  # the zygote died first: the child gets SIGTERM (PR_SET_PDEATHSIG)
+                select.select([self._pidfd], [], [], 10.0)
+            self.returncode = int(text) if text.lstrip("-").isdigit() else -1
         return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
     def _ended(self, timeout: float | None) -> bool:
         if self.returncode is not None:
             return True
-        readable, _, _ = select.select([self._pidfd], [], [], timeout)
+        readable, _, _ = select.select([self._status], [], [], timeout)
         return bool(readable)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
+        for fd in (self._pidfd, self._status):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class ZygoteClient:
@@ -283,17 +335,36 @@ class ZygoteClient:
         name: str,
         stdout: int,
         stderr: int,
-    ) -> tuple[int, int]:
-        """``python -m module args`` forked from the zygote; (pid, pidfd)."""
-        request = {"module": module, "args": list(args), "env": dict(env), "name": name}
-        with self._lock:
-            _send(self._sock, request, [stdout, stderr])
-            message, fds = self._receive()
+        *,
+        stdin: int | None = None,
+        cwd: str | None = None,
+    ) -> ForkedChild:
+        """``python -m module args`` forked from the zygote, with these descriptors as its
+        standard streams (stdin /dev/null when None); the caller keeps and closes its own."""
+        request = {
+            "module": module,
+            "args": list(args),
+            "env": dict(env),
+            "name": name,
+            "cwd": cwd,
+            "stdin": stdin is not None,
+        }
+        status_read, status_write = os.pipe()
+        passed = [stdout, stderr, status_write] + ([stdin] if stdin is not None else [])
+        try:
+            with self._lock:
+                _send(self._sock, request, passed)
+                message, fds = self._receive()
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
         if "pid" not in message or len(fds) != 1:
-            for fd in fds:
+            for fd in [*fds, status_read]:
                 os.close(fd)
             raise OSError(f"the sandbox's zygote refused to start {name}: {message.get('error')}")
-        return int(message["pid"]), fds[0]
+        return ForkedChild(int(message["pid"]), fds[0], status_read)
 
     def _receive(self) -> tuple[dict[str, Any], list[int]]:
         data, fds, _flags, _addr = socket.recv_fds(self._sock, MAX_MESSAGE, 1)

@@ -185,9 +185,14 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
     peer.set_advert(msgspec.structs.replace(provider_advert(peer), frameworks=FRAMEWORKS))
     provider = ArchiveProvider(peer)
     peer.wait_connected(consumer.peer_id)
+    # Listed with the free memory of a heartbeat sent after its advert was set (one sent
+    # before says 0 MB free: the consumer would find it busy until the next one).
     wait_for(
-        lambda: any(x["peer_id"] == peer.peer_id for x in consumer.cli("peer", "list")["peers"]),
-        "the consumer never listed the hostile provider",
+        lambda: any(
+            x["peer_id"] == peer.peer_id and (x.get("resources") or {}).get("free_memory_mb")
+            for x in consumer.cli("peer", "list")["peers"]
+        ),
+        "the consumer never listed the hostile provider with free memory",
         30,
     )
     outside = tmp_path / "outside"
