@@ -1,7 +1,7 @@
 """What the NTX escrow costs on-chain: script size, and execution units and fee of each path.
 
 Runs the committed compiled script (oracle_client/escrow/contract/build/escrow.json) with uplc on
-signed transactions, as tests/test_escrow_contract.py does, and prints the figures against
+signed transactions, as tests/unit/test_escrow_contract.py does, and prints the figures against
 the per-tx limits. Usage: python bench/escrow_costs.py [ROUNDS]
 """
 

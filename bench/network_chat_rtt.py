@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_network_support import Node
+from tests.daemons.test_network_support import Node
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_network_support import Node, start_nodes
+from tests.daemons.test_network_support import Node, start_nodes
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -31,7 +31,7 @@ from engine.network import wire
 from tests.adversarial.hostile import HostilePeer
 from tests.adversarial.test_tunnel_owner import _own_job as own_job
 from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, TEST_ADDRESS, make_home
-from tests.daemons import HEARTBEAT_ENV, Daemon, wait_for
+from tests.daemon_harness import HEARTBEAT_ENV, Daemon, wait_for
 from tests.tunnel_helpers import Forwarding, free_port, submit_service
 
 DAEMONS = ("consumer", "provider")

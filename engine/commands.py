@@ -4,7 +4,7 @@
 node dispatches through ``Dispatch``, also derived from it: a command a room answers crosses
 the socket, and one the socket takes reaches its room. Each room states its handlers once, in
 its ``commands()`` ({command type: handler}); the two are checked against each other when a
-room is bound (and by tests/test_command_registry.py), so they cannot drift apart silently.
+room is bound (and by tests/engine/test_command_registry.py), so they cannot drift apart silently.
 
 The command types are listed here, and not collected from the rooms, because the rooms load
 on first use: py-libp2p and pycardano each take a second or more to import, and decoding or

@@ -56,11 +56,11 @@ from nunet_tui.app import NunetApp  # noqa: E402
 from nunet_tui.screens.job_detail import JobDetailScreen  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
-from tests.test_snapshots_jobs import EXAMPLES, JOBS, NOW, SERVICE, SERVICE_LOG  # noqa: E402
-from tests.test_snapshots_notebooks import NOTEBOOKS  # noqa: E402
-from tests.test_snapshots_notebooks import NOW as NOTEBOOKS_NOW  # noqa: E402
-from tests.test_snapshots_provider_jobs import NOW as RUN_NOW  # noqa: E402
-from tests.test_snapshots_provider_jobs import RUNNING, TRAIN_LOG  # noqa: E402
+from tests.tui.test_snapshots_jobs import EXAMPLES, JOBS, NOW, SERVICE, SERVICE_LOG  # noqa: E402
+from tests.tui.test_snapshots_notebooks import NOTEBOOKS  # noqa: E402
+from tests.tui.test_snapshots_notebooks import NOW as NOTEBOOKS_NOW  # noqa: E402
+from tests.tui.test_snapshots_provider_jobs import NOW as RUN_NOW  # noqa: E402
+from tests.tui.test_snapshots_provider_jobs import RUNNING, TRAIN_LOG  # noqa: E402
 
 MACHINE_TOML = """\
 [machine]
@@ -307,7 +307,7 @@ async def tour(
 
 
 def store_jobs(home: Paths) -> None:
-    """The snapshot tests' jobs (tests/test_snapshots_jobs.py), moved to the present."""
+    """The snapshot tests' jobs (tests/tui/test_snapshots_jobs.py), moved to the present."""
     shift = time.time() - NOW
     store = Store(home.database)
     for job, lines in JOBS:
@@ -332,7 +332,7 @@ def store_jobs(home: Paths) -> None:
 
 
 def store_notebooks(home: Paths) -> None:
-    """The notebook snapshot tests' notebooks (tests/test_snapshots_notebooks.py), moved to
+    """The notebook snapshot tests' notebooks (tests/tui/test_snapshots_notebooks.py), moved to
     the present."""
     shift = time.time() - NOTEBOOKS_NOW
     store = Store(home.database)
@@ -350,7 +350,7 @@ def store_notebooks(home: Paths) -> None:
 
 
 def store_service(home: Paths) -> None:
-    """The snapshot tests' running service job (tests/test_snapshots_jobs.py) and its log."""
+    """The snapshot tests' running service job (tests/tui/test_snapshots_jobs.py) and its log."""
     shift = time.time() - NOW
     store = Store(home.database)
     assert SERVICE.started_at is not None

@@ -40,13 +40,13 @@ from engine.facade import Engine  # noqa: E402
 from nunet_tui.app import NunetApp  # noqa: E402
 from nunet_tui.screens.job_detail import JobDetailScreen  # noqa: E402
 from screenshots import on, shoot, until  # noqa: E402  (the main tour's helpers)
-from tests import test_tui_billing as billing  # noqa: E402
-from tests import test_tui_paid_job_walk as walk  # noqa: E402
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import fixed_host  # noqa: E402
-from tests.test_snapshots_provider_jobs import RIG_TOML, _rig  # noqa: E402
-from tests.test_snapshots_resources import define  # noqa: E402
+from tests.tui import test_tui_billing as billing  # noqa: E402
+from tests.tui import test_tui_paid_job_walk as walk  # noqa: E402
+from tests.tui.test_snapshots_provider_jobs import RIG_TOML, _rig  # noqa: E402
+from tests.tui.test_snapshots_resources import define  # noqa: E402
 
 
 async def provider_tour(engine: Engine, out: Path, size: tuple[int, int]) -> None:

@@ -5,7 +5,7 @@
 (``scripts/screenshots.py`` runs this too, after its own tour; ``--only payments`` there runs
 just this.) Each size gets a fresh temporary node home reading a local ledger (the real
 Blockfrost-compatible server, on 127.0.0.1), and the escrows of the snapshot tests
-(tests/test_snapshots_wallet.py) moved to the present. The tour: the wallet screen without a
+(tests/tui/test_snapshots_wallet.py) moved to the present. The tour: the wallet screen without a
 wallet, the import dialog refusing a mistyped phrase, a new wallet (the warning, the new
 keystore's passphrase prompt, the 24 words), the wallet funded by the ledger's faucet, then
 the rewards of both sides. The words are a throwaway wallet's, made in a temporary folder.
@@ -34,9 +34,9 @@ from nunet_tui.app import NunetApp  # noqa: E402
 from oracle_client.ledger.server import LedgerServer, start_server  # noqa: E402
 from screenshots import on, shoot, until  # noqa: E402  (the main tour's helpers)
 from tests.conftest import MACHINE_TOML, make_home  # noqa: E402
+from tests.daemons.test_wallet import PASSPHRASE, VECTOR  # noqa: E402
 from tests.doubles.host import fixed_host  # noqa: E402
-from tests.test_snapshots_wallet import ESCROWS, NOW, PAYMENTS_TOML, store_escrows  # noqa: E402
-from tests.test_wallet import PASSPHRASE, VECTOR  # noqa: E402
+from tests.tui.test_snapshots_wallet import ESCROWS, NOW, PAYMENTS_TOML, store_escrows  # noqa: E402
 
 MISTYPED = VECTOR.rsplit(" ", 1)[0] + " filter"  # every word valid, the checksum wrong
 

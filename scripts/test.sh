@@ -24,7 +24,7 @@ finish() {
 trap finish EXIT
 echo "== set-up (.venv)"
 . "$root/scripts/setup_venv.sh" test
-# The js-libp2p peer of tests/test_network_interop.py, at the versions of its package-lock.json
+# The js-libp2p peer of tests/interop/test_network_interop.py, at the versions of its package-lock.json
 # (the tests never download; they fail without it). Reinstalled only when the lock changed.
 js="$root/tests/interop/js"
 if ! cmp -s "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock" 2>/dev/null; then
@@ -33,7 +33,7 @@ if ! cmp -s "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock" 2>/
     (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
     cp "$js/package-lock.json" "$js/node_modules/.nunet-installed-lock"
   else
-    echo "note: no npm: install Node.js >= 20 for tests/test_network_interop.py" >&2
+    echo "note: no npm: install Node.js >= 20 for tests/interop/test_network_interop.py" >&2
   fi
 fi
 phase "ruff"
@@ -59,5 +59,8 @@ echo "DOCKER_HOST=$DOCKER_HOST${started_dockerd:+ (started for this run)}"
 phase "pytest"
 # Parallel workers (pytest-xdist, `-n` in [tool.pytest.ini_options]); the 30 slowest tests are
 # printed: the suite must stay well inside CI's limit.
-.venv/bin/python -m pytest --durations=30 "$@"
+# A stuck test fails at its limit with every thread's stack (pytest-timeout; faulthandler in
+# the worker after 11 minutes at most, pyproject.toml); a run stuck past 45 minutes (three
+# times what it takes) is stopped, its own stacks printed (SIGABRT), before CI's 90.
+timeout --signal=ABRT --kill-after=60 2700 .venv/bin/python -m pytest --durations=30 "$@"
 phase "done"

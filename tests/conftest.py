@@ -112,7 +112,7 @@ def run_cli_fresh(
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``run_cli`` in a new interpreter: for the tests of what a fork cannot show (the
-    interpreter's start, imports, the entry point): tests/test_cli*.py."""
+    interpreter's start, imports, the entry point): tests/cli/test_cli*.py."""
     return subprocess.run(
         [sys.executable, "-m", "nunet_tui", *_cli_args(args, home)],
         capture_output=True,
@@ -138,7 +138,7 @@ def cli_env(env: dict[str, str] | None) -> dict[str, str]:
 # Applied from what a test uses, so a new test is marked without anyone remembering to:
 # `pytest -m "not docker and not multiprocess"` is the fast inner loop (README, "Tests").
 _FIXTURE_MARKS = {
-    "daemons": "multiprocess",  # tests/daemons.py: real `nunet-tui daemon` processes
+    "daemons": "multiprocess",  # tests/daemon_harness.py: real `nunet-tui daemon` processes
     "docker_host": "docker",  # tests/docker_fixture.py (sklearn_image depends on it)
     "snap_compare": "snapshot",  # pytest-textual-snapshot
 }

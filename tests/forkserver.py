@@ -8,7 +8,7 @@ is then a fork of it: a real, separate process running the real ``python -m nune
 its own argv, environment, working directory, standard streams and exit code, in ~40 ms.
 
 What a fork cannot show (the interpreter's start: imports, a broken entry point, the cost of
-`--help`) is what tests/test_cli*.py check with ``run_cli_fresh``, in a new interpreter.
+`--help`) is what tests/cli/test_cli*.py check with ``run_cli_fresh``, in a new interpreter.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, TEST_ADDRESS
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 SERVICE = (REPO / "examples" / "jobs" / "http_service" / "serve.py").read_text()
 

@@ -1,4 +1,5 @@
-"""Run by tests/test_demo_start.py in a child forked from a zygote: prints what the child is."""
+"""Run by tests/daemons/test_demo_start.py in a child forked from a zygote: prints what the
+child is."""
 
 import json
 import os

@@ -66,7 +66,7 @@ class _VettedBackend(httpcore.NetworkBackend):
 class VettedTransport(httpx.HTTPTransport):
     """httpx's transport over ``_VettedBackend``. httpx has no public way to give its pool a
     network backend, so the pool it built is replaced by the same one with ours (the pinning
-    test in tests/test_fetch_policy.py fails if an httpx upgrade stops honouring this)."""
+    test in tests/unit/test_fetch_policy.py fails if an httpx upgrade stops honouring this)."""
 
     def __init__(self, policy: FetchPolicy) -> None:
         super().__init__(trust_env=False)

@@ -29,7 +29,7 @@ _BURST = 5.0
 # py-libp2p hands a topic's messages to its subscriber through a 32-slot channel and drops
 # (logs "fail to deliver message to subscription") what does not fit. 50 peers' beats come
 # in bursts (one forwarder relays them back to back, and peers started together beat
-# together), so 32 lost heartbeats (tests/test_network_scale.py). Subscriptions made after
+# together), so 32 lost heartbeats (tests/engine/test_network_scale.py). Subscriptions made after
 # this import get room for several rounds of a large channel; validators rate-limit each
 # origin, so a flood cannot fill it.
 SUBSCRIPTION_QUEUE = 4096

@@ -20,14 +20,14 @@ so either its bytes are buffered here (the next read credits them, being at leas
 window) or they were read and credited already. It also bounds what a peer can make us
 buffer: py-libp2p's per-read credit (with either setting) over-credits and autotunes the
 window up after a single small read, so a sender could push 1 MiB at a reader that read
-1000 bytes and stopped; here it stops at the 256 KiB window (tests/test_tunnel_yamux.py).
+1000 bytes and stopped; here it stops at the 256 KiB window (tests/engine/test_tunnel_yamux.py).
 
 py-libp2p has no factory for its stream class (``Yamux.open_stream`` and
 ``handle_incoming`` construct ``YamuxStream`` by name), and its muxer negotiation builds
 ``Yamux`` by name too (``MuxerMultistream.new_conn`` ignores the class in ``muxer_opt`` for
 ``/yamux/1.0.0``). So ``install`` replaces the host's muxer negotiation with one that gives
 each new yamux connection a stream table that turns each stream registered in it into a
-HalfWindowCreditStream. tests/test_tunnel_yamux.py fails if a py-libp2p upgrade bypasses
+HalfWindowCreditStream. tests/engine/test_tunnel_yamux.py fails if a py-libp2p upgrade bypasses
 either.
 
 The window is also enforced on what arrives. An honest sender stops at it, but a hostile one

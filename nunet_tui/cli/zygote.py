@@ -383,7 +383,7 @@ class ZygoteClient:
 # backends the sandbox never uses (its nodes, ledger and oracle talk Blockfrost to the local
 # ledger). A chain zygote may put empty modules in their place before importing pycardano. A
 # hack on a library's internals, so: only for the version whose backend/__init__.py is known
-# (tests/test_demo_start.py fails when pycardano changes it), only in the sandbox's chain
+# (tests/daemons/test_demo_start.py fails when pycardano changes it), only in the sandbox's chain
 # zygote and its children, and never with pycardano's run-time type checks turned off.
 PYCARDANO_OGMIOS_SKIP_VERSIONS = ("0.19.2",)
 PYCARDANO_OGMIOS_MODULES = ("pycardano.backend.ogmios_v5", "pycardano.backend.ogmios_v6")

@@ -12,7 +12,7 @@ import pytest
 
 from engine.network import wire
 from tests.adversarial.hostile import HostilePeer, provider_advert
-from tests.daemons import daemons
+from tests.daemon_harness import daemons
 
 __all__ = ["daemons", "hostile"]
 

@@ -297,8 +297,18 @@ class HostilePeer:
 
         async def republish() -> None:
             self.service.republish_advert()
+            self.service.beat_now()  # figures of the new advert, not the zeros of none
 
         self.call(republish)
+
+    def listed_with_free_memory(self, by: Any) -> bool:
+        """Whether daemon ``by`` lists this peer with the free memory of a heartbeat sent
+        since its advert was set: one sent before says 0 MB free, and until the next one
+        arrives ``by`` finds this provider busy."""
+        return any(
+            x["peer_id"] == self.peer_id and (x.get("resources") or {}).get("free_memory_mb")
+            for x in by.cli("peer", "list")["peers"]
+        )
 
     def wait_connected(self, peer_id: str, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout

@@ -22,7 +22,7 @@ import pytest
 
 from engine.config import Paths
 from tests.conftest import REPO, TEST_ADDRESS, make_home, run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 TERMINAL = ("completed", "failed", "oom", "timeout", "cancelled", "interrupted", "refused")
 DEEP_TOML = "x = " + "[" * 5000 + "]" * 5000 + "\n"

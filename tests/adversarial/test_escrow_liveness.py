@@ -1,7 +1,7 @@
 """Every escrow ends decided, without anyone's help (issue 10, section 4).
 
 Real daemons on 127.0.0.1, the real local ledger (its clock moved instead of waiting ten
-minutes) and the reference oracle, as tests/test_payments_e2e.py starts them. The provider
+minutes) and the reference oracle, as tests/daemons/test_payments_e2e.py starts them. The provider
 reaches the ledger through ``LedgerLink``, a real HTTP hop that fails the way a Blockfrost
 endpoint or the network between does: it accepts a transaction and never passes it on (a
 mempool that dropped it), or breaks the connection while a transaction is submitted.
@@ -43,10 +43,20 @@ from oracle_client.client import OracleClient, ReceiptRejected
 from oracle_client.escrow.transactions import DEFAULT_TTL_S
 from oracle_client.models import RewardGrant, RewardPending, RewardRequest, ServiceQuote
 from oracle_client.oracle_server.server import OracleServer
-from tests import test_payments_e2e
 from tests.adversarial.hostile import HostilePeer
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons import test_payments_e2e
+from tests.daemons.test_jobs_e2e import PROCESS_JOBS
+from tests.daemons.test_payments_e2e import (
+    Market,
+    _address,
+    _escrow,
+    _paid_pair,
+    _submit,
+    market,
+    scripts,
+)
 from tests.doubles.oracle import (
     CONSUMER,
     PROVIDER,
@@ -56,23 +66,13 @@ from tests.doubles.oracle import (
     running_oracle,
     service_request,
 )
-from tests.test_jobs_e2e import PROCESS_JOBS
-from tests.test_payments_e2e import (
-    Market,
-    _address,
-    _escrow,
-    _paid_pair,
-    _submit,
-    market,
-    scripts,
-)
 
 __all__ = ["market", "scripts"]
 
 # Two daemons, a job or three and the claims: longer than the default per-test limit.
 E2E = pytest.mark.timeout(360)
 
-HEARTBEAT_S = 1.0  # tests/daemons.py HEARTBEAT_ENV
+HEARTBEAT_S = 1.0  # tests/daemon_harness.py HEARTBEAT_ENV
 GRACE_S = 3.0
 
 Mode = Literal["pass", "swallow", "reset"]
@@ -390,7 +390,7 @@ def test_a_consumer_that_claims_its_running_provider_vanished_gets_nothing_and_i
         metering=rc.Metering(),
         finished_at=int(time.time() * 1000),
     )
-    # Signed with the consumer daemon's own peer key (tests/daemons.py: seed 41).
+    # Signed with the consumer daemon's own peer key (tests/daemon_harness.py: seed 41).
     lie = rc.sign(lie, bytes([41]) * 32)
     request = RewardRequest(job_id=job_id, receipt=lie, lock_tx=book["info"]["lock_tx"])
     answer = _ask(market.oracle_server, request)

@@ -25,9 +25,9 @@ from engine import api
 from engine.control_client import ControlClient
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
-from tests.daemons import Daemon, wait_for
-from tests.test_fetch_policy import Served, git_server, serving
-from tests.test_jobs_e2e import TERMINAL, _pair
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import TERMINAL, _pair
+from tests.unit.test_fetch_policy import Served, git_server, serving
 
 SECRET = b"PROVIDER_SECRET = 'do-not-leak-4a7f'\n"
 HONEST = b"print('honest job ran', flush=True)\n"

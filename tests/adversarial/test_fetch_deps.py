@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
-from tests.daemons import Daemon, wait_for
-from tests.test_jobs_e2e import _pair, _state, _submit, scripts
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import _pair, _state, _submit, scripts
 
 __all__ = ["scripts"]
 

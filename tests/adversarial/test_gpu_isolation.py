@@ -31,7 +31,7 @@ from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import DockerStatus
 from engine.store import Store
 from tests.doubles.fake_pynvml import FakeNvml
-from tests.test_gpu_detect import add_card
+from tests.unit.test_gpu_detect import add_card
 
 NVIDIA_RUNTIME = DockerStatus("unix:///fake.sock", True, "27.0", ("nvidia", "runc"))
 IMAGES = {"pytorch_nvidia": "img/nvidia", "pytorch_amd": "img/amd", "pytorch_intel": "img/intel"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 
 def test_a_hostile_provider_is_listed_and_its_raw_job_messages_are_answered(

@@ -26,7 +26,7 @@ from engine.config import Paths, check_socket_dir
 from engine.control_client import ControlClient
 from engine.errors import EngineError
 from tests.conftest import REPO, make_home, run_cli
-from tests.daemons import Daemon
+from tests.daemon_harness import Daemon
 
 NOBODY = 65534
 # Long enough that <home>/state/control.sock overflows sun_path: the fallback folder is used.

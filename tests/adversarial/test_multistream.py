@@ -25,7 +25,7 @@ from libp2p.utils.varint import encode_uvarint
 from engine.network.host import peer_id_of
 from tests.adversarial.hostile import HostilePeer
 from tests.adversarial.test_stream_exhaustion import RssWatch
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 ANNOUNCED = 1 << 30
 CONNECTIONS = 4

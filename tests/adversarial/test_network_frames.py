@@ -29,7 +29,7 @@ from engine.network.discovery import EXCHANGE_PROTOCOL, topic_name
 from engine.network.link import NETWORK_RESTART
 from tests.adversarial.hostile import HostilePeer
 from tests.conftest import TEST_ADDRESS
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 CHANNEL = "nunet-test"
 MESHSUB = "/meshsub/1.1.0"

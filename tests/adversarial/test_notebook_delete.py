@@ -18,7 +18,7 @@ import pytest
 
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.tunnel_helpers import free_port, pair, service_url, serving
 
 __all__ = ["service_url"]

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.jobs import protocol as p
 from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import HostilePeer, provider_advert, read_job_message
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 # OSC 52 (set the clipboard), a screen clear, a forged log line, bidi overrides, C1 CSI,
 # notification-server markup and an over-long tail.
@@ -102,8 +102,8 @@ def test_a_providers_words_in_notices_stay_text(
     FailingProvider(peer)
     peer.wait_connected(consumer.peer_id)
     wait_for(
-        lambda: any(x["peer_id"] == peer.peer_id for x in consumer.cli("peer", "list")["peers"]),
-        "the consumer never listed the hostile provider",
+        lambda: peer.listed_with_free_memory(consumer),
+        "the consumer never listed the hostile provider with free memory",
         30,
     )
     job = consumer.cli(

@@ -27,8 +27,8 @@ from engine.network import wire
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, provider_advert, seal_job
 from tests.adversarial.test_stream_exhaustion import attacked
 from tests.conftest import run_cli
-from tests.daemons import Daemon, wait_for
-from tests.test_jobs_e2e import _state, _submit, scripts
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import _state, _submit, scripts
 
 __all__ = ["scripts"]
 

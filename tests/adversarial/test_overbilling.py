@@ -1,7 +1,7 @@
 """A hostile provider cannot bill more than the consumer saw (issue 12, section 2).
 
 Real daemons on 127.0.0.1, the real local ledger and the reference oracle, as
-tests/test_payments_e2e.py starts them. The provider is a real daemon whose receipt is
+tests/daemons/test_payments_e2e.py starts them. The provider is a real daemon whose receipt is
 tampered as it signs it (tests/adversarial/overbilling_hook: ten more minutes of machine
 time, ten times the quoted price, or a lock larger than the chain holds), each receipt
 self-consistent so only the consumer's comparison with its own view stands in the way.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.daemons import wait_for
-from tests.test_payments_e2e import (
+from tests.daemon_harness import wait_for
+from tests.daemons.test_payments_e2e import (
     Market,
     _address,
     _escrow,

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 ATTACKER = "127.0.0.9"
 HELD = 400

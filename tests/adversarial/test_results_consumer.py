@@ -25,8 +25,8 @@ from engine.jobs import protocol as p
 from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import HostilePeer, provider_advert, read_job_message
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemons import Daemon, wait_for
-from tests.test_jobs_results import _raw_header, _zeros_gz
+from tests.daemon_harness import Daemon, wait_for
+from tests.unit.test_jobs_results import _raw_header, _zeros_gz
 
 HONEST = """
 import pathlib
@@ -185,13 +185,8 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
     peer.set_advert(msgspec.structs.replace(provider_advert(peer), frameworks=FRAMEWORKS))
     provider = ArchiveProvider(peer)
     peer.wait_connected(consumer.peer_id)
-    # Listed with the free memory of a heartbeat sent after its advert was set (one sent
-    # before says 0 MB free: the consumer would find it busy until the next one).
     wait_for(
-        lambda: any(
-            x["peer_id"] == peer.peer_id and (x.get("resources") or {}).get("free_memory_mb")
-            for x in consumer.cli("peer", "list")["peers"]
-        ),
+        lambda: peer.listed_with_free_memory(consumer),
         "the consumer never listed the hostile provider with free memory",
         30,
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.docker_fixture import docker_host, sklearn_image
 
 __all__ = ["docker_host", "sklearn_image"]

@@ -18,8 +18,8 @@ import pytest
 
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
-from tests.daemons import Daemon, wait_for
-from tests.test_jobs_e2e import _pair, _state, scripts
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import _pair, _state, scripts
 
 __all__ = ["scripts"]
 

@@ -24,8 +24,8 @@ from engine.jobs.provider import FIRST_FRAME_S, STREAMS_PER_PEER
 from engine.network import wire
 from engine.network.host import MAX_INBOUND_STREAMS_PER_PEER
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer
-from tests.daemons import Daemon, wait_for
-from tests.test_jobs_e2e import _pair, _state, _submit, scripts
+from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import _pair, _state, _submit, scripts
 
 __all__ = ["scripts"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.adversarial.hostile import HostilePeer, read_job_message, send_job_message
 from tests.conftest import run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"
 # Clear the screen, write "hi" to the clipboard (OSC 52, ended by BEL), reverse what follows

@@ -16,7 +16,7 @@ from engine.jobs import tunnel as t
 from engine.network import wire
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.tunnel_helpers import (
     Forwarding,
     free_port,

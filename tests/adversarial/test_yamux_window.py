@@ -23,7 +23,7 @@ from libp2p.stream_muxer.yamux.yamux import MAX_WINDOW_SIZE, TYPE_DATA, YAMUX_HE
 
 from tests.adversarial.hostile import HostilePeer
 from tests.adversarial.test_stream_exhaustion import RssWatch
-from tests.daemons import Daemon, wait_for
+from tests.daemon_harness import Daemon, wait_for
 
 PUSHED = 64 << 20
 PIECE = 60_000
@@ -84,8 +84,10 @@ def test_a_peer_writing_past_its_stream_window_is_cut_off_and_memory_stays_bound
     # victim then delivers it as soon as it does.
     victim.cli("chat", "send", peer.peer_id, "still here")
     wait_for(
-        lambda: [m["status"] for m in victim.cli("chat", "history", peer.peer_id)["messages"]]
-        == ["delivered"],
+        lambda: (
+            [m["status"] for m in victim.cli("chat", "history", peer.peer_id)["messages"]]
+            == ["delivered"]
+        ),
         "the victim never delivered a chat message to the peer that now follows the rules",
         30,
     )

@@ -3,7 +3,7 @@
 These classes are the off-chain twins of the ones in escrow_validator.py (and, for
 Distribute and DistributeMessage, of the fields distribute_uplc.py reads and builds): same
 constructor ids, same field order. `oracle_message` builds the exact bytes the validator builds with
-`serialise_data`, so a signature made here verifies on-chain (tests/test_escrow_contract.py
+`serialise_data`, so a signature made here verifies on-chain (tests/unit/test_escrow_contract.py
 checks both the bytes and the signature path).
 """
 

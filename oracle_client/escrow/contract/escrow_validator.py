@@ -6,7 +6,7 @@ it is compiled to Plutus V3, so it may only use what OpShin supports (no imports
 OpShin standard library, PlutusData classes, no exceptions but assert).
 
 The datum/redeemer classes and `oracle_message` mirror oracle_client/escrow/contract/datum.py,
-which is what off-chain code uses; tests/test_escrow_contract.py proves both encode the same
+which is what off-chain code uses; tests/unit/test_escrow_contract.py proves both encode the same
 bytes.
 
 This is the Claim and Refund paths only. The split (Distribute, redeemer constr 2) is written
