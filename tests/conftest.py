@@ -207,3 +207,41 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = _SHARED_FILES.get(item.path.name, group)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+# -- the slow-test rule ---------------------------------------------------------------------
+SLOW_TEST_S = 60.0  # a test over this says why in its docstring (README, "Tests")
+
+
+def _docstring(nodeid: str) -> str | None:
+    """The docstring of the test function ``nodeid`` names, or None when it cannot tell."""
+    path, _, name = nodeid.partition("::")
+    name = name.split("[")[0].split("@")[0].split("::")[-1]
+    module = ".".join(Path(path).with_suffix("").parts)
+    try:
+        import importlib
+
+        func = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return func.__doc__
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """After the 30 slowest: the tests over ``SLOW_TEST_S``, each with its docstring's reason,
+    or a note that it gives none."""
+    slow = sorted(
+        (
+            (report.duration, report.nodeid)
+            for reports in terminalreporter.stats.values()
+            for report in reports
+            if getattr(report, "when", None) == "call"
+            and getattr(report, "duration", 0.0) > SLOW_TEST_S
+        ),
+        reverse=True,
+    )
+    terminalreporter.write_sep("-", f"tests over {SLOW_TEST_S:.0f} s: {len(slow)}")
+    for duration, nodeid in slow:
+        doc = _docstring(nodeid)
+        why = doc.strip().splitlines()[0] if doc else "NO DOCSTRING: say why it is slow"
+        terminalreporter.write_line(f"{duration:7.1f}s {nodeid}\n          {why}")
