@@ -425,3 +425,26 @@ def test_without_a_disk_in_its_spec_a_job_writes_what_it_needs(tmp_path: Path) -
     assert status.outcome == "completed", (status, lines)
     assert texts(lines) == ["all written"]
     assert (run.workspace / "big.bin").stat().st_size == 8 << 20
+
+
+def test_a_job_outlives_the_worker_thread_that_started_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 20's regression: trio starts the job's process from a worker thread that ends
+    after IDLE_TIMEOUT (10 s) idle, and the job's guard died with that thread (exit 137 at
+    10-30 s while the provider ran on). Here threads end after 0.2 s idle: a 3 s job still
+    completes; and a job ended by a signal is logged with its cause."""
+    from trio._core import _thread_cache
+
+    assert _thread_cache.IDLE_TIMEOUT == 10  # what the regression hid behind
+    monkeypatch.setattr(_thread_cache, "IDLE_TIMEOUT", 0.2)
+    script = "import time\nprint('started', flush=True)\ntime.sleep(3)\nprint('done')\n"
+    status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec()), script)
+    assert (status.outcome, status.exit_code) == ("completed", 0)
+    assert texts(lines) == ["started", "done"]
+
+    limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=1.5)
+    with caplog.at_level("WARNING", logger="nunet.jobs.process"):
+        status, _ = run_job(ProcessExecutor(), new_run(tmp_path / "t", spec(), limits), FOREVER)
+    assert status.outcome == "timeout"
+    assert "job job-1 ended by SIGKILL: timeout, ran past its time limit" in caplog.text

@@ -8,20 +8,25 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from engine.jobs.executors.base import ORPHAN_GUARD
+from engine.jobs.executors.base import ORPHAN_GUARD, provider_lifeline
 
-LEADER = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid())]
+# This test process is the provider: the leaders get its lifeline.
+LIFELINE = provider_lifeline()
+LEADER = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid()), str(LIFELINE)]
 
 
 def _lead(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
     argv = [*LEADER, sys.executable, "-c"]
-    return subprocess.Popen([*argv, code], start_new_session=True, **kwargs)  # type: ignore[call-overload]
+    return subprocess.Popen(  # type: ignore[call-overload]
+        [*argv, code], start_new_session=True, pass_fds=(LIFELINE,), **kwargs
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,7 +62,11 @@ def test_the_providers_sigterm_reaches_the_job_which_may_finish_its_work(tmp_pat
 
 def test_a_command_that_cannot_run_exits_127() -> None:
     result = subprocess.run(
-        [*LEADER, "/nonexistent/python"], capture_output=True, text=True, timeout=20
+        [*LEADER, "/nonexistent/python"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        pass_fds=(LIFELINE,),
     )
     assert result.returncode == 127 and "cannot run /nonexistent/python" in result.stderr
 
@@ -73,9 +82,10 @@ def test_the_group_ends_when_the_provider_is_killed(tmp_path: Path) -> None:
     )
     provider_code = (
         "import os, subprocess, sys, time\n"
+        "life, line = os.pipe()\n"
         f"argv = [sys.executable, '-I', {str(ORPHAN_GUARD)!r}, 'group', str(os.getpid()),"
-        " sys.executable, '-c', sys.argv[1]]\n"
-        "p = subprocess.Popen(argv, start_new_session=True)\n"
+        " str(life), sys.executable, '-c', sys.argv[1]]\n"
+        "p = subprocess.Popen(argv, start_new_session=True, pass_fds=(life,))\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -95,6 +105,42 @@ def test_the_group_ends_when_the_provider_is_killed(tmp_path: Path) -> None:
     while alive := [pid for pid in (leader, grandchild) if _running(pid)]:
         assert time.monotonic() < deadline, f"still running: {alive}"
         time.sleep(0.05)
+
+
+def test_the_job_outlives_the_thread_that_started_it(tmp_path: Path) -> None:
+    """The regression of issue 20: PR_SET_PDEATHSIG fired when the *thread* that started the
+    leader exited (trio's worker threads end after 10 idle seconds), and killed every
+    process job then. The lifeline is the provider process's: a job started from a thread
+    that has ended runs to its end, with its own status."""
+    done, running = tmp_path / "done", tmp_path / "running"
+    code = (
+        f"import time, pathlib; pathlib.Path({str(running)!r}).write_text('yes'); "
+        f"time.sleep(1.5); pathlib.Path({str(done)!r}).write_text('ok')"
+    )
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_then_end() -> None:
+        started.append(_lead(code))
+        deadline = time.monotonic() + 20
+        while not running.exists():  # the guard is set up: the job runs
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+    starter = threading.Thread(target=start_then_end)
+    starter.start()
+    starter.join()  # the thread that started the leader is gone (the old guard: -SIGKILL)
+    assert started[0].wait(20) == 0
+    assert done.read_text() == "ok"
+
+
+def test_a_guard_whose_provider_is_already_gone_ends_its_group() -> None:
+    """A lifeline that is closed already (the provider died while the guard started)."""
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    argv = [*LEADER[:-1], str(read_end), sys.executable, "-c", "import time; time.sleep(60)"]
+    leader = subprocess.Popen(argv, start_new_session=True, pass_fds=(read_end,))
+    os.close(read_end)
+    assert leader.wait(20) == -signal.SIGKILL
 
 
 def _running(pid: int) -> bool:

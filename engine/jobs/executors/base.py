@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import re
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -68,6 +70,24 @@ class Limits:
 
 # Ends a provider's jobs when the provider dies (SIGKILL included): run by path, with -I.
 ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
+_lifeline: tuple[int, int, int] | None = None  # (the pid that made it, read end, write end)
+_lifeline_lock = threading.Lock()
+
+
+def provider_lifeline() -> int:
+    """The read end of this process's lifeline, for orphan_guard.py (pass it with pass_fds).
+
+    A pipe nobody writes: its write end, close-on-exec, is held by this process alone, so
+    the read end sees EOF exactly when this process ends, however it ends, and whichever of
+    its threads started the reader. (``PR_SET_PDEATHSIG`` fired when the *thread* that
+    started the guard exited: trio starts processes from worker threads that end after 10
+    idle seconds, and every process job was killed then.) Made anew in a forked child."""
+    global _lifeline
+    with _lifeline_lock:
+        if _lifeline is None or _lifeline[0] != os.getpid():
+            read_end, write_end = os.pipe()  # both close-on-exec (PEP 446)
+            _lifeline = (os.getpid(), read_end, write_end)
+        return _lifeline[1]
 
 
 def limits_for(

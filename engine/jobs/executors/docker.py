@@ -40,6 +40,7 @@ from engine.jobs.executors.base import (
     Outcome,
     RunState,
     failure_reason,
+    provider_lifeline,
 )
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 from engine.jobs.executors.dockerlogs import LogReader
@@ -159,17 +160,19 @@ class DockerExecutor(BaseExecutor):
 
     def _start_reaper(self) -> subprocess.Popen[bytes] | None:
         """The process that removes this node's containers if the provider dies without
-        doing so (SIGKILL, the OOM killer): orphan_guard.py. Started from the engine's
-        thread, whose end is what wakes it."""
+        doing so (SIGKILL, the OOM killer): orphan_guard.py, woken by this process's end
+        (its lifeline), not by the end of the thread that started it."""
         base = self.docker_host or "unix:///var/run/docker.sock"
         label = self._node_label()
         # Its one line, if it has to act, goes where the daemon's own log does; never into
         # a terminal the app has just left.
         err = subprocess.DEVNULL if sys.stderr is None or sys.stderr.isatty() else None
+        lifeline = provider_lifeline()
         argv = [sys.executable, "-I", str(ORPHAN_GUARD), "containers", str(os.getpid())]
         try:
             return subprocess.Popen(
-                [*argv, base, label],
+                [*argv, str(lifeline), base, label],
+                pass_fds=(lifeline,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,

@@ -1,10 +1,10 @@
 """What a provider's jobs do when the provider dies: they go with it, whatever killed it.
 
-Run by path (``python -I orphan_guard.py ROLE PROVIDER_PID ...``: the standard library only,
-outside the engine) in one of two roles:
+Run by path (``python -I orphan_guard.py ROLE PROVIDER_PID LIFELINE_FD ...``: the standard
+library only, outside the engine) in one of two roles:
 
-- ``group PROVIDER_PID ARGV...``: the leader of a process-executor job's process group (the
-  first process of its new session). It runs the job as its child, and when the provider
+- ``group PROVIDER_PID LIFELINE_FD ARGV...``: the leader of a process-executor job's process
+  group (the first process of its new session). It runs the job as its child, and when the provider
   dies it kills the whole group, the job's own children included. ``PR_SET_PDEATHSIG`` on
   the job alone would not do: it is not inherited, so it would end the job's first process
   and leave what that process started. Everything else passes through: the signals the
@@ -12,8 +12,8 @@ outside the engine) in one of two roles:
   SIGKILL) reach the job as before, and the leader ends with the job's exit code or by the
   signal that ended it, so the provider reads the same status (-SIGXCPU, -SIGXFSZ,
   -SIGKILL) as when the job led its group itself.
-- ``containers PROVIDER_PID DOCKER_URL LABEL``: one per Docker executor, asleep; when the
-  provider dies it removes every container labelled ``LABEL`` (``nunet.node=<this node>``),
+- ``containers PROVIDER_PID LIFELINE_FD DOCKER_URL LABEL``: one per Docker executor, asleep;
+  when the provider dies it removes every container labelled ``LABEL`` (``nunet.node=<this node>``),
   as ``DockerExecutor.cleanup_orphans`` does at the provider's next start. A provider that
   stops normally has removed its containers already, and kills this process.
 
@@ -22,44 +22,39 @@ unsupervised until it came back (``ProcessExecutor.kill_orphan``, ``cleanup_orph
 process job until its CPU limit, a container for ever, GPUs included, as the provider was
 what enforced its time limit.
 
-The provider's death is told by ``PR_SET_PDEATHSIG`` (Linux: when the thread that started
-us, the engine's, ends), or else by a thread that sees us adopted by another parent.
+The provider's death is told by its lifeline (``LIFELINE_FD``, engine/jobs/executors/base.py
+``provider_lifeline``): a pipe whose only write end the provider process holds, so a read
+returns EOF when the provider ends, by whatever means. ``PR_SET_PDEATHSIG``, used before,
+fires when the *thread* that started us exits, not the process: trio starts processes from
+worker threads that end after 10 idle seconds, and every process job longer than that was
+killed with SIGKILL while its provider ran on. ``PROVIDER_PID`` is there for ``ps``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
 import threading
-import time
 
-PR_SET_PDEATHSIG = 1
 # Sent to us when the provider is gone: a signal that no provider, and hardly any job,
 # sends to a process group.
 PROVIDER_GONE = signal.SIGRTMIN + 2 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
-def _told_of_provider_death(provider: int) -> None:
-    """From now on PROVIDER_GONE arrives when the provider dies, also if it already has."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        told = libc.prctl(PR_SET_PDEATHSIG, int(PROVIDER_GONE), 0, 0, 0) == 0
-    except (AttributeError, OSError):  # no prctl: not Linux
-        told = False
-    if not told:
+def _told_of_provider_death(lifeline: int) -> None:
+    """From now on PROVIDER_GONE arrives when the provider ends, also if it already has."""
+    os.set_inheritable(lifeline, False)  # the guard's alone: never the job's
 
-        def watch() -> None:
-            while os.getppid() == provider:
-                time.sleep(1.0)
-            os.kill(os.getpid(), PROVIDER_GONE)
-
-        threading.Thread(target=watch, daemon=True).start()
-    elif os.getppid() != provider:  # it died before the prctl: nothing would tell us
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(lifeline, 1):  # nobody writes: b"" (EOF) once the provider is gone
+                pass
         os.kill(os.getpid(), PROVIDER_GONE)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
 
 
 def _say(line: str) -> None:
@@ -78,9 +73,9 @@ def _ignore(signum: int, frame: object) -> None:
     """A handler, not SIG_IGN: the job's exec resets handlers but keeps ignored signals."""
 
 
-def lead_group(provider: int, command: list[str]) -> int:
+def lead_group(lifeline: int, command: list[str]) -> int:
     signal.signal(PROVIDER_GONE, _end_group)
-    _told_of_provider_death(provider)
+    _told_of_provider_death(lifeline)
     for passed in PASSED_ON:  # the provider's SIGTERM is for the job, which has its grace time
         signal.signal(passed, _ignore)
     child = os.fork()
@@ -126,13 +121,13 @@ def remove_labelled(docker_url: str, label: str) -> int:
     return removed
 
 
-def reap_containers(provider: int, docker_url: str, label: str) -> int:
+def reap_containers(lifeline: int, docker_url: str, label: str) -> int:
     signal.signal(PROVIDER_GONE, _raise)
     # The provider's own stop (SIGTERM, Ctrl-C in its terminal) is not ours to act on.
     for passed in PASSED_ON:
         signal.signal(passed, signal.SIG_IGN)
     try:
-        _told_of_provider_death(provider)
+        _told_of_provider_death(lifeline)
         while True:
             signal.pause()
     except _ProviderGone:
@@ -149,17 +144,18 @@ def reap_containers(provider: int, docker_url: str, label: str) -> int:
 
 
 USAGE = (
-    "usage: orphan_guard.py group PROVIDER_PID ARGV...\n"
-    "       orphan_guard.py containers PROVIDER_PID DOCKER_URL LABEL"
+    "usage: orphan_guard.py group PROVIDER_PID LIFELINE_FD ARGV...\n"
+    "       orphan_guard.py containers PROVIDER_PID LIFELINE_FD DOCKER_URL LABEL"
 )
 
 
 def main(argv: list[str]) -> int:
     role, rest = (argv[1], argv[2:]) if len(argv) > 1 else ("", [])
-    if role == "group" and len(rest) >= 2 and rest[0].isdigit():
-        return lead_group(int(rest[0]), rest[1:])
-    if role == "containers" and len(rest) == 3 and rest[0].isdigit():
-        return reap_containers(int(rest[0]), rest[1], rest[2])
+    numbers = len(rest) >= 2 and rest[0].isdigit() and rest[1].isdigit()
+    if role == "group" and numbers and len(rest) >= 3:
+        return lead_group(int(rest[1]), rest[2:])
+    if role == "containers" and numbers and len(rest) == 4:
+        return reap_containers(int(rest[1]), rest[2], rest[3])
     _say(USAGE)
     return 2
 

@@ -15,6 +15,7 @@ and a job's own dependencies, installed into its venv, come first.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
 import signal
@@ -36,6 +37,7 @@ from engine.jobs.executors.base import (
     Outcome,
     RunState,
     failure_reason,
+    provider_lifeline,
     signal_exit_code,
 )
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
@@ -43,6 +45,7 @@ from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 SAMPLE_S = 1.0
+log = logging.getLogger("nunet.jobs.process")
 _OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
 
 
@@ -178,10 +181,13 @@ class ProcessExecutor(BaseExecutor):
         job = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
         # The group's leader ends the job and all it started if this provider dies (even
         # by SIGKILL); the provider's own signals reach the job as before (orphan_guard.py).
-        argv = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid()), *job]
+        lifeline = provider_lifeline()
+        guard = [sys.executable, "-I", str(ORPHAN_GUARD), "group", str(os.getpid())]
+        argv = [*guard, str(lifeline), *job]
         pid_file = self.pid_file(run)  # checked before anything runs
         process = await trio.lowlevel.open_process(
             argv,
+            pass_fds=(lifeline,),
             cwd=str(run.workspace),
             env=self.environment(run),
             stdin=subprocess.DEVNULL,
@@ -220,7 +226,16 @@ class ProcessExecutor(BaseExecutor):
         with contextlib.suppress(OSError, EngineError):  # the run ends whatever the job left
             self.pid_file(run).unlink(missing_ok=True)
         state.logs.flush()
-        self._finish(state, self._status(state, process.returncode, timed_out))
+        status = self._status(state, process.returncode, timed_out)
+        if process.returncode is None or process.returncode < 0:
+            # Ended by a signal: the provider's log says which, and why as far as we know.
+            signum = -(process.returncode or -signal.SIGKILL)
+            name = signal.Signals(signum).name if signum in signal.valid_signals() else signum
+            log.warning(
+                "job %s ended by %s: %s, %s", run.job_id, name, status.outcome,
+                status.reason or "sent by nobody this provider knows of",
+            )  # fmt: skip
+        self._finish(state, status)
 
     def _status(self, state: RunState, returncode: int | None, timed_out: bool) -> ExitStatus:
         code = signal_exit_code(returncode if returncode is not None else -signal.SIGKILL)
