@@ -1,7 +1,7 @@
 """What a job used, sampled about once a second, and what that costs.
 
 Units:
-- wall time: seconds from start to exit;
+- wall time: seconds from start to exit, less the time a checkpoint held the job frozen;
 - CPU time: seconds of CPU (user + system, all threads and children);
 - MTicks (NuNet's DMS unit): millions of CPU clock cycles, CPU seconds x the core's MHz. A job
   that keeps one 2,000 MHz core busy for 10 s used 20,000 MTicks, whatever the number of cores;
@@ -53,9 +53,23 @@ class Meter:
         self.net_rx: int | None = None
         self.net_tx: int | None = None
         self.samples = 0
+        # Time the job spent frozen (a checkpoint pauses it): it ran nothing, so it is not
+        # its wall time (issue 20: a checkpoint that hung left a job frozen for minutes).
+        self.frozen_s = 0.0
+        self._frozen_at: float | None = None
 
     def start(self, now: float | None = None) -> None:
         self.started = self._last_at = time.monotonic() if now is None else now
+
+    def freeze(self, now: float | None = None) -> None:
+        if self._frozen_at is None and self.stopped is None:
+            self._frozen_at = time.monotonic() if now is None else now
+
+    def thaw(self, now: float | None = None) -> None:
+        if self._frozen_at is not None:
+            at = time.monotonic() if now is None else now
+            self.frozen_s += max(0.0, at - self._frozen_at)
+            self._frozen_at = None
 
     def sample(
         self,
@@ -80,13 +94,18 @@ class Meter:
 
     def stop(self, now: float | None = None) -> None:
         if self.stopped is None:
-            self.stopped = time.monotonic() if now is None else now
+            at = time.monotonic() if now is None else now
+            self.thaw(at)  # ended while frozen (killed at its time limit): no more to bill
+            self.stopped = at
 
     def usage(self, now: float | None = None) -> Usage:
         if self.started is None:
             return Usage()
         end = self.stopped if self.stopped is not None else (now or time.monotonic())
-        wall = max(0.0, end - self.started)
+        frozen = self.frozen_s + (
+            max(0.0, end - self._frozen_at) if self._frozen_at is not None else 0.0
+        )
+        wall = max(0.0, end - self.started - frozen)
         return Usage(
             wall_s=round(wall, 3),
             cpu_s=round(self.cpu_s, 3),

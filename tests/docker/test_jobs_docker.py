@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import trio
 
 from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits, LogLine, running
@@ -169,6 +170,63 @@ def test_cancel_and_timeout(executor: DockerExecutor, tmp_path: Path) -> None:
     status, lines = run_job(executor, new_run(tmp_path, spec(), limits, "slow"), FOREVER)
     assert status.outcome == "timeout" and "time limit of 2 s" in status.reason
     assert texts(lines) == ["started"]
+    assert ours(executor) == []
+
+
+def test_a_frozen_container_still_ends_at_its_time_limit(
+    executor: DockerExecutor, tmp_path: Path
+) -> None:
+    """Issue 20 §3: a container a checkpoint left paused still ends at its time limit (the
+    executor unpauses it before the kill), and its frozen time is not billed."""
+
+    async def freeze_when_started(executor: BaseExecutor, run: JobRun) -> None:
+        async for line in executor.logs(run):
+            if line.text == "started":
+                await executor._pause(executor.state(run))  # a checkpoint that never resumes
+                executor.state(run).meter.freeze()
+                return
+
+    began = time.monotonic()
+    limits = Limits(memory_mb=256, cpu_cores=1.0, timeout_s=3.0)
+    run = new_run(tmp_path, spec(), limits, "frozen")
+    status, lines = run_job(executor, run, FOREVER, freeze_when_started)
+    assert status.outcome == "timeout" and "time limit of 3 s" in status.reason
+    assert time.monotonic() - began < 30
+    assert texts(lines) == ["started"]
+    assert executor.usage(run).wall_s < 2.5  # from its start to the freeze, not to the kill
+    assert ours(executor) == []
+
+
+def test_a_pause_whose_answer_times_out_leaves_no_container_frozen(
+    executor: DockerExecutor, tmp_path: Path
+) -> None:
+    """Issue 20 §3: dockerd paused the container but its answer timed out (120 s, a busy
+    engine); the checkpoint failed before it knew the job was paused, never resumed it, and
+    the job stayed frozen for 13 minutes. Now the checkpoint fails and the job runs on."""
+    seen: list[str] = []
+
+    async def pause_times_out_when_started(executor: BaseExecutor, run: JobRun) -> None:
+        async for line in executor.logs(run):
+            if line.text == "started":
+                container = executor._containers[run.job_id]  # type: ignore[attr-defined]
+                pause = container.pause
+
+                def pause_then_time_out(pause: Any = pause) -> None:
+                    pause()
+                    raise requests.exceptions.ReadTimeout("Read timed out. (read timeout=120)")
+
+                container.pause = pause_then_time_out
+                with pytest.raises(requests.exceptions.ReadTimeout):
+                    await executor.checkpoint(run, tmp_path / "checkpoints")
+                await trio.to_thread.run_sync(container.reload)
+                seen.append(container.attrs["State"]["Status"])
+                await executor.cancel(run)
+                return
+
+    run = new_run(tmp_path, spec(), LIMITS, "pause-timeout")
+    status, _ = run_job(executor, run, FOREVER, pause_times_out_when_started)
+    assert seen == ["running"]
+    assert status.outcome == "cancelled"
     assert ours(executor) == []
 
 

@@ -444,7 +444,58 @@ def test_a_job_outlives_the_worker_thread_that_started_it(
     assert texts(lines) == ["started", "done"]
 
     limits = Limits(memory_mb=512, cpu_cores=1.0, timeout_s=1.5)
-    with caplog.at_level("WARNING", logger="nunet.jobs.process"):
-        status, _ = run_job(ProcessExecutor(), new_run(tmp_path / "t", spec(), limits), FOREVER)
+    nunet = logging.getLogger("nunet")  # may not propagate (see the test above)
+    nunet.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("WARNING", logger="nunet.jobs.process"):
+            run = new_run(tmp_path / "t", spec(), limits)
+            status, _ = run_job(ProcessExecutor(), run, FOREVER)
+    finally:
+        nunet.removeHandler(caplog.handler)
     assert status.outcome == "timeout"
     assert "job job-1 ended by SIGKILL: timeout, ran past its time limit" in caplog.text
+
+
+class SlowResume(ProcessExecutor):
+    """Resumes as the Docker executor does: through a call that yields (to dockerd)."""
+
+    async def _resume(self, state: Any) -> None:
+        await trio.sleep(0.05)
+        await super()._resume(state)
+
+
+def test_a_checkpoint_its_caller_gave_up_on_never_leaves_the_job_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 §3: a checkpoint cancelled while the job was paused (its caller timed out)
+    skipped the resume, and the job stayed frozen. The resume is shielded now; and the time
+    the job spent frozen is not billed."""
+    from engine.jobs import checkpoints
+
+    real = checkpoints.snapshot
+
+    def slow_snapshot(*args: Any) -> Any:
+        time.sleep(1.0)  # a slow disk: the job is frozen all along
+        return real(*args)
+
+    monkeypatch.setattr(checkpoints, "snapshot", slow_snapshot)
+    executor = SlowResume()
+    run = new_run(tmp_path, spec())
+    script = "import time\nfor i in range(10):\n    print(i, flush=True)\n    time.sleep(0.1)\n"
+
+    async def main() -> tuple[ExitStatus, float, float]:
+        async with running(executor):
+            await executor.prepare(run, script.encode())
+            started = time.monotonic()
+            await executor.start(run)
+            await trio.sleep(0.3)
+            # Cancelled while the snapshot runs: the old resume, unshielded, never ran.
+            with trio.move_on_after(0.2):
+                await executor.checkpoint(run, tmp_path / "checkpoints")
+            with trio.fail_after(30):  # a frozen job would never get here
+                status = (await collect(executor, run))[0]
+            return status, time.monotonic() - started, executor.usage(run).wall_s
+
+    status, elapsed, billed = trio.run(main)
+    assert status.outcome == "completed"
+    assert billed <= elapsed - 0.9, (billed, elapsed)  # the second frozen is not billed

@@ -68,6 +68,7 @@ class Limits:
     disk_mb: int | None = None  # the workspace's bound, from the spec (disk_quota.py)
 
 
+UNFREEZE_S = 60.0  # the longest a resume after a checkpoint may take (dockerd under load)
 # Ends a provider's jobs when the provider dies (SIGKILL included): run by path, with -I.
 ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")
 _lifeline: tuple[int, int, int] | None = None  # (the pid that made it, read end, write end)
@@ -369,12 +370,27 @@ class BaseExecutor:
         state.checkpoints += 1
         number = state.checkpoints
         if running:
-            await self._pause(state)
+            state.meter.freeze()
+            try:
+                await self._pause(state)
+            except BaseException:
+                await self._unfreeze(state)
+                raise
         try:
             return await trio.to_thread.run_sync(snapshot, run.workspace, dest_dir, number)
         finally:
             if running:
-                await self._resume(state)
+                await self._unfreeze(state)
+
+    async def _unfreeze(self, state: RunState) -> None:
+        """Resume a job a checkpoint froze, whatever ended the checkpoint: shielded, as a
+        cancelled checkpoint (its caller timed out) must never leave the job frozen."""
+        with trio.CancelScope(shield=True):
+            try:
+                with trio.move_on_after(UNFREEZE_S):
+                    await self._resume(state)
+            finally:
+                state.meter.thaw()
 
     def start_checkpoints(
         self,

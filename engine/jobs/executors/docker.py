@@ -407,6 +407,7 @@ class DockerExecutor(BaseExecutor):
                     exit_code = int(result.get("StatusCode", -1))
                 if scope.cancelled_caught:
                     timed_out = True
+                    await self._thaw(run.job_id, container)  # Docker kills no paused container
                     await self._call(container.kill)
                     result = await self._call(self._stream_client.api.wait, container.id)
                     exit_code = int(result.get("StatusCode", -1))
@@ -499,9 +500,7 @@ class DockerExecutor(BaseExecutor):
         if container is None:
             return
         try:
-            if state.run.job_id in self._paused:  # a frozen job cannot handle SIGTERM
-                self._paused.discard(state.run.job_id)
-                await self._call(container.unpause)
+            await self._thaw(state.run.job_id, container)  # a frozen job cannot handle SIGTERM
             await self._call(container.stop, timeout=self.grace_s)
         except Exception:  # it ended meanwhile: the supervisor finishes the run either way
             pass
@@ -550,6 +549,9 @@ class DockerExecutor(BaseExecutor):
             return
         import docker.errors
 
+        # Marked before asking: a pause that fails late (dockerd's answer timed out) may have
+        # frozen it all the same, and then only the resume thaws it.
+        self._paused.add(state.run.job_id)
         try:
             await self._call(container.pause)
         except docker.errors.APIError as exc:
@@ -558,14 +560,20 @@ class DockerExecutor(BaseExecutor):
             # supervisor still has its last lines to read.
             if exc.status_code != 409 and "state improper" not in str(exc.explanation):
                 raise
-            return
-        self._paused.add(state.run.job_id)
+            self._paused.discard(state.run.job_id)
 
     async def _resume(self, state: RunState) -> None:
         container = self._containers.get(state.run.job_id)
-        if container is not None and state.run.job_id in self._paused:
-            self._paused.discard(state.run.job_id)
-            await self._call(container.unpause)
+        if container is not None:
+            await self._thaw(state.run.job_id, container)
+
+    async def _thaw(self, job_id: str, container: Any) -> None:
+        """Unpause the container if a checkpoint paused it (one that is not paused, or is
+        gone, is no error: the pause may never have happened)."""
+        if job_id in self._paused:
+            self._paused.discard(job_id)
+            with contextlib.suppress(Exception):
+                await self._call(container.unpause)
 
 
 def gpu_vendor(run: JobRun) -> GpuVendor:
