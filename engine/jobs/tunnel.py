@@ -46,6 +46,7 @@ from engine import api
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.identity import Identity
+from engine.jobs.executors.base import JOB_CONNECT_S
 from engine.network import wire
 from engine.network.ratelimit import StreamLimiter
 from engine.safe_paths import JobId
@@ -59,7 +60,12 @@ log = logging.getLogger("nunet.jobs.tunnel")
 TUNNEL_PROTOCOL = "/nunet/tunnel/1.0.0"
 KIND = "tunnel"
 MAX_HEADER_BYTES = 16 * 1024  # a TunnelOpen with its command at the limits below
-HEADER_S = 10.0  # for the header to arrive, and for the answer
+HEADER_S = 10.0  # for a stream to open, for its header to arrive, for an answer to be written
+# For the provider's answer to a tunnel request: it answers once it reached the job's port,
+# which takes its executor up to JOB_CONNECT_S (a busy Docker engine) - so the consumer waits
+# longer than that. The command line waits longer still (nunet_tui/cli/job_tunnel.py).
+ANSWER_S = JOB_CONNECT_S + 5.0
+OPEN_S = HEADER_S + ANSWER_S  # a whole open_tunnel, at most
 STREAMS_PER_JOB = 8  # tunnels open at once into one job
 STREAMS_PER_PEER = 16  # tunnel streams one peer holds here at once (all its jobs)
 STREAMS_TOTAL = 128
@@ -606,7 +612,7 @@ async def open_tunnel(
     except Exception as exc:  # py-libp2p's dial and negotiation errors, of many types
         raise EngineError("unreachable", f"cannot reach the provider: {safe(exc)[:300]}") from None
     try:
-        with trio.fail_after(HEADER_S):
+        with trio.fail_after(ANSWER_S):
             await stream.write(seal(identity, request))
             data = await wire.read_frame(stream, MAX_HEADER_BYTES)
         if data is None:
@@ -615,7 +621,11 @@ async def open_tunnel(
     except BaseException as exc:
         await reset(stream)
         if isinstance(exc, trio.TooSlowError):
-            raise EngineError("unreachable", "the provider did not answer the tunnel") from None
+            raise EngineError(
+                "unreachable",
+                f"the provider did not answer the tunnel request in {ANSWER_S:g} s (it has "
+                f"{JOB_CONNECT_S:g} s to reach the job's port)",
+            ) from None
         if isinstance(exc, TunnelError | wire.WireError):
             raise EngineError("tunnel", f"bad answer from the provider: {exc}") from None
         raise

@@ -28,6 +28,10 @@ from nunet_tui.cli.output import show, show_error, show_json
 
 START_WAIT_S = 120.0  # for a job just submitted to start running
 POLL_S = 0.5
+# For a tunnel's open (a forward's probe, a shell): longer than the engine's own whole open
+# (engine/jobs/tunnel.py OPEN_S, 30 s), so its error, which says what it waited for, arrives
+# before ours would (tests/unit/test_tunnel_timeouts.py).
+TUNNEL_WAIT_S = 45.0
 # The daemon closes our forward when we stop renewing it: a `job forward` killed with -9
 # leaves nothing listening after this long.
 LEASE_S = 10.0
@@ -125,7 +129,7 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
     job = _wait_running(client, args.job_id, as_json)
     info: api.TunnelForward = client.call_blocking(
         api.JobForward(job_id=job.job_id, remote_port=remote, local_port=local, lease_s=LEASE_S),
-        timeout=30,
+        timeout=TUNNEL_WAIT_S,
     )
     if as_json:
         show_json(api.to_builtins(info), indent=None, flush=True)
@@ -169,7 +173,7 @@ def _shell(args: argparse.Namespace, client: EngineClient) -> None:
         api.JobShell(
             job_id=job.job_id, command=tuple(command), rows=rows, cols=cols, term=term[:64]
         ),
-        timeout=30,
+        timeout=TUNNEL_WAIT_S,
     )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

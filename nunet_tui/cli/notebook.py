@@ -19,6 +19,7 @@ from engine.client import EngineClient
 from engine.errors import EngineError
 from engine.jobs import notebooks as nb
 from nunet_tui.cli.job_output import UsageError, framework
+from nunet_tui.cli.job_tunnel import TUNNEL_WAIT_S
 from nunet_tui.cli.output import show, show_json
 
 READY_S = 120.0  # for JupyterLab to answer once the job runs (a first start compiles a bit)
@@ -165,7 +166,7 @@ def _forward(client: EngineClient, job: api.JobInfo, local_port: int) -> api.Tun
                 api.JobForward(
                     job_id=job.job_id, remote_port=nb.port_of(job), local_port=local_port
                 ),
-                timeout=30,
+                timeout=TUNNEL_WAIT_S,
             )
             return made
         except EngineError as exc:

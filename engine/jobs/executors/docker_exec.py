@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from engine.errors import EngineError
+from engine.jobs.executors.base import JOB_CONNECT_S
 
 # Runs as `python3 -c FORWARDER PORT` in the job's container. One byte 0 says "connected";
 # on failure it writes the reason to stderr and exits 1. Blocking I/O, one thread a way.
@@ -61,7 +62,7 @@ DEFAULT_SHELL = (
     "s = shutil.which('bash') or shutil.which('sh')\n"
     "os.execv(s, [s]) if s else os.execvp('python3', ['python3', '-q'])",
 )
-CONNECT_S = 15.0
+CONNECT_S = JOB_CONNECT_S
 EXIT_WAIT_S = 5.0
 STDERR_KEEP = 2048
 

@@ -30,6 +30,7 @@ import trio
 from engine import safe_paths
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
+    JOB_CONNECT_S,
     ORPHAN_GUARD,
     BaseExecutor,
     ExitStatus,
@@ -310,7 +311,7 @@ class ProcessExecutor(BaseExecutor):
                 "tunnel", f"the job does not listen on 127.0.0.1:{port} (not yet, or not at all)"
             )
         try:
-            with trio.fail_after(10):
+            with trio.fail_after(JOB_CONNECT_S):
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
         except (OSError, trio.TooSlowError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer"
