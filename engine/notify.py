@@ -35,6 +35,7 @@ import trio
 
 from engine import api
 from engine.safe_text import safe
+from oracle_client.ntx import LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key
 
 if TYPE_CHECKING:
     import httpx
@@ -83,13 +84,21 @@ def _job_payload(job: api.JobInfo) -> dict[str, Any]:
 
 
 def _escrow_payload(escrow: api.EscrowInfo) -> dict[str, Any]:
+    """The escrow's figures, each under its kind's key (``locked_units``, ``paid_units``...,
+    oracle_client/ntx.py ``json_key``), NTX base units; ``amount_ntx_base_units`` and ``ntx``
+    are the lock, as before."""
+    paid, refunded = escrow.settled()
     return {
         "job_id": escrow.job_id,
         "role": escrow.role,
         "state": escrow.state,
         "amount_ntx_base_units": escrow.amount,
         "ntx": escrow.ntx,
-        "tx": escrow.claim_tx,
+        json_key(LOCKED): escrow.amount,
+        json_key(METERED): escrow.metered_units,
+        json_key(PAID): paid,
+        json_key(REFUNDED): refunded,
+        "tx": escrow.settle_tx or escrow.claim_tx,
         "outcome": escrow.outcome,
     }
 
@@ -145,19 +154,22 @@ class NoticeFilter:
 
     def _escrow(self, event: api.EscrowChanged) -> Notice | None:
         escrow = event.escrow
+        paid, refunded = escrow.settled()
+        # The settlement's own figure (issue 20 §9: this said the lock), and the lock's.
         if escrow.state == "claimed" and escrow.role == "provider":
             kind: NoticeKind = "reward_paid"
-            title, verb = "Reward paid", "claimed"
+            title, figure = "Reward paid", format_ntx(paid, PAID)
         elif escrow.state == "refunded" and escrow.role == "consumer":
-            kind, title, verb = "refunded", "Refund", "refunded"
+            kind, title, figure = "refunded", "Refund", format_ntx(refunded, REFUNDED)
         else:
             return None
         if not self._first(("escrow", escrow.job_id, escrow.state)):
             return None
+        locked = format_ntx(escrow.amount, LOCKED)
         return Notice(
             kind=kind,
             title=title,
-            text=f"{escrow.ntx:g} NTX {verb} for job {safe(escrow.job_id)[:80]}",
+            text=f"{figure} (of {locked}) for job {safe(escrow.job_id)[:80]}",
             payload=self._envelope(kind, event.at, escrow=_escrow_payload(escrow)),
         )
 

@@ -99,7 +99,9 @@ def ended_job(job_id: str = "job-1", state: str = "completed", **extra: Any) -> 
     return api.JobChanged(at=now, job=job)
 
 
-def escrow_event(state: str, role: str = "provider") -> api.EscrowChanged:
+def escrow_event(
+    state: str, role: str = "provider", paid: int | None = None, refunded: int | None = None
+) -> api.EscrowChanged:
     escrow = api.EscrowInfo(
         job_id="job-1",
         role=role,  # type: ignore[arg-type]
@@ -111,6 +113,9 @@ def escrow_event(state: str, role: str = "provider") -> api.EscrowChanged:
         provider_pkh="",
         oracle_key="",
         claim_tx="ab" * 32,
+        metered_units=None if paid is None else paid,
+        paid_units=paid,
+        refunded_units=refunded,
     )
     return api.EscrowChanged(at=time.time(), escrow=escrow)
 
@@ -148,6 +153,30 @@ def test_rewards_paid_and_refunds_are_told_once() -> None:
     assert notices.observe(escrow_event("paid_out", role="consumer")) is None
     refund = notices.observe(escrow_event("refunded", role="consumer"))
     assert refund is not None and refund.kind == "refunded"
+
+
+def test_a_reward_notice_says_what_was_paid_not_what_was_locked() -> None:
+    """Issue 20 §9: the toast and the webhook said the lock (2.5 NTX) for a job that paid
+    0.6 NTX; every figure now says what it is, and the webhook carries each under its key."""
+    paid = NoticeFilter().observe(escrow_event("claimed", paid=600_000, refunded=1_900_000))
+    assert paid is not None
+    assert paid.text == "0.6 NTX paid (of 2.5 NTX locked) for job job-1"
+    figures = paid.payload["escrow"]
+    assert (figures["locked_units"], figures["paid_units"], figures["refunded_units"]) == (
+        2_500_000,
+        600_000,
+        1_900_000,
+    )
+    assert figures["metered_units"] == 600_000
+    refund = NoticeFilter().observe(
+        escrow_event("refunded", role="consumer", paid=600_000, refunded=1_900_000)
+    )
+    assert (
+        refund is not None and refund.text == "1.9 NTX refunded (of 2.5 NTX locked) for job job-1"
+    )
+    # A row settled before the split was recorded: all one way, by its state.
+    whole = NoticeFilter().observe(escrow_event("claimed"))
+    assert whole is not None and whole.text.startswith("2.5 NTX paid (of 2.5 NTX locked)")
 
 
 def test_the_logged_webhook_address_keeps_no_token() -> None:
