@@ -345,7 +345,7 @@ class Escrows:
                     and datum.oracle_key.hex() == quote.oracle_key
                     and datum.amount == quote.estimated_price
                     and datum.deadline == quote.deadline
-                    and unit.amount_in(escrow.utxo.output.amount) >= datum.amount
+                    and unit.held_alone(escrow.utxo.output.amount, datum.amount)
                 ):
                     return True
             return False

@@ -150,6 +150,15 @@ class NtxUnit:
             return 0
         return int(assets.get(AssetName(self.asset_name), 0))
 
+    def held_alone(self, value: Value, amount: int) -> bool:
+        """Whether ``value`` holds exactly ``amount`` of this token and no other token (its
+        ADA aside): the only lock the split can spend (distribute_uplc.py, check 5: "a lock
+        holds ADA and one token"). A lock with one unit of anything else beside the NTX
+        passed "at least the amount", then no Distribute could spend it and the job was free
+        (issue 20 §5)."""
+        tokens = [(policy, name) for policy, names in value.multi_asset.items() for name in names]
+        return len(tokens) == 1 and self.amount_in(value) == amount
+
 
 @dataclass(frozen=True)
 class Escrow:

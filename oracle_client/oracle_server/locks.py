@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from pycardano import Address, AssetName, ChainContext, ScriptHash, UTxO
+from pycardano import Address, ChainContext, UTxO
 
 from oracle_client.escrow.contract.datum import EscrowDatum
+from oracle_client.escrow.transactions import NtxUnit
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ class ChainLockChecker:
     ``context`` may be a factory: pycardano's BlockFrostChainContext calls the backend in its
     constructor, and the oracle must start (and answer request-service) while the chain is
     down; the factory is called again on each check until it succeeds.
-    ``ntx_asset`` (policy id, asset name): when given, the lock must also hold ``amount`` of it,
-    so a datum that names an amount the output does not carry is not a lock.
+    ``ntx_asset`` (policy id, asset name): when given, the lock must hold exactly ``amount`` of
+    it and no other token, so a datum that names an amount the output does not carry is not a
+    lock, nor is one the split could not spend (``NtxUnit.held_alone``).
     """
 
     def __init__(
@@ -111,9 +113,8 @@ class ChainLockChecker:
         if self.ntx_asset is None:
             return True
         policy, name = self.ntx_asset
-        assets = utxo.output.amount.multi_asset.get(ScriptHash(policy))
-        held = assets.get(AssetName(name), 0) if assets is not None else 0
-        return held >= expected.amount
+        # Exactly the NTX the datum names and nothing else: the only lock the split spends.
+        return NtxUnit(policy, name).held_alone(utxo.output.amount, expected.amount)
 
 
 def pick_lock(refs: list[str], expected: ExpectedLock, where: str) -> str:

@@ -356,8 +356,12 @@ NTX = b"NTX"
 ESCROW = str(Address(ScriptHash(bytes(28)), network=Network.TESTNET))
 
 
-def _utxo(index: int, datum: object, ntx: int) -> UTxO:
+def _utxo(index: int, datum: object, ntx: int, extra: bytes = b"") -> UTxO:
+    """An escrow output holding ``ntx`` of the NTX and, with ``extra``, one unit of another
+    token of that name (under another policy)."""
     assets = MultiAsset({ScriptHash(POLICY): Asset({AssetName(NTX): ntx})})
+    if extra:
+        assets[ScriptHash(bytes([7]) * 28)] = Asset({AssetName(extra): 1})
     output = TransactionOutput(Address.from_primitive(ESCROW), Value(2_000_000, assets))
     output.datum = datum
     return UTxO(TransactionInput.from_primitive([bytes([index]) * 32, 0]), output)
@@ -391,6 +395,10 @@ def test_chain_lock_checker_matches_the_inline_datum() -> None:
         _utxo(4, RawCBOR(datum(job_id=b"job-x").to_cbor()), 5_000_000),
         _utxo(5, RawCBOR(datum(oracle_key=bytes([1]) * 32).to_cbor()), 5_000_000),
         _utxo(6, RawCBOR(datum().to_cbor()), 4_000_000),  # datum says 5 NTX, holds 4
+        # Issue 20 §5: what the split cannot spend is no lock: one unit of another token
+        # beside the NTX, or more NTX than the datum names.
+        _utxo(9, RawCBOR(datum().to_cbor()), 5_000_000, extra=b"DUST"),
+        _utxo(10, RawCBOR(datum().to_cbor()), 5_000_001),
     ]
     context = ChainContextDouble(decoys)
     checker = ChainLockChecker(context, ESCROW, (POLICY, NTX))
