@@ -61,6 +61,9 @@ QUOTE_DOMAIN = b"nunet-oracle-quote/v1\x00"
 # A liveness report's signature covers this tag first: it can never pass for a receipt (whose
 # tag differs) or for a release message, nor they for it.
 LIVENESS_DOMAIN = b"nunet-job-liveness/v1\x00"
+# A service request is signed by its consumer's peer key (issue 20 §4: anyone could register
+# jobs in any consumer's name, and each held a provider's slot).
+REQUEST_DOMAIN = b"nunet-oracle-request/v1\x00"
 MAX_OFFERS = 64
 
 ErrorKind = Literal[
@@ -79,6 +82,8 @@ ErrorKind = Literal[
     "chain_unavailable",
     "payload_too_large",
     "not_found",
+    "bad_signature",
+    "too_many_pending",
     "internal",
 ]
 TxStatus = Literal["submitted", "confirmed", "failed"]
@@ -108,6 +113,14 @@ class ServiceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     budget: Amount  # the most the consumer will lock, NTX base units
     deadline: PosixMs  # the escrow's deadline: after it the consumer may take the lock back
     offers: Annotated[list[ProviderOffer], Meta(max_length=MAX_OFFERS)]
+    signature: SignatureHex  # by consumer_peer_id's key, of service_request_message(...)
+
+    def verify(self) -> None:
+        """Raise ValueError unless the consumer named in the request signed exactly it."""
+        _verify_signed(
+            "consumer_peer_id", self.consumer_peer_id, service_request_message(self),
+            self.signature, "the request is not signed by its consumer",
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         _check_address("consumer_address", self.consumer_address, self.network)
@@ -119,6 +132,41 @@ class ServiceRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             if offer.peer_id in seen:
                 raise ValueError(f"provider {offer.peer_id} is offered twice")
             seen.add(offer.peer_id)
+
+
+def _verify_signed(field: str, peer_id: str, message: bytes, signature: str, refusal: str) -> None:
+    """Raise ValueError unless ``peer_id``'s own key signed ``message``."""
+    try:
+        key = VerifyKey(public_key_from_peer_id(peer_id))
+    except PeerIdError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+    try:
+        key.verify(message, bytes.fromhex(signature))
+    except BadSignatureError:
+        raise ValueError(refusal) from None
+
+
+def service_request_message(request: ServiceRequest) -> bytes:
+    """The bytes a consumer signs for a service request: domain tag + canonical CBOR of every
+    field but the signature."""
+    body = {
+        "job_id": request.job_id,
+        "network": request.network,
+        "consumer_peer_id": request.consumer_peer_id,
+        "consumer_address": request.consumer_address,
+        "budget": request.budget,
+        "deadline": request.deadline,
+        "offers": [
+            [offer.peer_id, offer.address, offer.price, offer.slots] for offer in request.offers
+        ],
+    }
+    return REQUEST_DOMAIN + cbor2.dumps(body, canonical=True)
+
+
+def sign_service_request(request: ServiceRequest, private_key: bytes) -> ServiceRequest:
+    """``request`` signed with its consumer's libp2p key (any form receipt.sign takes)."""
+    signature = _signing_key(private_key).sign(service_request_message(request)).signature.hex()
+    return msgspec.structs.replace(request, signature=signature)
 
 
 class ServiceQuote(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,14 +226,10 @@ class LivenessReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     def verify(self) -> None:
         """Raise ValueError unless the provider named in the report signed exactly it."""
-        try:
-            key = VerifyKey(public_key_from_peer_id(self.provider_peer_id))
-        except PeerIdError as exc:
-            raise ValueError(f"provider_peer_id: {exc}") from None
-        try:
-            key.verify(liveness_message(self), bytes.fromhex(self.signature))
-        except BadSignatureError:
-            raise ValueError("the liveness report is not signed by its provider") from None
+        _verify_signed(
+            "provider_peer_id", self.provider_peer_id, liveness_message(self), self.signature,
+            "the liveness report is not signed by its provider",
+        )  # fmt: skip
 
 
 def liveness_message(report: LivenessReport) -> bytes:

@@ -172,7 +172,7 @@ class Escrows:
         slots: int = 1,
     ) -> tuple[str, str]:
         """Register the terms with the oracle and lock the amount: (signed terms, lock tx id)."""
-        from oracle_client.models import ProviderOffer, ServiceRequest
+        from oracle_client.models import ProviderOffer, ServiceRequest, sign_service_request
 
         wallet = self.wallet.wallet()
         amount = units_of(total_ntx)
@@ -196,7 +196,9 @@ class Escrows:
                         slots=max(1, min(slots, 1024)),
                     )
                 ],
+                signature="00" * 64,
             )
+            request = sign_service_request(request, bytes(self.ctx.identity.signing_key))
         except (ValueError, msgspec.ValidationError) as exc:
             # A provider's address of the other network (addr1 on a test channel...).
             raise EngineError("payment", f"cannot pay this provider: {exc}") from None

@@ -11,7 +11,7 @@ local ledger in tests and demos).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,6 +49,11 @@ class LockChecker(Protocol):
         which) / ChainUnavailable."""
         ...
 
+    def locked_jobs(self, expected: Sequence[ExpectedLock]) -> set[str]:
+        """The job ids among ``expected`` whose lock is on chain now, in one look at the
+        escrow address (``lock_tx`` is not asked for). Raise ChainUnavailable."""
+        ...
+
 
 class ChainLockChecker:
     """Looks through the UTxOs at the escrow address for a matching inline datum.
@@ -75,18 +80,31 @@ class ChainLockChecker:
         self.ntx_asset = ntx_asset
 
     def check_lock(self, expected: ExpectedLock) -> str:
-        try:
-            utxos = self._chain().utxos(self.escrow_address)
-        except ChainUnavailable:
-            raise
-        except Exception as exc:  # any backend failure means "cannot tell now", never "no"
-            raise ChainUnavailable(f"cannot read {self.escrow_address}: {exc}") from exc
+        utxos = self._utxos()
         found = sorted(
             (u.input.transaction_id.payload.hex(), u.input.index)
             for u in utxos
             if self._matches(u, expected)
         )
         return pick_lock([f"{tx}#{index}" for tx, index in found], expected, self.escrow_address)
+
+    def locked_jobs(self, expected: Sequence[ExpectedLock]) -> set[str]:
+        by_job = {lock.job_id.encode("utf-8"): lock for lock in expected}
+        found: set[str] = set()
+        for utxo in self._utxos():
+            datum = _escrow_datum(utxo)
+            lock = by_job.get(datum.job_id) if datum is not None else None
+            if lock is not None and self._matches(utxo, lock):
+                found.add(lock.job_id)
+        return found
+
+    def _utxos(self) -> list[UTxO]:
+        try:
+            return list(self._chain().utxos(self.escrow_address))
+        except ChainUnavailable:
+            raise
+        except Exception as exc:  # any backend failure means "cannot tell now", never "no"
+            raise ChainUnavailable(f"cannot read {self.escrow_address}: {exc}") from exc
 
     def _chain(self) -> ChainContext:
         if self._context is None:

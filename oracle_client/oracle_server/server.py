@@ -79,7 +79,8 @@ class OracleHandler(BaseHTTPRequestHandler):
         oracle = self.server.oracle
         try:
             if isinstance(request, ServiceRequest):
-                reply: msgspec.Struct = oracle.request_service(request)
+                client = str(self.client_address[0]) if self.client_address else ""
+                reply: msgspec.Struct = oracle.request_service(request, client=client)
             elif isinstance(request, RewardRequest):
                 reply = oracle.request_reward(request)
             else:

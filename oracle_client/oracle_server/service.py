@@ -56,6 +56,16 @@ from oracle_client.oracle_server.store import Store
 # A quote holds a provider slot until it is decided or its deadline passes; a deadline far in
 # the future would let one consumer block a provider for that long.
 MAX_DEADLINE_MS = 30 * 24 * 3600 * 1000
+# Issue 20 §4: a job holds a provider's slot only once its lock is on chain (one request in
+# anyone's name used to hold it for up to 30 days). A request whose lock is not seen within
+# HOLD_S lapses and is forgotten; until then it counts against its consumer (the peer id that
+# signed it) and the network address it came from, a few at once each, and against a bound on
+# all of them (identities are free, addresses are not).
+HOLD_S = 15 * 60
+MAX_PENDING_PER_CONSUMER = 8
+MAX_PENDING_PER_CLIENT = 32
+MAX_PENDING_TOTAL = 10_000
+LAPSED_PER_REQUEST = 256  # requests past their hold looked up (and forgotten) per new request
 
 
 class OracleRefusal(Exception):
@@ -96,8 +106,13 @@ class Oracle:
             oracle_key=self.oracle_key, network=self.network, escrow_address=self.escrow_address
         )
 
-    def request_service(self, request: ServiceRequest) -> ServiceQuote:
+    def request_service(self, request: ServiceRequest, client: str = "") -> ServiceQuote:
+        """Register a signed request (``client``: the network address it came from)."""
         now = self._now_ms()
+        try:
+            request.verify()
+        except ValueError as exc:
+            raise OracleRefusal(401, "bad_signature", str(exc)) from None
         if request.network != self.network:
             raise OracleRefusal(400, "bad_request", f"this oracle settles on {self.network}")
         if not now < request.deadline <= now + MAX_DEADLINE_MS:
@@ -108,6 +123,7 @@ class Oracle:
             raise OracleRefusal(
                 404, "no_matching_peer", f"no peer with matching specs for job {request.job_id}"
             )
+        self._look_up_locks(request, now)
         with self.store.transaction():
             known = self.store.job(request.job_id)
             if known is not None:
@@ -116,10 +132,58 @@ class Oracle:
                 raise OracleRefusal(
                     409, "job_id_taken", f"job id {request.job_id} is registered with other terms"
                 )
+            self._check_pending(request, now, client)
             offer = self._choose(request, now)
             quote = self._quote(request, offer)
-            self.store.add_job(request, quote)
+            self.store.add_job(request, quote, now, client)
         return quote
+
+    def _check_pending(self, request: ServiceRequest, now: int, client: str) -> None:
+        since = now - HOLD_S * 1000
+        lapse = f"lock them, or wait until they lapse ({HOLD_S // 60} minutes after each)"
+        # By the peer id that signed them, never by the payment address, which anyone may
+        # name: a flood naming a consumer's address must not use up that consumer's requests.
+        mine = self.store.pending(since, consumer_peer_id=request.consumer_peer_id)
+        if mine >= MAX_PENDING_PER_CONSUMER:
+            raise OracleRefusal(
+                429,
+                "too_many_pending",
+                f"this consumer has {mine} requests whose lock is not on chain yet; {lapse}",
+            )
+        if client and self.store.pending(since, client=client) >= MAX_PENDING_PER_CLIENT:
+            raise OracleRefusal(
+                429,
+                "too_many_pending",
+                f"{client} sent {MAX_PENDING_PER_CLIENT} requests whose lock is not on chain "
+                f"yet; {lapse}",
+            )
+        if self.store.pending(since) >= MAX_PENDING_TOTAL:
+            raise OracleRefusal(
+                503, "too_many_pending", "the oracle holds too many unlocked requests: try later"
+            )
+
+    def _look_up_locks(self, request: ServiceRequest, now: int) -> None:
+        """Outside the write lock (one read of the chain): which of the offered providers' jobs
+        are locked now (they hold a slot from then on), and which requests lapsed, their lock
+        not on chain past their hold (forgotten: the store stays bounded)."""
+        lapse_before = now - HOLD_S * 1000
+        jobs = self.store.unverified_before(lapse_before, LAPSED_PER_REQUEST)
+        for offer in request.offers:
+            jobs += [
+                job for job, locked, _at in self.store.open_jobs(offer.peer_id, now) if not locked
+            ]
+        quotes = {job: known[1] for job in dict.fromkeys(jobs) if (known := self.store.job(job))}
+        if not quotes:
+            return
+        try:
+            seen = self.locks.locked_jobs([_expected(quote, None) for quote in quotes.values()])
+        except ChainUnavailable:
+            return  # nothing changes: a job not seen locked holds no slot meanwhile
+        for job_id in quotes:
+            if job_id in seen:
+                self.store.mark_locked(job_id)
+            elif self.store.registered_at(job_id) < lapse_before:
+                self.store.drop_unlocked(job_id)
 
     def request_reward(self, request: RewardRequest) -> RewardGrant | RewardPending:
         known = self.store.job(request.job_id)
@@ -145,17 +209,9 @@ class Oracle:
         if decided is not None:
             return _same_decision(decided, kind)
         try:
-            lock_ref = self.locks.check_lock(
-                ExpectedLock(
-                    job_id=quote.job_id,
-                    consumer_pkh=bytes.fromhex(quote.consumer_pkh),
-                    provider_pkh=bytes.fromhex(quote.provider_pkh),
-                    oracle_key=bytes.fromhex(quote.oracle_key),
-                    amount=quote.estimated_price,
-                    # Two locks may carry these terms: sign only for the consumer's.
-                    lock_tx=request.lock_tx,
-                )
-            )
+            # Two locks may carry these terms: sign only for the consumer's (lock_tx).
+            lock_ref = self.locks.check_lock(_expected(quote, request.lock_tx))
+            self.store.mark_locked(request.job_id)
         except LockNotFound as exc:
             raise OracleRefusal(409, "lock_not_found", str(exc)) from None
         except ChainUnavailable as exc:
@@ -255,7 +311,9 @@ class Oracle:
                 f"{format_ntx(request.budget)}",
             )
         for offer in affordable:
-            if self.store.open_jobs(offer.peer_id, now) < offer.slots:
+            # Held only by jobs whose lock was seen on chain (looked up just before).
+            held = [job for job, locked, _at in self.store.open_jobs(offer.peer_id, now) if locked]
+            if len(held) < offer.slots:
                 return offer
         raise OracleRefusal(
             409, "provider_busy", "every provider within budget is busy with open jobs"
@@ -398,3 +456,14 @@ def _same_decision(decided: RewardGrant, asked: RewardType) -> RewardGrant:
             f"the oracle never signs a {asked} as well",
         )
     return decided
+
+
+def _expected(quote: ServiceQuote, lock_tx: str | None) -> ExpectedLock:
+    return ExpectedLock(
+        job_id=quote.job_id,
+        consumer_pkh=bytes.fromhex(quote.consumer_pkh),
+        provider_pkh=bytes.fromhex(quote.provider_pkh),
+        oracle_key=bytes.fromhex(quote.oracle_key),
+        amount=quote.estimated_price,
+        lock_tx=lock_tx,
+    )

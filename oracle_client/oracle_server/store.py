@@ -62,6 +62,14 @@ CREATE TABLE IF NOT EXISTS tx_reports (
 """
 
 
+_HOLD_COLUMNS = (
+    ("consumer_peer_id", "TEXT NOT NULL DEFAULT ''"),
+    ("consumer_address", "TEXT NOT NULL DEFAULT ''"),
+    ("locked", "INTEGER NOT NULL DEFAULT 0"),  # 1: its lock was seen on chain
+    ("client", "TEXT NOT NULL DEFAULT ''"),  # the network address the request came from
+)
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +83,17 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_SCHEMA.replace("{decisions}", _DECISIONS.format(name="decisions")))
         self._allow_distribute()
+        self._add_hold_columns()
+
+    def _add_hold_columns(self) -> None:
+        """Issue 20 §4: who asked (to bound what each consumer holds) and whether the lock was
+        seen on chain (only then a job keeps holding its provider's slot). Rows from before
+        have neither: they count as unverified, and are checked on chain when they matter."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        with self.transaction() as db:
+            for name, kind in _HOLD_COLUMNS:
+                if name not in columns:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
     def _allow_distribute(self) -> None:
         """A database made before issue 12 refuses 'distribute' decisions (its CHECK): the
@@ -119,27 +138,87 @@ class Store:
             msgspec.json.decode(row[1], type=ServiceQuote),
         )
 
-    def open_jobs(self, provider_peer_id: str, now_ms: int) -> int:
-        """Jobs of this provider not decided yet whose deadline has not passed."""
+    def open_jobs(self, provider_peer_id: str, now_ms: int) -> list[tuple[str, bool, int]]:
+        """(job id, lock seen on chain, registered at) of this provider's jobs not decided yet
+        whose deadline has not passed."""
         with self._lock:
-            (count,) = self._db.execute(
-                "SELECT COUNT(*) FROM jobs LEFT JOIN decisions USING (job_id) "
-                "WHERE provider_peer_id = ? AND deadline > ? AND decisions.job_id IS NULL",
+            rows = self._db.execute(
+                "SELECT job_id, locked, registered_at FROM jobs LEFT JOIN decisions USING "
+                "(job_id) WHERE provider_peer_id = ? AND deadline > ? "
+                "AND decisions.job_id IS NULL",
                 (provider_peer_id, now_ms),
-            ).fetchone()
+            ).fetchall()
+        return [(str(job), bool(locked), int(at)) for job, locked, at in rows]
+
+    def pending(self, since_ms: int, *, consumer_peer_id: str = "", client: str = "") -> int:
+        """Requests registered since ``since_ms`` whose lock was not seen yet: all of them,
+        one consumer's (by the peer id that signed them), or one network address's."""
+        where = "locked = 0 AND registered_at >= ?"
+        args: tuple[object, ...] = (since_ms,)
+        if consumer_peer_id:
+            where += " AND consumer_peer_id = ?"
+            args += (consumer_peer_id,)
+        if client:
+            where += " AND client = ?"
+            args += (client,)
+        with self._lock:
+            (count,) = self._db.execute(f"SELECT COUNT(*) FROM jobs WHERE {where}", args).fetchone()
         return int(count)
 
-    def add_job(self, request: ServiceRequest, quote: ServiceQuote) -> None:
+    def unverified_before(self, before_ms: int, limit: int) -> list[str]:
+        """The oldest requests registered before ``before_ms`` whose lock was never seen and
+        that nobody reported on (no decision, receipt or liveness): the ones to look up."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id FROM jobs WHERE locked = 0 AND registered_at < ? "
+                "AND job_id NOT IN (SELECT job_id FROM decisions) "
+                "AND job_id NOT IN (SELECT job_id FROM reports) "
+                "AND job_id NOT IN (SELECT job_id FROM liveness) "
+                "ORDER BY registered_at LIMIT ?",
+                (before_ms, limit),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def registered_at(self, job_id: str) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT registered_at FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def mark_locked(self, job_id: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE jobs SET locked = 1 WHERE job_id = ?", (job_id,))
+
+    def drop_unlocked(self, job_id: str) -> None:
+        """Forget a request whose lock never reached the chain (no money to decide on)."""
+        with self.transaction() as db:
+            for table in ("tx_reports", "liveness", "reports"):
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            db.execute(
+                "DELETE FROM jobs WHERE job_id = ? AND locked = 0 "
+                "AND job_id NOT IN (SELECT job_id FROM decisions)",
+                (job_id,),
+            )
+
+    def add_job(
+        self, request: ServiceRequest, quote: ServiceQuote, now_ms: int, client: str = ""
+    ) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (job_id, provider_peer_id, deadline, request, quote, "
+                "registered_at, consumer_peer_id, consumer_address, locked, client) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
                 (
                     request.job_id,
                     quote.provider_peer_id,
                     quote.deadline,
                     msgspec.json.encode(request).decode(),
                     msgspec.json.encode(quote).decode(),
-                    _now_ms(),
+                    now_ms,
+                    request.consumer_peer_id,
+                    request.consumer_address,
+                    client,
                 ),
             )
 

@@ -43,7 +43,14 @@ from oracle_client.oracle_server.locks import ChainLockChecker
 from oracle_client.oracle_server.server import OracleServer
 from oracle_client.oracle_server.service import Oracle
 from oracle_client.oracle_server.store import Store
-from tests.doubles.oracle import CONSUMER, PROVIDER, Party, receipt_for, service_request
+from tests.doubles.oracle import (
+    CONSUMER,
+    PROVIDER,
+    Party,
+    datum_for,
+    receipt_for,
+    service_request,
+)
 
 JOB = "job-replay"
 # Enough for the escrow script (~0.1G steps / ~0.2M mem each): fixed units skip the builder's
@@ -114,17 +121,6 @@ def chain(tmp_path: Path) -> Iterator[Chain]:
         ledger.stop()
 
 
-def _datum(quote: ServiceQuote) -> EscrowDatum:
-    return EscrowDatum(
-        consumer=bytes.fromhex(quote.consumer_pkh),
-        provider=bytes.fromhex(quote.provider_pkh),
-        oracle_key=bytes.fromhex(quote.oracle_key),
-        job_id=quote.job_id.encode(),
-        amount=quote.estimated_price,
-        deadline=quote.deadline,
-    )
-
-
 def _claim_both(chain: Chain, a: UTxO, b: UTxO, signature: bytes, share: int) -> Any:
     """The provider's one tx spending A and B, each with a Distribute carrying `signature`."""
     builder = TransactionBuilder(chain.ctx)
@@ -146,8 +142,8 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
 ) -> None:
     quote = chain.ask(service_request(JOB))
     assert isinstance(quote, ServiceQuote)
-    lock_a = chain.lock(_datum(quote))  # the consumer's lock, named in its Confirm
-    lock_b = chain.lock(_datum(quote))  # the same datum, to the byte, in another output
+    lock_a = chain.lock(datum_for(quote))  # the consumer's lock, named in its Confirm
+    lock_b = chain.lock(datum_for(quote))  # the same datum, to the byte, in another output
     locks = chain.locks()
     assert set(locks) == {lock_a, lock_b}
     assert locks[lock_a].output.datum.cbor == locks[lock_b].output.datum.cbor  # type: ignore[union-attr]

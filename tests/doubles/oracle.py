@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,8 +21,9 @@ from typing import Any
 from nacl.signing import SigningKey
 from pycardano import Address, Network, PaymentVerificationKey
 
+from oracle_client.escrow.contract.datum import EscrowDatum
 from oracle_client.escrow.receipt import Fault, Metering, Outcome, Receipt, sign
-from oracle_client.models import ProviderOffer, ServiceQuote, ServiceRequest
+from oracle_client.models import ProviderOffer, ServiceQuote, ServiceRequest, sign_service_request
 from oracle_client.oracle_server.keys import load_or_create_key
 from oracle_client.oracle_server.locks import ChainUnavailable, ExpectedLock, pick_lock
 from oracle_client.oracle_server.server import OracleHandler, OracleServer
@@ -84,6 +85,13 @@ class LockCheckerDouble:
         refs = sorted(ref for ref, lock in self.locks.items() if lock == terms)
         return pick_lock(refs, expected, "the double's escrow address")
 
+    def locked_jobs(self, expected: Sequence[ExpectedLock]) -> set[str]:
+        self.lookups += 1
+        if self.down:
+            raise ChainUnavailable("cannot read the escrow address: connection refused")
+        held = set(self.locks.values())
+        return {lock.job_id for lock in expected if replace(lock, lock_tx=None) in held}
+
 
 def lock_for(quote: ServiceQuote, amount: int | None = None) -> ExpectedLock:
     return ExpectedLock(
@@ -109,7 +117,7 @@ def service_request(
                 peer_id=PROVIDER.peer_id, address=PROVIDER.address(), price=price, slots=slots
             )
         ]
-    return ServiceRequest(
+    unsigned = ServiceRequest(
         job_id=job_id,
         network="testnet",
         consumer_peer_id=CONSUMER.peer_id,
@@ -117,7 +125,9 @@ def service_request(
         budget=budget,
         deadline=int(time.time() * 1000) + 3_600_000,
         offers=offers,
+        signature="00" * 64,
     )
+    return sign_service_request(unsigned, bytes(CONSUMER.peer_key))
 
 
 def receipt_for(
@@ -172,3 +182,15 @@ def running_oracle(
     finally:
         server.close()
         store.close()
+
+
+def datum_for(quote: ServiceQuote) -> EscrowDatum:
+    """The escrow datum a consumer locks under these terms."""
+    return EscrowDatum(
+        consumer=bytes.fromhex(quote.consumer_pkh),
+        provider=bytes.fromhex(quote.provider_pkh),
+        oracle_key=bytes.fromhex(quote.oracle_key),
+        job_id=quote.job_id.encode(),
+        amount=quote.estimated_price,
+        deadline=quote.deadline,
+    )

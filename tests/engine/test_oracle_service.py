@@ -778,10 +778,16 @@ def test_a_database_from_before_splits_takes_distribute_decisions(tmp_path: Path
     store = Store(path)
     try:
         with store.transaction() as conn:
-            conn.execute("INSERT INTO jobs VALUES ('new', 'p', 1, '{}', '{}', 1)")
+            conn.execute(
+                "INSERT INTO jobs (job_id, provider_peer_id, deadline, request, quote, "
+                "registered_at) VALUES ('new', 'p', 1, '{}', '{}', 1)"
+            )
             conn.execute("INSERT INTO decisions VALUES ('new', 'distribute', '{}', '{}', 'y#0', 2)")
             kinds = conn.execute("SELECT job_id, reward_type FROM decisions ORDER BY job_id")
             assert kinds.fetchall() == [("new", "distribute"), ("old", "refund")]
+            # Issue 20 §4's columns were added; the old row counts as unverified.
+            old = conn.execute("SELECT consumer_peer_id, locked FROM jobs WHERE job_id = 'old'")
+            assert old.fetchone() == ("", 0)
     finally:
         store.close()
     Store(path).close()  # opening it again changes nothing

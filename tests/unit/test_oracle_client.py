@@ -52,6 +52,7 @@ from oracle_client.models import (
     ServiceQuote,
     ServiceRequest,
     StatusReport,
+    sign_service_request,
 )
 from oracle_client.oracle_server.server import OracleHandler, OracleServer
 from oracle_client.peerid import (
@@ -269,8 +270,12 @@ def test_request_service_outcomes(server: OracleServer) -> None:
             # A retried request (reply lost) gets the same quote, not a second registration.
             assert await oracle.request_service(request) == quote
             changed = msgspec.structs.replace(request, budget=9_000_000)
-            with pytest.raises(JobIdTaken):
+            with pytest.raises(OracleRejected) as unsigned:  # changed after it was signed
                 await oracle.request_service(changed)
+            assert (unsigned.value.status, unsigned.value.error) == (401, "bad_signature")
+            resigned = sign_service_request(changed, bytes(CONSUMER.peer_key))
+            with pytest.raises(JobIdTaken):
+                await oracle.request_service(resigned)
 
             with pytest.raises(NoMatchingPeer) as no_peer:
                 await oracle.request_service(service_request("job-none", offers=[]))
@@ -282,7 +287,14 @@ def test_request_service_outcomes(server: OracleServer) -> None:
             assert too_dear.value.status == 400
             assert "estimated price 11 NTX is above the budget 10 NTX" in too_dear.value.reason
 
-            # PROVIDER has one slot and job-ok holds it until decided.
+            # A request whose lock is not on chain holds no slot (issue 20 §4: one request in
+            # anyone's name blocked a provider until its deadline)...
+            free = await oracle.request_service(service_request("job-free"))
+            assert free.provider_peer_id == PROVIDER.peer_id
+            # ... once job-ok's lock is there, it holds PROVIDER's one slot until decided.
+            checker = server.oracle.locks
+            assert isinstance(checker, LockCheckerDouble)
+            checker.add(lock_for(quote))
             with pytest.raises(ProviderBusy) as busy:
                 await oracle.request_service(service_request("job-busy"))
             assert busy.value.status == 409
