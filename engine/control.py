@@ -152,10 +152,12 @@ class ControlServer:
             await send({"id": req_id, "error": exc.to_wire()})
             return
         except Exception as exc:
-            log.exception("command %s failed", type(command).__name__)
-            await send(
-                {"id": req_id, "error": EngineError("internal", f"internal error: {exc}").to_wire()}
-            )
+            name = type(command).__name__
+            log.exception("command %s failed", name)
+            # Some exceptions say nothing (a timeout's str() is ""): their type does.
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            message = f"internal error in {name}: {detail} (the daemon's log has the traceback)"
+            await send({"id": req_id, "error": EngineError("internal", message).to_wire()})
             return
         await send({"id": req_id, "ok": api.to_builtins(reply)})
 

@@ -123,7 +123,7 @@ class Oracle:
             raise OracleRefusal(
                 404, "no_matching_peer", f"no peer with matching specs for job {request.job_id}"
             )
-        self._look_up_locks(request, now)
+        self._look_up_locks(request, now, client)
         with self.store.transaction():
             known = self.store.job(request.job_id)
             if known is not None:
@@ -162,12 +162,17 @@ class Oracle:
                 503, "too_many_pending", "the oracle holds too many unlocked requests: try later"
             )
 
-    def _look_up_locks(self, request: ServiceRequest, now: int) -> None:
+    def _look_up_locks(self, request: ServiceRequest, now: int, client: str) -> None:
         """Outside the write lock (one read of the chain): which of the offered providers' jobs
-        are locked now (they hold a slot from then on), and which requests lapsed, their lock
-        not on chain past their hold (forgotten: the store stays bounded)."""
+        are locked now (they hold a slot from then on), which of this consumer's and this
+        address's requests are (they no longer count against its bounds: a busy honest
+        consumer locks what it asks for), and which requests lapsed, their lock not on chain
+        past their hold (forgotten: the store stays bounded)."""
         lapse_before = now - HOLD_S * 1000
         jobs = self.store.unverified_before(lapse_before, LAPSED_PER_REQUEST)
+        jobs += self.store.unverified_of(
+            request.consumer_peer_id, client, MAX_PENDING_PER_CLIENT + MAX_PENDING_PER_CONSUMER
+        )
         for offer in request.offers:
             jobs += [
                 job for job, locked, _at in self.store.open_jobs(offer.peer_id, now) if not locked

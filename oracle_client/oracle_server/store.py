@@ -165,6 +165,18 @@ class Store:
             (count,) = self._db.execute(f"SELECT COUNT(*) FROM jobs WHERE {where}", args).fetchone()
         return int(count)
 
+    def unverified_of(self, consumer_peer_id: str, client: str, limit: int) -> list[str]:
+        """The requests of this consumer, or from this network address, whose lock was not
+        seen yet: what its bounds count, looked up before they refuse it."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT job_id FROM jobs WHERE locked = 0 "
+                "AND (consumer_peer_id = ? OR (client != '' AND client = ?)) "
+                "ORDER BY registered_at DESC LIMIT ?",
+                (consumer_peer_id, client, limit),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def unverified_before(self, before_ms: int, limit: int) -> list[str]:
         """The oldest requests registered before ``before_ms`` whose lock was never seen and
         that nobody reported on (no decision, receipt or liveness): the ones to look up."""

@@ -92,6 +92,25 @@ def test_bad_lines_get_error_replies_and_the_server_keeps_serving(
     assert by_id[9]["ok"]["peer_id"].startswith("12D3KooW")  # type: ignore[index]
 
 
+def test_an_unexpected_failure_says_what_failed_even_when_its_message_is_empty(
+    engine_client: Engine, node_home: Paths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 §8: `job cancel` under load failed with "internal error: " and nothing else
+    (a timeout's message is empty); the line now names the command and the failure."""
+    import trio
+
+    async def times_out(command: api.Command) -> None:
+        raise trio.TooSlowError
+
+    monkeypatch.setattr(engine_client.node, "handle", times_out)
+    (reply,) = _raw(node_home, b'{"id": 1, "cmd": {"type": "info"}}\n')
+    error = reply["error"]
+    assert isinstance(error, dict) and error["code"] == "internal"
+    assert error["message"] == (
+        "internal error in GetInfo: TooSlowError (the daemon's log has the traceback)"
+    )
+
+
 def test_a_bad_job_spec_over_the_socket_is_one_invalid_line_naming_its_field(
     engine_client: Engine, node_home: Paths
 ) -> None:

@@ -65,7 +65,7 @@ from oracle_client.oracle_server.rules import (
     decide_vanished,
 )
 from oracle_client.oracle_server.server import OracleServer
-from oracle_client.oracle_server.service import Oracle
+from oracle_client.oracle_server.service import Oracle, OracleRefusal
 from tests.doubles.oracle import (
     CONSUMER,
     OTHER_PROVIDER,
@@ -791,3 +791,34 @@ def test_a_database_from_before_splits_takes_distribute_decisions(tmp_path: Path
     finally:
         store.close()
     Store(path).close()  # opening it again changes nothing
+
+
+def test_a_busy_honest_consumer_is_never_refused_for_requests_it_locked(
+    server: OracleServer, checker: LockCheckerDouble
+) -> None:
+    """Issue 20 §4's bounds count requests whose lock was not seen: a consumer that locks what
+    it asks for, each job at another provider, is looked up before it would be refused; one
+    that locks nothing is refused after MAX_PENDING_PER_CONSUMER, and a lapsed request is
+    forgotten."""
+    from oracle_client.models import ProviderOffer
+    from oracle_client.oracle_server.service import HOLD_S, MAX_PENDING_PER_CONSUMER
+    from tests.doubles.oracle import Party
+
+    oracle = server.oracle
+    for i in range(MAX_PENDING_PER_CONSUMER + 4):
+        provider = Party.from_seed(20 + i)
+        offer = ProviderOffer(peer_id=provider.peer_id, address=provider.address(), price=5)
+        quote = oracle.request_service(service_request(f"busy-{i}", offers=[offer]))
+        checker.add(lock_for(quote))
+    for i in range(MAX_PENDING_PER_CONSUMER):
+        oracle.request_service(service_request(f"unlocked-{i}"))
+    with pytest.raises(OracleRefusal) as refused:
+        oracle.request_service(service_request("one-too-many"))
+    assert (refused.value.status, refused.value.error) == (429, "too_many_pending")
+    clock = oracle.clock
+    oracle.clock = lambda: clock() + HOLD_S + 1
+    try:  # the unlocked ones lapse, the locked ones stay
+        oracle.request_service(service_request("after-the-hold"))
+    finally:
+        oracle.clock = clock
+    assert oracle.store.job("unlocked-0") is None and oracle.store.job("busy-0") is not None
