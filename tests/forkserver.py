@@ -73,6 +73,8 @@ def _close(client: ZygoteClient) -> None:
     client.close()  # it stops its children and exits at the end of its socket
     with contextlib.suppress(subprocess.TimeoutExpired):
         client.proc.wait(10)
+    if client.proc.returncode == 0:  # its log matters only when it failed
+        client.log.unlink(missing_ok=True)
 
 
 def fork(
