@@ -170,8 +170,6 @@ def _size_problems(spec: JobSpec) -> list[FieldProblem]:
 def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> ValidationReport:
     """Every problem with ``spec``, per field. ``allow_local_git`` admits file:// repos (tests,
     the demo on one machine)."""
-    from engine.jobs.tiers import static_ntx
-
     if oversized := _size_problems(spec):
         return ValidationReport(tuple(oversized))
     problems: list[FieldProblem] = []
@@ -283,25 +281,19 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                 _problem(problems, "ports", f"port {port} is not a TCP port (1 to 65535)")
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
-    if spec.budget_ntx is not None:
-        # NaN compares false with everything: unchecked, it would remove the cap.
-        if not (math.isfinite(spec.budget_ntx) and 0 < spec.budget_ntx <= MAX_BUDGET_NTX):
-            _problem(
-                problems,
-                "budget_ntx",
-                f"budget_ntx must be a number above 0 and at most {MAX_BUDGET_NTX:,.0f} NTX, "
-                f"not {spec.budget_ntx:g}",
-            )
-        elif spec.tier in TIERS and spec.device in DEVICES and spec.expected_minutes > 0:
-            low, high = static_ntx(spec.tier, spec.device, spec.expected_minutes)
-            if spec.budget_ntx < low:
-                _problem(
-                    problems,
-                    "budget_ntx",
-                    f"budget {spec.budget_ntx:g} NTX is below the estimate for a {spec.tier} "
-                    f"{spec.device} job of {spec.expected_minutes:g} min "
-                    f"({low:.3f}-{high:.3f} NTX)",
-                )
+    # A budget is not checked against the static estimate (engine/jobs/tiers.py static_ntx, a
+    # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
+    # estimate says 0.375. The matcher and the provider check it against each provider's real
+    # price (admission.judge: "price above budget"), the one price model (issue 20 §7).
+    # NaN compares false with everything: unchecked, it would remove the cap.
+    budget = spec.budget_ntx
+    if budget is not None and not (math.isfinite(budget) and 0 < budget <= MAX_BUDGET_NTX):
+        _problem(
+            problems,
+            "budget_ntx",
+            f"budget_ntx must be a number above 0 and at most {MAX_BUDGET_NTX:,.0f} NTX, "
+            f"not {budget:g}",
+        )
     return ValidationReport(tuple(problems))
 
 

@@ -91,6 +91,17 @@ def test_every_exclusion_says_why() -> None:
     assert reasons["busy"] == "busy: 1 job(s) running, 1 slot(s)"
 
 
+def test_a_small_budget_matches_a_provider_whose_real_price_fits() -> None:
+    """Issue 20 §7: 0.05 NTX for an hour of the low tier is below the static estimate
+    (0.375-0.75 NTX) but buys the hour of a provider at 0.01 NTX/h; a dearer one is left out
+    with its figures."""
+    cheap = peer("cheap", prices={"low": 0.01})
+    dear = peer("dear", prices={"low": 1.0})
+    result = match(job(tier="low", expected_minutes=60, budget_ntx=0.05), [cheap, dear])
+    assert [c.peer_id for c in result.candidates] == ["cheap"]
+    assert dict(result.excluded)["dear"].startswith("price above budget: 1 NTX/h x ")
+
+
 def test_gpu_needs() -> None:
     gpu_job = job(device="gpu", gpu_vendor="nvidia", tier="moderate")
     peers = [
