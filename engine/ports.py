@@ -122,6 +122,14 @@ class EscrowPort(Protocol):
         """Consumer: our own receipt for a provider gone silent; whether one was made."""
         ...
 
+    def never_ran(self, job: api.JobInfo) -> bool:
+        """Consumer: the provider's final answer was a refusal: the refund asked for now."""
+        ...
+
+    def lock_of(self, job_id: str) -> tuple[str, str]:
+        """Consumer: (signed terms, lock tx) of the job's lock; ("", "") without one."""
+        ...
+
     async def countersign(self, job: api.JobInfo, text: str) -> str:
         """Consumer: check the provider's receipt and add our signature."""
         ...

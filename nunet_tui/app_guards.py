@@ -17,7 +17,7 @@ from nunet_tui.screens.confirm import ConfirmScreen
 if TYPE_CHECKING:
     from textual.app import App
 
-LIVE_STATES = ("pending", "accepted", "running")
+LIVE_STATES = ("pending", "confirming", "accepted", "running")
 
 
 class QuitConfirm(ConfirmScreen):

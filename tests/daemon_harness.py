@@ -37,9 +37,10 @@ class Daemon:
     """A real `nunet-tui daemon` process (forked from the suite's zygote, tests/forkserver.py),
     queried through its control socket; ``cli`` runs the real command line against it."""
 
-    def __init__(self, home: Paths, env: dict[str, str]) -> None:
+    def __init__(self, home: Paths, env: dict[str, str], netns: str = "") -> None:
         self.home = home
         self.env = env
+        self.netns = netns  # a network namespace to run in (tests/slow_link.py)
         self.proc: ForkedChild | subprocess.Popen[bytes] | None = None
         self.client: ControlClient | None = None
         self.stderr_path = Path(str(home.home)) / "daemon.stderr"
@@ -49,11 +50,13 @@ class Daemon:
         stderr = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            if "PYTHONPATH" in self.env:
+            if "PYTHONPATH" in self.env or self.netns:
                 # A start-up hook (a sitecustomize.py on the path, tests/adversarial/
-                # overbilling_hook) runs only in a new interpreter.
+                # overbilling_hook) runs only in a new interpreter; a namespace is entered
+                # before it starts.
+                wrap = ["ip", "netns", "exec", self.netns] if self.netns else []
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "nunet_tui", *args],
+                    [*wrap, sys.executable, "-m", "nunet_tui", *args],
                     cwd=REPO,
                     env=cli_env(self.env),
                     stdout=devnull,
@@ -142,6 +145,7 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         channel: str = "",
         extra_toml: str = "",
         env: dict[str, str] | None = None,
+        netns: str = "",
     ) -> Daemon:
         home = make_home(
             tmp_path / name, seed=bytes([seed]) * 32, machine_toml=MACHINE_TOML + extra_toml
@@ -151,7 +155,7 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
             env["NUNET_NETWORK_BOOTSTRAP"] = bootstrap
         if channel:
             env["NUNET_NETWORK_CHANNEL"] = channel
-        daemon = Daemon(home, env).start()
+        daemon = Daemon(home, env, netns).start()
         started.append(daemon)
         return daemon
 

@@ -36,6 +36,8 @@ from engine.api.gpus import (
     PrepareMlImages,
 )
 from engine.api.jobs import (
+    CANCEL_WAIT_S,
+    SUBMIT_WAIT_S,
     TERMINAL_STATES,
     CancelJob,
     DeleteJobResults,
@@ -173,9 +175,11 @@ from engine.api.wire import (
 )
 
 __all__ = [
+    "CANCEL_WAIT_S",
     "DEFAULT_CHANNEL",
     "DEFAULT_POOL",
     "ESCROW_OPEN_STATES",
+    "SUBMIT_WAIT_S",
     "TERMINAL_STATES",
     "AnyEvent",
     "Balance",

@@ -12,6 +12,7 @@ from engine.jobs.spec import JobSpec
 
 JobState = Literal[
     "pending",  # consumer: created, looking for a provider
+    "confirming",  # consumer: locked and confirmed; the provider's final answer not in yet
     "accepted",  # both sides agreed; the provider prepares it
     "running",
     "completed",
@@ -22,6 +23,12 @@ JobState = Literal[
     "interrupted",  # the provider shut down and there was no checkpoint to resume from
     "refused",
 ]
+# How long a client waits for ``SubmitJob``: the daemon answers within it (a provider's final
+# answer, or the job left "confirming": engine/jobs/consumer.py SUBMIT_S).
+SUBMIT_WAIT_S = 180.0
+# ... and for ``CancelJob``/``StopJob``: a job not yet accepted is released first (consumer.py
+# CANCEL_RELEASE_S), then cancelled at its provider.
+CANCEL_WAIT_S = 90.0
 TERMINAL_STATES: tuple[str, ...] = (
     "completed",
     "failed",

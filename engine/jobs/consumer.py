@@ -12,6 +12,7 @@ refund is asked for at once (payments/escrow.py ``provider_vanished``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -47,6 +48,16 @@ MAX_CANDIDATES = 5
 # Longer than this waiting for our own pace to a provider: the next candidate instead.
 MAX_OFFER_WAIT_S = 5.0
 PROVIDER_UNREACHABLE = "provider unreachable"
+# A submit's own time (issue 20 §1), inside the client's wait for it (api.SUBMIT_WAIT_S): a
+# provider whose final answer to the Confirm has not come by then keeps the job, "confirming",
+# asked again in the background; no other provider is asked while the first may still accept.
+SUBMIT_S = api.SUBMIT_WAIT_S - 30.0
+CONFIRM_RETRY_S = (1.0, 2.0, 5.0, 10.0)  # between tries of a Confirm or a Release
+# `job cancel` of a job not yet accepted: its Release's time, then the Cancel's, then 5 s to
+# see it end, inside the client's wait (api.CANCEL_WAIT_S).
+CANCEL_RELEASE_S = api.CANCEL_WAIT_S - 3 * ASK_TIMEOUT_S - 15.0
+# A job is "pending" until its Confirm goes out (then "confirming" until the final answer).
+UNDECIDED = ("pending", "confirming")
 
 
 def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
@@ -190,7 +201,11 @@ class ConsumerJobs:
             refusals.extend(result.excluded)
         job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id
+        deadline = trio.current_time() + SUBMIT_S
         for provider in candidates:
+            if trio.current_time() >= deadline:
+                refusals.append((provider, "not asked: the submit ran out of time"))
+                continue
             wait = self._offer_pace.wait_s(provider)
             if wait > MAX_OFFER_WAIT_S:
                 refusals.append((provider, f"our offers to it are paced: free in {wait:.0f} s"))
@@ -235,12 +250,12 @@ class ConsumerJobs:
                     created_at=time.time(),
                 )
             )
-            terms, lock_tx = "", ""
             if self._escrows is not None and lock > 0:
                 try:
                     # The lock covers the maximum time (the budget cap); what the job uses
-                    # is paid from it and the rest comes back.
-                    terms, lock_tx = await self._escrows().lock(
+                    # is paid from it and the rest comes back. Its terms and tx go with the
+                    # Confirm (lock_of: the same with every repeat of it).
+                    await self._escrows().lock(
                         job_id,
                         provider,
                         quote.payment_address,
@@ -251,55 +266,130 @@ class ConsumerJobs:
                 except EngineError as exc:
                     self._save(msgspec.structs.replace(job, state="refused", reason=exc.message))
                     raise
-            answer: p.AnyJobMessage | None = None
-            why = "no answer"
-            try:
-                answer = await self._ask(
-                    service,
-                    provider,
-                    p.Confirm(
-                        job_id=job_id,
-                        total_ntx=quote.total_ntx,
-                        escrow_tx=lock_tx,
-                        escrow_terms=terms,
-                    ),
+            # Saved before the Confirm goes: after a restart the job is asked about again,
+            # never forgotten with its lock (the follower settles it: _settle_confirm).
+            job = self._save(msgspec.structs.replace(job, state="confirming"))
+            answer = await self._final_answer(job, release=False, until=deadline)
+            if answer is None:
+                job = self._save(
+                    msgspec.structs.replace(
+                        job,
+                        reason=f"no final answer from provider {provider} within "
+                        f"{SUBMIT_S:g} s: asked again in the background, and no other "
+                        "provider is asked meanwhile (`job cancel` releases it)",
+                    )
                 )
-            except (p.ProtocolError, OSError, trio.TooSlowError) as exc:
-                # The job ends refused with the reason, never pending for ever behind an
-                # "internal error".
-                why = f"no answer to the confirmation: {_why(exc)}"
-            if not isinstance(answer, p.Accepted):
-                reason = answer.reason if isinstance(answer, p.Refusal) else why
-                if lock_tx:
-                    reason += " (the locked NTX come back after the escrow's deadline)"
-                self._save(msgspec.structs.replace(job, state="refused", reason=reason))
-                refusals.append((provider, reason))
+                self._follow_soon(job_id)
+                return job
+            if isinstance(answer, p.Refusal):
+                job = self._never_ran(job, "refused", answer.reason)
+                refusals.append((provider, job.reason))
                 job_id = secrets.token_hex(6)
                 continue
-            job = self._save(msgspec.structs.replace(job, state="accepted"))
+            job = self._save(msgspec.structs.replace(job, state="accepted", reason=""))
             self._follow_soon(job_id)
             return job
         raise NoMatch(refusals)
 
     async def _ask(
-        self, service: PeerLink, provider: str, message: p.JobMessage
+        self,
+        service: PeerLink,
+        provider: str,
+        message: p.JobMessage,
+        answer_s: float = ASK_TIMEOUT_S,
     ) -> p.AnyJobMessage:
+        """``answer_s``: how long the answer may take once the request is sent."""
         stream = await self._open(service, provider)
         try:
             with trio.fail_after(ASK_TIMEOUT_S):
                 raw = await p.send(stream, self.ctx.identity, message)
             self.ctx.store.record_job_message(message.job_id, "out", p.kind(message), raw)
-            with trio.fail_after(ASK_TIMEOUT_S):
+            with trio.fail_after(answer_s):
                 # Only a short answer may come (Quote, Refusal, Accepted): bounded to fit.
                 received = await p.receive(stream, provider, p.MAX_ANSWER_BYTES)
             if received is None:
                 raise p.ProtocolError("the provider closed the stream without answering")
             answer, raw_answer = received
+            if answer.job_id != message.job_id:
+                raise p.ProtocolError("the provider answered about another job")
             self.ctx.store.record_job_message(message.job_id, "in", p.kind(answer), raw_answer)
             return answer
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
+
+    async def _final_answer(
+        self, job: api.JobInfo, *, release: bool, until: float
+    ) -> p.Accepted | p.Refusal | None:
+        """The provider's final answer about ``job``: its Confirm (the same job id, the same
+        lock: idempotent) or, with ``release``, a Release; asked again after a lost stream or
+        a slow answer until ``until`` (trio time). None: no answer by then."""
+        terms, lock_tx = ("", "")
+        if self._escrows is not None:
+            terms, lock_tx = self._escrows().lock_of(job.job_id)
+        message: p.JobMessage = (
+            p.Release(job_id=job.job_id)
+            if release
+            else p.Confirm(
+                job_id=job.job_id,
+                total_ntx=job.quoted_ntx or 0.0,
+                escrow_tx=lock_tx,
+                escrow_terms=terms,
+            )
+        )
+        what = "release" if release else "confirmation"
+        for attempt in itertools.count():
+            left = until - trio.current_time()
+            if left <= 0:
+                return None
+            with trio.move_on_after(left):
+                try:
+                    answer = await self._ask(
+                        self._service(), job.provider, message, answer_s=p.CONFIRM_ANSWER_S
+                    )
+                except (p.ProtocolError, OSError, trio.TooSlowError, EngineError) as exc:
+                    log.info("job %s: no answer to the %s yet: %s", job.job_id, what, _why(exc))
+                else:
+                    if isinstance(answer, (p.Accepted, p.Refusal)):
+                        return answer
+                    log.info("job %s: %s answered with %s", job.job_id, what, p.kind(answer))
+            pause = CONFIRM_RETRY_S[min(attempt, len(CONFIRM_RETRY_S) - 1)]
+            await trio.sleep(max(0.0, min(pause, until - trio.current_time())))
+        return None  # pragma: no cover (the loop returns)
+
+    def _never_ran(self, job: api.JobInfo, state: str, reason: str) -> api.JobInfo:
+        """The provider's final answer was no: the job ends ``state`` and its lock is asked
+        back now (the escrow first: after a crash between the two, the job is asked about
+        again and its refund is not asked twice)."""
+        refunding = False
+        if self._escrows is not None:
+            try:
+                refunding = self._escrows().never_ran(job)
+            except Exception as exc:  # the refund is retried by the settle loop's deadline
+                log.warning("job %s: cannot ask for the refund now: %s", job.job_id, exc)
+        if refunding:
+            reason += " (its locked NTX are refunded now)"
+        return self._save(
+            msgspec.structs.replace(
+                job, state=state, reason=reason, finished_at=job.finished_at or time.time()
+            )
+        )
+
+    async def _settle_confirm(self, job: api.JobInfo) -> None:
+        """A job whose Confirm has no final answer yet (a submit that ran out of time, a
+        restart): its Confirm again, until the provider answers; raises to be retried."""
+        answer = await self._final_answer(
+            job, release=False, until=trio.current_time() + p.CONFIRM_ANSWER_S
+        )
+        current = self.ctx.store.get_job(job.job_id) or job
+        if answer is None or current.state not in UNDECIDED:
+            if answer is None:
+                raise trio.TooSlowError()
+            return  # decided meanwhile (a cancel)
+        if isinstance(answer, p.Refusal):
+            self._never_ran(current, "refused", answer.reason)
+            return
+        self._save(msgspec.structs.replace(current, state="accepted", reason=""))
 
     async def _open(self, service: PeerLink, provider: str) -> Any:
         with trio.fail_after(ASK_TIMEOUT_S):
@@ -323,6 +413,10 @@ class ConsumerJobs:
                 if job is None:
                     return
                 try:
+                    if job.state in UNDECIDED:
+                        await self._settle_confirm(job)
+                        attempt = 0
+                        continue
                     if job.state in api.TERMINAL_STATES:
                         if self._receipt_missing(job):
                             # Ended while we were away: the last Update brings the receipt.
@@ -594,9 +688,24 @@ class ConsumerJobs:
         if job is None or job.role != "consumer":
             raise EngineError("not_found", f"no job {job_id} of yours")
         if job.state in api.TERMINAL_STATES:
-            return job
+            raise EngineError(
+                "ended", f"job {job.job_id} already ended ({job.state}): nothing to end"
+            )
+        if job.state in UNDECIDED:
+            ended = await self._release(job)
+            if ended is not None:
+                return ended
+            job = self.ctx.store.get_job(job.job_id) or job
         service = self._service()
-        answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id, stop=stop))
+        try:
+            answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id, stop=stop))
+        except (p.ProtocolError, OSError, trio.TooSlowError) as exc:
+            what = "stop" if stop else "cancel"
+            raise EngineError(
+                "unreachable",
+                f"provider {job.provider} did not take the {what} ({_why(exc)}): job "
+                f"{job.job_id} goes on; try again",
+            ) from None
         if isinstance(answer, p.Refusal):
             what = "stop" if stop else "cancel"
             raise EngineError("refused", f"the provider refused to {what}: {answer.reason}")
@@ -606,6 +715,32 @@ class ConsumerJobs:
             ):
                 await trio.sleep(0.05)
         return self.ctx.store.get_job(job.job_id) or job
+
+    async def _release(self, job: api.JobInfo) -> api.JobInfo | None:
+        """End a job its provider has not accepted yet: the provider's final answer to our
+        Release. The job ended (cancelled, its lock refunded), or None when the provider had
+        accepted it first (the caller then cancels it as a running job)."""
+        answer = await self._final_answer(
+            job, release=True, until=trio.current_time() + CANCEL_RELEASE_S
+        )
+        if answer is None:
+            raise EngineError(
+                "unreachable",
+                f"provider {job.provider} did not answer within {CANCEL_RELEASE_S:g} s: job "
+                f"{job.job_id} stays {job.state} until it does (asked again in the "
+                "background); its lock comes back at the latest at its deadline",
+            )
+        current = self.ctx.store.get_job(job.job_id) or job
+        if isinstance(answer, p.Refusal):
+            if current.state in api.TERMINAL_STATES:
+                return current
+            return self._never_ran(
+                current, "cancelled", "cancelled before the provider accepted it"
+            )
+        if current.state in UNDECIDED:
+            self._save(msgspec.structs.replace(current, state="accepted", reason=""))
+        self._follow_soon(job.job_id)
+        return None
 
 
 def _slots(peers: list[api.Peer], provider: str) -> int:

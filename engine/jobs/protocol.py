@@ -1,7 +1,11 @@
 """The job protocol (``/nunet/job/1.0.0``): one request and its answers per stream.
 
 Consumer -> provider: ``Offer`` (answered by a signed ``Quote`` or a ``Refusal``),
-``Confirm`` (the escrow lock goes between quote and confirm; answered by ``Accepted``),
+``Confirm`` (the escrow lock goes between quote and confirm; answered by ``Accepted`` or a
+``Refusal``, each final: a Confirm repeated with the same job id gets the same answer and
+never starts a second run), ``Release`` (the consumer stops waiting for its Confirm: answered
+``Accepted`` when the job was accepted before it, else a ``Refusal`` after which the provider
+never runs it),
 ``Follow`` (the provider streams ``Update`` frames: state, log lines, metering, until the job
 ends; a paid job's last one carries the provider's signed receipt), ``Countersign`` (the
 consumer's signature on that receipt), ``Cancel``, ``FetchResults`` (a signed
@@ -118,6 +122,21 @@ class Accepted(JobMessage, tag="accepted", frozen=True):
     pass
 
 
+class Release(JobMessage, tag="release", frozen=True):
+    """The consumer gives up waiting for its Confirm (issue 20 §1). The answer is the job's one
+    outcome: ``Accepted`` (it was accepted first: it runs, and ``Cancel`` ends it) or a
+    ``Refusal`` (the provider will never run it; its lock can come back at once)."""
+
+
+# A Confirm's timing (issue 20 §1), nested so that each side's patience outlasts the other's
+# bound: the provider answers every Confirm within CONFIRM_CHECK_S (refusing when it could not
+# see the lock by then); the consumer waits for that answer up to CONFIRM_ANSWER_S per try,
+# asks again with the same job id while it has time, and never asks another provider before
+# it has a final answer.
+CONFIRM_CHECK_S = 75.0  # > engine/payments/escrow.py LOCK_WAIT_S (60 s on chain)
+CONFIRM_ANSWER_S = CONFIRM_CHECK_S + 20.0  # the provider's bound and a slow link's round trip
+
+
 class Cancel(JobMessage, tag="cancel", frozen=True):
     # `job stop`: a service job's normal end ("completed"). A provider that predates the
     # field ignores it and cancels: the job still ends, as "cancelled".
@@ -196,6 +215,7 @@ AnyJobMessage = (
     | Refusal
     | Confirm
     | Accepted
+    | Release
     | Cancel
     | Follow
     | Update

@@ -18,6 +18,7 @@ their last checkpoint (or end as "interrupted" when there is none).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -72,6 +73,7 @@ OFFER_BURST = p.OFFER_BURST
 # Unconfirmed quotes held (each keeps its offer, at most p.MAX_REQUEST_BYTES): per peer, all.
 QUOTES_PER_PEER = 4
 QUOTES_TOTAL = 64
+REFUSALS_KEPT = 256  # Confirms refused lately, answered the same when repeated
 
 
 @dataclass
@@ -128,6 +130,17 @@ class QuoteBook:
         self._held[held.quote.job_id] = held
 
 
+@dataclass
+class ConfirmInFlight:
+    """A Confirm whose lock is being checked: a repeat of it waits for its answer instead of
+    checking again, and a Release that comes meanwhile makes that answer a refusal."""
+
+    consumer: str
+    done: trio.Event = field(default_factory=trio.Event)
+    answer: p.Accepted | p.Refusal | None = None
+    released: bool = False
+
+
 FOLLOW_POLL_S = 0.1
 # After an Update with lines, a running job's next lines wait this long and go together: a
 # service that logs every request (the tunnels' common case) would otherwise cost both daemons
@@ -152,6 +165,11 @@ class ProviderJobs:
         self._escrows = escrows if ctx.payments_enabled else None
         self.executors = executors
         self._quotes = QuoteBook()
+        self._confirming: dict[str, ConfirmInFlight] = {}  # bounded by the quote book
+        # The last refusals of Confirms, so that a repeat gets the same reason (bounded).
+        self._refused: collections.OrderedDict[str, tuple[str, p.Refusal]] = (
+            collections.OrderedDict()
+        )
         self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
         self._offers = PeerRateLimiter(OFFERS_PER_S, OFFER_BURST)
         self._runs: dict[str, tuple[Executor, JobRun]] = {}
@@ -295,6 +313,8 @@ class ProviderJobs:
         self._record(message.job_id, peer, "in", p.kind(message), raw)
         if isinstance(message, p.Countersign):
             await self._reply(stream, peer, self._countersigned(message, peer))
+        elif isinstance(message, p.Release):
+            await self._reply(stream, peer, self._released(message, peer))
         elif isinstance(message, p.Cancel):
             await self._reply(stream, peer, await self._cancel(message, peer))
         elif isinstance(message, p.Follow):
@@ -513,19 +533,71 @@ class ProviderJobs:
         self, confirm: p.Confirm, consumer: str, raw: bytes
     ) -> tuple[p.Accepted | p.Refusal, bool]:
         """The answer, and whether this Confirm made the job (then it and its offer and
-        quote are stored)."""
-        held = self._quotes.get(confirm.job_id)
-        answer, created = await self._confirmed(confirm, consumer, held)
+        quote are stored). Every answer is final: a refusal spends the quote, so a repeat of
+        the Confirm is refused too and never accepted later (the consumer has moved on)."""
+        job_id = confirm.job_id
+        flight = self._confirming.get(job_id)
+        if flight is not None:
+            if flight.consumer != consumer:
+                return p.refusal(job_id, "job id already in use"), False
+            # A repeat while the first is checking the lock: its answer, once it is known
+            # (the first is bounded by CONFIRM_CHECK_S; the consumer waits longer).
+            await flight.done.wait()
+            if flight.answer is not None:
+                return flight.answer, False
+        if (refused := self._refused.get(job_id)) is not None and refused[0] == consumer:
+            return refused[1], False
+        held = self._quotes.get(job_id)
+        flight = ConfirmInFlight(consumer)
+        self._confirming[job_id] = flight
+        try:
+            answer, created = await self._confirmed(confirm, consumer, held, flight)
+            flight.answer = answer
+        finally:
+            del self._confirming[job_id]
+            flight.done.set()
+        if held is not None and held.consumer == consumer:
+            self._quotes.pop(job_id)  # accepted or refused: the quote is spent either way
+        if isinstance(answer, p.Refusal):
+            self._remember_refusal(job_id, consumer, answer)
         if created:
             assert held is not None
-            self._quotes.pop(confirm.job_id)
-            self._record(confirm.job_id, consumer, "in", "offer", held.offer_raw)
-            self._record(confirm.job_id, consumer, "out", "quote", held.quote_raw)
-            self._record(confirm.job_id, consumer, "in", p.kind(confirm), raw)
+            self._record(job_id, consumer, "in", "offer", held.offer_raw)
+            self._record(job_id, consumer, "out", "quote", held.quote_raw)
+            self._record(job_id, consumer, "in", p.kind(confirm), raw)
         return answer, created
 
+    def _remember_refusal(self, job_id: str, consumer: str, refusal: p.Refusal) -> None:
+        self._refused[job_id] = (consumer, refusal)
+        while len(self._refused) > REFUSALS_KEPT:
+            self._refused.popitem(last=False)
+
+    def _released(self, release: p.Release, consumer: str) -> p.Accepted | p.Refusal:
+        """The consumer stopped waiting for its Confirm: the job's one outcome, made final."""
+        job_id = release.job_id
+        job = self.ctx.store.get_job(job_id)
+        if job is not None and job.role == "provider":
+            if job.consumer != consumer:
+                return p.refusal(job_id, "no such job of yours")
+            # Accepted before the release came: it runs (Cancel ends it, billed as usual).
+            return p.Accepted(job_id=job_id)
+        flight = self._confirming.get(job_id)
+        if flight is not None and flight.consumer == consumer:
+            flight.released = True  # its lock check ends in a refusal
+        held = self._quotes.get(job_id)
+        if held is not None and held.consumer == consumer:
+            self._quotes.pop(job_id)
+        refusal = p.refusal(job_id, "released by its consumer: this provider will not run it")
+        if held is not None or flight is not None:
+            self._remember_refusal(job_id, consumer, refusal)
+        return refusal
+
     async def _confirmed(
-        self, confirm: p.Confirm, consumer: str, held: HeldQuote | None
+        self,
+        confirm: p.Confirm,
+        consumer: str,
+        held: HeldQuote | None,
+        flight: ConfirmInFlight,
     ) -> tuple[p.Accepted | p.Refusal, bool]:
         """The answer, and True when this call made the job."""
         existing = self.ctx.store.get_job(confirm.job_id)
@@ -534,7 +606,14 @@ class ProviderJobs:
                 return p.refusal(confirm.job_id, "job id already in use"), False
             return p.Accepted(job_id=confirm.job_id), False  # a repeat: never run twice
         if held is None:
-            return p.refusal(confirm.job_id, "no quote for this job (ask again)"), False
+            return (
+                p.refusal(
+                    confirm.job_id,
+                    "no quote for this job here (it expired, or this provider restarted): "
+                    "ask again",
+                ),
+                False,
+            )
         quote, spec = held.quote, held.spec
         if held.consumer != consumer:
             return p.refusal(confirm.job_id, "quote was made for another consumer"), False
@@ -544,21 +623,24 @@ class ProviderJobs:
             return p.refusal(confirm.job_id, "confirmed amount differs from quote"), False
         if self._escrows is not None and quote.total_ntx > 0:
             paid = confirm.escrow_tx or self.ctx.settings.payments.require_payment
-            reason = (
-                await self._escrows().verify_lock(
-                    confirm.job_id,
-                    consumer,
-                    quote.total_ntx,
-                    confirm.escrow_terms,
-                    confirm.escrow_tx,
-                )
-                if paid
-                else ""
-            )
+            reason = ""
+            if paid:
+                with trio.move_on_after(p.CONFIRM_CHECK_S) as checking:
+                    reason = await self._escrows().verify_lock(
+                        confirm.job_id,
+                        consumer,
+                        quote.total_ntx,
+                        confirm.escrow_terms,
+                        confirm.escrow_tx,
+                    )
+                if checking.cancelled_caught:
+                    reason = f"the lock was not seen on the chain within {p.CONFIRM_CHECK_S:g} s"
             if reason:
                 return p.refusal(confirm.job_id, reason), False
-            if self.ctx.store.get_job(confirm.job_id) is not None:
-                return p.Accepted(job_id=confirm.job_id), False  # a repeat answered while we looked
+        if flight.released:  # checked with no await before the job is made: never both
+            return p.refusal(
+                confirm.job_id, "released by its consumer while its lock was checked"
+            ), False
         if self.running_jobs() >= self.ctx.settings.jobs.slots:
             return p.refusal(confirm.job_id, "busy: another consumer was first"), False
         now = time.time()

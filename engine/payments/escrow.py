@@ -81,6 +81,9 @@ class Escrows:
         self.ctx = ctx
         self.wallet = wallet
         self._locks: dict[str, trio.Lock] = {}
+        # One lock tx built and sent at a time: concurrent submits would pick the same wallet
+        # outputs, and all but one would be refused by the chain.
+        self._spending = trio.Lock()
         self._oracle_key: str | None = None
         self._wake = trio.Event()
 
@@ -255,7 +258,8 @@ class Escrows:
             return txs.submit(context, tx)
 
         try:
-            tx_id = await self.blocking(build_and_submit)
+            async with self._spending:
+                tx_id = await self.blocking(build_and_submit)
         except txs.TxError as exc:
             self.save(record, state="void", error=f"lock failed: {exc}")
             raise EngineError("payment", f"could not lock {info.ntx:g} NTX: {exc}") from None
@@ -405,6 +409,20 @@ class Escrows:
         never came), and never after the provider reported the job; "pending" until then, and
         the settle loop asks again. False: nothing to do (unpaid, or a receipt is already
         under way)."""
+        return self._refund_alone(
+            job, "the provider vanished mid-job: asking the oracle for the refund"
+        )
+
+    def never_ran(self, job: api.JobInfo) -> bool:
+        """Consumer: the provider's final answer to our Confirm was a refusal (or our release):
+        it will never run the job, so its lock comes back now, not at the deadline (issue 20
+        §1). The same lone receipt as a vanished provider's: the oracle refunds it because
+        that provider never reported the job, and would not if it had."""
+        return self._refund_alone(
+            job, "the provider refused the job: asking the oracle for the refund now"
+        )
+
+    def _refund_alone(self, job: api.JobInfo, why: str) -> bool:
         from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
@@ -431,11 +449,19 @@ class Escrows:
             msgspec.structs.replace(record, receipt=text),
             state="receipt",
             outcome="interrupted",
-            error="the provider vanished mid-job: asking the oracle for the refund",
+            error=why,
         )
-        log.info("job %s: provider %s vanished; asking for the refund", job.job_id, job.provider)
+        log.info("job %s (provider %s): %s", job.job_id, job.provider, why)
         self._wake.set()
         return True
+
+    def lock_of(self, job_id: str) -> tuple[str, str]:
+        """Consumer: (signed terms, lock tx) of a job's lock, as its Confirm carries them
+        (("", "") when it has none)."""
+        record = self.get(job_id)
+        if record is None or record.info.role != "consumer":
+            return "", ""
+        return record.quote, record.info.lock_tx
 
     async def countersign(self, job: api.JobInfo, text: str) -> str:
         """Consumer: check the provider's receipt against what we saw; our signature added."""

@@ -180,7 +180,7 @@ def _check_spec(spec: dict[str, Any]) -> JobSpec:
 
 def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
     command = api.SubmitJob(spec=_spec(args), peer_id=args.peer)
-    return client.call_blocking(command, timeout=120)
+    return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
 
 
 def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:
@@ -272,7 +272,9 @@ RUNNERS = {
     "job show": _show,
     "job logs": _logs,
     "job results": _results,
-    "job cancel": lambda a, c: c.call_blocking(api.CancelJob(job_id=a.job_id), timeout=60),
+    "job cancel": lambda a, c: c.call_blocking(
+        api.CancelJob(job_id=a.job_id), timeout=api.CANCEL_WAIT_S
+    ),
 }
 
 

@@ -193,5 +193,7 @@ def _shell(args: argparse.Namespace, client: EngineClient) -> None:
 RUNNERS = {
     "job forward": _forward,
     "job shell": _shell,
-    "job stop": lambda a, c: c.call_blocking(api.StopJob(job_id=a.job_id), timeout=60),
+    "job stop": lambda a, c: c.call_blocking(
+        api.StopJob(job_id=a.job_id), timeout=api.CANCEL_WAIT_S
+    ),
 }

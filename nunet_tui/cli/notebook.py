@@ -100,7 +100,7 @@ def _create(args: argparse.Namespace, client: EngineClient) -> None:
         deps=args.dep,
     )
     job: api.JobInfo = client.call_blocking(
-        api.SubmitJob(spec=spec, peer_id=args.peer), timeout=120
+        api.SubmitJob(spec=spec, peer_id=args.peer), timeout=api.SUBMIT_WAIT_S
     )
     (made,) = nb.notebooks([job])
     if getattr(args, "json", False):
@@ -218,7 +218,9 @@ def _own(client: EngineClient, job_id: str) -> api.JobInfo:
 
 def _stop(args: argparse.Namespace, client: EngineClient) -> None:
     job = _own(client, args.job_id)
-    ended: api.JobInfo = client.call_blocking(api.StopJob(job_id=job.job_id), timeout=60)
+    ended: api.JobInfo = client.call_blocking(
+        api.StopJob(job_id=job.job_id), timeout=api.CANCEL_WAIT_S
+    )
     if getattr(args, "json", False):
         show_json(api.to_builtins(ended))
     else:

@@ -15,6 +15,7 @@ from oracle_client.ntx import digits, format_ntx
 
 STATE_STYLES: dict[str, str] = {
     "pending": "$text-muted",
+    "confirming": "$text-muted",
     "accepted": "$text-accent",
     "running": "bold $text-primary",
     "completed": "bold $text-success",
@@ -27,6 +28,7 @@ STATE_STYLES: dict[str, str] = {
 }
 STATE_MARKS: dict[str, str] = {
     "pending": "◌",
+    "confirming": "◌",
     "accepted": "◔",
     "running": "●",
     "completed": "✓",
@@ -134,6 +136,8 @@ def timeline(job: JobInfo) -> Content:
     state = job.state
     if state == "refused":
         steps = ["pending", "refused"]
+    elif state == "confirming":
+        steps = ["pending", "confirming", "accepted", "running", ""]
     elif is_terminal(job) and job.started_at is None and state != "completed":
         steps = ["pending", "accepted", state]
     else:

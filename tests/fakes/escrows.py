@@ -62,6 +62,14 @@ class FakeEscrows:
         self.calls.append(("provider_vanished", job.job_id))
         return True
 
+    def never_ran(self, job: api.JobInfo) -> bool:
+        self.calls.append(("never_ran", job.job_id))
+        return True
+
+    def lock_of(self, job_id: str) -> tuple[str, str]:
+        locked = [args for called, args in self.calls if called == "lock" and args[0] == job_id]
+        return self.lock_answer if locked else ("", "")
+
     async def countersign(self, job: api.JobInfo, text: str) -> str:
         self.calls.append(("countersign", (job.job_id, text)))
         return text + "+consumer"

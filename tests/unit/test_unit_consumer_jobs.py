@@ -77,6 +77,7 @@ def test_submit_offers_to_the_cheapest_match_first_and_keeps_the_peer_that_accep
     assert stored is not None and (stored.state, stored.provider) == ("accepted", willing.peer_id)
     assert [e.job.state for e in events if isinstance(e, api.JobChanged)] == [
         "pending",
+        "confirming",  # stored before the Confirm goes out
         "accepted",
     ]
     # Every signed message is kept as evidence, in both directions, the refusal too.
@@ -146,41 +147,98 @@ def test_a_script_submitting_many_jobs_waits_its_turn_instead_of_being_refused(
     assert [type(m) for m in provider.received] == [p.Offer, p.Confirm] * count
 
 
-def test_a_provider_silent_after_the_quote_ends_the_job_refused_with_the_reason(
+class SilentAfterQuote(FakeProviderPeer):
+    """Quotes, then never answers a Confirm or a Release (a slow link, a hung provider)."""
+
+    async def handle(self, stream: Any) -> None:
+        got = await p.receive(stream, p.remote_peer(stream))
+        assert got is not None
+        self.received.append(got[0])
+        if not isinstance(got[0], p.Offer):
+            await trio.sleep(1.5)  # holds the stream past the consumer's wait, silent
+            return
+        await p.send(
+            stream,
+            self.identity,
+            p.Quote(
+                job_id=got[0].job_id,
+                provider=self.peer_id,
+                price_ntx_hour=3.0,
+                total_ntx=0.5,
+                expires_at=time.time() + 60,
+                executor="process",
+            ),
+        )
+        await stream.close()
+
+
+def test_a_provider_silent_after_the_quote_keeps_the_job_and_no_other_provider_is_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 20 §1: the Confirm is asked again (the same job id) while the submit has time;
+    without a final answer the job stays "confirming" with that provider: the next candidate
+    is never offered the job, since the first may still accept it."""
     import engine.jobs.consumer as consumer_module
 
-    monkeypatch.setattr(consumer_module, "ASK_TIMEOUT_S", 0.5)
-
-    class SilentAfterQuote(FakeProviderPeer):
-        async def handle(self, stream: Any) -> None:
-            got = await p.receive(stream, p.remote_peer(stream))
-            if got is not None and isinstance(got[0], p.Confirm):
-                self.received.append(got[0])
-                await trio.sleep(1.5)  # holds the stream past the consumer's 0.5 s, silent
-                return
-            assert got is not None
-            self.received.append(got[0])
-            await p.send(
-                stream,
-                self.identity,
-                p.Quote(
-                    job_id=got[0].job_id,
-                    provider=self.peer_id,
-                    price_ntx_hour=3.0,
-                    total_ntx=0.5,
-                    expires_at=time.time() + 60,
-                    executor="process",
-                ),
-            )
-            await stream.close()
-
+    monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
+    monkeypatch.setattr(consumer_module, "SUBMIT_S", 2.0)
+    monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
     silent = SilentAfterQuote(identity(4))
-    consumer, link, _ = world(tmp_path, (silent, 0.5))
-    with pytest.raises(EngineError) as info:
-        submit(consumer, link)
-    assert "no answer to the confirmation: no answer within 0.5 s" in info.value.message
-    [job] = consumer.ctx.store.list_jobs()
-    assert job.state == "refused"
-    assert job.reason == "no answer to the confirmation: no answer within 0.5 s"
+    willing = FakeProviderPeer(identity(5), total_ntx=0.25)
+    consumer, link, _ = world(tmp_path, (silent, 0.5), (willing, 1.5))
+    job = submit(consumer, link)
+    assert job.state == "confirming" and job.provider == silent.peer_id
+    assert "no final answer from provider" in job.reason and "`job cancel`" in job.reason
+    confirms = [m for m in silent.received if isinstance(m, p.Confirm)]
+    assert len(confirms) >= 2 and {c.job_id for c in confirms} == {job.job_id}
+    assert willing.received == []  # never offered: one submit, one provider
+    [stored] = consumer.ctx.store.list_jobs()
+    assert stored.state == "confirming"
+
+
+class RefusesConfirms(FakeProviderPeer):
+    """Quotes, then refuses the Confirm: a final answer."""
+
+    async def handle(self, stream: Any) -> None:
+        got = await p.receive(stream, p.remote_peer(stream))
+        assert got is not None
+        if isinstance(got[0], p.Confirm):
+            self.received.append(got[0])
+            await p.send(stream, self.identity, p.refusal(got[0].job_id, "lock not seen"))
+            await stream.close()
+            return
+        self.received.append(got[0])
+        await p.send(
+            stream,
+            self.identity,
+            p.Quote(
+                job_id=got[0].job_id,
+                provider=self.peer_id,
+                price_ntx_hour=3.0,
+                total_ntx=0.5,
+                expires_at=time.time() + 60,
+                executor="process",
+                payment_address="addr_test1qrefuser",
+            ),
+        )
+        await stream.close()
+
+
+def test_a_refused_confirm_refunds_its_lock_now_and_the_next_provider_runs_the_job(
+    tmp_path: Path,
+) -> None:
+    """A final refusal frees the consumer to go on, and its lock is asked back at once (the
+    escrow's never_ran), not at the deadline."""
+    refuser = RefusesConfirms(identity(6))
+    willing = FakeProviderPeer(identity(7), total_ntx=0.25, payment_address="addr_test1qw")
+    escrows = FakeEscrows()
+    consumer, link, _ = world(tmp_path, (refuser, 0.5), (willing, 1.5), escrows=escrows)
+    job = submit(consumer, link)
+    assert job.provider == willing.peer_id and job.state == "accepted"
+    refused = [j for j in consumer.ctx.store.list_jobs() if j.provider == refuser.peer_id]
+    assert [j.state for j in refused] == ["refused"]
+    assert refused[0].reason == "lock not seen (its locked NTX are refunded now)"
+    assert escrows.called("never_ran") == [refused[0].job_id]
+    # Each Confirm carried its own lock (terms and tx), as the escrow port made them.
+    confirm = willing.received[-1]
+    assert isinstance(confirm, p.Confirm) and confirm.escrow_tx == escrows.lock_answer[1]

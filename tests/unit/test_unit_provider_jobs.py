@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -284,3 +285,90 @@ def test_a_typed_offer_is_the_same_bytes_on_the_wire_as_the_dict_one_was() -> No
         )
         decoded, _ = p.decode(p.encode(sender, typed), sender.peer_id)
         assert decoded == typed
+
+
+class SlowEscrows(FakeEscrows):
+    """An escrow port whose lock check takes until the test lets it finish (a slow chain)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = trio.Event()
+        self.checking = trio.Event()
+
+    async def verify_lock(
+        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+    ) -> str:
+        self.calls.append(("verify_lock", job_id))
+        self.checking.set()
+        await self.go.wait()
+        return self.verify_reason
+
+
+def _confirm_of(quote: p.Quote) -> p.Confirm:
+    return p.Confirm(
+        job_id=quote.job_id, total_ntx=quote.total_ntx, escrow_tx="cd" * 32, escrow_terms="{}"
+    )
+
+
+def test_a_repeated_confirm_joins_the_first_and_a_release_meanwhile_makes_both_refusals(
+    tmp_path: Path,
+) -> None:
+    """Issue 20 §1: a Confirm repeated while the lock is checked is not checked twice and gets
+    the first one's answer; a Release that comes meanwhile makes that answer a refusal (the
+    consumer gave up: the job never runs), and every later repeat is refused the same way."""
+    escrows = SlowEscrows()
+    provider, _, events = build(tmp_path, escrows=escrows)
+    quote = provider._offer(offer(), CONSUMER, b"")
+    assert isinstance(quote, p.Quote)
+    answers: list[Any] = []
+
+    async def confirm() -> None:
+        answers.append(await provider._confirm(_confirm_of(quote), CONSUMER, b"confirm"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            provider._nursery = nursery
+            nursery.start_soon(confirm)
+            await escrows.checking.wait()
+            nursery.start_soon(confirm)  # the consumer's repeat, same job id
+            await trio.sleep(0.05)
+            released = provider._released(p.Release(job_id=quote.job_id), CONSUMER)
+            assert isinstance(released, p.Refusal) and "released" in released.reason
+            escrows.go.set()
+        nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert len(escrows.called("verify_lock")) == 1
+    assert [type(answer) for answer, _ in answers] == [p.Refusal, p.Refusal]
+    assert not any(created for _, created in answers)
+    assert provider.ctx.store.list_jobs() == [] and events == []
+    # Later repeats: the same final answer, never an accept (the quote is spent).
+    again, created = trio.run(provider._confirm, _confirm_of(quote), CONSUMER, b"confirm")
+    assert again == answers[0][0] and not created
+    assert provider._quotes.get(quote.job_id) is None
+
+
+def test_a_release_after_the_accept_answers_accepted_and_a_stranger_learns_nothing(
+    tmp_path: Path,
+) -> None:
+    provider, _, _ = build(tmp_path)
+    quote = provider._offer(offer(), CONSUMER, b"")
+    assert isinstance(quote, p.Quote)
+
+    started: list[Any] = []
+    provider._nursery = SimpleNamespace(start_soon=lambda *a: started.append(a))  # type: ignore[assignment]
+
+    async def main() -> None:
+        answer, created = await provider._confirm(_confirm_of(quote), CONSUMER, b"c")
+        assert isinstance(answer, p.Accepted) and created
+        release = p.Release(job_id=quote.job_id)
+        assert provider._released(release, CONSUMER) == p.Accepted(job_id=quote.job_id)
+        stranger = identity(3).peer_id
+        assert provider._released(release, stranger) == p.refusal(
+            quote.job_id, "no such job of yours"
+        )
+
+    trio.run(main)
+    assert len(started) == 1  # the run, started once
+    [job] = provider.ctx.store.list_jobs()
+    assert job.job_id == quote.job_id

@@ -1,0 +1,175 @@
+"""Paid jobs to a provider behind a slow, lossy link (issue 20 §1): one submit, one provider,
+one run, one payment, whatever the link does to the exchange.
+
+The provider runs in its own network namespace and reaches the consumer only through a relay
+of ours (tests/slow_link.py) that holds chunks 2-15 s at random and cuts connections; the
+ledger, the oracle and the scripts' server are reached through the same relay without delay
+(bench/money_chaos.py delays and restarts those too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import TEST_ADDRESS, run_cli
+from tests.daemon_harness import Daemon, daemons, wait_for
+from tests.daemons.test_jobs_e2e import PROCESS_JOBS
+from tests.daemons.test_payments_e2e import (
+    PASSPHRASE,
+    PRICES,
+    Market,
+    _escrow,
+    market,
+    scripts,
+)
+from tests.slow_link import namespace, relay
+
+__all__ = ["daemons", "market", "scripts"]
+
+# The provider's side of the link: most chunks a few tens of milliseconds late, one in thirty
+# held 2-15 s (and what follows waits behind it), each connection cut after a minute on
+# average (py-libp2p's handshakes give up within 10 s: a link slow all the time never
+# connects at all; issue 24 is that).
+LINK = os.environ.get("NUNET_SLOW_LINK", "delay=0.02-0.2,spike=0.03:2-15,drop=60")
+JOBS = 20
+SUBMITTERS = 4
+
+
+def _port(url_or_addr: str) -> int:
+    match = re.search(r"(?:tcp/|:)(\d+)(?:/|$)", url_or_addr)
+    assert match, url_or_addr
+    return int(match.group(1))
+
+
+def _via(url: str, port: int) -> str:
+    """``url`` with its port replaced by the relay's."""
+    return re.sub(r"^(https?://127\.0\.0\.1:)\d+", rf"\g<1>{port}", url)
+
+
+def _link_routes(ns: str, market: Market, consumer_addr: str, scripts: str) -> list[str]:
+    return [
+        f"{ns}:0=:127.0.0.1:{_port(consumer_addr)},{LINK}",
+        f"{ns}:0=:127.0.0.1:{_port(market.ledger.url)}",
+        f"{ns}:0=:127.0.0.1:{_port(market.oracle_url)}",
+        f"{ns}:0=:127.0.0.1:{_port(scripts)}",
+    ]
+
+
+def _ended(consumer: Daemon, provider: Daemon, job_ids: list[str]) -> bool:
+    return all(
+        _escrow(consumer, job_id).get("state") in ("paid_out", "refunded")
+        and _escrow(provider, job_id).get("state") in ("claimed", None)
+        for job_id in job_ids
+    )
+
+
+QUICK = """
+import time
+for i in range(3):
+    print(f"step {i}", flush=True)
+    time.sleep(0.5)
+"""
+
+
+def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
+    market: Market, scripts: str, tmp_path: Path
+) -> None:
+    """Twenty paid submits to one provider whose link holds frames seconds at a time and cuts
+    connections: every job runs once, at that provider, and is paid once to the base unit
+    (the chain, both books and the receipt agree); no lock is left behind, no job is in two
+    states. Slow by nature (the link's own delays): about two minutes."""
+    (tmp_path / "www" / "quick.py").write_text(QUICK)
+    consumer = market.spawn("consumer", 41, extra_toml=market.toml() + PROCESS_JOBS, env=PASSPHRASE)
+    with namespace() as ns:
+        consumer_addr = consumer.addrs()[0]
+        with relay(*_link_routes(ns, market, consumer_addr, scripts)) as link:
+            p2p, ledger, oracle, www = link.ports
+            toml = (
+                market.toml(_via(market.ledger.url, ledger)).replace(
+                    market.oracle_url, _via(market.oracle_url, oracle)
+                )
+                + PROCESS_JOBS.replace("[jobs]", f"[jobs]\nslots = {JOBS}")
+                + PRICES
+            )
+            provider = market.spawn(
+                "provider",
+                40,
+                bootstrap=f"/ip4/127.0.0.1/tcp/{p2p}/p2p/{consumer_addr.rsplit('/p2p/', 1)[1]}",
+                extra_toml=toml,
+                env=PASSPHRASE,
+                netns=ns,
+            )
+            consumer_address = consumer.cli("wallet", "new")["address"]
+            for _ in range(4):  # a few outputs: locks and fees need not wait on one change
+                market.ledger.faucet(consumer_address, ada=40, ntx=5)
+            market.ledger.faucet(provider.cli("wallet", "new")["address"], ada=20, ntx=0)
+            provider.cli("onboard", "-m", "16000", "-c", "8000", "-a", TEST_ADDRESS)
+            provider_id = provider.peer_id
+            wait_for(
+                lambda: any(
+                    p["peer_id"] == provider_id for p in consumer.cli("peer", "list")["peers"]
+                ),
+                "the consumer never saw the provider",
+                120,
+            )
+            before = market.ntx(consumer_address)
+            url = f"http://127.0.0.1:{www}/quick.py"
+            submitted: list[dict[str, Any]] = []
+            failures: list[str] = []
+
+            def submitter(count: int) -> None:
+                for _ in range(count):
+                    result = run_cli(
+                        "job",
+                        "submit",
+                        "--url",
+                        url,
+                        "--framework",
+                        "scikit-learn",
+                        "--expected-minutes",
+                        "1",
+                        "--json",
+                        home=consumer.home,
+                    )
+                    if result.returncode == 0:
+                        submitted.append(json.loads(result.stdout))
+                    else:
+                        failures.append(result.stderr.strip())
+
+            threads = [
+                threading.Thread(target=submitter, args=(JOBS // SUBMITTERS,))
+                for _ in range(SUBMITTERS)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(600)
+            assert not failures, failures
+            job_ids = [job["job_id"] for job in submitted]
+            assert len(job_ids) == JOBS
+            assert {job["provider"] for job in submitted} == {provider_id}
+            wait_for(
+                lambda: _ended(consumer, provider, job_ids),
+                "not every job's money was settled",
+                420,
+            )
+            # One run each, at this provider, completed, and paid once.
+            consumer_jobs = {j["job_id"]: j for j in consumer.cli("job", "list")["jobs"]}
+            provider_jobs = {j["job_id"]: j for j in provider.cli("job", "list")["jobs"]}
+            assert set(provider_jobs) == set(job_ids) == set(consumer_jobs)
+            charged = 0
+            for job_id in job_ids:
+                assert consumer_jobs[job_id]["state"] == provider_jobs[job_id]["state"]
+                assert consumer_jobs[job_id]["state"] == "completed"
+                paid, claimed = _escrow(consumer, job_id), _escrow(provider, job_id)
+                assert paid["state"] == "paid_out" and claimed["state"] == "claimed"
+                assert paid["paid_units"] == claimed["paid_units"] == paid["metered_units"]
+                assert paid["paid_units"] + paid["refunded_units"] == paid["amount"]
+                charged += paid["paid_units"]
+            assert market.ntx(consumer_address) == before - charged
+            assert market.ntx(provider.cli("wallet", "show")["address"]) == charged
