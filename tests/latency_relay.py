@@ -14,10 +14,11 @@ Run as a process::
     python -m tests.latency_relay ROUTE [ROUTE ...] [--seed N]
 
     ROUTE = LISTEN_NS:LISTEN_PORT=TARGET_NS:TARGET_HOST:TARGET_PORT
-            [,delay=LO-HI][,spike=P:LO-HI][,drop=S]
+            [,delay=LO-HI][,stall=GAP:LO-HI][,drop=S]
 
-``delay``: every chunk's hold, seconds; ``spike``: with probability P a chunk is held LO-HI
-seconds instead; ``drop``: the mean lifetime of a connection, seconds.
+``delay``: every chunk's hold, seconds; ``stall``: every GAP seconds on average the link
+stalls LO-HI seconds (what crosses meanwhile arrives at its end); ``drop``: the mean lifetime
+of a connection, seconds.
 
 It prints one JSON line, ``{"ports": [...]}`` (the listening ports, in the routes' order; a
 port of 0 is chosen by the kernel), once every route listens, then forwards until it is
@@ -71,15 +72,11 @@ class Route:
     target_port: int
     delay: tuple[float, float] = (0.0, 0.0)
     drop_s: float = 0.0  # mean lifetime of a connection; 0: never cut
-    # With this probability a chunk is held ``spike`` seconds instead (and what follows it
-    # waits behind it): a link that is mostly usable and now and then seconds late.
-    spike_p: float = 0.0
-    spike: tuple[float, float] = (0.0, 0.0)
-
-    def hold_s(self, rng: random.Random) -> float:
-        if self.spike_p and rng.random() < self.spike_p:
-            return rng.uniform(*self.spike)
-        return rng.uniform(*self.delay)
+    # Every ``stall_gap_s`` on average (per direction of a connection) the link stalls for
+    # ``stall`` seconds: what crosses it meanwhile arrives at the stall's end (a congested
+    # uplink, a radio link fading): a link mostly usable and now and then seconds late.
+    stall_gap_s: float = 0.0
+    stall: tuple[float, float] = (0.0, 0.0)
 
     @classmethod
     def parse(cls, text: str) -> Route:
@@ -87,16 +84,16 @@ class Route:
         listen, target = spec.split("=")
         listen_ns, listen_port = listen.rsplit(":", 1)
         target_ns, target_host, target_port = target.split(":")
-        delay, drop_s, spike_p, spike = (0.0, 0.0), 0.0, 0.0, (0.0, 0.0)
+        delay, drop_s, stall_gap_s, stall = (0.0, 0.0), 0.0, 0.0, (0.0, 0.0)
         for option in options:
             key, value = option.split("=")
             if key == "delay":
                 delay = _range(value)
             elif key == "drop":
                 drop_s = float(value)
-            elif key == "spike":
-                share, _, seconds = value.partition(":")
-                spike_p, spike = float(share), _range(seconds)
+            elif key == "stall":
+                gap, _, seconds = value.partition(":")
+                stall_gap_s, stall = float(gap), _range(seconds)
             else:
                 raise ValueError(f"unknown route option {key!r}")
         return cls(
@@ -107,8 +104,8 @@ class Route:
             int(target_port),
             delay,
             drop_s,
-            spike_p,
-            spike,
+            stall_gap_s,
+            stall,
         )
 
 
@@ -181,16 +178,25 @@ class Relay:
         # Bounded: a full link stops reading (back-pressure), it never drops for lack of room.
         send, receive = trio.open_memory_channel[tuple[float, bytes]](MAX_HELD_CHUNKS)
 
+        def gap() -> float:
+            return self.rng.expovariate(1 / route.stall_gap_s) if route.stall_gap_s else math.inf
+
         async def read() -> None:
-            last = 0.0
+            last, stalled_until = 0.0, 0.0
+            next_stall = trio.current_time() + gap()
             async with send:
                 while True:
                     try:
                         data = await source.recv(CHUNK)
                     except OSError:
                         data = b""
+                    now = trio.current_time()
+                    if now >= next_stall:
+                        stalled_until = now + self.rng.uniform(*route.stall)
+                        next_stall = stalled_until + gap()
                     # Never earlier than the chunk before: a link delays, it does not reorder.
-                    last = max(last, trio.current_time() + route.hold_s(self.rng))
+                    held = max(now, stalled_until) + self.rng.uniform(*route.delay)
+                    last = max(last, held)
                     await send.send((last, data))
                     if not data:
                         return

@@ -16,7 +16,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,10 +101,20 @@ class _Heard:
     at: float
 
 
+@contextlib.contextmanager
+def _waiting(seconds: float, what: str) -> Iterator[None]:
+    """``trio.fail_after`` whose TooSlowError says what it waited for, and how long."""
+    try:
+        with trio.fail_after(seconds):
+            yield
+    except trio.TooSlowError:
+        raise trio.TooSlowError(f"no reply: waited {seconds:g} s {what}") from None
+
+
 def _why(exc: BaseException) -> str:
     """One line for a failed ask (a timeout's own text is empty)."""
     if isinstance(exc, trio.TooSlowError):
-        return f"no answer within {ASK_TIMEOUT_S:g} s"
+        return str(exc) or f"no answer within {ASK_TIMEOUT_S:g} s"
     return str(exc) or type(exc).__name__
 
 
@@ -301,10 +311,10 @@ class ConsumerJobs:
         """``answer_s``: how long the answer may take once the request is sent."""
         stream = await self._open(service, provider)
         try:
-            with trio.fail_after(ASK_TIMEOUT_S):
+            with _waiting(ASK_TIMEOUT_S, "for the provider to take the request"):
                 raw = await p.send(stream, self.ctx.identity, message)
             self.ctx.store.record_job_message(message.job_id, "out", p.kind(message), raw)
-            with trio.fail_after(answer_s):
+            with _waiting(answer_s, "for the answer"):
                 # Only a short answer may come (Quote, Refusal, Accepted): bounded to fit.
                 received = await p.receive(stream, provider, p.MAX_ANSWER_BYTES)
             if received is None:
@@ -347,7 +357,7 @@ class ConsumerJobs:
                     answer = await self._ask(
                         self._service(), job.provider, message, answer_s=p.CONFIRM_ANSWER_S
                     )
-                except (p.ProtocolError, OSError, trio.TooSlowError, EngineError) as exc:
+                except Exception as exc:  # the network down, a stream libp2p could not open
                     log.info("job %s: no answer to the %s yet: %s", job.job_id, what, _why(exc))
                 else:
                     if isinstance(answer, (p.Accepted, p.Refusal)):
@@ -392,7 +402,7 @@ class ConsumerJobs:
         self._save(msgspec.structs.replace(current, state="accepted", reason=""))
 
     async def _open(self, service: PeerLink, provider: str) -> Any:
-        with trio.fail_after(ASK_TIMEOUT_S):
+        with _waiting(ASK_TIMEOUT_S, "for a stream to the provider"):
             return await service.open_stream(provider, p.JOB_PROTOCOL)
 
     # --- following -----------------------------------------------------------------------
@@ -428,7 +438,7 @@ class ConsumerJobs:
                         attempt = 0
                         continue
                 except Exception as exc:  # the provider away, a bad stream: retry, never crash
-                    log.info("following job %s: %s; retrying", job_id, exc)
+                    log.info("following job %s: %s; retrying", job_id, _why(exc))
                 # Redial on the retry schedule; look at the provider's silence more often.
                 retry_at = trio.current_time() + RETRY_S[min(attempt, len(RETRY_S) - 1)]
                 attempt += 1
@@ -699,7 +709,9 @@ class ConsumerJobs:
         service = self._service()
         try:
             answer = await self._ask(service, job.provider, p.Cancel(job_id=job.job_id, stop=stop))
-        except (p.ProtocolError, OSError, trio.TooSlowError) as exc:
+        except EngineError:
+            raise
+        except Exception as exc:  # no stream, a reset, no answer: said, never "internal error"
             what = "stop" if stop else "cancel"
             raise EngineError(
                 "unreachable",

@@ -8,6 +8,7 @@ and ``close()`` before cancelling so peers see us go.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from collections.abc import Sequence
@@ -201,6 +202,18 @@ async def _keep_one(host: Any, info: PeerInfo, on_connected: Any) -> None:
     backoff = BOOTSTRAP_MIN_BACKOFF_S
     while True:
         if not is_connected(host, info.peer_id):
+            # Our backoff paces a bootstrap's dials: py-libp2p's own negative cache would keep
+            # it away a minute after each failed one (longer while other dials keep failing),
+            # so a rig behind a lossy link stayed cut off long after the link came back.
+            unblock = getattr(host.get_network(), "unblock_peer", None)
+            if unblock is not None:
+                unblock(info.peer_id)
+            # py-libp2p dials one TCP address per peer, the first it knows: the addresses the
+            # bootstrap announced of itself (identify) would hide the configured one for good,
+            # as when it is reached through a relay, a port forward or a NAT. The configured
+            # address is dialled; identify teaches the others again once connected.
+            with contextlib.suppress(Exception):
+                host.get_peerstore().clear_addrs(info.peer_id)
             try:
                 await connect(host, info)
             except (Exception, trio.TooSlowError) as exc:

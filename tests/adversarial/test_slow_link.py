@@ -13,8 +13,11 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
@@ -31,13 +34,18 @@ from tests.slow_link import namespace, relay
 
 __all__ = ["daemons", "market", "scripts"]
 
-# The provider's side of the link: most chunks a few tens of milliseconds late, one in thirty
-# held 2-15 s (and what follows waits behind it), each connection cut after a minute on
-# average (py-libp2p's handshakes give up within 10 s: a link slow all the time never
-# connects at all; issue 24 is that).
-LINK = os.environ.get("NUNET_SLOW_LINK", "delay=0.02-0.2,spike=0.03:2-15,drop=60")
+# The provider's side of the link: every chunk 20-200 ms late, a stall of 2-15 s every 20 s on
+# average in each direction (what crosses meanwhile arrives at its end), each connection cut
+# after a minute on average. (py-libp2p's handshakes give up within 10 s: a link 2-15 s late
+# all the time never connects at all; that is issue 24's.)
+LINK = os.environ.get("NUNET_SLOW_LINK", "delay=0.02-0.2,stall=20:2-15,drop=60")
+# Heartbeats every 5 s: a peer counts as gone after 15 s of silence, as it would on a real
+# network (the suite's 1 s would drop it at every stall).
+SLOW_HEARTBEAT = {"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "5"}
 JOBS = 20
-SUBMITTERS = 4
+# NUNET_SLOW_LINK_DEBUG=1: the provider logs at debug level (libp2p's dials included).
+DEBUG = {"NUNET_LOG_LEVEL": "debug"} if os.environ.get("NUNET_SLOW_LINK_DEBUG") else {}
+SUBMITTERS = 2
 
 
 def _port(url_or_addr: str) -> int:
@@ -60,12 +68,10 @@ def _link_routes(ns: str, market: Market, consumer_addr: str, scripts: str) -> l
     ]
 
 
-def _ended(consumer: Daemon, provider: Daemon, job_ids: list[str]) -> bool:
-    return all(
-        _escrow(consumer, job_id).get("state") in ("paid_out", "refunded")
-        and _escrow(provider, job_id).get("state") in ("claimed", None)
-        for job_id in job_ids
-    )
+def _settled(daemon: Daemon) -> bool:
+    """Every escrow of ``daemon`` decided and spent (none locked, none on its way)."""
+    final = ("paid_out", "refunded", "claimed")
+    return all(e["state"] in final for e in daemon.cli("reward", "list")["escrows"])
 
 
 QUICK = """
@@ -76,6 +82,7 @@ for i in range(3):
 """
 
 
+@pytest.mark.timeout(900)
 def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
     market: Market, scripts: str, tmp_path: Path
 ) -> None:
@@ -84,7 +91,12 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
     (the chain, both books and the receipt agree); no lock is left behind, no job is in two
     states. Slow by nature (the link's own delays): about two minutes."""
     (tmp_path / "www" / "quick.py").write_text(QUICK)
-    consumer = market.spawn("consumer", 41, extra_toml=market.toml() + PROCESS_JOBS, env=PASSPHRASE)
+    consumer = market.spawn(
+        "consumer",
+        41,
+        extra_toml=market.toml() + PROCESS_JOBS,
+        env={**PASSPHRASE, **SLOW_HEARTBEAT},
+    )
     with namespace() as ns:
         consumer_addr = consumer.addrs()[0]
         with relay(*_link_routes(ns, market, consumer_addr, scripts)) as link:
@@ -101,14 +113,14 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
                 40,
                 bootstrap=f"/ip4/127.0.0.1/tcp/{p2p}/p2p/{consumer_addr.rsplit('/p2p/', 1)[1]}",
                 extra_toml=toml,
-                env=PASSPHRASE,
+                env={**PASSPHRASE, **SLOW_HEARTBEAT, **DEBUG},
                 netns=ns,
             )
             consumer_address = consumer.cli("wallet", "new")["address"]
             for _ in range(4):  # a few outputs: locks and fees need not wait on one change
                 market.ledger.faucet(consumer_address, ada=40, ntx=5)
-            market.ledger.faucet(provider.cli("wallet", "new")["address"], ada=20, ntx=0)
-            provider.cli("onboard", "-m", "16000", "-c", "8000", "-a", TEST_ADDRESS)
+            market.ledger.faucet(provider.cli("wallet", "new")["address"], ada=100, ntx=0)
+            provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
             provider_id = provider.peer_id
             wait_for(
                 lambda: any(
@@ -124,22 +136,21 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
 
             def submitter(count: int) -> None:
                 for _ in range(count):
-                    result = run_cli(
-                        "job",
-                        "submit",
-                        "--url",
-                        url,
-                        "--framework",
-                        "scikit-learn",
-                        "--expected-minutes",
-                        "1",
-                        "--json",
-                        home=consumer.home,
-                    )
-                    if result.returncode == 0:
-                        submitted.append(json.loads(result.stdout))
-                    else:
-                        failures.append(result.stderr.strip())
+                    # As a script would: a provider whose slots or CPU are all taken now
+                    # is asked again a moment later ("no matching peer": nothing locked).
+                    give_up = time.monotonic() + 240
+                    while True:
+                        result = run_cli(
+                            "job", "submit", "--url", url, "--framework", "scikit-learn",
+                            "--expected-minutes", "1", "--json", home=consumer.home,
+                        )  # fmt: skip
+                        if result.returncode == 0:
+                            submitted.append(json.loads(result.stdout))
+                            break
+                        if "no matching peer" not in result.stderr or time.monotonic() > give_up:
+                            failures.append(result.stderr.strip())
+                            break
+                        time.sleep(1.0)
 
             threads = [
                 threading.Thread(target=submitter, args=(JOBS // SUBMITTERS,))
@@ -154,14 +165,20 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
             assert len(job_ids) == JOBS
             assert {job["provider"] for job in submitted} == {provider_id}
             wait_for(
-                lambda: _ended(consumer, provider, job_ids),
-                "not every job's money was settled",
+                lambda: _settled(consumer) and _settled(provider),
+                "not every escrow was settled: a lock stranded",
                 420,
             )
             # One run each, at this provider, completed, and paid once.
             consumer_jobs = {j["job_id"]: j for j in consumer.cli("job", "list")["jobs"]}
             provider_jobs = {j["job_id"]: j for j in provider.cli("job", "list")["jobs"]}
-            assert set(provider_jobs) == set(job_ids) == set(consumer_jobs)
+            assert set(provider_jobs) == set(job_ids)
+            # Any other job of the consumer's was refused before it ran (its lock refunded).
+            others = set(consumer_jobs) - set(job_ids)
+            assert {consumer_jobs[job_id]["state"] for job_id in others} <= {"refused"}
+            for job_id in others:
+                assert _escrow(consumer, job_id).get("state") in (None, "refunded")
+            print(f"{len(others)} submit(s) refused and refunded on the way")
             charged = 0
             for job_id in job_ids:
                 assert consumer_jobs[job_id]["state"] == provider_jobs[job_id]["state"]
