@@ -12,15 +12,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import REPO
+
+if TYPE_CHECKING:
+    from tests.daemon_harness import Daemon
+    from tests.daemons.test_payments_e2e import Market
 
 _names = count()
 
@@ -77,3 +83,102 @@ def relay(*routes: str, seed: int = 1) -> Iterator[Relay]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@dataclass
+class SlowPair:
+    """A paid consumer on this side and a provider behind the slow link."""
+
+    consumer: Daemon
+    provider: Daemon
+    relay: Relay
+    scripts: str  # the scripts' server as the provider reaches it (through the relay)
+    consumer_address: str
+    provider_address: str
+
+
+def _port(url_or_addr: str) -> int:
+    match = re.search(r"(?:tcp/|:)(\d+)(?:/|$)", url_or_addr)
+    assert match, url_or_addr
+    return int(match.group(1))
+
+
+def _via(url: str, port: int) -> str:
+    """``url`` with its port replaced by the relay's."""
+    return re.sub(r"^(https?://127\.0\.0\.1:)\d+", rf"\g<1>{port}", url)
+
+
+@contextlib.contextmanager
+def paid_pair_behind_link(
+    market: Market,
+    scripts: str,
+    link: str,
+    *,
+    slots: int,
+    services_link: str = "",
+    env: dict[str, str] | None = None,
+    provider_env: dict[str, str] | None = None,
+    consumer_funds: tuple[int, int, int] = (4, 40, 5),
+    provider_ada: int = 100,
+) -> Iterator[SlowPair]:
+    """A consumer daemon here and a provider daemon in a new namespace, onboarded and seen by
+    the consumer; ``link``: the relay's options between the two peers (latency_relay.py),
+    ``services_link``: towards the ledger, the oracle and ``scripts`` (none: direct);
+    ``consumer_funds``: (faucet outputs, ADA each, NTX each)."""
+    from tests.conftest import TEST_ADDRESS
+    from tests.daemon_harness import wait_for
+    from tests.daemons.test_jobs_e2e import PROCESS_JOBS
+    from tests.daemons.test_payments_e2e import PASSPHRASE, PRICES
+
+    env = {**PASSPHRASE, **(env or {})}
+    consumer = market.spawn("consumer", 41, extra_toml=market.toml() + PROCESS_JOBS, env=env)
+    extra = f",{services_link}" if services_link else ""
+    with namespace() as ns:
+        consumer_addr = consumer.addrs()[0]
+        routes = [
+            f"{ns}:0=:127.0.0.1:{_port(consumer_addr)},{link}",
+            f"{ns}:0=:127.0.0.1:{_port(market.ledger.url)}{extra}",
+            f"{ns}:0=:127.0.0.1:{_port(market.oracle_url)}{extra}",
+            f"{ns}:0=:127.0.0.1:{_port(scripts)}{extra}",
+        ]
+        with relay(*routes) as running:
+            p2p, ledger, oracle, www = running.ports
+            toml = (
+                market.toml(_via(market.ledger.url, ledger)).replace(
+                    market.oracle_url, _via(market.oracle_url, oracle)
+                )
+                + PROCESS_JOBS.replace("[jobs]", f"[jobs]\nslots = {slots}")
+                + PRICES
+            )
+            peer = consumer_addr.rsplit("/p2p/", 1)[1]
+            provider = market.spawn(
+                "provider",
+                40,
+                bootstrap=f"/ip4/127.0.0.1/tcp/{p2p}/p2p/{peer}",
+                extra_toml=toml,
+                env={**env, **(provider_env or {})},
+                netns=ns,
+            )
+            consumer_address = consumer.cli("wallet", "new")["address"]
+            outputs, ada, ntx = consumer_funds
+            for _ in range(outputs):  # locks and fees need not wait on one change output
+                market.ledger.faucet(consumer_address, ada=ada, ntx=ntx)
+            provider_address = provider.cli("wallet", "new")["address"]
+            market.ledger.faucet(provider_address, ada=provider_ada, ntx=0)
+            provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+            provider_id = provider.peer_id
+            wait_for(
+                lambda: any(
+                    p["peer_id"] == provider_id for p in consumer.cli("peer", "list")["peers"]
+                ),
+                "the consumer never saw the provider",
+                120,
+            )
+            yield SlowPair(
+                consumer,
+                provider,
+                running,
+                f"http://127.0.0.1:{www}",
+                consumer_address,
+                provider_address,
+            )

@@ -2,16 +2,15 @@
 one run, one payment, whatever the link does to the exchange.
 
 The provider runs in its own network namespace and reaches the consumer only through a relay
-of ours (tests/slow_link.py) that holds chunks 2-15 s at random and cuts connections; the
-ledger, the oracle and the scripts' server are reached through the same relay without delay
-(bench/money_chaos.py delays and restarts those too).
+of ours (tests/slow_link.py) that stalls 2-15 s at random and cuts connections; the ledger,
+the oracle and the scripts' server are reached through the same relay without delay
+(bench/money_chaos.py delays those too, and restarts every party).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -19,18 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TEST_ADDRESS, run_cli
+from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
-from tests.daemons.test_jobs_e2e import PROCESS_JOBS
-from tests.daemons.test_payments_e2e import (
-    PASSPHRASE,
-    PRICES,
-    Market,
-    _escrow,
-    market,
-    scripts,
-)
-from tests.slow_link import namespace, relay
+from tests.daemons.test_payments_e2e import Market, _escrow, market, scripts
+from tests.slow_link import paid_pair_behind_link
 
 __all__ = ["daemons", "market", "scripts"]
 
@@ -46,26 +37,6 @@ JOBS = 20
 # NUNET_SLOW_LINK_DEBUG=1: the provider logs at debug level (libp2p's dials included).
 DEBUG = {"NUNET_LOG_LEVEL": "debug"} if os.environ.get("NUNET_SLOW_LINK_DEBUG") else {}
 SUBMITTERS = 2
-
-
-def _port(url_or_addr: str) -> int:
-    match = re.search(r"(?:tcp/|:)(\d+)(?:/|$)", url_or_addr)
-    assert match, url_or_addr
-    return int(match.group(1))
-
-
-def _via(url: str, port: int) -> str:
-    """``url`` with its port replaced by the relay's."""
-    return re.sub(r"^(https?://127\.0\.0\.1:)\d+", rf"\g<1>{port}", url)
-
-
-def _link_routes(ns: str, market: Market, consumer_addr: str, scripts: str) -> list[str]:
-    return [
-        f"{ns}:0=:127.0.0.1:{_port(consumer_addr)},{LINK}",
-        f"{ns}:0=:127.0.0.1:{_port(market.ledger.url)}",
-        f"{ns}:0=:127.0.0.1:{_port(market.oracle_url)}",
-        f"{ns}:0=:127.0.0.1:{_port(scripts)}",
-    ]
 
 
 def _settled(daemon: Daemon) -> bool:
@@ -91,102 +62,69 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
     (the chain, both books and the receipt agree); no lock is left behind, no job is in two
     states. Slow by nature (the link's own delays): about two minutes."""
     (tmp_path / "www" / "quick.py").write_text(QUICK)
-    consumer = market.spawn(
-        "consumer",
-        41,
-        extra_toml=market.toml() + PROCESS_JOBS,
-        env={**PASSPHRASE, **SLOW_HEARTBEAT},
-    )
-    with namespace() as ns:
-        consumer_addr = consumer.addrs()[0]
-        with relay(*_link_routes(ns, market, consumer_addr, scripts)) as link:
-            p2p, ledger, oracle, www = link.ports
-            toml = (
-                market.toml(_via(market.ledger.url, ledger)).replace(
-                    market.oracle_url, _via(market.oracle_url, oracle)
-                )
-                + PROCESS_JOBS.replace("[jobs]", f"[jobs]\nslots = {JOBS}")
-                + PRICES
-            )
-            provider = market.spawn(
-                "provider",
-                40,
-                bootstrap=f"/ip4/127.0.0.1/tcp/{p2p}/p2p/{consumer_addr.rsplit('/p2p/', 1)[1]}",
-                extra_toml=toml,
-                env={**PASSPHRASE, **SLOW_HEARTBEAT, **DEBUG},
-                netns=ns,
-            )
-            consumer_address = consumer.cli("wallet", "new")["address"]
-            for _ in range(4):  # a few outputs: locks and fees need not wait on one change
-                market.ledger.faucet(consumer_address, ada=40, ntx=5)
-            market.ledger.faucet(provider.cli("wallet", "new")["address"], ada=100, ntx=0)
-            provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
-            provider_id = provider.peer_id
-            wait_for(
-                lambda: any(
-                    p["peer_id"] == provider_id for p in consumer.cli("peer", "list")["peers"]
-                ),
-                "the consumer never saw the provider",
-                120,
-            )
-            before = market.ntx(consumer_address)
-            url = f"http://127.0.0.1:{www}/quick.py"
-            submitted: list[dict[str, Any]] = []
-            failures: list[str] = []
+    with paid_pair_behind_link(
+        market, scripts, LINK, slots=JOBS, env={**SLOW_HEARTBEAT}, provider_env=DEBUG
+    ) as pair:
+        consumer, provider = pair.consumer, pair.provider
+        consumer_address, provider_id = pair.consumer_address, provider.peer_id
+        before = market.ntx(consumer_address)
+        url = f"{pair.scripts}/quick.py"
+        submitted: list[dict[str, Any]] = []
+        failures: list[str] = []
 
-            def submitter(count: int) -> None:
-                for _ in range(count):
-                    # As a script would: a provider whose slots or CPU are all taken now
-                    # is asked again a moment later ("no matching peer": nothing locked).
-                    give_up = time.monotonic() + 240
-                    while True:
-                        result = run_cli(
-                            "job", "submit", "--url", url, "--framework", "scikit-learn",
-                            "--expected-minutes", "1", "--json", home=consumer.home,
-                        )  # fmt: skip
-                        if result.returncode == 0:
-                            submitted.append(json.loads(result.stdout))
-                            break
-                        if "no matching peer" not in result.stderr or time.monotonic() > give_up:
-                            failures.append(result.stderr.strip())
-                            break
-                        time.sleep(1.0)
+        def submitter(count: int) -> None:
+            for _ in range(count):
+                # As a script would: a provider whose slots or CPU are all taken now
+                # is asked again a moment later ("no matching peer": nothing locked).
+                give_up = time.monotonic() + 240
+                while True:
+                    result = run_cli(
+                        "job", "submit", "--url", url, "--framework", "scikit-learn",
+                        "--expected-minutes", "1", "--json", home=consumer.home,
+                    )  # fmt: skip
+                    if result.returncode == 0:
+                        submitted.append(json.loads(result.stdout))
+                        break
+                    if "no matching peer" not in result.stderr or time.monotonic() > give_up:
+                        failures.append(result.stderr.strip())
+                        break
+                    time.sleep(1.0)
 
-            threads = [
-                threading.Thread(target=submitter, args=(JOBS // SUBMITTERS,))
-                for _ in range(SUBMITTERS)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(600)
-            assert not failures, failures
-            job_ids = [job["job_id"] for job in submitted]
-            assert len(job_ids) == JOBS
-            assert {job["provider"] for job in submitted} == {provider_id}
-            wait_for(
-                lambda: _settled(consumer) and _settled(provider),
-                "not every escrow was settled: a lock stranded",
-                420,
-            )
-            # One run each, at this provider, completed, and paid once.
-            consumer_jobs = {j["job_id"]: j for j in consumer.cli("job", "list")["jobs"]}
-            provider_jobs = {j["job_id"]: j for j in provider.cli("job", "list")["jobs"]}
-            assert set(provider_jobs) == set(job_ids)
-            # Any other job of the consumer's was refused before it ran (its lock refunded).
-            others = set(consumer_jobs) - set(job_ids)
-            assert {consumer_jobs[job_id]["state"] for job_id in others} <= {"refused"}
-            for job_id in others:
-                assert _escrow(consumer, job_id).get("state") in (None, "refunded")
-            print(f"{len(others)} submit(s) refused and refunded on the way")
-            charged = 0
-            for job_id in job_ids:
-                assert consumer_jobs[job_id]["state"] == provider_jobs[job_id]["state"]
-                assert consumer_jobs[job_id]["state"] == "completed"
-                paid, claimed = _escrow(consumer, job_id), _escrow(provider, job_id)
-                assert paid["state"] == "paid_out" and claimed["state"] == "claimed"
-                assert paid["paid_units"] == claimed["paid_units"] == paid["metered_units"]
-                assert paid["paid_units"] + paid["refunded_units"] == paid["amount"]
-                charged += paid["paid_units"]
-            assert market.ntx(consumer_address) == before - charged
-            assert market.ntx(provider.cli("wallet", "show")["address"]) == charged
+        threads = [
+            threading.Thread(target=submitter, args=(JOBS // SUBMITTERS,))
+            for _ in range(SUBMITTERS)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+        assert not failures, failures
+        job_ids = [job["job_id"] for job in submitted]
+        assert len(job_ids) == JOBS
+        assert {job["provider"] for job in submitted} == {provider_id}
+        wait_for(
+            lambda: _settled(consumer) and _settled(provider),
+            "not every escrow was settled: a lock stranded",
+            420,
+        )
+        # One run each, at this provider, completed, and paid once.
+        consumer_jobs = {j["job_id"]: j for j in consumer.cli("job", "list")["jobs"]}
+        provider_jobs = {j["job_id"]: j for j in provider.cli("job", "list")["jobs"]}
+        assert set(provider_jobs) == set(job_ids)
+        # Any other job of the consumer's was refused before it ran (its lock refunded).
+        others = set(consumer_jobs) - set(job_ids)
+        assert {consumer_jobs[job_id]["state"] for job_id in others} <= {"refused"}
+        for job_id in others:
+            assert _escrow(consumer, job_id).get("state") in (None, "refunded")
+        print(f"{len(others)} submit(s) refused and refunded on the way")
+        charged = 0
+        for job_id in job_ids:
+            assert consumer_jobs[job_id]["state"] == provider_jobs[job_id]["state"]
+            assert consumer_jobs[job_id]["state"] == "completed"
+            paid, claimed = _escrow(consumer, job_id), _escrow(provider, job_id)
+            assert paid["state"] == "paid_out" and claimed["state"] == "claimed"
+            assert paid["paid_units"] == claimed["paid_units"] == paid["metered_units"]
+            assert paid["paid_units"] + paid["refunded_units"] == paid["amount"]
+            charged += paid["paid_units"]
+        assert market.ntx(consumer_address) == before - charged
+        assert market.ntx(pair.provider_address) == charged
