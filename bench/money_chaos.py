@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from tests.conftest import MACHINE_TOML, make_home, run_cli
 from tests.daemon_harness import HEARTBEAT_ENV, Daemon
 from tests.daemons.test_payments_e2e import Market
@@ -283,6 +285,14 @@ def run(
 
 
 TERMINAL = ("completed", "failed", "oom", "timeout", "cancelled", "interrupted", "refused")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _escrows(daemon: Daemon) -> list[dict[str, Any]]:

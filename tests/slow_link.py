@@ -120,18 +120,25 @@ def paid_pair_behind_link(
     provider_env: dict[str, str] | None = None,
     consumer_funds: tuple[int, int, int] = (4, 40, 5),
     provider_ada: int = 100,
+    consumer_port: int = 0,
 ) -> Iterator[SlowPair]:
     """A consumer daemon here and a provider daemon in a new namespace, onboarded and seen by
     the consumer; ``link``: the relay's options between the two peers (latency_relay.py),
     ``services_link``: towards the ledger, the oracle and ``scripts`` (none: direct);
-    ``consumer_funds``: (faucet outputs, ADA each, NTX each)."""
+    ``consumer_funds``: (faucet outputs, ADA each, NTX each); ``consumer_port``: the
+    consumer's libp2p port (a restarted consumer must come back where the relay points)."""
     from tests.conftest import TEST_ADDRESS
     from tests.daemon_harness import wait_for
     from tests.daemons.test_jobs_e2e import PROCESS_JOBS
     from tests.daemons.test_payments_e2e import PASSPHRASE, PRICES
 
     env = {**PASSPHRASE, **(env or {})}
-    consumer = market.spawn("consumer", 41, extra_toml=market.toml() + PROCESS_JOBS, env=env)
+    listen = (
+        {"NUNET_NETWORK_LISTEN": f"/ip4/127.0.0.1/tcp/{consumer_port}"} if consumer_port else {}
+    )
+    consumer = market.spawn(
+        "consumer", 41, extra_toml=market.toml() + PROCESS_JOBS, env={**env, **listen}
+    )
     extra = f",{services_link}" if services_link else ""
     with namespace() as ns:
         consumer_addr = consumer.addrs()[0]

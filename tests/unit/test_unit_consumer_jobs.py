@@ -148,12 +148,19 @@ def test_a_script_submitting_many_jobs_waits_its_turn_instead_of_being_refused(
 
 
 class SilentAfterQuote(FakeProviderPeer):
-    """Quotes, then never answers a Confirm or a Release (a slow link, a hung provider)."""
+    """Quotes, then never answers a Confirm (a slow link, a hung provider), nor a Release
+    unless ``releases``: then it refuses it (it will never run the job)."""
+
+    releases: bool = False
 
     async def handle(self, stream: Any) -> None:
         got = await p.receive(stream, p.remote_peer(stream))
         assert got is not None
         self.received.append(got[0])
+        if isinstance(got[0], p.Release) and self.releases:
+            await p.send(stream, self.identity, p.refusal(got[0].job_id, "released"))
+            await stream.close()
+            return
         if not isinstance(got[0], p.Offer):
             await trio.sleep(1.5)  # holds the stream past the consumer's wait, silent
             return
@@ -242,3 +249,40 @@ def test_a_refused_confirm_refunds_its_lock_now_and_the_next_provider_runs_the_j
     # Each Confirm carried its own lock (terms and tx), as the escrow port made them.
     confirm = willing.received[-1]
     assert isinstance(confirm, p.Confirm) and confirm.escrow_tx == escrows.lock_answer[1]
+
+
+def test_job_cancel_of_a_job_still_confirming_releases_it_and_refunds_its_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`job cancel` does what it says: a job its provider never answered is released (the
+    provider's final word: it will not run it), ends cancelled, and its lock is asked back
+    at once; a second cancel says the job already ended."""
+    import engine.jobs.consumer as consumer_module
+
+    monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
+    monkeypatch.setattr(consumer_module, "SUBMIT_S", 1.0)
+    monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
+    peer = SilentAfterQuote(identity(8), payment_address="addr_test1qsilent")
+    peer.releases = True
+    escrows = FakeEscrows()
+    consumer, link, _ = world(tmp_path, (peer, 0.5), escrows=escrows)
+    job = submit(consumer, link)
+    assert job.state == "confirming"
+
+    async def cancel() -> api.JobInfo | EngineError:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            try:
+                return await consumer.cancel(api.CancelJob(job_id=job.job_id))
+            except EngineError as exc:
+                return exc
+
+    ended = trio.run(cancel)
+    assert isinstance(ended, api.JobInfo), ended
+    assert ended.state == "cancelled"
+    assert ended.reason.startswith("cancelled before the provider accepted it")
+    assert escrows.called("never_ran") == [job.job_id]
+    assert any(isinstance(m, p.Release) for m in peer.received)
+    again = trio.run(cancel)
+    assert isinstance(again, EngineError) and again.code == "ended"
+    assert "already ended (cancelled)" in again.message
