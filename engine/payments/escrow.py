@@ -250,7 +250,7 @@ class Escrows:
             amount=info.amount,
             deadline=info.deadline_ms,
         )
-        unit = await self._ntx_unit()
+        unit = await self.ntx_unit()
         address = Address.from_primitive(payments.wallet().address)
 
         def build_and_submit() -> str:
@@ -267,7 +267,7 @@ class Escrows:
         log.info("job %s: locked %s NTX in escrow (tx %s)", info.job_id, info.ntx, tx_id)
         return tx_id
 
-    async def _ntx_unit(self) -> str:
+    async def ntx_unit(self) -> str:
         from engine.payments import chain
 
         unit = await self.blocking(lambda: chain.ntx_unit(self.ctx.settings.payments))
@@ -339,7 +339,7 @@ class Escrows:
         from oracle_client.escrow import transactions as txs
 
         context = await self.wallet.chain_context()
-        unit = txs.NtxUnit.parse(await self._ntx_unit())
+        unit = txs.NtxUnit.parse(await self.ntx_unit())
 
         def matching() -> bool:
             for escrow in txs.find_escrows(context, quote.job_id):

@@ -33,6 +33,7 @@ import re
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
@@ -64,6 +65,8 @@ class Escrows(Protocol):
     def oracle(self) -> OracleClient: ...
 
     async def blocking(self, fn: Callable[[], T]) -> T: ...
+
+    async def ntx_unit(self) -> str: ...
 
 
 async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
@@ -210,13 +213,17 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
         kind, (paid, refunded) = (
             (grant.reward_type, grant.shares) if grant is not None else _receipt_split(record)
         )
+        # What the chain says it paid, when the backend says (issue 20 §6); else the split.
+        spent = await _spent_how(escrows, record)
+        if spent is not None:
+            paid, refunded = spent.provider, spent.consumer
         return escrows.save(
             record,
-            state="paid_out",
+            state="paid_out" if paid > 0 else "refunded",
             reward_type=kind,
             paid_units=paid,
             refunded_units=refunded,
-            settle_tx=await _spent_by(escrows, record),
+            settle_tx=spent.tx if spent is not None else "",
             error="",
         )
     # A receipt both peers signed asks for the decision; the provider's own receipt is its
@@ -441,10 +448,85 @@ async def _never_lands(escrows: Escrows, record: EscrowRecord, tx: Any, lock: An
 
 
 async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRecord:
+    """The lock is gone: the book says what spent it, read from the chain (issue 20 §6).
+    "The lock is gone" is not "our tx landed": the consumer may have refunded it at the
+    deadline while our claim never reached the chain, or submitted the split itself."""
     done = "claimed" if record.info.role == "provider" else "refunded"
-    record = escrows.save(record, state=done, error="")
-    await _report(escrows, record, status)
+    spent = await _spent_how(escrows, record)
+    if spent is None:  # the backend does not say: our kept tx's figures, as before
+        record = escrows.save(record, state=done, error="")
+        await _report(escrows, record, status)
+        return record
+    ours = spent.tx == record.info.claim_tx
+    if record.info.role == "provider":
+        state = "claimed" if spent.provider > 0 else "refunded"
+    else:
+        state = "refunded" if spent.provider == 0 else "paid_out"
+    error = ""
+    if not ours:
+        error = (
+            f"the lock was spent by tx {spent.tx}, not by ours"
+            + (f" ({record.info.claim_tx})" if record.info.claim_tx else "")
+            + f": it paid the provider {spent.provider} and the consumer {spent.consumer} "
+            "base units"
+        )
+        log.warning("job %s: %s", record.info.job_id, error)
+    record = escrows.save(
+        record,
+        state=state,
+        settle_tx=spent.tx,
+        paid_units=spent.provider,
+        refunded_units=spent.consumer,
+        error=error,
+    )
+    if ours:
+        await _report(escrows, record, status)
     return record
+
+
+@dataclass(frozen=True)
+class _Spent:
+    """The tx that spent a lock and the NTX base units it paid each side."""
+
+    tx: str
+    provider: int
+    consumer: int
+
+
+async def _spent_how(escrows: Escrows, record: EscrowRecord) -> _Spent | None:
+    """Which tx spent the job's lock and what it paid the provider's and the consumer's
+    payment keys, from the chain; None when the backend does not say."""
+    from pycardano import Address
+
+    tx = await _spent_by(escrows, record)
+    if not tx:
+        return None
+    context = await escrows.wallet.chain_context()
+    api_client = context.api
+    unit = await escrows.ntx_unit()
+    info = record.info
+
+    def read() -> _Spent:
+        # Net of what each key put in: the submitter's own NTX may pass through as change.
+        net = {info.provider_pkh: 0, info.consumer_pkh: 0}
+        utxos = api_client.transaction_utxos(tx)
+        for side, sign in ((utxos.outputs, 1), (utxos.inputs, -1)):
+            for utxo in side:
+                if getattr(utxo, "collateral", False) or getattr(utxo, "reference", False):
+                    continue  # read or pledged, not spent (a valid tx keeps its collateral)
+                try:
+                    pkh = Address.from_primitive(utxo.address).payment_part.payload.hex()
+                except Exception:  # a Byron address: neither party's key
+                    continue
+                if pkh in net:
+                    net[pkh] += sign * sum(int(a.quantity) for a in utxo.amount if a.unit == unit)
+        return _Spent(tx, max(0, net[info.provider_pkh]), max(0, net[info.consumer_pkh]))
+
+    try:
+        return await _chain(escrows, read, "reading what the spending tx paid")
+    except Exception as exc:  # a poorer record, never a failed settle
+        log.info("job %s: what spent the lock is unknown: %s", info.job_id, exc)
+        return None
 
 
 def _kind(record: EscrowRecord) -> str:
