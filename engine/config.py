@@ -287,6 +287,10 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # Both: open escrows (a deadline passed, the oracle back, a claim to confirm) are looked at
     # this often; a receipt or a command wakes the loop at once either way.
     settle_interval_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 15.0
+    # Consumer: a decided split the provider has not submitted this long after the oracle's
+    # decision is submitted by the consumer itself (the script lets either party send it),
+    # so its share never waits on a provider that went away.
+    split_grace_s: Annotated[float, msgspec.Meta(ge=0, le=30 * 86400)] = 600.0
 
 
 class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

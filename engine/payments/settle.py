@@ -273,7 +273,19 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
             record = escrows.save(record, state="refunded")
             if not automatic:
                 raise _settled_the_other_way(record)
-        return record  # consumer: the provider claims; the loop sees the lock spent
+            return record
+        # Consumer: the provider submits the split; one that has not, a grace after the
+        # decision, would strand our share for ever: then we submit the same split.
+        waited_s = time.time() - answer.decided_at / 1000
+        grace_s = escrows.ctx.settings.payments.split_grace_s
+        if answer.reward_type != "distribute" or waited_s < grace_s:
+            return record  # the loop sees the lock spent
+        log.info(
+            "job %s: the provider has not submitted the decided split in %.0f s: "
+            "submitting it ourselves",
+            info.job_id,
+            waited_s,
+        )
     return await _spend(escrows, record, answer)
 
 
@@ -316,8 +328,8 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
     key = await payments.payment_signing_key()
     address = Address.from_primitive(payments.wallet().address)
     utxo = await _lock_utxo(escrows, record)
-    if utxo is None:
-        raise EngineError("chain", f"the escrow of job {record.info.job_id} is no longer there")
+    if utxo is None:  # spent already (the other party sent the split): say what it paid
+        return await _done(escrows, record, "confirmed")
     signature = bytes.fromhex(grant.signature) if grant is not None else b""
     job_id = record.info.job_id
 

@@ -76,3 +76,46 @@ def test_a_claim_that_never_landed_is_not_booked_as_paid_when_the_consumer_refun
     assert never_landed in booked["error"] and refund["claim_tx"] in booked["error"]
     assert market.ntx(_address(provider)) == 0
     assert provider.cli("reward", "list")["earned_ntx"] == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_decided_split_the_provider_never_sends_is_sent_by_the_consumer(
+    market: Market, scripts: str
+) -> None:
+    """The provider goes away after the job ended and both signed the receipt, before the
+    oracle decided; once it decides, the consumer waits its grace, then submits the split
+    itself: its own share comes back and the provider's is paid on chain all the same."""
+    provider, consumer = _paid_pair(market, consumer_payments="split_grace_s = 2\n")
+    before = market.ntx(_address(consumer))
+    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]  # runs for 8 s
+    market.oracle_down()  # nobody can decide while the job ends
+    wait_for(
+        lambda: _escrow(consumer, job_id).get("state") == "receipt",
+        "the consumer never countersigned",
+        90,
+    )
+    wait_for(
+        lambda: _escrow(provider, job_id).get("state") == "receipt",
+        "the provider never had the countersigned receipt",
+        30,
+    )
+    provider.stop(kill=True)  # it never sends the split
+    market.oracle_up()
+    paid = wait_for(
+        lambda: (e := _escrow(consumer, job_id)).get("state") == "paid_out" and e,
+        "the consumer never sent the split itself",
+        60,
+    )
+    charge = paid["paid_units"]
+    assert 0 < charge < paid["amount"] and paid["refunded_units"] == paid["amount"] - charge
+    assert paid["settle_tx"] and paid["settle_tx"] == paid["claim_tx"]  # ours
+    assert market.ntx(_address(consumer)) == before - charge
+    assert market.ntx(_address(provider)) == charge
+    # Back, the provider's book finds the lock spent and says what it was paid, from chain.
+    provider.start()
+    claimed = wait_for(
+        lambda: (e := _escrow(provider, job_id)).get("state") == "claimed" and e,
+        "the provider's book never saw the split",
+        60,
+    )
+    assert claimed["settle_tx"] == paid["settle_tx"] and claimed["paid_units"] == charge
