@@ -150,6 +150,7 @@ def main() -> int:
             env={"NUNET_NETWORK_HEARTBEAT_INTERVAL_S": "5"},
             consumer_funds=(max(4, args.jobs // 4), 40, 5),
             provider_ada=10 * args.jobs,
+            consumer_port=_free_port(),
         ) as pair,
     ):
         return run(args, rng, market, pair, started)

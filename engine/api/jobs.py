@@ -83,6 +83,9 @@ class JobInfo(Record, frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     results_dir: str = ""
+    # Consumer: why the results could not be fetched, after the last of its tries ("": none
+    # failed for good); `job results` tries once more.
+    results_error: str = ""
     # Paid jobs, once ended: the receipt (JSON) with the signatures gathered so far.
     receipt: str = ""
 

@@ -43,6 +43,13 @@ log = logging.getLogger("nunet.jobs.consumer")
 
 ASK_TIMEOUT_S = 10.0
 MAX_RESULTS_BYTES = 2 << 30
+# Results (issue 20 §8): a provider that stops sending is given up on after RESULT_CHUNK_S
+# without a byte, a whole transfer after RESULT_TRANSFER_S plus a second per RESULT_MIN_RATE
+# bytes, and the fetch is tried RESULT_TRIES times before the job keeps the reason for good.
+RESULT_CHUNK_S = 60.0
+RESULT_TRANSFER_S = 120.0
+RESULT_MIN_RATE = 256 * 1024  # bytes/s: 2 GiB in about 2 h 20 min at the most
+RESULT_TRIES = 5
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
 # Longer than this waiting for our own pace to a provider: the next candidate instead.
@@ -103,12 +110,12 @@ class _Heard:
 
 @contextlib.contextmanager
 def _waiting(seconds: float, what: str) -> Iterator[None]:
-    """``trio.fail_after`` whose TooSlowError says what it waited for, and how long."""
-    try:
-        with trio.fail_after(seconds):
-            yield
-    except trio.TooSlowError:
-        raise trio.TooSlowError(f"no reply: waited {seconds:g} s {what}") from None
+    """``trio.fail_after`` whose TooSlowError says what it waited for, and how long (only
+    its own deadline's: one nested inside it keeps its own words)."""
+    with trio.move_on_after(seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise trio.TooSlowError(f"no reply: waited {seconds:g} s {what}")
 
 
 def _why(exc: BaseException) -> str:
@@ -140,6 +147,7 @@ class ConsumerJobs:
         # Open logs: a followed job's stays; of the others only the last few read.
         self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
         self._nursery: trio.Nursery | None = None
+        self._fetch_failures: dict[str, int] = {}  # results fetches failed in a row, by job
 
     def job_dir(self, job_id: str) -> Path:
         return safe_paths.job_dir(self.ctx.paths.state_dir / "jobs", job_id)
@@ -432,7 +440,7 @@ class ConsumerJobs:
                             # Ended while we were away: the last Update brings the receipt.
                             await self._follow_once(job)
                         if self._results_missing(job):
-                            await self._fetch_results(job)
+                            await self._fetch_results_tried(job)
                         return
                     if await self._follow_watched(job, heard):
                         attempt = 0
@@ -610,18 +618,48 @@ class ConsumerJobs:
     # --- results -----------------------------------------------------------------------
 
     def _results_missing(self, job: api.JobInfo) -> bool:
-        return bool(job.results_sha256) and not job.results_dir
+        return bool(job.results_sha256) and not job.results_dir and not job.results_error
+
+    async def _fetch_results_tried(self, job: api.JobInfo) -> None:
+        """One more try of the results; after RESULT_TRIES failures in a row the job keeps the
+        reason for good (shown by `job show`; `job results` tries again). Raises to be
+        retried on the follower's schedule."""
+        try:
+            await self._fetch_results(job)
+        except Exception as exc:
+            why = _why(exc)
+            tries = self._fetch_failures.get(job.job_id, 0) + 1
+            self._fetch_failures[job.job_id] = tries
+            current = self.ctx.store.get_job(job.job_id) or job
+            if tries >= RESULT_TRIES:
+                self._fetch_failures.pop(job.job_id, None)
+                self._save(
+                    msgspec.structs.replace(current, results_error=f"{why} (tried {tries} times)")
+                )
+                log.warning(
+                    "job %s: results not fetched after %d tries: %s", job.job_id, tries, why
+                )
+                return
+            raise
+        self._fetch_failures.pop(job.job_id, None)
 
     async def _fetch_results(self, job: api.JobInfo) -> None:
         if job.results_size > MAX_RESULTS_BYTES:
-            self._save(msgspec.structs.replace(job, reason=job.reason + " (results too large)"))
+            self._save(
+                msgspec.structs.replace(
+                    job,
+                    results_error=f"results of {job.results_size} bytes: this node fetches "
+                    f"at most {MAX_RESULTS_BYTES} bytes",
+                )
+            )
             return
         service = self._service()
         stream = await self._open(service, job.provider)
         target = self.job_path(job.job_id, "results.tar.gz")
         try:
             await p.send(stream, self.ctx.identity, p.FetchResults(job_id=job.job_id))
-            received = await p.receive(stream, job.provider)
+            with _waiting(RESULT_CHUNK_S, "for the results' header"):
+                received = await p.receive(stream, job.provider)
             if received is None or not isinstance(received[0], p.ResultsHeader):
                 raise p.ProtocolError("the provider did not send results")
             header = received[0]
@@ -632,9 +670,14 @@ class ConsumerJobs:
             partial = target.with_suffix(".part")
             partial.parent.mkdir(parents=True, exist_ok=True)
             got = 0
-            with partial.open("wb") as handle:
+            transfer_s = RESULT_TRANSFER_S + header.size / RESULT_MIN_RATE
+            with (
+                _waiting(transfer_s, f"for {header.size} bytes of results"),
+                partial.open("wb") as handle,
+            ):
                 while got < header.size:
-                    chunk = await stream.read(min(p.RESULT_CHUNK, header.size - got))
+                    with _waiting(RESULT_CHUNK_S, "for the next bytes of the results"):
+                        chunk = await stream.read(min(p.RESULT_CHUNK, header.size - got))
                     if not chunk:
                         break
                     got += len(chunk)
@@ -644,7 +687,8 @@ class ConsumerJobs:
                 await stream.close()
         verify(partial, header.sha256, header.size)  # raises with a clear message
         partial.replace(target)
-        self._save(msgspec.structs.replace(job, results_dir=str(target)))
+        current = self.ctx.store.get_job(job.job_id) or job
+        self._save(msgspec.structs.replace(current, results_dir=str(target), results_error=""))
 
     async def results(self, command: api.FetchJobResults) -> api.JobResults:
         job = self.ctx.store.get_job(command.job_id.strip())
@@ -652,6 +696,18 @@ class ConsumerJobs:
             raise EngineError("not_found", f"no job {command.job_id!r}; `nunet-tui job list`")
         if job.role != "consumer":
             raise EngineError("invalid", "results are fetched by the job's consumer")
+        if job.results_error:  # given up on in the background: once more, now
+            try:
+                await self._fetch_results(job)
+            except Exception as exc:
+                raise EngineError(
+                    "no_results",
+                    f"the results of {job.job_id} could not be fetched: {_why(exc)} "
+                    f"(before: {job.results_error})",
+                ) from None
+            job = self._save(
+                msgspec.structs.replace(self.ctx.store.get_job(job.job_id) or job, results_error="")
+            )
         if not job.results_dir:
             state = "still running" if job.state not in api.TERMINAL_STATES else job.state
             raise EngineError("no_results", f"job {job.job_id} has no results yet ({state})")

@@ -329,6 +329,10 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
         )
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
+    if job.results_error:
+        lines.append(
+            f"  results   not fetched: {safe(job.results_error)} (`job results` tries again)"
+        )
     if job.exit_code is not None:
         lines.append(f"  exit code {job.exit_code}")
     if job.metering is not None:

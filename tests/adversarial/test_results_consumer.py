@@ -116,6 +116,8 @@ class ArchiveProvider:
         self.peer = peer
         self.archive = b""
         self.announce_more = 0  # bytes the results header claims beyond the signed size
+        self.corrupt = False  # serve other bytes than the signed checksum says (same size)
+        self.fetches = 0
         peer.serve(p.JOB_PROTOCOL, self.handle)
 
     async def handle(self, stream: Any) -> None:
@@ -149,6 +151,7 @@ class ArchiveProvider:
             )
             await p.send(stream, me, update)
         elif kind == "fetch_results":
+            self.fetches += 1
             header = p.ResultsHeader(
                 job_id=job_id,
                 sha256=hashlib.sha256(archive).hexdigest(),
@@ -156,6 +159,8 @@ class ArchiveProvider:
             )
             await p.send(stream, me, header)
             archive += bytes(self.announce_more)
+            if self.corrupt:
+                archive = bytes(len(archive))
             for start in range(0, len(archive), p.RESULT_CHUNK):
                 await stream.write(archive[start : start + p.RESULT_CHUNK])
         await stream.close()
@@ -306,3 +311,49 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
     wait_for(stored.exists, "the honest results never arrived", 30)
     got = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "honest"))
     assert (Path(got["directory"]) / "outputs" / "result.txt").read_text() == "honest"
+
+
+def test_results_that_never_match_their_checksum_are_tried_a_few_times_then_the_reason_kept(
+    daemons: Callable[..., Daemon],
+    hostile: Callable[..., HostilePeer],
+    www: str,
+    tmp_path: Path,
+) -> None:
+    """Issue 20 §8: a provider whose results never match the checksum it signed is asked
+    RESULT_TRIES times (each a whole download), not every 5 s for ever; the job keeps why,
+    `job show` says it, and `job results` tries once more and says why in one line."""
+    from engine.jobs.consumer import RESULT_TRIES
+
+    consumer = daemons("consumer", 72)
+    peer = hostile(seed=b"\x98" * 32, bootstrap=[consumer.addrs()[0]])
+    peer.set_advert(msgspec.structs.replace(provider_advert(peer), frameworks=FRAMEWORKS))
+    provider = ArchiveProvider(peer)
+    provider.archive = _tar_gz(lambda t: _file(t, "outputs/result.txt", b"fine"))
+    provider.corrupt = True
+    peer.wait_connected(consumer.peer_id)
+    wait_for(
+        lambda: peer.listed_with_free_memory(consumer),
+        "the consumer never listed the hostile provider with free memory",
+        30,
+    )
+    job_id = consumer.cli(
+        "job", "submit", "--url", f"{www}/honest.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--peer", peer.peer_id,
+    )["job_id"]  # fmt: skip
+    shown = wait_for(
+        lambda: (j := consumer.cli("job", "show", job_id)).get("results_error") and j,
+        "the consumer never gave up on the results",
+        60,
+    )
+    assert "sha256" in shown["results_error"] or "checksum" in shown["results_error"]
+    assert f"tried {RESULT_TRIES} times" in shown["results_error"]
+    assert provider.fetches == RESULT_TRIES
+    time.sleep(3)
+    assert provider.fetches == RESULT_TRIES  # given up: no more downloads
+    text = run_cli("job", "show", job_id, home=consumer.home).stdout
+    assert "results   not fetched:" in text
+    again = run_cli("job", "results", job_id, "-o", str(tmp_path / "r"), home=consumer.home)
+    assert again.returncode != 0 and provider.fetches == RESULT_TRIES + 1
+    message = again.stderr.strip()
+    assert message.startswith(f"nunet-tui: error: the results of {job_id} could not be fetched")
+    assert "\n" not in message

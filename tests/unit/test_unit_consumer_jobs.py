@@ -286,3 +286,53 @@ def test_job_cancel_of_a_job_still_confirming_releases_it_and_refunds_its_lock(
     again = trio.run(cancel)
     assert isinstance(again, EngineError) and again.code == "ended"
     assert "already ended (cancelled)" in again.message
+
+
+class HeaderThenSilence(FakeProviderPeer):
+    """Sends the results' header, then nothing: the stream stays open."""
+
+    async def handle(self, stream: Any) -> None:
+        got = await p.receive(stream, p.remote_peer(stream))
+        assert got is not None
+        self.received.append(got[0])
+        await p.send(
+            stream, self.identity, p.ResultsHeader(job_id=got[0].job_id, sha256="ab" * 32, size=10)
+        )
+        await trio.sleep(5)
+
+
+def test_a_results_transfer_that_stalls_ends_at_its_deadline_saying_what_it_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.jobs.consumer as consumer_module
+
+    monkeypatch.setattr(consumer_module, "RESULT_CHUNK_S", 0.3)
+    peer = HeaderThenSilence(identity(10))
+    consumer, link, _ = world(tmp_path, (peer, 0.5))
+    job = api.JobInfo(
+        job_id="a1b2c3d4e5f6",
+        role="consumer",
+        state="completed",
+        provider=peer.peer_id,
+        consumer=consumer.ctx.identity.peer_id,
+        spec=spec(),
+        results_sha256="ab" * 32,
+        results_size=10,
+    )
+    consumer.ctx.store.save_job(job)
+
+    async def fetch() -> BaseException | None:
+        async with trio.open_nursery() as nursery:
+            link.nursery = nursery
+            try:
+                await consumer._fetch_results(job)
+            except trio.TooSlowError as exc:
+                nursery.cancel_scope.cancel()
+                return exc
+        return None
+
+    started = time.monotonic()
+    failed = trio.run(fetch)
+    assert isinstance(failed, trio.TooSlowError)
+    assert str(failed) == "no reply: waited 0.3 s for the next bytes of the results"
+    assert time.monotonic() - started < 3
