@@ -48,8 +48,12 @@ def serve_directory(root: Path) -> str:
         def log_message(self, format: str, *args: object) -> None:
             pass  # a line per request would drown the figures
 
+    class QuietServer(http.server.ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # a client's reset (a bench that cuts links) is not the figures' business
+
     handler = functools.partial(Quiet, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}"
 

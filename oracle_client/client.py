@@ -40,7 +40,7 @@ class OracleError(Exception):
 
 
 class OracleUnavailable(OracleError):
-    """The oracle cannot be reached, timed out, or says it cannot serve now (502/503/504)."""
+    """The oracle cannot be reached, timed out, or says it cannot serve now (429: too many from this address; 502/503/504)."""
 
 
 class OracleProtocolError(OracleError):
@@ -206,14 +206,14 @@ class OracleClient:
             except httpx.TransportError as exc:
                 failure, last = _plain_transport_error(exc), None
                 continue
-            if response.status_code < 500:
+            if response.status_code < 500 and response.status_code != 429:
                 return _raise_for_rejection(response)
-            last = response
+            last = response  # 429 (too many from this address) and 5xx: later, again
         tries = f"{self.retries + 1} tries"
         if last is None:
             raise OracleUnavailable(f"the oracle at {self.base_url} is unreachable: {failure}")
         reply = _error_reply(last)
-        if last.status_code in (502, 503, 504):
+        if last.status_code in (429, 502, 503, 504):
             raise OracleUnavailable(
                 f"the oracle at {self.base_url} is unavailable ({last.status_code}, {tries}): "
                 f"{reply.reason or last.reason_phrase}"

@@ -84,6 +84,7 @@ ErrorKind = Literal[
     "not_found",
     "bad_signature",
     "too_many_pending",
+    "rate_limited",
     "internal",
 ]
 TxStatus = Literal["submitted", "confirmed", "failed"]

@@ -8,6 +8,7 @@ Kept deliberately plain: four routes, every body decoded into the typed request 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +24,7 @@ from oracle_client.models import (
     StatusReport,
 )
 from oracle_client.oracle_server.service import Oracle, OracleRefusal
+from oracle_client.ratelimit import PeerRateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,16 @@ _ROUTES: dict[str, type[msgspec.Struct]] = {
 }
 
 
+# Requests per network address (issue 20 §4): a request-service costs a signature check and
+# a chain read even when it is refused, so one address may not send them faster than a busy
+# market behind one NAT would; every POST counts against a wider bound too. Over either: 429,
+# and the client backs off (oracle_client/client.py).
+SERVICE_REQUESTS_PER_S = 5.0
+SERVICE_BURST = 50.0
+POSTS_PER_S = 50.0
+POSTS_BURST = 200.0
+
+
 class OracleHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -45,7 +57,19 @@ class OracleHTTPServer(ThreadingHTTPServer):
         self, oracle: Oracle, address: tuple[str, int], handler: type[OracleHandler]
     ) -> None:
         self.oracle = oracle
+        self._limits_lock = threading.Lock()
+        self._service_requests = PeerRateLimiter(SERVICE_REQUESTS_PER_S, SERVICE_BURST)
+        self._posts = PeerRateLimiter(POSTS_PER_S, POSTS_BURST)
         super().__init__(address, handler)
+
+    def over_limit(self, client: str, path: str) -> float:
+        """Seconds until ``client`` may POST to ``path`` again (0.0: now; counted)."""
+        with self._limits_lock:
+            if not self._posts.allow(client):
+                return max(1.0, self._posts.wait_s(client))
+            if path == "/request-service" and not self._service_requests.allow(client):
+                return max(1.0, self._service_requests.wait_s(client))
+        return 0.0
 
 
 class OracleHandler(BaseHTTPRequestHandler):
@@ -64,6 +88,18 @@ class OracleHandler(BaseHTTPRequestHandler):
         cls = _ROUTES.get(self.path)
         if cls is None:
             self._refuse(404, "not_found", f"no such endpoint: POST {self.path}", close=True)
+            return
+        client = str(self.client_address[0]) if self.client_address else ""
+        wait = self.server.over_limit(client, self.path)
+        if wait:
+            # Not read: refusing costs nothing, reading and checking could cost a chain read.
+            self._refuse(
+                429,
+                "rate_limited",
+                f"too many requests from {client}: try again in {wait:.0f} s",
+                close=True,
+                retry_after=wait,
+            )
             return
         body = self._read_body()
         if body is None:
@@ -109,14 +145,27 @@ class OracleHandler(BaseHTTPRequestHandler):
             return None
         return self.rfile.read(length)
 
-    def _refuse(self, status: int, error: ErrorKind, reason: str, *, close: bool = False) -> None:
-        self._send(status, ErrorReply(code=status, error=error, reason=reason), close=close)
+    def _refuse(
+        self,
+        status: int,
+        error: ErrorKind,
+        reason: str,
+        *,
+        close: bool = False,
+        retry_after: float = 0.0,
+    ) -> None:
+        reply = ErrorReply(code=status, error=error, reason=reason)
+        self._send(status, reply, close=close, retry_after=retry_after)
 
-    def _send(self, status: int, reply: msgspec.Struct, *, close: bool = False) -> None:
+    def _send(
+        self, status: int, reply: msgspec.Struct, *, close: bool = False, retry_after: float = 0.0
+    ) -> None:
         body = msgspec.json.encode(reply)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if retry_after:
+            self.send_header("Retry-After", str(math.ceil(retry_after)))
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True

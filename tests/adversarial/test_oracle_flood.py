@@ -31,7 +31,7 @@ from oracle_client.ledger import start_server
 from oracle_client.models import ServiceQuote, ServiceRequest, sign_service_request
 from oracle_client.oracle_server.keys import load_or_create_key
 from oracle_client.oracle_server.locks import ChainLockChecker
-from oracle_client.oracle_server.server import OracleServer
+from oracle_client.oracle_server.server import SERVICE_BURST, OracleServer
 from oracle_client.oracle_server.service import HOLD_S, MAX_PENDING_PER_CLIENT, Oracle
 from oracle_client.oracle_server.store import Store
 from oracle_client.peerid import peer_id_from_public_key
@@ -72,15 +72,26 @@ def test_a_request_flood_neither_blocks_a_provider_nor_grows_the_store(
     oracle = server.oracle
     stranger = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10)
 
-    # 1. Unsigned, or signed by someone else, in the honest consumer's name: refused, unstored.
+    # 1. Unsigned, or signed by someone else, in the honest consumer's name: refused, unstored;
+    # past its address's burst, refused unread (429, rate_limited) until it slows down.
     honest_terms = msgspec.to_builtins(service_request("job-x"))
+    answers = []
     for i in range(100):
         forged = {**honest_terms, "job_id": f"forged-{i}", "signature": "00" * 64}
-        answer = _post(stranger, server.url, forged)
-        assert answer.status_code == 401 and answer.json()["error"] == "bad_signature"
+        answers.append(_post(stranger, server.url, forged))
+    unsigned = [a for a in answers if a.status_code == 401]
+    limited = [a for a in answers if a.status_code == 429]
+    assert len(unsigned) + len(limited) == 100
+    assert all(a.json()["error"] == "bad_signature" for a in unsigned)
+    assert all(a.json()["error"] == "rate_limited" for a in limited)
+    assert SERVICE_BURST <= len(unsigned) < SERVICE_BURST + 20  # the burst, and its refill
+    assert limited and "try again in" in limited[0].json()["reason"]
+    assert int(limited[0].headers["Retry-After"]) >= 1
     assert _rows(oracle.store) == 0
 
-    # 2. Signed by fifty fresh identities of its own, each naming the honest provider.
+    # 2. From another address, signed by fifty fresh identities of its own, each naming the
+    # honest provider (within that address's burst: the bound on open requests is under test).
+    stranger = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.3"), timeout=10)
     statuses = []
     for i in range(50):
         key = SigningKey.generate()
@@ -93,7 +104,7 @@ def test_a_request_flood_neither_blocks_a_provider_nor_grows_the_store(
     refused = [a for a in statuses if a.status_code == 429]
     assert len(accepted) == MAX_PENDING_PER_CLIENT and len(refused) == 50 - len(accepted)
     assert all(a.json()["error"] == "too_many_pending" for a in refused)
-    assert "127.0.0.2 sent" in refused[0].json()["reason"]
+    assert "127.0.0.3 sent" in refused[0].json()["reason"]
 
     # 3. The honest consumer, from its own address, is quoted the honest provider (one slot):
     # none of those requests holds it. It locks on chain; from then on its job holds the slot.
