@@ -40,7 +40,8 @@ class OracleError(Exception):
 
 
 class OracleUnavailable(OracleError):
-    """The oracle cannot be reached, timed out, or says it cannot serve now (429: too many from this address; 502/503/504)."""
+    """The oracle cannot be reached, timed out, or says it cannot serve now (502/503/504, or
+    429: too many requests from this address)."""
 
 
 class OracleProtocolError(OracleError):
