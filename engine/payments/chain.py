@@ -75,11 +75,12 @@ def check_network(settings: PaymentsSettings, wallet_network: Network, channel: 
 
 
 def build_context(settings: PaymentsSettings, project_id: str | None) -> ChainContext:
-    """The Blockfrost-compatible chain context; it asks the backend for the epoch at once."""
-    from pycardano import BlockFrostChainContext
+    """The Blockfrost-compatible chain context; it asks the backend for the epoch at once.
+    Its cost models are the canonical lists (``cost_models_raw``): see that module."""
+    from oracle_client.cardano.blockfrost import CanonicalBlockFrostContext
 
     url, key = endpoint(settings, project_id)
-    return _calling(url, lambda: BlockFrostChainContext(key, base_url=url))
+    return _calling(url, lambda: CanonicalBlockFrostContext(key, base_url=url))
 
 
 def endpoint(settings: PaymentsSettings, project_id: str | None) -> tuple[str, str]:

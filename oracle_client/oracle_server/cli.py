@@ -58,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here so `nunet-oracle --help` does not pay for pycardano.
-    from pycardano import BlockFrostChainContext
     from pycardano import Network as CardanoNetwork
 
+    from oracle_client.cardano.blockfrost import CanonicalBlockFrostContext
     from oracle_client.escrow.contract.artifact import escrow_address
     from oracle_client.oracle_server.keys import load_or_create_key
     from oracle_client.oracle_server.locks import ChainLockChecker
@@ -75,7 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
     key = load_or_create_key(args.key_file)
     store = Store(args.db)
     checker = ChainLockChecker(
-        lambda: BlockFrostChainContext(project_id=args.project_id, base_url=args.ledger_url),
+        lambda: CanonicalBlockFrostContext(project_id=args.project_id, base_url=args.ledger_url),
         address,
         _ntx_asset(args.ntx_unit),
     )

@@ -474,3 +474,93 @@ def test_distribute_signature_names_one_lock(world: World) -> None:
         _distribute(world, AMOUNT // 2, world.provider, signature=signed, escrow_utxo=second.utxo)
     T.submit(world.ctx, _distribute(world, AMOUNT // 2, world.provider, signature=signed))
     assert [e.utxo.input for e in T.find_escrows(world.ctx, JOB)] == [world.last_lock]
+
+
+class _AlphabeticalCostModels:
+    """An HTTP proxy in front of the ledger that serves its protocol parameters as Blockfrost
+    may: the named ``cost_models`` in alphabetical key order (a sorted map's JSON), the
+    ``cost_models_raw`` lists in the ledger's canonical order, everything else as it is."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import json
+        import threading
+        import urllib.error
+        import urllib.request
+
+        base = upstream.rstrip("/")
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                request = urllib.request.Request(
+                    base + self.path.removeprefix("/api"),
+                    data=body,
+                    method=self.command,
+                    headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as reply:
+                        status, data = reply.status, reply.read()
+                except urllib.error.HTTPError as exc:
+                    status, data = exc.code, exc.read()
+                if self.path.endswith("/epochs/latest/parameters") and status == 200:
+                    params = json.loads(data)
+                    params["cost_models"] = {
+                        language: dict(sorted(named.items()))
+                        for language, named in params["cost_models"].items()
+                    }
+                    data = json.dumps(params).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_script_txs_use_the_canonical_cost_models_whatever_order_blockfrost_names_them(
+    world: World,
+) -> None:
+    """Issue 20 §5: with the named cost models in another order than the ledger's, pycardano's
+    own context builds a script integrity hash the ledger refuses; ours, built from
+    ``cost_models_raw``, is accepted."""
+    from oracle_client.cardano.blockfrost import CanonicalBlockFrostContext
+    from oracle_client.ledger.params import cost_models
+
+    canonical = list(cost_models()["PlutusV3"])
+    assert canonical != sorted(canonical)  # the two orders differ: the test can fail
+    proxy = _AlphabeticalCostModels(world.ledger.url)
+    try:
+        world.lock()
+        claim = dict(
+            signing_key=world.provider.sk,
+            address=world.provider.address,
+            job_id=JOB,
+            oracle_signature=world.signature("withdraw", world.provider),
+            ntx=world.ledger.ntx_unit,
+        )
+        plain = BlockFrostChainContext("local", base_url=proxy.url)
+        assert list(plain.protocol_param.cost_models["PlutusV3"]) == sorted(canonical)
+        with pytest.raises(T.TxError, match="script data hash"):
+            T.submit(plain, T.claim(plain, **claim))  # type: ignore[arg-type]
+        ours = CanonicalBlockFrostContext("local", base_url=proxy.url)
+        values = list(ours.protocol_param.cost_models["PlutusV3"].values())
+        assert values == list(cost_models()["PlutusV3"].values())
+        T.submit(ours, T.claim(ours, **claim))  # type: ignore[arg-type]
+        assert world.ntx(world.provider) == AMOUNT
+    finally:
+        proxy.close()
