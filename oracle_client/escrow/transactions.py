@@ -345,6 +345,13 @@ def _build(
         # Raised by context.evaluate_tx: the script refused the transaction.
         raise TxError(f"{what}: script evaluation failed: {exc}") from exc
     except (PyCardanoException, ValueError) as exc:
+        if "collateral" in str(exc).lower():
+            # pycardano's words ("Minimum collateral amount N is greater than total provided
+            # collateral inputs {...}") do not say what to do: the wallet lacks plain ADA.
+            raise InsufficientFunds(
+                f"{what}: {address} has too little plain ADA for the collateral a script "
+                f"transaction pledges (it is not spent): send it a few ADA ({exc})"
+            ) from exc
         raise TxError(f"{what}: {exc}") from exc
 
 
