@@ -83,6 +83,12 @@ class JobInfo(Record, frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     results_dir: str = ""
+    # Consumer: when this node saw the job start and end, on its own clock, as it happened
+    # (an Update on a follow that had already shown the state before); None: not seen live.
+    # What a receipt may bill is bounded by it (payments/escrow.py), never by the times the
+    # provider reports.
+    seen_started_at: float | None = None
+    seen_finished_at: float | None = None
     # Consumer: why the results could not be fetched, after the last of its tries ("": none
     # failed for good); `job results` tries once more.
     results_error: str = ""

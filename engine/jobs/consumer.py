@@ -559,6 +559,7 @@ class ConsumerJobs:
                 self.ctx.identity,
                 p.Follow(job_id=job.job_id, after_seq=joblog.last_seq),
             )
+            live = False  # the first Update is the state as it is: not a change seen live
             while True:
                 received = await p.receive(stream, job.provider)
                 if received is None:
@@ -573,18 +574,31 @@ class ConsumerJobs:
                     return
                 if not isinstance(update, p.Update):
                     raise p.ProtocolError(f"unexpected {type(update).__name__} while following")
-                job = self._apply(job, update, joblog)
+                job = self._apply(job, update, joblog, live=live)
+                live = True
                 if update.receipt and job.state in api.TERMINAL_STATES:
                     await self._countersign(job, update.receipt)
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
 
-    def _apply(self, job: api.JobInfo, update: p.Update, joblog: JobLog) -> api.JobInfo:
+    def _apply(
+        self, job: api.JobInfo, update: p.Update, joblog: JobLog, *, live: bool = False
+    ) -> api.JobInfo:
+        """``live``: the update came on a follow that had shown the job before (its changes
+        are seen as they happen: their time on our clock bounds what the job may cost)."""
+        now = time.time()
         fresh = joblog.append(update.lines)
         if fresh:
-            self.ctx.emit(api.JobLogEvent(at=time.time(), job_id=job.job_id, lines=tuple(fresh)))
-        changed = msgspec.structs.replace(job, **update.progress(), log_lines=len(joblog))
+            self.ctx.emit(api.JobLogEvent(at=now, job_id=job.job_id, lines=tuple(fresh)))
+        seen: dict[str, float] = {}
+        started = update.state == "running" and job.state not in ("running", *api.TERMINAL_STATES)
+        if live and job.seen_started_at is None and started:
+            seen["seen_started_at"] = now
+        ended = job.state == "running" and update.state in api.TERMINAL_STATES
+        if live and job.seen_finished_at is None and job.seen_started_at is not None and ended:
+            seen["seen_finished_at"] = now
+        changed = msgspec.structs.replace(job, **update.progress(), log_lines=len(joblog), **seen)
         if changed == job:
             return job
         if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:

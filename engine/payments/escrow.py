@@ -525,6 +525,17 @@ class Escrows:
                 f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine time; "
                 f"this node saw {seen_ms / 1000:.1f} s",
             )
+        # The times above are the provider's own (its Updates carry them): a provider that
+        # reports an earlier start bills what it likes. Where this node watched the job start
+        # and end (consumer.py), its own clock bounds the bill (issue 20 §7).
+        if job.seen_started_at is not None and job.seen_finished_at is not None:
+            watched_ms = max(0, int((job.seen_finished_at - job.seen_started_at) * 1000))
+            if receipt.machine_ms > watched_ms + watched_tolerance_ms(watched_ms):
+                raise EngineError(
+                    "payment",
+                    f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine "
+                    f"time; this node watched the job run {watched_ms / 1000:.1f} s",
+                )
         return receipt
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
@@ -657,6 +668,19 @@ METERING_TOLERANCE_SHARE = 0.02
 
 def metering_tolerance_ms(seen_ms: int) -> int:
     return int(METERING_TOLERANCE_S * 1000 + METERING_TOLERANCE_SHARE * seen_ms)
+
+
+# How much more than this node watched a receipt may bill (both times on this node's clock).
+# The start's Update may reach us later than the end's by whatever the link did meanwhile,
+# and a lie about the start looks the same: this bound is the slow link we design for (stalls
+# of up to 15 s each way), so an honest provider behind one is never refused, and a provider
+# that reports an earlier start gains at most this much (it could bill the whole lock before).
+WATCHED_TOLERANCE_S = 30.0
+WATCHED_TOLERANCE_SHARE = 0.02
+
+
+def watched_tolerance_ms(watched_ms: int) -> int:
+    return int(WATCHED_TOLERANCE_S * 1000 + WATCHED_TOLERANCE_SHARE * watched_ms)
 
 
 def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:

@@ -40,11 +40,13 @@ WHY = {
     "time": "bills 6",  # 600 s more than it saw: "bills 60x.x s of machine time"
     "price": "price_units_hour = 60000000; this node's record says 6000000",
     "lock": "amount = 1100000; this node's record says 100000",
+    # Its Updates carry the early start too: only this node's own clock refuses it.
+    "early_start": "this node watched the job run",
 }
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("cheat", ["time", "price", "lock"])
+@pytest.mark.parametrize("cheat", ["time", "price", "lock", "early_start"])
 def test_a_provider_that_overbills_is_never_paid_and_the_lock_comes_back(
     market: Market, scripts: str, cheat: str
 ) -> None:

@@ -336,3 +336,35 @@ def test_a_results_transfer_that_stalls_ends_at_its_deadline_saying_what_it_wait
     assert isinstance(failed, trio.TooSlowError)
     assert str(failed) == "no reply: waited 0.3 s for the next bytes of the results"
     assert time.monotonic() - started < 3
+
+
+def test_a_start_and_an_end_are_timed_on_our_clock_only_when_seen_as_they_happen(
+    tmp_path: Path,
+) -> None:
+    """Issue 20 §7: what a receipt may bill is bounded by this node's own clock, so only the
+    changes a follow shows as they happen are timed (the first Update of a follow is the state
+    as it is: a job already running has no start seen here)."""
+    consumer, _, _ = world(tmp_path)
+    job = api.JobInfo(
+        job_id="b1b2b3b4b5b6",
+        role="consumer",
+        state="accepted",
+        provider=identity(11).peer_id,
+        consumer=consumer.ctx.identity.peer_id,
+        spec=spec(),
+    )
+    consumer.ctx.store.save_job(job)
+    log = consumer.job_log(job.job_id)
+    running = p.Update(job_id=job.job_id, state="running", started_at=time.time() - 600)
+    ended = p.Update(job_id=job.job_id, state="completed", started_at=time.time() - 600)
+
+    first = consumer._apply(job, running, log, live=False)
+    assert first.seen_started_at is None  # joined late: not seen starting
+    assert consumer._apply(first, ended, log, live=True).seen_finished_at is None
+
+    before = time.time()
+    watched = consumer._apply(job, running, log, live=True)
+    assert watched.seen_started_at is not None and watched.seen_started_at >= before
+    done = consumer._apply(watched, ended, log, live=True)
+    assert done.seen_finished_at is not None and done.seen_finished_at >= watched.seen_started_at
+    assert done.started_at is not None and done.started_at < before - 500  # theirs, kept apart

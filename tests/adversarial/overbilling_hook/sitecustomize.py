@@ -5,6 +5,9 @@ when tests/adversarial/test_overbilling.py puts its folder on the daemon's PYTHO
 (ten more minutes of machine time), ``price`` (ten times the quoted price) or ``lock`` (a
 lock of 1 NTX more than the chain holds). The receipt stays self-consistent (its charge is
 what its own fields make), so only the consumer's comparison with what it saw can refuse it.
+``early_start``: the consistent liar (issue 20 §7): the job's start as the provider records
+it, tells it in every Update and signs it in the receipt is ``EARLY_START_S`` earlier than
+it was; only the consumer's own clock can tell.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 MODE = os.environ.get("NUNET_TEST_OVERBILL", "")
 EXTRA_MS = 600_000
 EXTRA_LOCK_UNITS = 1_000_000
+EARLY_START_S = 600.0
 
 
 def _install() -> None:
@@ -49,5 +53,24 @@ def _install() -> None:
     rc.sign = hostile_sign
 
 
+def _install_early_start() -> None:
+    import msgspec
+
+    from engine.jobs import provider
+
+    honest_save = provider.ProviderJobs._save
+    shifted: set[str] = set()
+
+    def lying_save(self: Any, job: Any) -> Any:
+        if job.state == "running" and job.started_at is not None and job.job_id not in shifted:
+            shifted.add(job.job_id)
+            job = msgspec.structs.replace(job, started_at=job.started_at - EARLY_START_S)
+        return honest_save(self, job)
+
+    provider.ProviderJobs._save = lying_save  # type: ignore[method-assign]
+
+
 if MODE in ("time", "price", "lock"):
     _install()
+elif MODE == "early_start":
+    _install_early_start()
