@@ -60,7 +60,7 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
     """Twenty paid submits to one provider whose link holds frames seconds at a time and cuts
     connections: every job runs once, at that provider, and is paid once to the base unit
     (the chain, both books and the receipt agree); no lock is left behind, no job is in two
-    states. Slow by nature (the link's own delays): about two minutes."""
+    states. Slow by nature (the link's own delays and cuts): 40-80 s."""
     (tmp_path / "www" / "quick.py").write_text(QUICK)
     with paid_pair_behind_link(
         market, scripts, LINK, slots=JOBS, env={**SLOW_HEARTBEAT}, provider_env=DEBUG
