@@ -39,8 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import MACHINE_TOML, make_home, run_cli
-from tests.daemon_harness import HEARTBEAT_ENV, Daemon
+from tests.conftest import run_cli
+from tests.daemon_harness import Daemon, spawner
 from tests.daemons.test_payments_e2e import Market
 from tests.slow_link import paid_pair_behind_link
 
@@ -90,25 +90,7 @@ def market_in(root: Path) -> Iterator[ChaosMarket]:
     oracle = Oracle(load_or_create_key(root / "oracle.key"), store, checker, "testnet")
     server = OracleServer(oracle, poll_interval=0.05).start()
     started: list[Daemon] = []
-
-    def spawn(
-        name: str,
-        seed: int,
-        bootstrap: str | None = None,
-        extra_toml: str = "",
-        env: dict[str, str] | None = None,
-        netns: str = "",
-    ) -> Daemon:
-        home = make_home(
-            root / name, seed=bytes([seed]) * 32, machine_toml=MACHINE_TOML + extra_toml
-        )
-        full = {**HEARTBEAT_ENV, **(env or {})}
-        if bootstrap:
-            full["NUNET_NETWORK_BOOTSTRAP"] = bootstrap
-        daemon = Daemon(home, full, netns).start()
-        started.append(daemon)
-        return daemon
-
+    spawn = spawner(root, started)
     market = ChaosMarket(ledger, server.url, server, spawn, oracle, root / "ledger.db", current)
     try:
         yield market

@@ -134,9 +134,9 @@ def wait_for(check: Callable[[], Any], message: str, timeout: float = 20.0) -> A
     raise AssertionError(message)
 
 
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
+def spawner(root: Path, started: list[Daemon]) -> Callable[..., Daemon]:
+    """``spawn(name, seed, bootstrap=, channel=, extra_toml=, env=, netns=)``: a started
+    daemon in ``root/name``, appended to ``started`` (the caller stops them)."""
 
     def spawn(
         name: str,
@@ -148,7 +148,7 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         netns: str = "",
     ) -> Daemon:
         home = make_home(
-            tmp_path / name, seed=bytes([seed]) * 32, machine_toml=MACHINE_TOML + extra_toml
+            root / name, seed=bytes([seed]) * 32, machine_toml=MACHINE_TOML + extra_toml
         )
         env = {**HEARTBEAT_ENV, **(env or {})}
         if bootstrap:
@@ -159,6 +159,12 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
         started.append(daemon)
         return daemon
 
-    yield spawn
+    return spawn
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+    yield spawner(tmp_path, started)
     for daemon in started:
         daemon.stop(kill=True)

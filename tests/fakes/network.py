@@ -135,12 +135,17 @@ class FakeNetwork:
 @dataclass
 class FakeProviderPeer:
     """A remote provider that speaks the job protocol from a script: it quotes every offer
-    at ``total_ntx`` (or refuses it with ``refuse``) and accepts every confirm."""
+    at ``total_ntx`` (or refuses it with ``refuse``) and accepts every confirm (or refuses it
+    with ``refuse_confirm``; or, ``silent``, never answers one, nor a Release unless
+    ``releases``: then it refuses the Release, it will never run the job)."""
 
     identity: Identity
     total_ntx: float = 0.5
     refuse: str = ""
     payment_address: str = ""
+    refuse_confirm: str = ""
+    silent: bool = False
+    releases: bool = False
     # The real provider's per-consumer offer rate (provider.py), when a test wants it.
     offer_limit: PeerRateLimiter | None = None
     received: list[p.AnyJobMessage] = field(default_factory=list)
@@ -174,8 +179,17 @@ class FakeProviderPeer:
                     payment_address=self.payment_address,
                 )
             )
+        elif isinstance(message, p.Release) and self.releases:
+            answer = p.refusal(message.job_id, "released")
+        elif self.silent and isinstance(message, p.Confirm | p.Release):
+            await trio.sleep(1.5)  # holds the stream past the consumer's wait, silent
+            return
         elif isinstance(message, p.Confirm):
-            answer = p.Accepted(job_id=message.job_id)
+            answer = (
+                p.refusal(message.job_id, self.refuse_confirm)
+                if self.refuse_confirm
+                else p.Accepted(job_id=message.job_id)
+            )
         else:
             answer = p.refusal(message.job_id, "this script answers offers and confirms only")
         await p.send(stream, self.identity, answer)

@@ -569,29 +569,17 @@ def test_script_txs_use_the_canonical_cost_models_whatever_order_blockfrost_name
 def test_a_wallet_of_small_outputs_is_told_to_add_ada_for_the_collateral(world: World) -> None:
     """Enough ADA in all, but no three outputs together hold a script spend's collateral:
     one line that says what to do, not pycardano's arithmetic alone."""
-    import dataclasses
-
     small = Wallet()
     for _ in range(10):
         world.ledger.faucet(str(small.address), ada="1.1")
-    job = "job-small"
-    datum = dataclasses.replace(world.datum, provider=small.pkh.payload, job_id=job.encode())
-    tx = T.lock(
-        world.ctx,
-        signing_key=world.consumer.sk,
-        address=world.consumer.address,
-        datum=datum,
-        ntx=world.ledger.ntx_unit,
-    )
-    locked = T.locked_output(tx, world.ctx)
-    T.submit(world.ctx, tx)
-    message = oracle_message("withdraw", job, small.pkh.payload, AMOUNT, locked)  # type: ignore[arg-type]
+    world.datum = replace(world.datum, provider=small.pkh.payload)
+    world.lock()
     with pytest.raises(T.InsufficientFunds, match="too little plain ADA for the collateral"):
         T.claim(
             world.ctx,
             signing_key=small.sk,
             address=small.address,
-            job_id=job,
-            oracle_signature=bytes(world.oracle.sign(message).signature),
+            job_id=JOB,
+            oracle_signature=world.signature("withdraw", small),
             ntx=world.ledger.ntx_unit,
         )

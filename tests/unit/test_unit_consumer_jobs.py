@@ -147,38 +147,6 @@ def test_a_script_submitting_many_jobs_waits_its_turn_instead_of_being_refused(
     assert [type(m) for m in provider.received] == [p.Offer, p.Confirm] * count
 
 
-class SilentAfterQuote(FakeProviderPeer):
-    """Quotes, then never answers a Confirm (a slow link, a hung provider), nor a Release
-    unless ``releases``: then it refuses it (it will never run the job)."""
-
-    releases: bool = False
-
-    async def handle(self, stream: Any) -> None:
-        got = await p.receive(stream, p.remote_peer(stream))
-        assert got is not None
-        self.received.append(got[0])
-        if isinstance(got[0], p.Release) and self.releases:
-            await p.send(stream, self.identity, p.refusal(got[0].job_id, "released"))
-            await stream.close()
-            return
-        if not isinstance(got[0], p.Offer):
-            await trio.sleep(1.5)  # holds the stream past the consumer's wait, silent
-            return
-        await p.send(
-            stream,
-            self.identity,
-            p.Quote(
-                job_id=got[0].job_id,
-                provider=self.peer_id,
-                price_ntx_hour=3.0,
-                total_ntx=0.5,
-                expires_at=time.time() + 60,
-                executor="process",
-            ),
-        )
-        await stream.close()
-
-
 def test_a_provider_silent_after_the_quote_keeps_the_job_and_no_other_provider_is_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,7 +158,7 @@ def test_a_provider_silent_after_the_quote_keeps_the_job_and_no_other_provider_i
     monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
     monkeypatch.setattr(consumer_module, "SUBMIT_S", 2.0)
     monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
-    silent = SilentAfterQuote(identity(4))
+    silent = FakeProviderPeer(identity(4), silent=True)
     willing = FakeProviderPeer(identity(5), total_ntx=0.25)
     consumer, link, _ = world(tmp_path, (silent, 0.5), (willing, 1.5))
     job = submit(consumer, link)
@@ -203,40 +171,14 @@ def test_a_provider_silent_after_the_quote_keeps_the_job_and_no_other_provider_i
     assert stored.state == "confirming"
 
 
-class RefusesConfirms(FakeProviderPeer):
-    """Quotes, then refuses the Confirm: a final answer."""
-
-    async def handle(self, stream: Any) -> None:
-        got = await p.receive(stream, p.remote_peer(stream))
-        assert got is not None
-        if isinstance(got[0], p.Confirm):
-            self.received.append(got[0])
-            await p.send(stream, self.identity, p.refusal(got[0].job_id, "lock not seen"))
-            await stream.close()
-            return
-        self.received.append(got[0])
-        await p.send(
-            stream,
-            self.identity,
-            p.Quote(
-                job_id=got[0].job_id,
-                provider=self.peer_id,
-                price_ntx_hour=3.0,
-                total_ntx=0.5,
-                expires_at=time.time() + 60,
-                executor="process",
-                payment_address="addr_test1qrefuser",
-            ),
-        )
-        await stream.close()
-
-
 def test_a_refused_confirm_refunds_its_lock_now_and_the_next_provider_runs_the_job(
     tmp_path: Path,
 ) -> None:
     """A final refusal frees the consumer to go on, and its lock is asked back at once (the
     escrow's never_ran), not at the deadline."""
-    refuser = RefusesConfirms(identity(6))
+    refuser = FakeProviderPeer(
+        identity(6), refuse_confirm="lock not seen", payment_address="addr_test1qrefuser"
+    )
     willing = FakeProviderPeer(identity(7), total_ntx=0.25, payment_address="addr_test1qw")
     escrows = FakeEscrows()
     consumer, link, _ = world(tmp_path, (refuser, 0.5), (willing, 1.5), escrows=escrows)
@@ -262,8 +204,9 @@ def test_job_cancel_of_a_job_still_confirming_releases_it_and_refunds_its_lock(
     monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
     monkeypatch.setattr(consumer_module, "SUBMIT_S", 1.0)
     monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
-    peer = SilentAfterQuote(identity(8), payment_address="addr_test1qsilent")
-    peer.releases = True
+    peer = FakeProviderPeer(
+        identity(8), payment_address="addr_test1qsilent", silent=True, releases=True
+    )
     escrows = FakeEscrows()
     consumer, link, _ = world(tmp_path, (peer, 0.5), escrows=escrows)
     job = submit(consumer, link)
