@@ -228,6 +228,12 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Networks (CIDRs) a job's script URL or git host may be in besides public addresses:
     # loopback, LAN and link-local ones are refused unless listed (a LAN market, the demo).
     fetch_allow_networks: list[str] = msgspec.field(default_factory=list)
+    # Job logs on disk (both roles): one job's is cut at log_job_mb (a line says so); ended
+    # jobs' logs are removed after log_keep_days (0: kept), and oldest first while all of them
+    # together pass log_total_mb. A removed log keeps one line saying when and why.
+    log_job_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 256
+    log_total_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 4096
+    log_keep_days: Annotated[float, msgspec.Meta(ge=0, le=36500)] = 30.0
     # `job shell` into a running job by its consumer (every session is noted in the job's log;
     # advertised, so consumers who want one can match on it).
     allow_shell: bool = True

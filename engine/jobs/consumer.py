@@ -135,6 +135,7 @@ class ConsumerJobs:
         *,
         network: Callable[[], NetworkPort],
         escrows: Callable[[], EscrowPort] | None = None,
+        logs: JobLogs | None = None,
     ) -> None:
         self.ctx = ctx
         self._network = network
@@ -145,7 +146,7 @@ class ConsumerJobs:
         # instead of being refused "too many offers".
         self._offer_pace = PeerRateLimiter(p.OFFERS_PER_S * 0.9, p.OFFER_BURST - 1)
         # Open logs: a followed job's stays; of the others only the last few read.
-        self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
+        self._logs = logs if logs is not None else JobLogs(ctx.paths.state_dir / "jobs")
         self._nursery: trio.Nursery | None = None
         self._fetch_failures: dict[str, int] = {}  # results fetches failed in a row, by job
 

@@ -3,7 +3,8 @@
 Bytes arrive in arbitrary chunks per stream (pipes, Docker's log frames); ``feed`` cuts them
 into lines and ``flush`` delivers a last unterminated line. Readers (``follow``) get the
 backlog from any sequence number and then each new line as soon as it is appended. Only the
-newest ``max_lines`` are kept in memory (the jobs store keeps the full log on disk).
+newest ``max_lines`` and ``max_bytes`` of text are kept in memory (the job's log on disk
+keeps the rest): 64 KiB lines must not make the line count a bound on gigabytes.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ class LogLine(msgspec.Struct, frozen=True, gc=False):
 
 
 class LogBuffer:
-    def __init__(self, max_lines: int = 200_000) -> None:
+    def __init__(self, max_lines: int = 200_000, max_bytes: int = 32 << 20) -> None:
         self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self._bytes = 0  # characters of text kept
         self._lines: list[LogLine] = []
         self._first = 0  # seq of self._lines[0]
         self._next = 0
@@ -53,6 +56,7 @@ class LogBuffer:
         self._wake()
 
     def _add(self, stream: Stream, text: str, when: float) -> None:
+        self._bytes += len(text)
         if len(text) <= MAX_LINE:
             self._lines.append(LogLine(stream, text, when, self._next))
             self._next += 1
@@ -62,10 +66,19 @@ class LogBuffer:
                     LogLine(stream, text[start : start + MAX_LINE], when, self._next)
                 )
                 self._next += 1
-        if len(self._lines) > 2 * self.max_lines:
-            drop = len(self._lines) - self.max_lines  # trim in bulk: amortised O(1) per line
-            del self._lines[:drop]
-            self._first += drop
+        if len(self._lines) > 2 * self.max_lines or self._bytes > 2 * self.max_bytes:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Down to half the bounds, in bulk: amortised O(1) per line."""
+        drop = max(0, len(self._lines) - self.max_lines)
+        dropped = sum(len(line.text) for line in self._lines[:drop])
+        while drop < len(self._lines) - 1 and self._bytes - dropped > self.max_bytes:
+            dropped += len(self._lines[drop].text)
+            drop += 1
+        del self._lines[:drop]
+        self._first += drop
+        self._bytes -= dropped
 
     def feed(self, stream: Stream, data: bytes) -> None:
         """A chunk of a stream's bytes: every complete line in it is appended (and readers

@@ -150,7 +150,8 @@ LINES_GATHER_S = 0.1
 
 class ProviderJobs:
     """``network``: the node's network (None: this engine runs without one); ``escrows``:
-    the escrow of paid jobs (None: payments are off). Both are built on first use."""
+    the escrow of paid jobs (None: payments are off). Both are built on first use.
+    ``logs``: the node's job logs (shared with its consumer side)."""
 
     def __init__(
         self,
@@ -159,6 +160,7 @@ class ProviderJobs:
         *,
         network: Callable[[], NetworkPort] | None = None,
         escrows: Callable[[], EscrowPort] | None = None,
+        logs: JobLogs | None = None,
     ) -> None:
         self.ctx = ctx
         self._network = network if ctx.network_enabled else None
@@ -176,7 +178,7 @@ class ProviderJobs:
         self._changed: dict[str, trio.Event] = {}
         # Open logs: a running job's stays; of finished ones only the last few read (the
         # rest are opened again from their files by `job logs`, a follow, results).
-        self._logs = JobLogs(lambda job_id: self.job_path(job_id, "log.jsonl"))
+        self._logs = logs if logs is not None else JobLogs(ctx.paths.state_dir / "jobs")
         self._nursery: trio.Nursery | None = None
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)

@@ -17,11 +17,14 @@ from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
+from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel import ConsumerTunnels
 from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
 
 log = logging.getLogger("nunet.jobs")
+
+LOG_SWEEP_S = 3600.0  # besides after every job's end: the age rule needs no job to end
 
 
 def build_executors(ctx: NodeContext) -> dict[str, Executor]:
@@ -61,8 +64,18 @@ class NodeJobs:
     ) -> None:
         self.ctx = ctx
         executors = build_executors(ctx) if executors is None else executors
-        self.provider = ProviderJobs(ctx, executors, network=network, escrows=escrows)
-        self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows)
+        settings = ctx.settings.jobs
+        limits = LogLimits(
+            job_bytes=settings.log_job_mb * MB,
+            total_bytes=settings.log_total_mb * MB,
+            keep_s=settings.log_keep_days * 86400.0,
+        )
+        # One set of logs for both roles: they share the jobs folder the sweep keeps in bounds.
+        self.logs = JobLogs(ctx.paths.state_dir / "jobs", limits, ended=self._ended)
+        self.provider = ProviderJobs(
+            ctx, executors, network=network, escrows=escrows, logs=self.logs
+        )
+        self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows, logs=self.logs)
         # job forward / job shell (the provider's side: .provider.tunnels)
         self.tunnels = ConsumerTunnels(ctx, network)
 
@@ -71,7 +84,17 @@ class NodeJobs:
             await nursery.start(self.provider.serve)
             await nursery.start(self.consumer.serve)
             await nursery.start(self.tunnels.serve)
+            nursery.start_soon(self._sweep_logs)
             task_status.started()
+
+    def _ended(self, job_id: str) -> bool:
+        job = self.ctx.store.get_job(job_id)
+        return job is None or job.state in api.TERMINAL_STATES
+
+    async def _sweep_logs(self) -> None:
+        while True:
+            self.logs.sweep()  # stats, and a tail read per removed log: quick, and no race
+            await trio.sleep(LOG_SWEEP_S)
 
     def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts: serve the job protocol on its host."""

@@ -3,8 +3,6 @@ protocol over libp2p, the process executor, scripts served by a real HTTP server
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import threading
 import time
@@ -17,6 +15,7 @@ import pytest
 from tests.conftest import REPO, TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.docker_fixture import docker_host, sklearn_image
+from tests.http_files import serve_files
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
 
@@ -56,23 +55,10 @@ pathlib.Path("outputs/done.json").write_text(json.dumps({"epochs": 16}))
 
 @pytest.fixture
 def scripts(tmp_path: Path) -> Iterator[str]:
-    root = tmp_path / "www"
-    root.mkdir()
-    for name in ("iris",):
-        (root / f"{name}.py").write_text(
-            (REPO / "examples" / "jobs" / name / "train.py").read_text()
-        )
-    (root / "slow.py").write_text(SLOW)
-    (root / "failing.py").write_text(FAILING)
-    (root / "checkpointed.py").write_text(CHECKPOINTED)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[assignment, attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    iris = (REPO / "examples" / "jobs" / "iris" / "train.py").read_text()
+    files = {"iris.py": iris, "slow.py": SLOW, "failing.py": FAILING}
+    with serve_files(tmp_path / "www", {**files, "checkpointed.py": CHECKPOINTED}) as base:
+        yield base
 
 
 def _pair(
@@ -80,10 +66,11 @@ def _pair(
     slots: int = 1,
     jobs_toml: str = PROCESS_JOBS,
     env: dict[str, str] | None = None,
+    consumer_env: dict[str, str] | None = None,
 ) -> tuple[Daemon, Daemon]:
     # The consumer is the bootstrap peer: a provider that restarts (on a new port) dials
     # back in, as providers on a real network rejoin through their bootstrap peers.
-    consumer = daemons("consumer", 31)
+    consumer = daemons("consumer", 31, env=consumer_env)
     provider = daemons(
         "provider",
         30,

@@ -10,9 +10,6 @@ Checkpoints every second here make that moment certain to come.
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from engine.jobs.joblog import JobLog
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import TERMINAL, _pair, _state, _submit
 from tests.docker_fixture import docker_host, sklearn_image
+from tests.http_files import serve_files
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
 
@@ -31,16 +29,8 @@ FLOOD = f"import sys\nw = sys.stdout.write\nfor i in range({LINES}):\n    w(f'li
 
 @pytest.fixture
 def flood_url(tmp_path: Path) -> Iterator[str]:
-    root = tmp_path / "www"
-    root.mkdir()
-    (root / "flood.py").write_text(FLOOD)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/flood.py"
-    server.shutdown()
-    server.server_close()
+    with serve_files(tmp_path / "www", {"flood.py": FLOOD}) as base:
+        yield f"{base}/flood.py"
 
 
 @pytest.mark.parametrize("executor", ["process", pytest.param("docker", marks=pytest.mark.docker)])
