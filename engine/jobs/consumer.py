@@ -63,6 +63,9 @@ CONFIRM_RETRY_S = (1.0, 2.0, 5.0, 10.0)  # between tries of a Confirm or a Relea
 # `job cancel` of a job not yet accepted: its Release's time, then the Cancel's, then 5 s to
 # see it end, inside the client's wait (api.CANCEL_WAIT_S).
 CANCEL_RELEASE_S = api.CANCEL_WAIT_S - 3 * ASK_TIMEOUT_S - 15.0
+# How long `job cancel` waits for a cancelled running job's end after the provider took it.
+CANCEL_END_S = 20.0
+assert CANCEL_RELEASE_S + ASK_TIMEOUT_S + CANCEL_END_S < api.CANCEL_WAIT_S
 # A job is "pending" until its Confirm goes out (then "confirming" until the final answer).
 UNDECIDED = ("pending", "confirming")
 
@@ -792,7 +795,10 @@ class ConsumerJobs:
         if isinstance(answer, p.Refusal):
             what = "stop" if stop else "cancel"
             raise EngineError("refused", f"the provider refused to {what}: {answer.reason}")
-        with trio.move_on_after(5):
+        # The provider answers at once and stops the job meanwhile (a container's stop may
+        # take its grace time and more); its end comes in the job's Updates. A job not ended
+        # by then is returned as it is: the caller says it is stopping.
+        with trio.move_on_after(CANCEL_END_S):
             while (current := self.ctx.store.get_job(job.job_id)) is not None and (
                 current.state not in api.TERMINAL_STATES
             ):

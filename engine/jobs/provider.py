@@ -180,6 +180,7 @@ class ProviderJobs:
         # rest are opened again from their files by `job logs`, a follow, results).
         self._logs = logs if logs is not None else JobLogs(ctx.paths.state_dir / "jobs")
         self._nursery: trio.Nursery | None = None
+        self._cancelling: set[str] = set()  # jobs being stopped now (one stop each)
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
         self._resources = ResourceFile(ctx.paths.resources_file)  # what is sold (issue 12)
@@ -928,12 +929,26 @@ class ProviderJobs:
             executor, run = running
             if cancel.stop:
                 self._stopping.add(cancel.job_id)
-            await executor.cancel(
-                run, "stopped by the consumer" if cancel.stop else "cancelled by the consumer"
-            )
+            reason = "stopped by the consumer" if cancel.stop else "cancelled by the consumer"
+            if self._nursery is None:
+                await executor.cancel(run, reason)
+            elif cancel.job_id not in self._cancelling:
+                # Answered now, stopped in the background: a container's stop (its grace
+                # time, a thaw, a loaded Docker) may take longer than the consumer waits
+                # for an answer; the end reaches it in the job's Updates.
+                self._cancelling.add(cancel.job_id)
+                self._nursery.start_soon(self._stop_job, executor, run, reason)
         else:
             self._finish(job, ExitStatus(None, "cancelled", "cancelled by the consumer"))
         return p.Accepted(job_id=cancel.job_id)
+
+    async def _stop_job(self, executor: Executor, run: JobRun, reason: str) -> None:
+        try:
+            await executor.cancel(run, reason)
+        except Exception:  # the run's own supervisor still ends it; this is said, not raised
+            log.exception("job %s: stopping it failed", run.job_id)
+        finally:
+            self._cancelling.discard(run.job_id)
 
     # --- following and results ---------------------------------------------------------
 

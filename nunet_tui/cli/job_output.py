@@ -266,15 +266,26 @@ def _raise_unless_completed(client: EngineClient, job_id: str) -> None:
         raise EngineError("job_" + job.state, f"job {job_id} ended {job.state}{reason}")
 
 
+def _cancel(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
+    job: api.JobInfo = client.call_blocking(
+        api.CancelJob(job_id=args.job_id), timeout=api.CANCEL_WAIT_S
+    )
+    if job.state not in api.TERMINAL_STATES:
+        print(
+            f"the provider took the cancel and is stopping job {job.job_id}; "
+            f"`nunet-tui job show {job.job_id}` shows its end",
+            file=sys.stderr,
+        )
+    return job
+
+
 RUNNERS = {
     "job submit": _submit,
     "job list": lambda a, c: c.call_blocking(api.ListJobs()),
     "job show": _show,
     "job logs": _logs,
     "job results": _results,
-    "job cancel": lambda a, c: c.call_blocking(
-        api.CancelJob(job_id=a.job_id), timeout=api.CANCEL_WAIT_S
-    ),
+    "job cancel": _cancel,
 }
 
 

@@ -466,7 +466,8 @@ class JobDetailScreen(CapabilityScreen):
             self.notify(safe(exc.message), title="Cancel", severity="error", markup=False)
             return
         self.show_job()
-        self.notify(f"Job {job.job_id}: {self.job.state}", title="Cancel", markup=False)
+        shown = self.job.state if is_terminal(self.job) else "the provider is stopping it"
+        self.notify(f"Job {job.job_id}: {shown}", title="Cancel", markup=False)
 
     @work(group="job-op", exclusive=True)
     async def action_results(self) -> None:

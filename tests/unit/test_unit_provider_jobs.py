@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 import trio
+import trio.testing
 
 from engine import api
 from engine.jobs import protocol as p
@@ -372,3 +373,51 @@ def test_a_release_after_the_accept_answers_accepted_and_a_stranger_learns_nothi
     assert len(started) == 1  # the run, started once
     [job] = provider.ctx.store.list_jobs()
     assert job.job_id == quote.job_id
+
+
+class SlowStopExecutor:
+    """An executor fake whose cancel takes a minute (a container's grace time on a loaded
+    Docker): records when it was asked and when it finished."""
+
+    def __init__(self) -> None:
+        self.cancels: list[float] = []
+        self.stopped = trio.Event()
+
+    async def cancel(self, run: Any, reason: str = "") -> None:
+        self.cancels.append(trio.current_time())
+        await trio.sleep(60)
+        self.stopped.set()
+
+
+def test_a_cancel_is_answered_at_once_while_a_slow_stop_goes_on(tmp_path: Path) -> None:
+    """Issue 20 §8: the provider's answer to a Cancel does not wait for the job to stop (the
+    consumer's wait for an answer is 10 s; a stop may take longer); a repeat while it stops
+    starts no second stop."""
+    provider, _, _ = build(tmp_path)
+    executor = SlowStopExecutor()
+    job = api.JobInfo(
+        job_id="0123456789ab",
+        role="provider",
+        state="running",
+        provider=provider.ctx.identity.peer_id,
+        consumer=CONSUMER,
+        spec=spec(),
+        executor="process",
+    )
+    provider.ctx.store.save_job(job)
+    provider._runs[job.job_id] = (executor, SimpleNamespace(job_id=job.job_id))  # type: ignore[assignment]
+    answered: list[float] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            provider._nursery = nursery
+            for _ in range(2):
+                answer = await provider._cancel(p.Cancel(job_id=job.job_id), CONSUMER)
+                assert answer == p.Accepted(job_id=job.job_id)
+                answered.append(trio.current_time())
+            await executor.stopped.wait()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert answered[1] - executor.cancels[0] < 1  # answered before the stop's minute
+    assert len(executor.cancels) == 1
