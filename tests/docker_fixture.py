@@ -85,3 +85,20 @@ def notebook_image(docker_host: str) -> str:
     """The test image plus JupyterLab (wheels from the package index pip is configured
     with, installed in a container without network), built when it is not there yet."""
     return _built("build_notebook_image.sh", NOTEBOOK_IMAGE, docker_host, "the notebook image")
+
+
+# Run a test with each executor (`@EXECUTORS` on a test taking ``executor`` and ``request``);
+# its daemons get `executor_env(...)` and `executor_jobs_toml(...)`.
+EXECUTORS = pytest.mark.parametrize(
+    "executor", ["process", pytest.param("docker", marks=pytest.mark.docker)]
+)
+
+
+def executor_env(executor: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment a daemon running jobs with ``executor`` needs (Docker's engine and
+    the jobs' image, for "docker")."""
+    if executor != "docker":
+        return {}
+    host = request.getfixturevalue("docker_host")
+    request.getfixturevalue("sklearn_image")
+    return {"DOCKER_HOST": host}

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import _pair, _state, _submit
-from tests.docker_fixture import docker_host, sklearn_image
+from tests.docker_fixture import EXECUTORS, docker_host, executor_env, sklearn_image
 from tests.http_files import serve_files
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
@@ -39,17 +39,14 @@ def stubborn_url(tmp_path: Path) -> Iterator[str]:
         yield f"{base}/stubborn.py"
 
 
-@pytest.mark.parametrize("executor", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+@EXECUTORS
 def test_cancel_of_a_job_that_ignores_sigterm_is_taken_at_once_and_ends_it(
     executor: str,
     daemons: Callable[..., Daemon],
     stubborn_url: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    env: dict[str, str] = {}
-    if executor == "docker":
-        env["DOCKER_HOST"] = request.getfixturevalue("docker_host")
-        request.getfixturevalue("sklearn_image")
+    env = executor_env(executor, request)
     jobs = f'\n[jobs]\nexecutors = ["{executor}"]\ncheckpoint_interval_s = 0\n'
     provider, consumer = _pair(daemons, jobs_toml=jobs, env=env)
     job_id = _submit(consumer, stubborn_url, name="stubborn")["job_id"]

@@ -18,7 +18,7 @@ import pytest
 from engine.jobs.joblog import JobLog
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import TERMINAL, _pair, _state, _submit
-from tests.docker_fixture import docker_host, sklearn_image
+from tests.docker_fixture import EXECUTORS, docker_host, executor_env, sklearn_image
 from tests.http_files import serve_files
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
@@ -33,17 +33,14 @@ def flood_url(tmp_path: Path) -> Iterator[str]:
         yield f"{base}/flood.py"
 
 
-@pytest.mark.parametrize("executor", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+@EXECUTORS
 def test_a_log_flood_arrives_whole_and_the_job_completes(
     executor: str,
     daemons: Callable[..., Daemon],
     flood_url: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    env: dict[str, str] = {}
-    if executor == "docker":
-        env["DOCKER_HOST"] = request.getfixturevalue("docker_host")
-        request.getfixturevalue("sklearn_image")
+    env = executor_env(executor, request)
     jobs = f'\n[jobs]\nexecutors = ["{executor}"]\ncheckpoint_interval_s = 1\n'
     provider, consumer = _pair(daemons, jobs_toml=jobs, env=env)
     job_id = _submit(consumer, flood_url, name="flood")["job_id"]
