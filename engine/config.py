@@ -297,6 +297,10 @@ class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     # decision is submitted by the consumer itself (the script lets either party send it),
     # so its share never waits on a provider that went away.
     split_grace_s: Annotated[float, msgspec.Meta(ge=0, le=30 * 86400)] = 600.0
+    # Provider: a consumer that watched a job run for less than our receipt bills offers to
+    # sign for what it watched (the start's update may reach it late on a slow link); we sign
+    # an offer at most this much (and 2 %) below our receipt, else the escrow is disputed.
+    counter_tolerance_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 30.0
 
 
 class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

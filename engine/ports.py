@@ -111,7 +111,12 @@ class EscrowPort(Protocol):
         ...
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
-        """Provider: take the consumer's countersignature ("" accepted, else why not)."""
+        """Provider: take the consumer's countersignature or its offer ("" accepted, else
+        why not)."""
+        ...
+
+    def kept_receipt(self, job_id: str) -> str:
+        """Provider: the job's receipt as kept now (the one both signed, once they have)."""
         ...
 
     def awaiting_receipt(self, job_id: str) -> bool:
@@ -131,7 +136,16 @@ class EscrowPort(Protocol):
         ...
 
     async def countersign(self, job: api.JobInfo, text: str) -> str:
-        """Consumer: check the provider's receipt and add our signature."""
+        """Consumer: check the provider's receipt and add our signature, or sign our offer
+        (the receipt billing what we watched) for the provider to sign."""
+        ...
+
+    def offer_signed(self, job: api.JobInfo, text: str) -> str:
+        """Consumer: the provider signed our offer; "" when kept, else why not."""
+        ...
+
+    def receipt_refused(self, job_id: str, reason: str) -> None:
+        """Consumer: the provider refused our countersignature or offer: said on the escrow."""
         ...
 
 

@@ -59,8 +59,35 @@ def machine_time_ms(subtasks: Iterable[Subtask]) -> int:
 
 
 def single_run(started_at: int, ended_at: int) -> tuple[Subtask, ...]:
-    """The subtasks of today's jobs: one subtask with one replica."""
-    return (Subtask(replicas=(Replica(started_at=started_at, ended_at=ended_at),)),)
+    """The subtasks of a job that ran once: one subtask with one replica."""
+    return runs(((started_at, ended_at),))
+
+
+def runs(spans: Iterable[tuple[int, int]]) -> tuple[Subtask, ...]:
+    """The subtasks of today's jobs: one subtask, each run of it (the first, and each one
+    resumed from a checkpoint) one replica with its own span."""
+    replicas = tuple(Replica(started_at=start, ended_at=end) for start, end in spans)
+    return (Subtask(replicas=replicas),) if replicas else ()
+
+
+def shortened(subtasks: tuple[Subtask, ...], machine_ms: int) -> tuple[Subtask, ...]:
+    """``subtasks`` billing at most ``machine_ms``: the latest ends are brought forward
+    (the last replica of the last subtask first), every start kept. What a consumer offers
+    to sign when a receipt bills more machine time than it watched (issue 20 §7)."""
+    excess = machine_time_ms(subtasks) - max(0, machine_ms)
+    if excess <= 0:
+        return subtasks
+    cut: list[Subtask] = []
+    for subtask in reversed(subtasks):
+        replicas: list[Replica] = []
+        for replica in reversed(subtask.replicas):
+            take = min(excess, replica.machine_ms)
+            excess -= take
+            replicas.append(
+                Replica(started_at=replica.started_at, ended_at=replica.ended_at - take)
+            )
+        cut.append(Subtask(replicas=tuple(reversed(replicas))))
+    return tuple(reversed(cut))
 
 
 def metered(price_units_hour: int, machine_ms: int) -> int:

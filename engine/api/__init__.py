@@ -54,6 +54,7 @@ from engine.api.jobs import (
     JobResults,
     JobState,
     ListJobs,
+    RunSpan,
     StopJob,
     SubmitJob,
 )
@@ -300,6 +301,7 @@ __all__ = [
     "RewardClaim",
     "RewardList",
     "RewardRefund",
+    "RunSpan",
     "SetBlockfrostProjectId",
     "SetMode",
     "ShellSession",

@@ -40,6 +40,14 @@ TERMINAL_STATES: tuple[str, ...] = (
 )
 
 
+class RunSpan(Record, frozen=True):
+    """One run of a job on its provider (wall clock): the first, or one resumed from a
+    checkpoint after a restart. ``ended_at`` None: running now."""
+
+    started_at: float
+    ended_at: float | None = None
+
+
 class JobMetering(Record, frozen=True):
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -78,6 +86,10 @@ class JobInfo(Record, frozen=True):
     finished_at: float | None = None
     checkpoint: int = 0
     resumed_from: int | None = None
+    # Each run's own span (issue 20 §7): what machine time bills, never the downtime between
+    # a crash and the resume nor the work redone after the checkpoint resumed from. Empty in
+    # records from before runs were kept: one span, started_at to finished_at.
+    runs: tuple[RunSpan, ...] = ()
     log_lines: int = 0
     metering: JobMetering | None = None
     results_sha256: str = ""
@@ -94,6 +106,23 @@ class JobInfo(Record, frozen=True):
     results_error: str = ""
     # Paid jobs, once ended: the receipt (JSON) with the signatures gathered so far.
     receipt: str = ""
+
+    def run_spans(self) -> tuple[RunSpan, ...]:
+        """Its runs (a record from before runs were kept: one, from its start)."""
+        if self.runs or self.started_at is None:
+            return self.runs
+        return (RunSpan(started_at=self.started_at, ended_at=self.finished_at),)
+
+    def run_spans_ms(self, now: float) -> list[tuple[int, int]]:
+        """Each run's (start, end) in POSIX ms, what machine time bills; an open run ends at
+        the job's end, or ``now``."""
+        end = self.finished_at or now
+        spans = []
+        for run in self.run_spans():
+            start_ms = int(run.started_at * 1000)
+            end_ms = int((run.ended_at if run.ended_at is not None else end) * 1000)
+            spans.append((start_ms, max(start_ms, end_ms)))
+        return spans
 
 
 class JobList(Record, frozen=True):

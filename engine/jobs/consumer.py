@@ -617,7 +617,8 @@ class ConsumerJobs:
         return self._escrows().awaiting_receipt(job.job_id)
 
     async def _countersign(self, job: api.JobInfo, receipt: str) -> None:
-        """Sign the provider's receipt (if it says what we saw) and send it back."""
+        """Sign the provider's receipt (if it says what we saw) and send it back; or sign
+        our offer and keep the receipt the provider signs in its answer."""
         if self._escrows is None:
             return
         try:
@@ -625,13 +626,22 @@ class ConsumerJobs:
         except EngineError as exc:
             log.warning("job %s: not countersigning the receipt: %s", job.job_id, exc.message)
             return
-        if job.receipt != signed:
-            self._save(msgspec.structs.replace(job, receipt=signed))
+        escrows = self._escrows()
         answer = await self._ask(
             self._service(), job.provider, p.Countersign(job_id=job.job_id, receipt=signed)
         )
-        if isinstance(answer, p.Refusal):
+        if isinstance(answer, p.Countersigned):  # our offer (escrow.py), signed by both
+            reason = escrows.offer_signed(job, answer.receipt)
+            if reason:
+                raise p.ProtocolError(reason)
+            signed = answer.receipt
+        elif isinstance(answer, p.Refusal):
             log.warning("job %s: the provider refused our receipt: %s", job.job_id, answer.reason)
+            escrows.receipt_refused(job.job_id, answer.reason)
+            return
+        current = self.ctx.store.get_job(job.job_id) or job
+        if current.receipt != signed:
+            self._save(msgspec.structs.replace(current, receipt=signed))
 
     # --- results -----------------------------------------------------------------------
 

@@ -23,11 +23,12 @@ from typing import Annotated, Any
 import msgspec
 import trio
 
-from engine.api import JobLogLine, JobMetering
+from engine.api import JobLogLine, JobMetering, RunSpan
 from engine.identity import Identity
 from engine.jobs.spec import JobSpec, offer_spec
 from engine.network import wire
 from engine.safe_paths import JobId, is_job_id
+from oracle_client.billing import MAX_REPLICAS
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"
 MAX_MESSAGE_BYTES = 1 << 20  # an Update carries at most a few thousand log lines
@@ -49,6 +50,7 @@ MAX_REASON_CHARS = 1000
 MAX_JOB_NAME_CHARS = 200
 MAX_SIGNED_JSON_CHARS = 32 * 1024  # escrow terms, receipts
 MAX_SPEC_FIELDS = 32
+MAX_RUNS = MAX_REPLICAS  # a job's runs: each bills as one replica of its receipt
 
 PeerIdText = Annotated[str, msgspec.Meta(max_length=128)]
 Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)]
@@ -157,6 +159,7 @@ PROGRESS_FIELDS = (
     "exit_code",
     "checkpoint",
     "resumed_from",
+    "runs",
     "started_at",
     "finished_at",
     "metering",
@@ -171,6 +174,7 @@ class Update(JobMessage, tag="update", frozen=True):
     exit_code: int | None = None
     checkpoint: int = 0
     resumed_from: int | None = None
+    runs: Annotated[tuple[RunSpan, ...], msgspec.Meta(max_length=MAX_RUNS)] = ()
     started_at: float | None = None
     finished_at: float | None = None
     metering: JobMetering | None = None
@@ -191,6 +195,13 @@ def progress_of(job: Any) -> dict[str, Any]:
 
 class Countersign(JobMessage, tag="countersign", frozen=True):
     """The consumer's signature added to the provider's receipt (answered ``Accepted``)."""
+
+    receipt: SignedJson
+
+
+class Countersigned(JobMessage, tag="countersigned", frozen=True):
+    """The provider's answer to a Countersign whose receipt bills less than its own (the
+    consumer's offer, issue 20 §7): the offer, now signed by both."""
 
     receipt: SignedJson
 
@@ -222,6 +233,7 @@ AnyJobMessage = (
     | FetchResults
     | ResultsHeader
     | Countersign
+    | Countersigned
     | DeleteResults
 )
 

@@ -36,6 +36,7 @@ from engine import api, safe_paths
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
+from engine.jobs import runs
 from engine.jobs.admission import Needs, Verdict, judge, max_minutes
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import (
@@ -669,16 +670,21 @@ class ProviderJobs:
         self._nursery.start_soon(self._run, job, None, held.script)
         return p.Accepted(job_id=confirm.job_id), True
 
-    def _countersigned(self, message: p.Countersign, consumer: str) -> p.Accepted | p.Refusal:
+    def _countersigned(
+        self, message: p.Countersign, consumer: str
+    ) -> p.Accepted | p.Countersigned | p.Refusal:
         if self._escrows is None:
             return p.Refusal(job_id=message.job_id, reason="this provider takes no payments")
         escrows = self._escrows()
         reason = escrows.accept_countersigned(message.job_id, consumer, message.receipt)
         if reason:
             return p.refusal(message.job_id, reason)  # clipped to the schema's bound
+        agreed = escrows.kept_receipt(message.job_id) or message.receipt
         job = self.ctx.store.get_job(message.job_id)
-        if job is not None and job.receipt != message.receipt:
-            self._save(msgspec.structs.replace(job, receipt=message.receipt))
+        if job is not None and job.receipt != agreed:
+            self._save(msgspec.structs.replace(job, receipt=agreed))
+        if agreed != message.receipt:  # the consumer's offer, now signed by us too
+            return p.Countersigned(job_id=message.job_id, receipt=agreed)
         return p.Accepted(job_id=message.job_id)
 
     # --- running -----------------------------------------------------------------------
@@ -751,6 +757,15 @@ class ProviderJobs:
             log.warning("job %s cannot run: %s", job.job_id, exc.message)
             self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=exc.message))
             return
+        if resume_from is not None:
+            # The run the provider died in ends at the checkpoint this one starts from.
+            job = self._save(
+                msgspec.structs.replace(job, runs=runs.resuming(job, _taken_at(resume_from)))
+            )
+            if len(job.runs) >= p.MAX_RUNS:
+                reason = f"resumed {len(job.runs) - 1} times: not resumed again"
+                self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))
+                return
         self._runs[job.job_id] = (executor, run)
         self._logs.use(job.job_id)
         try:
@@ -763,11 +778,13 @@ class ProviderJobs:
             log.info("job %s could not start: %s", job.job_id, message)
             self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=message))
             return
+        now = time.time()
         job = self._save(
             msgspec.structs.replace(
                 job,
                 state="running",
-                started_at=job.started_at or time.time(),
+                started_at=job.started_at or now,
+                runs=runs.started(job.run_spans(), now),
                 resumed_from=resume_from.number if resume_from is not None else job.resumed_from,
             )
         )
@@ -858,12 +875,16 @@ class ProviderJobs:
                 gpu_s=usage.gpu_s,
                 cost_ntx=usage.cost(job.price_ntx_hour or 0.0),
             )
+        now = time.time()
         ended = msgspec.structs.replace(
             job,
             state=status.outcome,
             reason=status.reason,
             exit_code=status.exit_code,
-            finished_at=time.time(),
+            finished_at=now,
+            # A run that is not live here (the provider died in it, and it is not resumed)
+            # ended at the last moment it was known to run: its record's last save.
+            runs=runs.ended(job.run_spans(), now if job.job_id in self._runs else job.updated_at),
             metering=metering,
             log_lines=self._log_lines(job.job_id),
             results_sha256=results.sha256 if results else "",
@@ -1088,3 +1109,11 @@ def _frame(raw: bytes) -> bytes:
     from engine.network.wire import frame
 
     return frame(raw)
+
+
+def _taken_at(checkpoint: Any) -> float:
+    """When a checkpoint was taken: its file's last write (the snapshot's end)."""
+    try:
+        return float(checkpoint.path.stat().st_mtime)
+    except OSError:
+        return time.time()

@@ -464,7 +464,10 @@ class Escrows:
         return record.quote, record.info.lock_tx
 
     async def countersign(self, job: api.JobInfo, text: str) -> str:
-        """Consumer: check the provider's receipt against what we saw; our signature added."""
+        """Consumer: check the provider's receipt against what we saw; our signature added.
+        A receipt billing more machine time than this node watched the job run (plus
+        COUNTER_SLACK_S) is not signed: our offer is, the same receipt billing what we
+        watched (``billing.shortened``), for the provider to sign in turn (issue 20 §7)."""
         from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
@@ -473,22 +476,68 @@ class Escrows:
         if record.receipt:
             return record.receipt
         try:
-            receipt = self._checked_receipt(job, record, text)
+            receipt, bound_ms, why = self._checked_receipt(job, record, text)
         except EngineError as exc:
             # The one line a user reads in `reward list` and the escrow views; the lock then
             # comes back at the deadline (the oracle never decides on the provider's word).
             why = " ".join(exc.message.split())[:300]
             self.save(record, error=f"not countersigning the provider's receipt: {why}")
             raise
-        signed = rc.sign(receipt, bytes(self.ctx.identity.signing_key))
+        key = bytes(self.ctx.identity.signing_key)
+        if receipt.machine_ms > bound_ms:
+            offer = _offer(receipt, bound_ms)
+            self.save(
+                record,
+                error=f"offered to sign for {offer.machine_ms / 1000:.1f} s of machine time "
+                f"({_units(offer.charge)}): the provider's receipt bills "
+                f"{receipt.machine_ms / 1000:.1f} s, {why}; waiting for the provider's "
+                "signature",
+            )
+            return msgspec.json.encode(rc.sign(offer, key)).decode()
+        signed = rc.sign(receipt, key)
         text = msgspec.json.encode(signed).decode()
         record = self.keep(record, receipt=text)
         self.save(record, state="receipt", outcome=job.state, metered_units=signed.charge, error="")
         self._wake.set()
         return text
 
-    def _checked_receipt(self, job: api.JobInfo, record: EscrowRecord, text: str) -> Any:
-        """The provider's receipt if it says what this node saw, else why not (EngineError)."""
+    def offer_signed(self, job: api.JobInfo, text: str) -> str:
+        """Consumer: the provider signed our offer (its answer ``Countersigned``); "" when
+        kept (the receipt both signed, as any other), else why not."""
+        from oracle_client.escrow import receipt as rc
+
+        record = self.get(job.job_id)
+        if record is None or record.info.role != "consumer":
+            return f"job {job.job_id} has no escrow of ours"
+        if record.receipt:
+            return ""
+        try:
+            receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
+            rc.verify(receipt)  # our own signature included: it is an offer this node made
+        except (msgspec.DecodeError, msgspec.ValidationError, rc.ReceiptError) as exc:
+            return f"the signed offer is not valid: {exc}"
+        if receipt.job_id != job.job_id:
+            return "the signed offer is another job's"
+        record = self.keep(record, receipt=text)
+        self.save(
+            record, state="receipt", outcome=job.state, metered_units=receipt.charge, error=""
+        )
+        self._wake.set()
+        return ""
+
+    def receipt_refused(self, job_id: str, reason: str) -> None:
+        """Consumer: the provider refused our countersignature or our offer: said on the
+        escrow (its lock comes back at the deadline unless a receipt is agreed before)."""
+        record = self.get(job_id)
+        if record is not None and not record.receipt:
+            why = " ".join(reason.split())[:300]
+            self.save(record, error=f"the provider refused our receipt: {why}")
+
+    def _checked_receipt(
+        self, job: api.JobInfo, record: EscrowRecord, text: str
+    ) -> tuple[Any, int, str]:
+        """The provider's receipt if it is this job's as this node knows it, else why not
+        (EngineError); with it the most machine time this node signs for, and why."""
         from oracle_client.escrow import receipt as rc
 
         try:
@@ -518,28 +567,23 @@ class Escrows:
                     f"the provider's receipt says {name} = {getattr(receipt, name)!r}; "
                     f"this node's record says {value!r}",
                 )
-        seen_ms = billing.machine_time_ms(ours["subtasks"])
-        if abs(receipt.machine_ms - seen_ms) > metering_tolerance_ms(seen_ms):
-            raise EngineError(
-                "payment",
-                f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine time; "
-                f"this node saw {seen_ms / 1000:.1f} s",
-            )
-        # The times above are the provider's own (its Updates carry them): a provider that
-        # reports an earlier start bills what it likes. Where this node watched the job start
-        # and end (consumer.py), its own clock bounds the bill (issue 20 §7).
+        # What this node will sign for: the machine time the provider's Updates told, and
+        # where this node watched the job start and end (consumer.py), no more than that on
+        # its own clock (the Updates' times are the provider's own word).
+        told_ms = billing.machine_time_ms(ours["subtasks"])
+        bound_ms, why = told_ms, f"its updates told {told_ms / 1000:.1f} s"
         if job.seen_started_at is not None and job.seen_finished_at is not None:
             watched_ms = max(0, int((job.seen_finished_at - job.seen_started_at) * 1000))
-            if receipt.machine_ms > watched_ms + watched_tolerance_ms(watched_ms):
-                raise EngineError(
-                    "payment",
-                    f"the provider's receipt bills {receipt.machine_ms / 1000:.1f} s of machine "
-                    f"time; this node watched the job run {watched_ms / 1000:.1f} s",
-                )
-        return receipt
+            if watched_ms + COUNTER_SLACK_MS < bound_ms:
+                bound_ms = watched_ms + COUNTER_SLACK_MS
+                why = f"this node watched the job run {watched_ms / 1000:.1f} s"
+        return receipt, bound_ms, why
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:
-        """Provider: the consumer's countersignature; "" when accepted, else why not."""
+        """Provider: the consumer's countersignature, or its offer (our receipt billing less
+        machine time, signed by the consumer alone), which we sign when it is at most
+        ``[payments] counter_tolerance_s`` (and 2 %) below ours; "" when accepted, else why
+        not. What was agreed is then ``kept_receipt``."""
         from oracle_client.escrow import receipt as rc
 
         record = self.get(job_id)
@@ -551,16 +595,51 @@ class Escrows:
             return ""  # already countersigned: a repeat
         try:
             receipt = msgspec.json.decode(text.encode(), type=rc.Receipt)
-            rc.verify(receipt)
+            rc.verify_signature(receipt, "consumer")
         except (msgspec.DecodeError, msgspec.ValidationError, rc.ReceiptError) as exc:
             return f"the receipt is not valid: {exc}"
         ours = msgspec.json.decode(record.receipt.encode(), type=rc.Receipt)
         if receipt.unsigned() != ours.unsigned():
-            return "the countersigned receipt differs from the one we signed"
-        record = self.keep(record, receipt=text)
-        self.save(record, state="receipt")
+            reason = self._offer_problem(ours, receipt)
+            if reason:
+                return reason
+            receipt = rc.sign(
+                msgspec.structs.replace(receipt, provider_signature=""),
+                bytes(self.ctx.identity.signing_key),
+            )
+        try:
+            rc.verify(receipt)
+        except rc.ReceiptError as exc:
+            return f"the receipt is not valid: {exc}"
+        record = self.keep(record, receipt=msgspec.json.encode(receipt).decode())
+        self.save(record, state="receipt", metered_units=receipt.charge)
         self._wake.set()
         return ""
+
+    def _offer_problem(self, ours: Any, offer: Any) -> str:
+        """Why we do not sign the consumer's offer ("": we do)."""
+        same = msgspec.structs.replace(offer.unsigned(), subtasks=ours.subtasks, charge=ours.charge)
+        if same != ours.unsigned():
+            return "the countersigned receipt differs from the one we signed"
+        if billing.shortened(ours.subtasks, offer.machine_ms) != offer.subtasks:
+            return "the offer does not bill our runs, shortened from their ends"
+        tolerance_s = self.ctx.settings.payments.counter_tolerance_s
+        floor = ours.machine_ms - int(
+            tolerance_s * 1000 + COUNTER_TOLERANCE_SHARE * ours.machine_ms
+        )
+        if offer.machine_ms < floor:
+            return (
+                f"the consumer offers {offer.machine_ms / 1000:.1f} s of the "
+                f"{ours.machine_ms / 1000:.1f} s of machine time billed: more than "
+                f"{tolerance_s:g} s and {COUNTER_TOLERANCE_SHARE:.0%} below "
+                "(payments.counter_tolerance_s)"
+            )
+        return ""
+
+    def kept_receipt(self, job_id: str) -> str:
+        """The job's receipt as kept now (the one both signed, once they have)."""
+        record = self.get(job_id)
+        return record.receipt if record is not None else ""
 
     # --- provider: liveness while a paid job runs --------------------------------------------
 
@@ -658,45 +737,47 @@ class Escrows:
             return record.info
 
 
-# How far the provider's machine time may be from what the consumer saw (the job's start and
-# end as its updates arrived): 5 s plus 2 % of the run, for the updates' latency over libp2p
-# and the two clocks. Beyond it the consumer does not countersign (the deadline refund
-# remains).
-METERING_TOLERANCE_S = 5.0
-METERING_TOLERANCE_SHARE = 0.02
+# What a receipt may bill over the time this node watched the job run (both ends on this
+# node's clock, issue 20 §7): more than that (or than the provider's Updates told) and the
+# consumer offers to sign for what it watched (or was told). The start's Update may reach us
+# later than the end's on a slow link, so an honest provider may get an offer; it signs one
+# within its own [payments] counter_tolerance_s (and COUNTER_TOLERANCE_SHARE) of its
+# receipt. A flat second, not a share: a short job's bill does not grow with it.
+COUNTER_SLACK_MS = 1000
+COUNTER_TOLERANCE_SHARE = 0.02
 
 
-def metering_tolerance_ms(seen_ms: int) -> int:
-    return int(METERING_TOLERANCE_S * 1000 + METERING_TOLERANCE_SHARE * seen_ms)
+def _offer(receipt: Any, machine_ms: int) -> Any:
+    """``receipt`` billing at most ``machine_ms`` (unsigned), its charge made anew."""
+    subtasks = billing.shortened(receipt.subtasks, machine_ms)
+    charge = billing.charge(
+        receipt.price_units_hour,
+        billing.machine_time_ms(subtasks),
+        min_charge=receipt.min_charge,
+        cap=receipt.amount,
+        started=receipt.started,
+    )
+    return msgspec.structs.replace(receipt.unsigned(), subtasks=subtasks, charge=charge)
 
 
-# How much more than this node watched a receipt may bill (both times on this node's clock).
-# The start's Update may reach us later than the end's by whatever the link did meanwhile,
-# and a lie about the start looks the same: this bound is the slow link we design for (stalls
-# of up to 15 s each way), so an honest provider behind one is never refused, and a provider
-# that reports an earlier start gains at most this much (it could bill the whole lock before).
-WATCHED_TOLERANCE_S = 30.0
-WATCHED_TOLERANCE_SHARE = 0.02
+def _units(units: int) -> str:
+    from oracle_client.ntx import format_ntx
 
-
-def watched_tolerance_ms(watched_ms: int) -> int:
-    return int(WATCHED_TOLERANCE_S * 1000 + WATCHED_TOLERANCE_SHARE * watched_ms)
+    return format_ntx(units)
 
 
 def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
     """The receipt's billing fields for ``job`` (issue 12): its spec's price and minimum
-    charge, one subtask with one replica from its start to its end (or now), and the charge.
+    charge, one subtask with each run a replica (to its end, or now), and the charge.
     A job quoted before specs existed (no price) is charged the whole lock, as before."""
     started = job.started_at is not None
     if job.price_units_hour is None:
         price, min_charge = 0, amount
     else:
         price, min_charge = job.price_units_hour, job.min_charge_units
-    subtasks: tuple[billing.Subtask, ...] = ()
-    if job.started_at is not None:
-        start_ms = int(job.started_at * 1000)
-        end_ms = max(start_ms, int((job.finished_at or time.time()) * 1000))
-        subtasks = billing.single_run(start_ms, end_ms)
+    # Each run its own replica (engine/jobs/runs.py): the downtime between a crash and a
+    # resume, and the work redone after the checkpoint, are in none of them.
+    subtasks = billing.runs(job.run_spans_ms(time.time())) if started else ()
     charge = billing.charge(
         price,
         billing.machine_time_ms(subtasks),

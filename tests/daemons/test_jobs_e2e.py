@@ -156,19 +156,28 @@ def test_failure_cancel_and_busy_are_distinct_outcomes(
     assert _state(provider, slow) == "cancelled"
 
 
-def test_provider_killed_mid_run_resumes_from_checkpoint(
-    daemons: Callable[..., Daemon], scripts: str
+def kill_after_epochs(
+    provider: Daemon, consumer: Daemon, job_id: str, epochs: int, down_s: float = 0.0
 ) -> None:
-    provider, consumer = _pair(daemons)
-    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]
+    """Kill the provider once the consumer has seen ``epochs`` of a CHECKPOINTED job, and
+    start it again ``down_s`` later."""
 
     def epochs_done() -> int:
         lines = run_cli("job", "logs", job_id, home=consumer.home).stdout.splitlines()
         return max((int(ln.split()[1]) for ln in lines if ln.startswith("epoch ")), default=0)
 
-    wait_for(lambda: epochs_done() >= 4, "the job never got going", 60)
+    wait_for(lambda: epochs_done() >= epochs, "the job never got going", 60)
     provider.stop(kill=True)
+    time.sleep(down_s)
     provider.start()
+
+
+def test_provider_killed_mid_run_resumes_from_checkpoint(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    provider, consumer = _pair(daemons)
+    job_id = _submit(consumer, f"{scripts}/checkpointed.py")["job_id"]
+    kill_after_epochs(provider, consumer, job_id, epochs=4)
     wait_for(lambda: _state(consumer, job_id) == "completed", "the job did not resume", 90)
     shown = consumer.cli("job", "show", job_id)
     assert shown["resumed_from"] and shown["resumed_from"] >= 1

@@ -55,6 +55,17 @@ class FakeEscrows:
         self.calls.append(("accept_countersigned", (job_id, consumer_peer, text)))
         return self.countersign_reason
 
+    def kept_receipt(self, job_id: str) -> str:
+        countersigned = self.called("accept_countersigned")
+        return countersigned[-1][2] if countersigned else ""
+
+    def offer_signed(self, job: api.JobInfo, text: str) -> str:
+        self.calls.append(("offer_signed", (job.job_id, text)))
+        return ""
+
+    def receipt_refused(self, job_id: str, reason: str) -> None:
+        self.calls.append(("receipt_refused", (job_id, reason)))
+
     def awaiting_receipt(self, job_id: str) -> bool:
         return False
 

@@ -91,3 +91,16 @@ def test_replica_counts_are_bounded() -> None:
     too_many = {"replicas": [{"started_at": T0, "ended_at": T0}] * (billing.MAX_REPLICAS + 1)}
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert(too_many, Subtask)
+
+
+def test_shortened_brings_the_latest_ends_forward_and_keeps_every_start() -> None:
+    subtasks = (Subtask(replicas=(_replica(0, 10), _replica(20, 24))),)  # 14 s
+    assert billing.shortened(subtasks, 20_000) == subtasks  # already within
+    assert billing.shortened(subtasks, 12_000) == (
+        Subtask(replicas=(_replica(0, 10), _replica(20, 22))),
+    )
+    # More than the last run: it shrinks to nothing and the one before it gives the rest.
+    assert billing.shortened(subtasks, 7_000) == (
+        Subtask(replicas=(_replica(0, 7), _replica(20, 20))),
+    )
+    assert machine_time_ms(billing.shortened(subtasks, 0)) == 0

@@ -64,6 +64,9 @@ def record(role: str, state: str, amount: int = 500_000, **info: Any) -> EscrowR
     )
 
 
+NOW = time.time()
+
+
 def job(role: str, state: str = "completed") -> api.JobInfo:
     return api.JobInfo(
         job_id=JOB,
@@ -72,8 +75,8 @@ def job(role: str, state: str = "completed") -> api.JobInfo:
         provider=PROVIDER.peer_id,
         consumer=CONSUMER.peer_id,
         spec=JobSpec(framework="scikit-learn"),
-        started_at=time.time() - 60,
-        finished_at=time.time(),
+        started_at=NOW - 60,
+        finished_at=NOW,
     )
 
 
@@ -207,7 +210,7 @@ def test_the_receipt_charges_the_metered_machine_time_and_both_books_say_so(
         60_000,
     )
     assert receipt.charge == 60_000
-    # What the consumer saw differs by a second: within the tolerance.
+    # What the consumer was told is a second longer: it signs a receipt that bills less.
     seen = msgspec.structs.replace(priced("consumer"), finished_at=T0 + 61.0)
     trio.run(consumer.countersign, seen, text)
     for book in (provider, consumer):
@@ -233,7 +236,6 @@ def test_billing_fields_for_each_kind_of_job(kwargs: dict[str, Any], charge: int
 @pytest.mark.parametrize(
     ("seen", "says"),
     [
-        ({"ran_s": 40.0}, "machine time"),  # 20 s less than the provider bills: beyond 5 s + 2 %
         ({"price": 1_800_000}, "price_units_hour"),  # not the quote's price
         ({"min_charge": 1}, "min_charge"),
     ],
@@ -250,6 +252,51 @@ def test_the_consumer_refuses_a_bill_it_did_not_see(
         trio.run(consumer.countersign, priced("consumer", **seen), text)
     kept = consumer.get(JOB)
     assert kept is not None and kept.info.state == "locked" and not kept.receipt
+
+
+@pytest.mark.parametrize(
+    ("watched_s", "agreed"),
+    [
+        (41.0, 42_000),  # 18 s less (+1 s): within 30 s and 2 %, the provider signs it
+        (None, 60_000),  # not watched live: what its updates told (the receipt's 60 s)
+        (10.0, None),  # 49 s less: beyond, refused; the lock comes back at the deadline
+    ],
+)
+def test_the_consumer_offers_what_it_watched_and_the_provider_signs_within_its_tolerance(
+    tmp_path: Path, watched_s: float | None, agreed: int | None
+) -> None:
+    """Issue 20 §7: a receipt billing more machine time than the consumer watched the job
+    run (on its own clock, plus a second) is not signed: the consumer signs an offer of the
+    same receipt shortened to what it watched, and the provider signs that when it is within
+    its counter tolerance; the receipt both then keep bills the offer."""
+    provider, _, _ = build(tmp_path / "provider", seed=8)
+    consumer, _, _ = build(tmp_path / "consumer", seed=9)
+    provider.save(record("provider", "verified"))
+    consumer.save(record("consumer", "locked"))
+    text = provider.provider_receipt(priced("provider"))  # 60 s
+    seen = priced("consumer")
+    if watched_s is not None:
+        seen = msgspec.structs.replace(seen, seen_started_at=NOW, seen_finished_at=NOW + watched_s)
+    offer = trio.run(consumer.countersign, seen, text)
+    reason = provider.accept_countersigned(JOB, CONSUMER.peer_id, offer)
+    if agreed is None:
+        assert "more than 30 s and 2% below (payments.counter_tolerance_s)" in reason
+        consumer.receipt_refused(JOB, reason)
+        kept = consumer.get(JOB)
+        assert kept is not None and kept.info.state == "locked" and not kept.receipt
+        assert kept.info.error.startswith("the provider refused our receipt: the consumer offers")
+        return
+    assert reason == ""
+    both = provider.kept_receipt(JOB)
+    if both != offer:  # an offer: the consumer keeps what the provider signed
+        assert consumer.offer_signed(seen, both) == ""
+    signed = msgspec.json.decode(both.encode(), type=rc.Receipt)
+    rc.verify(signed)
+    assert signed.charge == agreed
+    for book in (provider, consumer):
+        kept = book.get(JOB)
+        assert kept is not None and kept.info.state == "receipt" and kept.receipt == both
+        assert kept.info.metered_units == agreed
 
 
 def test_the_books_sums_follow_the_split(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ lock of 1 NTX more than the chain holds). The receipt stays self-consistent (its
 what its own fields make), so only the consumer's comparison with what it saw can refuse it.
 ``early_start``: the consistent liar (issue 20 §7): the job's start as the provider records
 it, tells it in every Update and signs it in the receipt is ``EARLY_START_S`` earlier than
-it was; only the consumer's own clock can tell.
+it was (``NUNET_TEST_EARLY_START_S``, 600 s by default); only the consumer's own clock
+can tell.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 MODE = os.environ.get("NUNET_TEST_OVERBILL", "")
 EXTRA_MS = 600_000
 EXTRA_LOCK_UNITS = 1_000_000
-EARLY_START_S = 600.0
+EARLY_START_S = float(os.environ.get("NUNET_TEST_EARLY_START_S", "600"))
 
 
 def _install() -> None:
@@ -64,7 +65,14 @@ def _install_early_start() -> None:
     def lying_save(self: Any, job: Any) -> Any:
         if job.state == "running" and job.started_at is not None and job.job_id not in shifted:
             shifted.add(job.job_id)
-            job = msgspec.structs.replace(job, started_at=job.started_at - EARLY_START_S)
+            # The start as it records it, its first run's (what the receipt bills) with it.
+            runs = tuple(job.runs)
+            if runs:
+                first = msgspec.structs.replace(
+                    runs[0], started_at=runs[0].started_at - EARLY_START_S
+                )
+                runs = (first, *runs[1:])
+            job = msgspec.structs.replace(job, started_at=job.started_at - EARLY_START_S, runs=runs)
         return honest_save(self, job)
 
     provider.ProviderJobs._save = lying_save  # type: ignore[method-assign]
