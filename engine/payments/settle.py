@@ -335,11 +335,11 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
 
     def build() -> Any:
         if grant is not None and grant.reward_type == "distribute":
-            mine = address
-            provider = mine if record.info.role == "provider" else grant.provider_address
-            consumer = mine if record.info.role == "consumer" else grant.consumer_address
-            if not provider or not consumer:
-                raise txs.TxError("the oracle's split names no address for a share")
+            # The consumer's share goes where the lock's datum says (its full address at
+            # lock time), whoever submits: the builder reads it from there.
+            provider = address if record.info.role == "provider" else grant.provider_address
+            if not provider:
+                raise txs.TxError("the oracle's split names no address for the provider")
             return txs.distribute(
                 context,
                 signing_key=key,
@@ -348,7 +348,6 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
                 oracle_signature=signature,
                 provider_amount=grant.provider_amount,
                 provider_address=_address(provider),
-                consumer_address=_address(consumer),
                 escrow_utxo=utxo,
             )
         if record.info.role == "provider":
