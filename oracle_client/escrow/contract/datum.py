@@ -171,8 +171,9 @@ class Distribute(PlutusData):
     """Split the escrow (issue 12): `provider_amount` NTX to the provider, the rest of the
     datum's amount to the consumer, in one tx. `signature` is the oracle's over
     `distribute_message(provider_amount, escrow)`, the share and the output spent; either
-    party may submit, since the validator checks what each one's payment credential
-    receives."""
+    party may submit, since the validator checks what each one receives: the consumer at
+    its full address (the datum's key and staking part) with the lock's ADA, the provider
+    at its payment key."""
 
     CONSTR_ID = 2
     signature: bytes
