@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import PYTHON, REPO, summary
 from oracle_client.escrow import transactions as T
-from oracle_client.escrow.contract import EscrowDatum, distribute_message
+from oracle_client.escrow.contract import EscrowDatum, distribute_message, staking_of
 
 logging.getLogger("PyCardano").setLevel(logging.ERROR)
 
@@ -93,6 +93,7 @@ def main() -> None:
             job = f"bench-{i}"
             datum = EscrowDatum(
                 consumer=consumer.payment_part.payload,
+                consumer_stake=staking_of(consumer),
                 provider=provider.payment_part.payload,
                 oracle_key=bytes(oracle.verify_key),
                 job_id=job.encode(),
@@ -116,7 +117,6 @@ def main() -> None:
                 oracle_signature=signature,
                 provider_amount=share,
                 provider_address=provider,
-                consumer_address=consumer,
             )
             t1 = time.perf_counter()
             T.submit(ctx, tx)

@@ -46,6 +46,7 @@ from oracle_client.cardano.plutus import PREPROD, ScriptResult, evaluate_tx, exe
 from oracle_client.escrow.contract import escrow_address, escrow_script
 from oracle_client.escrow.contract.datum import (
     EscrowDatum,
+    NoStakingCredential,
     OracleKind,
     distribute_message,
     oracle_message,
@@ -93,6 +94,7 @@ OTHER_ORACLE = OracleKey(bytes([5]) * 32)
 def make_datum(**overrides: Any) -> EscrowDatum:
     fields: dict[str, Any] = {
         "consumer": CONSUMER.pkh.payload,
+        "consumer_stake": NoStakingCredential(),  # CONSUMER.address: an enterprise address
         "provider": PROVIDER.pkh.payload,
         "oracle_key": bytes(ORACLE.verify_key),
         "job_id": JOB_ID,

@@ -236,14 +236,17 @@ class Escrows:
         from pycardano import Address
 
         from oracle_client.escrow import transactions as txs
-        from oracle_client.escrow.contract.datum import EscrowDatum
+        from oracle_client.escrow.contract.datum import EscrowDatum, staking_of
 
         payments = self.wallet
         context = await payments.chain_context()
         key = await payments.payment_signing_key()
         info = record.info
+        address = Address.from_primitive(payments.wallet().address)
         datum = EscrowDatum(
             consumer=bytes.fromhex(info.consumer_pkh),
+            # The wallet's own base address: a split pays the consumer's share there.
+            consumer_stake=staking_of(address),
             provider=bytes.fromhex(info.provider_pkh),
             oracle_key=bytes.fromhex(info.oracle_key),
             job_id=info.job_id.encode(),
@@ -251,7 +254,6 @@ class Escrows:
             deadline=info.deadline_ms,
         )
         unit = await self.ntx_unit()
-        address = Address.from_primitive(payments.wallet().address)
 
         def build_and_submit() -> str:
             tx = txs.lock(context, signing_key=key, address=address, datum=datum, ntx=unit)

@@ -214,7 +214,9 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
             (grant.reward_type, grant.shares) if grant is not None else _receipt_split(record)
         )
         # What the chain says it paid, when the backend says (issue 20 §6); else the split.
-        spent = await _spent_how(escrows, record)
+        spent = await _spent_how(escrows, record, owed=refunded, split=kind == "distribute")
+        if spent is not None and spent.short:
+            return _not_paid_back(escrows, record, spent)
         if spent is not None:
             paid, refunded = spent.provider, spent.consumer
         return escrows.save(
@@ -335,11 +337,11 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
 
     def build() -> Any:
         if grant is not None and grant.reward_type == "distribute":
-            mine = address
-            provider = mine if record.info.role == "provider" else grant.provider_address
-            consumer = mine if record.info.role == "consumer" else grant.consumer_address
-            if not provider or not consumer:
-                raise txs.TxError("the oracle's split names no address for a share")
+            # The consumer's share goes where the lock's datum says (its full address at
+            # lock time), whoever submits: the builder reads it from there.
+            provider = address if record.info.role == "provider" else grant.provider_address
+            if not provider:
+                raise txs.TxError("the oracle's split names no address for the provider")
             return txs.distribute(
                 context,
                 signing_key=key,
@@ -348,7 +350,6 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
                 oracle_signature=signature,
                 provider_amount=grant.provider_amount,
                 provider_address=_address(provider),
-                consumer_address=_address(consumer),
                 escrow_utxo=utxo,
             )
         if record.info.role == "provider":
@@ -464,11 +465,15 @@ async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRe
     "The lock is gone" is not "our tx landed": the consumer may have refunded it at the
     deadline while our claim never reached the chain, or submitted the split itself."""
     done = "claimed" if record.info.role == "provider" else "refunded"
-    spent = await _spent_how(escrows, record)
+    info = record.info
+    owed = info.refunded_units if info.refunded_units is not None else info.amount
+    spent = await _spent_how(escrows, record, owed=owed, split=info.reward_type == "distribute")
     if spent is None:  # the backend does not say: our kept tx's figures, as before
         record = escrows.save(record, state=done, error="")
         await _report(escrows, record, status)
         return record
+    if spent.short:
+        return _not_paid_back(escrows, record, spent)
     ours = spent.tx == record.info.claim_tx
     if record.info.role == "provider":
         state = "claimed" if spent.provider > 0 else "refunded"
@@ -498,16 +503,33 @@ async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRe
 
 @dataclass(frozen=True)
 class _Spent:
-    """The tx that spent a lock and the NTX base units it paid each side."""
+    """The tx that spent a lock and the NTX base units it paid each side. On the consumer's
+    side, `consumer` is what reached its full address (the one its wallet reads), and `short`
+    says how that falls short of what it is owed ("" when it does not)."""
 
     tx: str
     provider: int
     consumer: int
+    short: str = ""
 
 
-async def _spent_how(escrows: Escrows, record: EscrowRecord) -> _Spent | None:
+def _not_paid_back(escrows: Escrows, record: EscrowRecord, spent: _Spent) -> EscrowRecord:
+    """The lock is spent but the consumer's own output is not on chain as the split owes it:
+    the book does not say refunded or paid; it says what is missing, and the loop reads the
+    chain again (a backend still indexing the tx catches up)."""
+    error = f"the lock was spent by tx {spent.tx}, but {spent.short}"
+    log.warning("job %s: %s", record.info.job_id, error)
+    return escrows.save(record, settle_tx=spent.tx, error=error)
+
+
+async def _spent_how(
+    escrows: Escrows, record: EscrowRecord, *, owed: int = 0, split: bool = False
+) -> _Spent | None:
     """Which tx spent the job's lock and what it paid the provider's and the consumer's
-    payment keys, from the chain; None when the backend does not say."""
+    payment keys, from the chain; None when the backend does not say. The consumer checks
+    its own full address (payment key and staking part, what its wallet reads): `owed` NTX
+    base units net and, for a `split`, one output that also carries the lock's lovelace
+    back (issue 20 §5: the script checks output 0; the book checks it landed)."""
     from pycardano import Address
 
     tx = await _spent_by(escrows, record)
@@ -517,28 +539,69 @@ async def _spent_how(escrows: Escrows, record: EscrowRecord) -> _Spent | None:
     api_client = context.api
     unit = await escrows.ntx_unit()
     info = record.info
+    mine = escrows.wallet.wallet().address if info.role == "consumer" else ""
 
     def read() -> _Spent:
         # Net of what each key put in: the submitter's own NTX may pass through as change.
         net = {info.provider_pkh: 0, info.consumer_pkh: 0}
+        at_mine = 0
         utxos = api_client.transaction_utxos(tx)
         for side, sign in ((utxos.outputs, 1), (utxos.inputs, -1)):
             for utxo in side:
                 if getattr(utxo, "collateral", False) or getattr(utxo, "reference", False):
                     continue  # read or pledged, not spent (a valid tx keeps its collateral)
+                if utxo.address == mine:
+                    at_mine += sign * _quantity(utxo, unit)
                 try:
                     pkh = Address.from_primitive(utxo.address).payment_part.payload.hex()
                 except Exception:  # a Byron address: neither party's key
                     continue
                 if pkh in net:
-                    net[pkh] += sign * sum(int(a.quantity) for a in utxo.amount if a.unit == unit)
-        return _Spent(tx, max(0, net[info.provider_pkh]), max(0, net[info.consumer_pkh]))
+                    net[pkh] += sign * _quantity(utxo, unit)
+        if not mine:
+            return _Spent(tx, max(0, net[info.provider_pkh]), max(0, net[info.consumer_pkh]))
+        short = ""
+        if at_mine < owed:
+            short = (
+                f"this wallet's address received {max(0, at_mine)} of the {owed} base units owed"
+            )
+        elif split:
+            locked = [
+                _quantity(u, "lovelace")
+                for u in utxos.inputs
+                if u.tx_hash == info.lock_tx and _is_escrow(u.address, context.network)
+            ]
+            ada = max(locked, default=0)
+            back = [
+                u
+                for u in utxos.outputs
+                if u.address == mine
+                and _quantity(u, unit) >= owed
+                and _quantity(u, "lovelace") >= ada
+            ]
+            if not back:
+                short = (
+                    f"no output of it pays this wallet's address the lock's {ada} lovelace "
+                    f"with its {owed} base units"
+                )
+        return _Spent(tx, max(0, net[info.provider_pkh]), max(0, at_mine), short)
 
     try:
         return await _chain(escrows, read, "reading what the spending tx paid")
     except Exception as exc:  # a poorer record, never a failed settle
         log.info("job %s: what spent the lock is unknown: %s", info.job_id, exc)
         return None
+
+
+def _quantity(utxo: Any, unit: str) -> int:
+    """How much of `unit` ("lovelace" or an asset's unit) a Blockfrost UTxO entry holds."""
+    return sum(int(a.quantity) for a in utxo.amount if a.unit == unit)
+
+
+def _is_escrow(address: str, network: Any) -> bool:
+    from oracle_client.escrow.contract import escrow_address
+
+    return address == str(escrow_address(network))
 
 
 def _kind(record: EscrowRecord) -> str:

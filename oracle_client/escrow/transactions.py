@@ -11,7 +11,7 @@ ledger, preprod or mainnet), returns the signed Transaction, and leaves submitti
                oracle_signature=sig)   # sig: the oracle's, over oracle_message(..., lock ref)
     tx = refund(ctx, signing_key=consumer_sk, address=consumer_addr, job_id="job-1")
     tx = distribute(ctx, signing_key=sk, address=addr, job_id="job-1", oracle_signature=sig,
-                    provider_amount=n, provider_address=p, consumer_address=c)
+                    provider_amount=n, provider_address=p)  # the consumer's: the datum's
 
 Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the ledger runs the
 script); passing `ex_units` skips that, which is how tests get a doomed transaction as far as
@@ -62,11 +62,13 @@ from oracle_client.escrow.contract import (
     Distribute,
     EscrowDatum,
     Refund,
+    consumer_address,
     distribute_message,
     escrow_address,
     escrow_script,
     format_ntx,
     oracle_message,
+    staking_of,
 )
 
 # The builder logs its whole state at WARNING on any error; our exceptions carry the reason.
@@ -368,7 +370,10 @@ def lock(
     script_address: Address | None = None,
     ttl_s: int = DEFAULT_TTL_S,
 ) -> Transaction:
-    """Lock `datum.amount` NTX (plus the output's min ADA) at the escrow with an inline datum."""
+    """Lock `datum.amount` NTX (plus the output's min ADA) at the escrow with an inline datum.
+    The datum names the paying address whole: its payment key (`consumer`) and its staking
+    part (`consumer_stake`, `staking_of(address)`), where a split returns the consumer's
+    share and the lock's ADA."""
     datum.validate()
     unit = NtxUnit.parse(ntx)
     payer = _check_owner(signing_key, address)
@@ -377,6 +382,17 @@ def lock(
         # leave the payer no way back.
         raise TxError(
             f"the datum's consumer ({datum.consumer.hex()}) is not the paying key ({payer.hex()})"
+        )
+    try:
+        own_stake = staking_of(address)
+    except ValueError as exc:
+        raise TxError(str(exc)) from None
+    if datum.consumer_stake != own_stake:
+        # A split pays the consumer's share to the datum's address: another staking part
+        # would send it where this wallet, which reads its own address, never looks.
+        raise TxError(
+            f"the datum's consumer staking part is not {address}'s: a split would pay the "
+            "consumer's share to another address than the paying one"
         )
     where = script_address or escrow_address(context.network)
     out = TransactionOutput(where, Value(0, unit.multi_asset(datum.amount)), datum=datum)
@@ -514,7 +530,6 @@ def distribute(
     oracle_signature: bytes,
     provider_amount: int,
     provider_address: Address,
-    consumer_address: Address,
     escrow_utxo: UTxO | None = None,
     ntx: NtxUnit | str | None = None,
     script_address: Address | None = None,
@@ -525,23 +540,24 @@ def distribute(
 ) -> Transaction:
     """Split the escrow of `job_id` in one tx with the oracle's "distribute" signature:
     `provider_amount` NTX to `provider_address`, the rest of the lock's NTX and all its ADA to
-    `consumer_address`. Either party signs and pays the fee (and the min ADA of the provider's
-    output); the validator checks what each payment key receives, so neither can shift a
-    share. `provider_amount` 0 or the whole lock are splits like any other."""
+    the consumer's full address as the lock's datum names it (`consumer_address`: payment key
+    and staking part, never the caller's choice). Either party signs and pays the fee (and the
+    min ADA of the provider's output); the validator checks the consumer's output (address,
+    the lock's ADA, its share) and what the provider's payment key receives, so neither can
+    shift a share. `provider_amount` 0 or the whole lock are splits like any other."""
     me = _check_owner(signing_key, address)
     provider = bytes(provider_address.payment_part.payload)
-    consumer = bytes(consumer_address.payment_part.payload)
-    if me == provider:
-        role, party = "provider", provider
-    elif me == consumer:
-        role, party = "consumer", consumer
-    else:
-        raise TxError(f"the signing key (key hash {me.hex()}) is neither party of the split")
+    # The provider submits with its own address; anyone else signing must be the consumer
+    # the datum names (a stranger's split is refused by the script: "neither party signed").
+    role = "provider" if me == provider else "consumer"
     unit = NtxUnit.parse(ntx) if ntx is not None else None
-    mine = _candidates(context, job_id, party, role, escrow_utxo, script_address, unit)
-    mine = [e for e in mine if e.datum.provider == provider and e.datum.consumer == consumer]
+    mine = _candidates(context, job_id, me, role, escrow_utxo, script_address, unit)
+    mine = [e for e in mine if e.datum.provider == provider]
     if not mine:
-        raise EscrowNotFound(f"no escrow of job {job_id!r} between these two key hashes")
+        raise EscrowNotFound(
+            f"no escrow of job {job_id!r} between key hash {me.hex()} and the provider "
+            f"{provider.hex()}"
+        )
     if verify_locally:
         signed = [e for e in mine if _distribute_signed(e, provider_amount, oracle_signature)]
         if not signed:
@@ -564,12 +580,15 @@ def distribute(
         if consumer_ntx
         else Value(int(locked.coin))
     )
-    outputs = [TransactionOutput(consumer_address, back)]
+    # The layout the script checks: the consumer's output first, the provider's second.
+    outputs = [TransactionOutput(consumer_address(escrow.datum, context.network), back)]
     if provider_amount:
         outputs.append(
             TransactionOutput(provider_address, Value(0, unit.multi_asset(provider_amount)))
         )
     for out in outputs:
+        # The consumer's output already holds the lock's ADA, above its own min ADA (the
+        # lock's output, with its inline datum, needed more); a top-up only ever adds.
         out.amount.coin = max(int(out.amount.coin), min_lovelace_post_alonzo(out, context))
     _require_fee_funds(context, address, role)
     slot = context.last_block_slot

@@ -171,7 +171,11 @@ def _escrow_datum(utxo: UTxO) -> EscrowDatum | None:
             return datum
         raw = getattr(datum, "cbor", None)  # RawCBOR, what BlockFrostChainContext returns
         cbor = raw if isinstance(raw, bytes) else datum.to_cbor()
-        return EscrowDatum.from_cbor(cbor)
+        found = EscrowDatum.from_cbor(cbor)
+        # Decoding checks no field: a consumer staking part no address can have would make
+        # every split impossible, and the oracle never signs for a lock it cannot release.
+        found.validate()
+        return found
     except Exception:
         log.debug("ignoring a non-escrow datum at the escrow address", exc_info=True)
         return None

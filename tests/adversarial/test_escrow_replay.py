@@ -168,7 +168,6 @@ def test_a_signature_for_one_lock_never_releases_another_with_the_same_datum(
         job_id=JOB,
         provider_amount=grant.provider_amount,
         provider_address=chain.address(PROVIDER),
-        consumer_address=chain.address(CONSUMER),
     )
     # Attack 1: A's signature on B. The client's own check says no; the ledger too.
     with pytest.raises(T.OracleSignatureInvalid):

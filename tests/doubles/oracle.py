@@ -21,7 +21,7 @@ from typing import Any
 from nacl.signing import SigningKey
 from pycardano import Address, Network, PaymentVerificationKey
 
-from oracle_client.escrow.contract.datum import EscrowDatum
+from oracle_client.escrow.contract.datum import EscrowDatum, NoStakingCredential
 from oracle_client.escrow.receipt import Fault, Metering, Outcome, Receipt, sign
 from oracle_client.models import ProviderOffer, ServiceQuote, ServiceRequest, sign_service_request
 from oracle_client.oracle_server.keys import load_or_create_key
@@ -188,6 +188,7 @@ def datum_for(quote: ServiceQuote) -> EscrowDatum:
     """The escrow datum a consumer locks under these terms."""
     return EscrowDatum(
         consumer=bytes.fromhex(quote.consumer_pkh),
+        consumer_stake=NoStakingCredential(),  # Party.address(): an enterprise address
         provider=bytes.fromhex(quote.provider_pkh),
         oracle_key=bytes.fromhex(quote.oracle_key),
         job_id=quote.job_id.encode(),

@@ -46,7 +46,11 @@ from oracle_client.client import (
     ReceiptRejected,
     Undecidable,
 )
-from oracle_client.escrow.contract.datum import EscrowDatum, distribute_message
+from oracle_client.escrow.contract.datum import (
+    EscrowDatum,
+    NoStakingCredential,
+    distribute_message,
+)
 from oracle_client.escrow.receipt import Fault, Outcome
 from oracle_client.models import (
     RewardGrant,
@@ -379,6 +383,7 @@ def test_chain_lock_checker_matches_the_inline_datum() -> None:
     def datum(**change: object) -> EscrowDatum:
         fields: dict[str, object] = {
             "consumer": expected.consumer_pkh,
+            "consumer_stake": NoStakingCredential(),
             "provider": expected.provider_pkh,
             "oracle_key": expected.oracle_key,
             "job_id": b"job-c",
@@ -435,6 +440,7 @@ def test_chain_lock_checker_picks_the_consumers_lock_among_equal_ones() -> None:
     )
     datum = EscrowDatum(
         consumer=expected.consumer_pkh,
+        consumer_stake=NoStakingCredential(),
         provider=expected.provider_pkh,
         oracle_key=expected.oracle_key,
         job_id=b"job-e",
@@ -580,6 +586,7 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
         def lock_job(quote: ServiceQuote, amount: int) -> None:
             datum = EscrowDatum(
                 consumer=bytes.fromhex(quote.consumer_pkh),
+                consumer_stake=NoStakingCredential(),
                 provider=bytes.fromhex(quote.provider_pkh),
                 oracle_key=bytes.fromhex(quote.oracle_key),
                 job_id=quote.job_id.encode(),
@@ -630,7 +637,6 @@ def test_oracle_on_the_local_ledger_signs_what_the_escrow_script_accepts(tmp_pat
             oracle_signature=bytes.fromhex(withdraw.signature),
             provider_amount=withdraw.provider_amount,
             provider_address=address[PROVIDER],
-            consumer_address=address[CONSUMER],
             escrow_utxo=escrows[withdraw.escrow_utxo or ""],  # not the decoy of 1 less
             ntx=ledger.ntx_unit,
         )

@@ -30,7 +30,16 @@ from uplc.cost_model import (
 from uplc.machine import Machine
 
 from oracle_client.cardano.plutus import MAX_TX_EX_UNITS, ScriptResult, evaluate_tx
-from oracle_client.escrow.contract.datum import Claim, Distribute, Refund, distribute_message
+from oracle_client.escrow.contract.datum import (
+    Claim,
+    Distribute,
+    PubKeyCredential,
+    Refund,
+    ScriptCredential,
+    SomeStakingCredential,
+    StakingHash,
+    distribute_message,
+)
 from oracle_client.escrow.contract.distribute_uplc import distribute_message_term
 from tests.escrow_world import (
     AMOUNT,
@@ -45,6 +54,7 @@ from tests.escrow_world import (
     Party,
     distribute_sign,
     escrow_utxo,
+    make_datum,
     ntx,
     oracle_sign,
     spend_tx,
@@ -142,7 +152,7 @@ def test_shares_in_each_others_places_fail() -> None:
     # key, even though both keys receive their shares somewhere.
     share = AMOUNT // 4
     outputs = [pays(PROVIDER, share), pays(CONSUMER, AMOUNT - share)]
-    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+    assert_fails(run(share, outputs=outputs), "consumer paid elsewhere")
     outputs = [pays(CONSUMER, AMOUNT - share), pays(STRANGER, 1), pays(PROVIDER, share)]
     assert_fails(run(share, outputs=outputs), "provider underpaid")
 
@@ -150,7 +160,7 @@ def test_shares_in_each_others_places_fail() -> None:
 def test_the_consumers_share_sent_elsewhere_fails() -> None:
     share = AMOUNT // 4
     outputs = [pays(STRANGER, AMOUNT - share), pays(PROVIDER, share)]
-    assert_fails(run(share, outputs=outputs), "consumer underpaid")
+    assert_fails(run(share, outputs=outputs), "consumer paid elsewhere")
 
 
 def test_the_providers_share_sent_elsewhere_fails() -> None:
@@ -166,11 +176,75 @@ def test_ada_alone_is_not_ntx() -> None:
     assert_fails(run(share, outputs=outputs), "consumer underpaid")
 
 
-def test_the_payment_key_counts_whatever_the_staking_part() -> None:
+def test_the_providers_key_counts_whatever_its_staking_part() -> None:
+    # The provider named its own address in its quote; the script checks its payment key.
     share = AMOUNT // 3
-    staked = Address(CONSUMER.pkh, STRANGER.pkh, network=NETWORK)
-    outputs = [pays(staked, AMOUNT - share), pays(PROVIDER, share)]
+    staked = Address(PROVIDER.pkh, STRANGER.pkh, network=NETWORK)
+    outputs = [pays(CONSUMER, AMOUNT - share), pays(staked, share)]
     assert_ok(run(share, outputs=outputs))
+
+
+# -- the consumer's output: its full address and the lock's ADA, in every split (issue 20 §5) --
+
+SHARES = [0, AMOUNT * 47 // 100, AMOUNT]
+STAKE = SomeStakingCredential(StakingHash(PubKeyCredential(STRANGER.pkh.payload)))
+STAKED_LOCK = escrow_utxo(make_datum(consumer_stake=STAKE))
+# The consumer's base address: its payment key and the stake key it locked with.
+CONSUMER_BASE = Address(CONSUMER.pkh, STRANGER.pkh, network=NETWORK)
+
+
+@pytest.mark.parametrize("share", SHARES)
+def test_a_dishonest_provider_keeping_the_locks_ada_is_refused(share: int) -> None:
+    # (a) The consumer's output carries its NTX (none in a 100 % split) but only a min ADA
+    # instead of the lock's 2 ADA; in a 100 % split, no consumer output at all. Before issue
+    # 20 §5 a 100 % split checked no consumer output, and the provider kept the lock's ADA.
+    short = TransactionOutput(CONSUMER.address, ntx(AMOUNT - share, lovelace=1_000_000))
+    outputs = [short, *split_outputs(share)[1:]]
+    assert_fails(run(share, outputs=outputs), "lock's ADA not returned")
+    if share == AMOUNT:
+        assert_fails(run(share, outputs=[pays(PROVIDER, share)]), "consumer paid elsewhere")
+
+
+def test_a_larger_ada_lock_comes_back_whole() -> None:
+    # A lock holding 10 ADA: the consumer's output must carry all 10, not its own min ADA.
+    rich = locked_as(ntx(AMOUNT, lovelace=10_000_000))
+    share = AMOUNT // 4
+    minimum = [pays(CONSUMER, AMOUNT - share), pays(PROVIDER, share)]  # 2 ADA back
+    assert_fails(run(share, outputs=minimum, escrow=rich), "lock's ADA not returned")
+    whole = TransactionOutput(CONSUMER.address, ntx(AMOUNT - share, lovelace=10_000_000))
+    assert_ok(run(share, outputs=[whole, pays(PROVIDER, share)], escrow=rich))
+
+
+@pytest.mark.parametrize("share", SHARES)
+def test_the_consumers_share_to_its_key_with_another_stake_key_is_refused(share: int) -> None:
+    # (b) The consumer's payment key, the provider's stake key: the consumer's wallet, which
+    # reads its base address, never sees that output; before, it passed ("any staking part").
+    diverted = Address(CONSUMER.pkh, PROVIDER.pkh, network=NETWORK)
+    outputs = [pays(diverted, AMOUNT - share), *split_outputs(share)[1:]]
+    assert_fails(run(share, outputs=outputs), "consumer paid elsewhere")
+    # The same against a lock made from a base address: its enterprise address is not it either.
+    for elsewhere in (CONSUMER.address, diverted):
+        outputs = [pays(elsewhere, AMOUNT - share), *split_outputs(share)[1:]]
+        assert_fails(run(share, outputs=outputs, escrow=STAKED_LOCK), "consumer paid elsewhere")
+
+
+@pytest.mark.parametrize(("share", "payer"), [(0, CONSUMER), *((s, PROVIDER) for s in SHARES)])
+def test_a_lock_from_a_base_address_is_split_to_that_address(share: int, payer: Party) -> None:
+    outputs = [pays(CONSUMER_BASE, AMOUNT - share), *split_outputs(share)[1:]]
+    assert_ok(run(share, outputs=outputs, payer=payer, escrow=STAKED_LOCK))
+
+
+def test_a_script_stake_part_is_kept_as_such() -> None:
+    script_stake = SomeStakingCredential(StakingHash(ScriptCredential(STRANGER.pkh.payload)))
+    lock = escrow_utxo(make_datum(consumer_stake=script_stake))
+    share = AMOUNT // 2
+    as_script = Address(CONSUMER.pkh, ScriptHash(STRANGER.pkh.payload), network=NETWORK)
+    assert_ok(
+        run(share, outputs=[pays(as_script, AMOUNT - share), pays(PROVIDER, share)], escrow=lock)
+    )
+    # The same 28 bytes as a key hash are another address.
+    outputs = [pays(CONSUMER_BASE, AMOUNT - share), pays(PROVIDER, share)]
+    assert_fails(run(share, outputs=outputs, escrow=lock), "consumer paid elsewhere")
 
 
 def test_a_signature_for_one_output_does_not_split_another() -> None:

@@ -41,6 +41,7 @@ from oracle_client.escrow.contract import (
     escrow_address,
     escrow_script,
     oracle_message,
+    staking_of,
 )
 from oracle_client.ledger import LedgerServer, start_server
 
@@ -106,6 +107,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         ledger.faucet(provider.address, ada=20)
         datum = EscrowDatum(
             consumer=consumer.pkh.payload,
+            consumer_stake=staking_of(consumer.address),
             provider=provider.pkh.payload,
             oracle_key=bytes(oracle.verify_key),
             job_id=JOB.encode(),
@@ -417,7 +419,6 @@ def _distribute(world: World, provider_amount: int, submitter: Wallet, **kwargs:
         oracle_signature=kwargs.pop("signature", None) or _split_signature(world, provider_amount),
         provider_amount=provider_amount,
         provider_address=world.provider.address,
-        consumer_address=world.consumer.address,
         **kwargs,
     )
 

@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Literal
+from typing import Literal, Union
 
-from pycardano import PlutusData, TransactionId, TransactionInput
+from pycardano import (
+    Address,
+    Network,
+    PlutusData,
+    PointerAddress,
+    ScriptHash,
+    TransactionId,
+    TransactionInput,
+    VerificationKeyHash,
+)
 
 # Must equal ORACLE_DOMAIN in escrow_validator.py: it keeps any other message the oracle key
 # signs (service quotes...) from ever verifying as a release of money. v2: the message names
@@ -35,12 +44,90 @@ NTX_DECIMALS = 6
 NTX_UNIT = 10**NTX_DECIMALS
 
 
+# The consumer's staking part, as Plutus V3's Address carries it (`Maybe StakingCredential`):
+# the validator compares the split's first output's address with
+# Address(PubKeyCredential(consumer), consumer_stake) as Data, so these are exactly the
+# ledger's shapes (oracle_client/cardano/plutus/context.py `address_data` builds the same).
+# `typing.Union`, not `|`: pycardano decodes a field typed with `|` as nothing at all.
+
+
+@dataclass
+class PubKeyCredential(PlutusData):
+    CONSTR_ID = 0
+    hash: bytes
+
+
+@dataclass
+class ScriptCredential(PlutusData):
+    CONSTR_ID = 1
+    hash: bytes
+
+
+@dataclass
+class StakingHash(PlutusData):
+    CONSTR_ID = 0
+    credential: Union[PubKeyCredential, ScriptCredential]  # noqa: UP007
+
+
+@dataclass
+class SomeStakingCredential(PlutusData):
+    """Just a staking credential: a base address's stake key (or script)."""
+
+    CONSTR_ID = 0
+    staking: StakingHash
+
+
+@dataclass
+class NoStakingCredential(PlutusData):
+    """Nothing: an enterprise address."""
+
+    CONSTR_ID = 1
+
+
+ConsumerStake = Union[SomeStakingCredential, NoStakingCredential]  # noqa: UP007
+
+
+def staking_of(address: Address) -> ConsumerStake:
+    """The staking part of `address` as the datum keeps it. A pointer address is refused:
+    Conway no longer counts its stake, and the escrow keeps a key or script hash only."""
+    part = address.staking_part
+    if part is None:
+        return NoStakingCredential()
+    if isinstance(part, PointerAddress):
+        raise ValueError(f"{address} is a pointer address: lock from a base or enterprise address")
+    credential: PubKeyCredential | ScriptCredential
+    if isinstance(part, ScriptHash):
+        credential = ScriptCredential(bytes(part.payload))
+    else:
+        credential = PubKeyCredential(bytes(part.payload))
+    return SomeStakingCredential(StakingHash(credential))
+
+
+def consumer_address(datum: EscrowDatum, network: Network) -> Address:
+    """The consumer's full address (payment key and staking part) as the lock's datum names
+    it: where a split sends the consumer's share and the lock's ADA (docs/payments.md)."""
+    stake = datum.consumer_stake
+    payment = VerificationKeyHash(datum.consumer)
+    if isinstance(stake, NoStakingCredential):
+        return Address(payment, network=network)
+    credential = stake.staking.credential
+    staking: VerificationKeyHash | ScriptHash
+    if isinstance(credential, ScriptCredential):
+        staking = ScriptHash(credential.hash)
+    else:
+        staking = VerificationKeyHash(credential.hash)
+    return Address(payment, staking, network=network)
+
+
 @dataclass
 class EscrowDatum(PlutusData):
-    """The inline datum of an escrow output (constr 0)."""
+    """The inline datum of an escrow output (constr 0). `consumer_stake`: the staking part of
+    the consumer's address at lock time; a split pays the consumer's share to
+    (consumer, consumer_stake) exactly, the address the consumer's wallet reads."""
 
     CONSTR_ID = 0
     consumer: bytes
+    consumer_stake: ConsumerStake
     provider: bytes
     oracle_key: bytes
     job_id: bytes
@@ -53,6 +140,7 @@ class EscrowDatum(PlutusData):
         locked; decoding does not call it, so call it on datums read from the chain."""
         super().validate()
         _check_len("consumer", self.consumer, PKH_BYTES)
+        _check_stake(self.consumer_stake)
         _check_len("provider", self.provider, PKH_BYTES)
         _check_len("oracle_key", self.oracle_key, ORACLE_KEY_BYTES)
         _check_job_id(self.job_id)
@@ -83,8 +171,9 @@ class Distribute(PlutusData):
     """Split the escrow (issue 12): `provider_amount` NTX to the provider, the rest of the
     datum's amount to the consumer, in one tx. `signature` is the oracle's over
     `distribute_message(provider_amount, escrow)`, the share and the output spent; either
-    party may submit, since the validator checks what each one's payment credential
-    receives."""
+    party may submit, since the validator checks what each one receives: the consumer at
+    its full address (the datum's key and staking part) with the lock's ADA, the provider
+    at its payment key."""
 
     CONSTR_ID = 2
     signature: bytes
@@ -238,6 +327,24 @@ def format_ntx(base: int) -> str:
 def _check_len(name: str, value: bytes, size: int) -> None:
     if len(value) != size:
         raise ValueError(f"{name} must be {size} bytes, got {len(value)}")
+
+
+def _check_stake(stake: object) -> None:
+    """A staking part the ledger can put in an address: nothing, or a 28-byte key or script
+    hash. Anything else (a decoded datum is not type-checked) could never match an output's
+    address, and no split could ever spend the lock."""
+    if isinstance(stake, NoStakingCredential):
+        return
+    staking = getattr(stake, "staking", None)
+    credential = getattr(staking, "credential", None)
+    if not (
+        isinstance(stake, SomeStakingCredential)
+        and isinstance(staking, StakingHash)
+        and isinstance(credential, PubKeyCredential | ScriptCredential)
+        and isinstance(credential.hash, bytes)
+    ):
+        raise ValueError(f"consumer_stake must be a staking credential or none, got {stake!r}")
+    _check_len("consumer stake hash", credential.hash, PKH_BYTES)
 
 
 def _check_job_id(job_id: bytes) -> None:

@@ -16,9 +16,12 @@ The checks, in order (the specification is docs/payments.md, "Distribute"):
      ("bad oracle signature");
   5. exactly one script input, whose Value (the lock) holds ADA and one token
      ("one escrow per distribute tx", "a lock holds ADA and one token");
-  6. output 0 pays the consumer's key at least amount - provider_amount of that token when
-     that is above 0 ("consumer underpaid"), output 1 the provider's key at least
-     provider_amount when that is above 0 ("provider underpaid").
+  6. output 0 pays the consumer's full address, exactly the datum's payment key and staking
+     part ("consumer paid elsewhere"), at least the lock's lovelace ("lock's ADA not
+     returned") and, when amount - provider_amount is above 0, at least that much of the
+     token ("consumer underpaid"), in every split, 0 % and 100 % included (issue 20 §5);
+     output 1 pays the provider's key (any staking part: the provider chose its address in
+     its quote) at least provider_amount when that is above 0 ("provider underpaid").
 
 Reading the terms: each AST node is one step of the CEK machine (100 memory units and 16 k
 cpu steps in the Conway cost model, plus the builtin's own cost), and UPLC is strict, so
@@ -347,6 +350,19 @@ def _pays_at_least(output: AST, credential: AST, share: AST, message: str) -> AS
     )
 
 
+def _lovelace(value_entries: AST) -> AST:
+    """The lovelace of a Value's entries (a builtin list of pairs): the ledger puts ADA's
+    entry (policy b"", name b"") first in every output's and input's Value."""
+    ada = call(BuiltInFun.UnMapData, call(BuiltInFun.SndPair, head(value_entries)))
+    return call(BuiltInFun.UnIData, call(BuiltInFun.SndPair, head(ada)))
+
+
+def _address(payment: AST, staking: AST) -> AST:
+    """Address(payment credential, Maybe StakingCredential) as Data, from both as Data."""
+    items = call(BuiltInFun.MkCons, staking, _EMPTY_DATA_LIST)
+    return call(BuiltInFun.ConstrData, const(0), call(BuiltInFun.MkCons, payment, items))
+
+
 def _pubkey_credential(key_hash: AST) -> AST:
     """PubKeyCredential(key_hash) as Data, from the key hash's B data."""
     return call(
@@ -386,18 +402,20 @@ def distribute_check(tx_info: AST, redeemer_fields: AST, script_info: AST) -> AS
                 eq_int(call(BuiltInFun.FstPair, v("maybe_datum")), const(JUST_CONSTR)),
                 "no datum",
             ),
-            # EscrowDatum: consumer, provider, oracle_key, job_id, amount, deadline.
+            # EscrowDatum: consumer, consumer_stake, provider, oracle_key, job_id, amount,
+            # deadline. consumer_stake is read once, at the end: head(datum_rest).
             Let("datum", fields(head(call(BuiltInFun.SndPair, v("maybe_datum"))))),
             Let("consumer", head(v("datum"))),
             Let("datum_rest", tail(v("datum"))),
-            Let("provider", head(v("datum_rest"))),
+            Let("party_rest", tail(v("datum_rest"))),
+            Let("provider", head(v("party_rest"))),
             Let("info", fields(tx_info)),
             Let("signed", _SIGNED),
             Do(recur("signed", as_list(nth(v("info"), TX_INFO_SIGNATORIES)))),
             Let("redeemer_fields", redeemer_fields),
             Let("provider_amount_data", nth(v("redeemer_fields"), 1)),
             Let("provider_amount", call(BuiltInFun.UnIData, v("provider_amount_data"))),
-            Let("key_rest", tail(v("datum_rest"))),
+            Let("key_rest", tail(v("party_rest"))),
             Let("amount", call(BuiltInFun.UnIData, nth(v("key_rest"), 2))),
             Check(
                 call(
@@ -440,6 +458,22 @@ def distribute_check(tx_info: AST, redeemer_fields: AST, script_info: AST) -> AS
             # The layout transactions.distribute builds: the consumer's output first, the
             # provider's second; each is checked where it must be, never one counted twice.
             Let("outputs", as_list(nth(v("info"), 2))),
+            # The consumer's output, in every split: its full address (the wallet reads its
+            # base address only: the payment key with another staking part is not its
+            # money), all of the lock's lovelace, then its share of the token.
+            Let("back", fields(head(v("outputs")))),
+            Check(
+                eq_data(
+                    head(v("back")),
+                    _address(_pubkey_credential(v("consumer")), head(v("datum_rest"))),
+                ),
+                "consumer paid elsewhere",
+            ),
+            Let("back_value", call(BuiltInFun.UnMapData, nth(v("back"), 1))),
+            Check(
+                at_most(_lovelace(v("locked")), _lovelace(v("back_value"))),
+                "lock's ADA not returned",
+            ),
             Let(
                 "consumer_amount",
                 call(BuiltInFun.SubtractInteger, v("amount"), v("provider_amount")),
@@ -447,11 +481,10 @@ def distribute_check(tx_info: AST, redeemer_fields: AST, script_info: AST) -> AS
             Do(
                 ite(
                     positive(v("consumer_amount")),
-                    _pays_at_least(
-                        head(v("outputs")),
-                        _pubkey_credential(v("consumer")),
-                        v("consumer_amount"),
-                        "consumer underpaid",
+                    ite(
+                        at_most(v("consumer_amount"), recur("quantity", v("back_value"))),
+                        UNIT,
+                        fail("consumer underpaid"),
                     ),
                     UNIT,
                 )

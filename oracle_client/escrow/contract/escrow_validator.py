@@ -29,6 +29,9 @@ KIND_REFUND = b"refund"
 class EscrowDatum(PlutusData):
     CONSTR_ID = 0
     consumer: bytes
+    # The staking part of the consumer's address (Plutus V3's Maybe StakingCredential): only
+    # the split reads it (distribute_uplc.py), to pay the consumer's full address.
+    consumer_stake: Union[SomeStakingCredential, NoStakingCredential]
     provider: bytes
     oracle_key: bytes
     job_id: bytes
