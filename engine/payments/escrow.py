@@ -42,6 +42,7 @@ import trio
 from engine import api
 from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.jobs.metering import charge_units, span_ms
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
 from oracle_client import billing
@@ -687,23 +688,18 @@ def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
     """The receipt's billing fields for ``job`` (issue 12): its spec's price and minimum
     charge, one subtask with one replica from its start to its end (or now), and the charge.
     A job quoted before specs existed (no price) is charged the whole lock, as before."""
-    started = job.started_at is not None
     if job.price_units_hour is None:
         price, min_charge = 0, amount
     else:
         price, min_charge = job.price_units_hour, job.min_charge_units
-    subtasks: tuple[billing.Subtask, ...] = ()
-    if job.started_at is not None:
-        start_ms = int(job.started_at * 1000)
-        end_ms = max(start_ms, int((job.finished_at or time.time()) * 1000))
-        subtasks = billing.single_run(start_ms, end_ms)
-    charge = billing.charge(
-        price,
-        billing.machine_time_ms(subtasks),
-        min_charge=min_charge,
-        cap=amount,
-        started=started,
-    )
+    span = span_ms(job)
+    subtasks = billing.single_run(*span) if span is not None else ()
+    # The one charge every figure of the job shows (engine/jobs/metering.py, issue 20 §9).
+    charge = charge_units(job, billing.machine_time_ms(subtasks), cap=amount)
+    if charge is None or span is None:  # no price: the whole lock; never started: nothing
+        charge = billing.charge(
+            price, 0, min_charge=min_charge, cap=amount, started=span is not None
+        )
     return {
         "spec": (job.resource_spec or "")[:64],
         "price_units_hour": price,
