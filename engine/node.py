@@ -248,12 +248,20 @@ class Node:
 
     def job_totals(self) -> dict[str, Any]:
         """TotalsPort: the jobs' metering and, with payments, the escrow book's sums."""
-        totals = self.jobs().job_totals()
-        if self.payments_enabled:
-            listing = self._escrows().listing()
-            totals["ntx_claimed"] = listing.earned_ntx
-            totals["ntx_paid_out"] = listing.spent_ntx
-            totals["ntx_locked"] = listing.locked_ntx
+        if not self.payments_enabled:
+            return self.jobs().job_totals()
+        listing = self._escrows().listing()
+        # A paid job's metered figure is its escrow's (the signed receipt's charge).
+        totals = self.jobs().job_totals(
+            {
+                (e.role, e.job_id): e.metered_units
+                for e in listing.escrows
+                if e.metered_units is not None
+            }
+        )
+        totals["ntx_claimed"] = listing.earned_ntx
+        totals["ntx_paid_out"] = listing.spent_ntx
+        totals["ntx_locked"] = listing.locked_ntx
         return totals
 
     def ntx_claimed(self) -> int:

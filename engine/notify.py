@@ -34,8 +34,9 @@ from urllib.parse import urlsplit
 import trio
 
 from engine import api
+from engine.jobs.metering import metered_units
 from engine.safe_text import safe
-from oracle_client.ntx import LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key
+from oracle_client.ntx import LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key, ntx_of
 
 if TYPE_CHECKING:
     import httpx
@@ -62,7 +63,11 @@ class Notice:
 
 
 def _job_payload(job: api.JobInfo) -> dict[str, Any]:
+    """The job, and its metered figure in base units under its kind's key: the charge its
+    receipt signs (engine/jobs/metering.py ``metered_units``); ``cost_ntx`` is the same in
+    NTX, as before."""
     metering = job.metering
+    metered = metered_units(job)
     return {
         "job_id": job.job_id,
         "name": job.spec.name,
@@ -75,7 +80,8 @@ def _job_payload(job: api.JobInfo) -> dict[str, Any]:
         "executor": job.executor,
         "price_ntx_hour": job.price_ntx_hour,
         "quoted_ntx": job.quoted_ntx,
-        "cost_ntx": metering.cost_ntx if metering else None,
+        json_key(METERED): metered,
+        "cost_ntx": ntx_of(metered) if metered is not None else None,
         "wall_s": metering.wall_s if metering else None,
         "gpu_s": metering.gpu_s if metering else None,
         "started_at": job.started_at,
@@ -138,10 +144,12 @@ class NoticeFilter:
             return None
         label = safe(job.spec.name or job.job_id)[:80]
         side = "you bought" if job.role == "consumer" else "you ran"
-        cost = job.metering.cost_ntx if job.metering else None
+        # The job's one metered figure, saying what it is (issue 20 §9: the metering's own
+        # float, another figure than the receipt's, unlabelled).
+        metered = metered_units(job)
         text = f"{label} ({side}): {job.state}"
-        if cost:
-            text += f" · {cost:g} NTX"
+        if metered:
+            text += f" · {format_ntx(metered, METERED)}"
         if job.reason and job.state != "completed":
             text += f" · {safe(job.reason[:120])}"
         return Notice(

@@ -119,12 +119,16 @@ class NetworkStatus(Record, frozen=True):
     cpu_utilisation_percent: float | None = None
     memory_utilisation_percent: float | None = None
     peers: tuple[Peer, ...] = ()
-    # This node's own jobs, from their metering: what it ran and earned, what it bought.
+    # This node's own ended jobs: what it ran and bought, and the metered NTX of each (its
+    # escrow's, the signed receipt's charge, for a paid job: what its own views show),
+    # base units; ``ntx_earned`` and ``ntx_spent`` are the same sums in NTX, as before.
     jobs_run: int = 0
     cpu_mticks_run: float = 0.0
     ntx_earned: float = 0.0
     jobs_bought: int = 0
     ntx_spent: float = 0.0
+    metered_run_units: int = 0
+    metered_bought_units: int = 0
     # This node's NTX that moved on chain through the escrow (paid jobs).
     ntx_claimed: float = 0.0
     ntx_paid_out: float = 0.0

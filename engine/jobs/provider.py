@@ -48,6 +48,7 @@ from engine.jobs.executors.base import (
 )
 from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog, JobLogs
+from engine.jobs.metering import metered_units
 from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
@@ -859,10 +860,19 @@ class ProviderJobs:
         results: Any = None,
     ) -> None:
         metering = None
+        finished_at = time.time()
+        # A run that is not live here (the provider died in it, and it is not resumed) ended
+        # at the last moment it was known to run: its record's last save.
+        ran = runs.ended(
+            job.run_spans(), finished_at if job.job_id in self._runs else job.updated_at
+        )
         # Its tunnels close with it; the bytes they carried are its network traffic (a
         # container has no other route: network_mode none).
         self.tunnels.close_job(job.job_id)
         if usage is not None:
+            # The cost is the receipt's charge (issue 20 §9: price x the sampled wall time,
+            # without the minimum charge or the cap, said another figure than the escrow).
+            charge = metered_units(msgspec.structs.replace(job, finished_at=finished_at, runs=ran))
             usage = _with_tunnel_bytes(usage, self.tunnels.take_traffic(job.job_id), job.executor)
             metering = api.JobMetering(
                 wall_s=usage.wall_s,
@@ -873,18 +883,17 @@ class ProviderJobs:
                 net_rx_bytes=usage.net_rx_bytes,
                 net_tx_bytes=usage.net_tx_bytes,
                 gpu_s=usage.gpu_s,
-                cost_ntx=usage.cost(job.price_ntx_hour or 0.0),
+                cost_ntx=ntx_of(charge)
+                if charge is not None
+                else usage.cost(job.price_ntx_hour or 0.0),
             )
-        now = time.time()
         ended = msgspec.structs.replace(
             job,
             state=status.outcome,
             reason=status.reason,
             exit_code=status.exit_code,
-            finished_at=now,
-            # A run that is not live here (the provider died in it, and it is not resumed)
-            # ended at the last moment it was known to run: its record's last save.
-            runs=runs.ended(job.run_spans(), now if job.job_id in self._runs else job.updated_at),
+            finished_at=finished_at,
+            runs=ran,
             metering=metering,
             log_lines=self._log_lines(job.job_id),
             results_sha256=results.sha256 if results else "",

@@ -7,7 +7,7 @@ they answer even in a one-shot CLI engine; submitting and cancelling need the ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -18,9 +18,11 @@ from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
+from engine.jobs.metering import metered_units
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel import ConsumerTunnels
 from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
+from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs")
 
@@ -107,25 +109,33 @@ class NodeJobs:
     def committed(self) -> Committed:
         return self.provider.committed()
 
-    def job_totals(self) -> dict[str, Any]:
-        """What this node ran and bought, from the metering of its ended jobs."""
-        totals: dict[str, Any] = {
-            "jobs_run": 0,
-            "cpu_mticks_run": 0.0,
-            "ntx_earned": 0.0,
-            "jobs_bought": 0,
-            "ntx_spent": 0.0,
-        }
+    def job_totals(self, escrowed: Mapping[tuple[str, str], int] | None = None) -> dict[str, Any]:
+        """What this node ran and bought, and the metered NTX of its ended jobs: the figure
+        each job's own views show (issue 20 §9), its escrow's (the signed receipt's charge,
+        ``escrowed`` by role and job id) where it has one, else its own record's
+        (metering.metered_units)."""
+        escrowed = escrowed or {}
+        totals: dict[str, Any] = {"jobs_run": 0, "cpu_mticks_run": 0.0, "jobs_bought": 0}
+        run = bought = 0
         for job in self.ctx.store.list_jobs(states=api.TERMINAL_STATES, limit=100_000):
-            if job.metering is None:
+            units = escrowed.get((job.role, job.job_id))
+            if units is None:
+                units = metered_units(job)
+            if job.metering is None and units is None:
                 continue
             if job.role == "provider":
                 totals["jobs_run"] += 1
-                totals["cpu_mticks_run"] += job.metering.mticks
-                totals["ntx_earned"] += job.metering.cost_ntx
+                totals["cpu_mticks_run"] += job.metering.mticks if job.metering else 0.0
+                run += units or 0
             else:
                 totals["jobs_bought"] += 1
-                totals["ntx_spent"] += job.metering.cost_ntx
+                bought += units or 0
+        totals.update(
+            metered_run_units=run,
+            metered_bought_units=bought,
+            ntx_earned=ntx_of(run),
+            ntx_spent=ntx_of(bought),
+        )
         return totals
 
     def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:

@@ -42,6 +42,7 @@ import trio
 from engine import api
 from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.jobs.metering import charge_units
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
 from oracle_client import billing
@@ -772,21 +773,18 @@ def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
     """The receipt's billing fields for ``job`` (issue 12): its spec's price and minimum
     charge, one subtask with each run a replica (to its end, or now), and the charge.
     A job quoted before specs existed (no price) is charged the whole lock, as before."""
-    started = job.started_at is not None
     if job.price_units_hour is None:
         price, min_charge = 0, amount
     else:
         price, min_charge = job.price_units_hour, job.min_charge_units
     # Each run its own replica (engine/jobs/runs.py): the downtime between a crash and a
     # resume, and the work redone after the checkpoint, are in none of them.
-    subtasks = billing.runs(job.run_spans_ms(time.time())) if started else ()
-    charge = billing.charge(
-        price,
-        billing.machine_time_ms(subtasks),
-        min_charge=min_charge,
-        cap=amount,
-        started=started,
-    )
+    spans = job.run_spans_ms(time.time())
+    subtasks = billing.runs(spans)
+    # The one charge every figure of the job shows (engine/jobs/metering.py, issue 20 §9).
+    charge = charge_units(job, billing.machine_time_ms(subtasks), cap=amount)
+    if charge is None or not spans:  # no price: the whole lock; never started: nothing
+        charge = billing.charge(price, 0, min_charge=min_charge, cap=amount, started=bool(spans))
     return {
         "spec": (job.resource_spec or "")[:64],
         "price_units_hour": price,

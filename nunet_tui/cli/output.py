@@ -220,8 +220,8 @@ def _network(status: api.NetworkStatus) -> str:
             f"{t.free_vram_mb:,} of {t.vram_mb:,} MB VRAM",
             f"  jobs    {t.running_jobs} running",
             f"  this node ran {status.jobs_run} job(s) ({status.cpu_mticks_run:,.0f} MTicks, "
-            f"{format_ntx(units_of(status.ntx_earned), 'metered')}) and bought "
-            f"{status.jobs_bought} ({format_ntx(units_of(status.ntx_spent), 'metered')})",
+            f"{format_ntx(status.metered_run_units, 'metered')}) and bought "
+            f"{status.jobs_bought} ({format_ntx(status.metered_bought_units, 'metered')})",
             f"  NTX through escrow: {format_ntx(units_of(t.ntx_paid), 'paid')} to providers on "
             f"the channel; this node was {format_ntx(units_of(status.ntx_claimed), 'paid')}, "
             f"paid out {format_ntx(units_of(status.ntx_paid_out))}, has "

@@ -8,8 +8,9 @@ lock), and, once settled, what was ``paid`` to the provider and ``refunded`` to 
 Where they come from, best first: the escrow record (the provider's signed machine time and
 the settlement on the chain: ``metered_units``, ``paid_units``, ``refunded_units``,
 ``settle_tx``), then the job's own billing fields (``estimate_units``, ``lock_units``, and the
-metered charge worked out with ``oracle_client.billing.charge`` from its start and end), then
-the older float figures (``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
+metered charge: engine/jobs/metering.py ``metered_units``, the receipt's charge from its start
+and end, which the engine's totals and notices read too), then the older float figures
+(``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
 Escrow records older than billing settled all or nothing: a claim paid the whole lock, a
 refund returned it. A settlement counts once the chain shows it (claimed, paid out,
 refunded), not while its transaction is on its way.
@@ -21,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.api import ESCROW_OPEN_STATES, TERMINAL_STATES, EscrowInfo, JobInfo
+from engine.jobs.metering import charge_units, metered_units
 from engine.safe_text import safe
 from oracle_client import billing
 from oracle_client.ntx import format_ntx, format_rate, units_of
@@ -65,15 +67,9 @@ def machine_ms(job: JobInfo, now: float | None = None) -> int | None:
 
 
 def metered_charge(job: JobInfo, elapsed_ms: int | None) -> int | None:
-    """``billing.charge`` of the job's own price, minimum charge and lock (the cap)."""
-    if job.price_units_hour is None or elapsed_ms is None:
-        return None
-    cap = job.lock_units if job.lock_units is not None else job.estimate_units
-    if cap is None:
-        return None
-    return billing.charge(
-        job.price_units_hour, elapsed_ms, min_charge=job.min_charge_units, cap=cap
-    )
+    """``billing.charge`` of the job's own price, minimum charge and lock (the cap): the
+    engine's ``charge_units``, the one the receipt signs."""
+    return None if elapsed_ms is None else charge_units(job, elapsed_ms)
 
 
 def settlement(escrow: EscrowInfo) -> tuple[int | None, int | None]:
@@ -117,14 +113,10 @@ def job_figures(
     if estimate is None and job.quoted_ntx is not None:
         estimate = units_of(job.quoted_ntx)
     locked = job.lock_units
-    metered = metered_charge(job, elapsed)
-    if metered is None and job.state in TERMINAL_STATES:
-        # A job from before billing: a paid one that completed was charged its whole quote,
-        # an unpaid one its metered cost.
-        if job.receipt and job.state == "completed" and estimate is not None:
-            metered = estimate
-        elif job.metering is not None:
-            metered = units_of(job.metering.cost_ntx)
+    # An ended job's is what its receipt signs (or, before billing, what it was charged),
+    # the figure the engine's totals and notices add up; a running one's, so far.
+    ended = job.state in TERMINAL_STATES
+    metered = metered_units(job) if ended else metered_charge(job, elapsed)
     if escrow is None:
         return Figures(
             estimate=estimate,

@@ -302,6 +302,22 @@ def test_a_hanging_webhook_does_not_slow_the_node(hook: Hook, tmp_path: Path) ->
 # --- end to end ------------------------------------------------------------------------------
 
 
+def command_hook_toml(events: Path) -> str:
+    """A ``[notify]`` section whose command appends each notice to ``events``, one a line."""
+    append = (
+        f"import sys; f = open({str(events)!r}, 'ab'); "
+        "f.write(sys.stdin.buffer.read() + b'\\n'); f.close()"
+    )
+    return f'\n[notify]\ncommand = [{json.dumps(sys.executable)}, "-c", {json.dumps(append)}]\n'
+
+
+def notices(events: Path) -> list[dict[str, Any]]:
+    """What a ``command_hook_toml`` hook was given so far."""
+    if not events.exists():
+        return []
+    return [json.loads(line) for line in events.read_bytes().splitlines() if line.strip()]
+
+
 def test_a_finished_job_is_posted_once_and_given_to_the_provider_hook(
     daemons: Callable[..., Daemon], hook: Hook, tmp_path: Path
 ) -> None:
@@ -313,18 +329,13 @@ def test_a_finished_job_is_posted_once_and_given_to_the_provider_hook(
     scripts = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=scripts.serve_forever, daemon=True).start()
     events = tmp_path / "provider-events.ndjson"
-    append = (
-        f"import sys; f = open({str(events)!r}, 'ab'); "
-        "f.write(sys.stdin.buffer.read() + b'\\n'); f.close()"
-    )
     try:
         consumer = daemons("consumer", 51, extra_toml=f'\n[notify]\nwebhook_url = "{hook.url}"\n')
         provider = daemons(
             "provider",
             50,
             bootstrap=consumer.addrs()[0],
-            extra_toml='\n[jobs]\nexecutors = ["process"]\n'
-            f'\n[notify]\ncommand = [{json.dumps(sys.executable)}, "-c", {json.dumps(append)}]\n',
+            extra_toml='\n[jobs]\nexecutors = ["process"]\n' + command_hook_toml(events),
         )
         provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
         provider_id = provider.peer_id
@@ -356,7 +367,10 @@ def test_a_finished_job_is_posted_once_and_given_to_the_provider_hook(
         assert posted["job"]["state"] == "completed"
         assert posted["job"]["role"] == "consumer"
         assert posted["job"]["quoted_ntx"] == shown["quoted_ntx"]
-        assert posted["job"]["cost_ntx"] is not None
+        # No escrow: the job's own metered figure, the one `job show` gives, saying so.
+        metered = shown["money"]["metered_units"]
+        assert metered is not None and posted["job"]["metered_units"] == metered
+        assert posted["job"]["cost_ntx"] == metered / 1e6
         lines = events.read_bytes().strip().splitlines()
         assert len(lines) == 1
         told = json.loads(lines[0])

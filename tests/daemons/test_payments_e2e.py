@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import PROCESS_JOBS, kill_after_epochs, scripts
+from tests.daemons.test_notify import command_hook_toml, notices
 
 __all__ = ["daemons", "scripts"]
 
@@ -119,19 +120,26 @@ def _paid_pair(
     consumer_env: dict[str, str] | None = None,
     provider_env: dict[str, str] | None = None,
     consumer_payments: str = "",
+    notices_dir: Path | None = None,
 ) -> tuple[Daemon, Daemon]:
-    """``consumer_payments``: more lines of the consumer's ``[payments]`` section."""
+    """``consumer_payments``: more lines of the consumer's ``[payments]`` section;
+    ``notices_dir``: a folder where each daemon's ``[notify]`` command writes its notices
+    (``consumer.ndjson``, ``provider.ndjson``)."""
+
+    def hook(role: str) -> str:
+        return command_hook_toml(notices_dir / f"{role}.ndjson") if notices_dir else ""
+
     consumer = market.spawn(
         "consumer",
         41,
-        extra_toml=market.toml() + consumer_payments,
+        extra_toml=market.toml() + consumer_payments + hook("consumer"),
         env={**PASSPHRASE, **(consumer_env or {})},
     )
     provider = market.spawn(
         "provider",
         40,
         bootstrap=consumer.addrs()[0],
-        extra_toml=market.toml(provider_ledger_url) + provider_jobs + PRICES,
+        extra_toml=market.toml(provider_ledger_url) + provider_jobs + PRICES + hook("provider"),
         env={**PASSPHRASE, **(provider_env or {})},
     )
     for daemon, ada, ntx in ((consumer, 20, consumer_ntx), (provider, 10, 0)):
@@ -161,8 +169,8 @@ def _address(daemon: Daemon) -> str:
     return str(daemon.cli("wallet", "show")["address"])
 
 
-def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> None:
-    provider, consumer = _paid_pair(market)
+def test_completed_job_pays_the_provider_once(market: Market, scripts: str, tmp_path: Path) -> None:
+    provider, consumer = _paid_pair(market, notices_dir=tmp_path)
     before = market.ntx(_address(consumer))
     job = _submit(consumer, f"{scripts}/iris.py")
     job_id = job["job_id"]
@@ -216,6 +224,43 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str) -> N
         "the channel's NTX paid never showed the claim",
         20,
     )
+    _every_figure_is_the_charge(provider, consumer, job_id, charge, tmp_path)
+
+
+def _every_figure_is_the_charge(
+    provider: Daemon, consumer: Daemon, job_id: str, charge: int, notices_at: Path
+) -> None:
+    """Issue 20 §9: each place one job's metered figure appears, on both sides, says the
+    receipt's charge to the base unit. The metering's own figure (price x the sampled wall
+    time, without the minimum charge or the cap) used to say another: 0.010101 NTX in the
+    network status and the job's notice for a job whose receipt charged 0.010125 NTX."""
+    from nunet_tui.viewmodels.money import amount
+
+    said = amount(charge, "metered")
+    for daemon, role in ((provider, "provider"), (consumer, "consumer")):
+        shown = daemon.cli("job", "show", job_id)
+        assert shown["money"]["metered_units"] == charge, role
+        assert shown["metering"]["cost_ntx"] == charge / 1e6, role
+        assert said in run_cli("job", "show", job_id, home=daemon.home).stdout, role
+        assert _escrow(daemon, job_id)["metered_units"] == charge, role
+        status = daemon.cli("network", "status")
+        ran = "metered_run_units" if role == "provider" else "metered_bought_units"
+        assert status[ran] == charge, (role, status)
+        assert said in run_cli("network", "status", home=daemon.home).stdout, role
+        ended = wait_for(
+            lambda role=role: [
+                n for n in notices(notices_at / f"{role}.ndjson") if n["event"] == "job_ended"
+            ],
+            f"the {role} never told the job's end",
+        )
+        assert [n["job"]["metered_units"] for n in ended] == [charge], role
+    paid = wait_for(
+        lambda: [n for n in notices(notices_at / "provider.ndjson") if n["event"] == "reward_paid"],
+        "the provider never told the reward",
+    )
+    assert [(n["escrow"]["metered_units"], n["escrow"]["paid_units"]) for n in paid] == [
+        (charge, charge)
+    ]
 
 
 def test_a_job_that_fails_by_its_own_code_still_pays_the_provider(

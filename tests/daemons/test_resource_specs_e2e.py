@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from oracle_client import billing
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import _pair, _state, scripts
 
@@ -64,13 +65,21 @@ def test_two_specs_quote_and_bill_at_their_own_prices(
         theirs = provider.cli("job", "show", job["job_id"])
         for field in ("resource_spec", "price_units_hour", "estimate_units", "lock_units"):
             assert theirs[field] == job[field], field
-        # Billed for the machine time it used, at its spec's price, the same on both sides.
-        metering = job["metering"]
-        price = job["price_units_hour"] / 1_000_000
-        assert metering["cost_ntx"] == pytest.approx(price * metering["wall_s"] / 3600, abs=1e-6)
-        assert theirs["metering"]["cost_ntx"] == metering["cost_ntx"]
-    walls = [j["metering"]["wall_s"] for j in (cheap, dear)]
-    per_second = [j["metering"]["cost_ntx"] / w for j, w in zip((cheap, dear), walls, strict=True)]
+        # Billed its spec's price for its machine time, start to end: the charge its receipt
+        # would sign, the same on both sides and in the metering record (issue 20 §9).
+        machine_ms = int(job["finished_at"] * 1000) - int(job["started_at"] * 1000)
+        charge = billing.charge(
+            job["price_units_hour"],
+            machine_ms,
+            min_charge=job["min_charge_units"],
+            cap=job["lock_units"],
+        )
+        assert job["money"]["metered_units"] == theirs["money"]["metered_units"] == charge
+        assert job["metering"]["cost_ntx"] == theirs["metering"]["cost_ntx"] == charge / 1e6
+    walls = [j["money"]["machine_ms"] / 1000 for j in (cheap, dear)]
+    per_second = [
+        j["money"]["metered_units"] / 1e6 / w for j, w in zip((cheap, dear), walls, strict=True)
+    ]
     # Each cost is floored to the base unit (1e-6 NTX): on jobs of a second or so that is
     # 0.1 % of it, so the allowance is those two floors, per second (rel=1e-3 was flaky).
     floors = 1e-6 / walls[1] + 4 * 1e-6 / walls[0]

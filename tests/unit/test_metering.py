@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from engine.jobs.metering import Meter
+import msgspec
+
+from engine import api
+from engine.jobs.metering import Meter, metered_units
+from engine.jobs.spec import JobSpec
+from engine.notify import NoticeFilter
+from engine.payments.escrow import billing_fields
+from nunet_tui.viewmodels.money import job_figures
 
 
 def test_frozen_time_is_not_wall_time() -> None:
@@ -37,3 +44,54 @@ def test_a_meter_never_frozen_counts_from_start_to_stop() -> None:
     meter.stop(now=17.5)
     usage = meter.usage()
     assert (usage.wall_s, usage.gpu_s) == (12.5, 25.0)
+
+
+# --- the one metered figure (issue 20 §9) ---------------------------------------------------
+
+
+def _job(**fields: object) -> api.JobInfo:
+    base: dict[str, object] = {
+        "job_id": "j1",
+        "role": "provider",
+        "state": "completed",
+        "provider": "p",
+        "consumer": "c",
+        "spec": JobSpec(name="n", framework="scikit-learn"),
+        "price_units_hour": 6_000_000,
+        "lock_units": 20_000,
+        "estimate_units": 20_000,
+        "started_at": 1_000.0,
+        "finished_at": 1_006.075,
+        "updated_at": 1_006.5,
+        # The meter's own figure: 6.061 s of sampled wall time (the daemons' run of issue 20
+        # §9 said 0.010101 NTX here, its receipt 0.010125 NTX).
+        "metering": api.JobMetering(wall_s=6.061, cost_ntx=0.010101),
+    }
+    base.update(fields)
+    return api.JobInfo(**base)  # type: ignore[arg-type]
+
+
+def test_an_ended_job_is_metered_what_its_receipt_charges() -> None:
+    job = _job()
+    assert metered_units(job) == 10_125 == billing_fields(job, 20_000)["charge"]
+    short = _job(finished_at=1_000.5, min_charge_units=5_000)  # under the minimum charge
+    assert metered_units(short) == 5_000 == billing_fields(short, 20_000)["charge"]
+    long = _job(finished_at=1_100.0)  # past the lock: capped
+    assert metered_units(long) == 20_000 == billing_fields(long, 20_000)["charge"]
+
+
+def test_figures_of_jobs_from_before_billing() -> None:
+    legacy = _job(price_units_hour=None, lock_units=None, estimate_units=None, quoted_ntx=0.25)
+    assert metered_units(legacy) == 10_101  # its metering's float, to the base unit
+    assert metered_units(msgspec.structs.replace(legacy, receipt="{}")) == 250_000  # the quote
+    never = _job(started_at=None, metering=None)
+    assert metered_units(never) is None and billing_fields(never, 20_000)["charge"] == 0
+
+
+def test_every_view_of_an_ended_job_shows_the_one_figure() -> None:
+    job = _job()
+    assert job_figures(job).metered == 10_125
+    notice = NoticeFilter(since=0).observe(api.JobChanged(at=1_006.5, job=job))
+    assert notice is not None and notice.text.endswith("completed · 0.010125 NTX metered")
+    assert notice.payload["job"]["metered_units"] == 10_125
+    assert notice.payload["job"]["cost_ntx"] == 0.010125
