@@ -26,21 +26,28 @@ MAX_SUBTASKS = 256
 MAX_REPLICAS = 64
 
 
-class Replica(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One run of a subtask on one machine, POSIX milliseconds."""
+class Replica(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """One run of a subtask on one machine, POSIX milliseconds; ``paused_ms`` of it the job
+    was held frozen (a checkpoint), which is not machine time. (Left out when 0, so every
+    receipt from before it encodes, and is signed, as it was.)"""
 
     started_at: PosixMs
     ended_at: PosixMs
+    paused_ms: Annotated[int, Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
         if self.ended_at < self.started_at:
             raise ValueError(
                 f"a replica ends ({self.ended_at}) before it starts ({self.started_at})"
             )
+        if self.paused_ms > self.ended_at - self.started_at:
+            raise ValueError(f"a replica paused {self.paused_ms} ms, longer than it lasted")
 
     @property
     def machine_ms(self) -> int:
-        return self.ended_at - self.started_at
+        return self.ended_at - self.started_at - self.paused_ms
 
 
 class Subtask(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -60,13 +67,15 @@ def machine_time_ms(subtasks: Iterable[Subtask]) -> int:
 
 def single_run(started_at: int, ended_at: int) -> tuple[Subtask, ...]:
     """The subtasks of a job that ran once: one subtask with one replica."""
-    return runs(((started_at, ended_at),))
+    return runs(((started_at, ended_at, 0),))
 
 
-def runs(spans: Iterable[tuple[int, int]]) -> tuple[Subtask, ...]:
+def runs(spans: Iterable[tuple[int, int, int]]) -> tuple[Subtask, ...]:
     """The subtasks of today's jobs: one subtask, each run of it (the first, and each one
-    resumed from a checkpoint) one replica with its own span."""
-    replicas = tuple(Replica(started_at=start, ended_at=end) for start, end in spans)
+    resumed from a checkpoint) one replica: (start, end, paused)."""
+    replicas = tuple(
+        Replica(started_at=start, ended_at=end, paused_ms=paused) for start, end, paused in spans
+    )
     return (Subtask(replicas=replicas),) if replicas else ()
 
 
@@ -84,7 +93,11 @@ def shortened(subtasks: tuple[Subtask, ...], machine_ms: int) -> tuple[Subtask, 
             take = min(excess, replica.machine_ms)
             excess -= take
             replicas.append(
-                Replica(started_at=replica.started_at, ended_at=replica.ended_at - take)
+                Replica(
+                    started_at=replica.started_at,
+                    ended_at=replica.ended_at - take,
+                    paused_ms=replica.paused_ms,
+                )
             )
         cut.append(Subtask(replicas=tuple(reversed(replicas))))
     return tuple(reversed(cut))

@@ -46,6 +46,8 @@ class RunSpan(Record, frozen=True):
 
     started_at: float
     ended_at: float | None = None
+    # Of it, the time checkpoints held the job frozen: it ran nothing then, and is not billed.
+    frozen_s: float = 0.0
 
 
 class JobMetering(Record, frozen=True):
@@ -113,15 +115,16 @@ class JobInfo(Record, frozen=True):
             return self.runs
         return (RunSpan(started_at=self.started_at, ended_at=self.finished_at),)
 
-    def run_spans_ms(self, now: float) -> list[tuple[int, int]]:
-        """Each run's (start, end) in POSIX ms, what machine time bills; an open run ends at
-        the job's end, or ``now``."""
+    def run_spans_ms(self, now: float) -> list[tuple[int, int, int]]:
+        """Each run's (start, end, frozen) in ms (POSIX for the first two), what machine time
+        bills: its span less its frozen time. An open run ends at the job's end, or ``now``."""
         end = self.finished_at or now
         spans = []
         for run in self.run_spans():
             start_ms = int(run.started_at * 1000)
-            end_ms = int((run.ended_at if run.ended_at is not None else end) * 1000)
-            spans.append((start_ms, max(start_ms, end_ms)))
+            end_ms = max(start_ms, int((run.ended_at if run.ended_at is not None else end) * 1000))
+            frozen_ms = min(end_ms - start_ms, max(0, int(run.frozen_s * 1000)))
+            spans.append((start_ms, end_ms, frozen_ms))
         return spans
 
 

@@ -39,6 +39,7 @@ class Usage:
     net_tx_bytes: int | None = None
     gpu_s: float = 0.0
     samples: int = 0
+    frozen_s: float = 0.0  # held frozen by checkpoints: not in wall_s, nor in what bills
 
     def cost(self, price_ntx_hour: float) -> float:
         return job_cost(price_ntx_hour, self.wall_s / 60)
@@ -123,6 +124,7 @@ class Meter:
             net_tx_bytes=self.net_tx,
             gpu_s=round(wall * self.gpus, 3) if self.gpus else 0.0,
             samples=self.samples,
+            frozen_s=round(frozen, 3),
         )
 
 
@@ -144,7 +146,7 @@ def machine_ms(job: api.JobInfo, end: float | None = None) -> int | None:
     the job's end (``end`` while it has none; the time now without either); None before it
     started."""
     spans = job.run_spans_ms(time.time() if end is None else end)
-    return sum(stop - start for start, stop in spans) if spans else None
+    return sum(stop - start - paused for start, stop, paused in spans) if spans else None
 
 
 def charge_units(job: api.JobInfo, machine_ms: int, *, cap: int | None = None) -> int | None:

@@ -834,8 +834,14 @@ class ProviderJobs:
 
     def _checkpointed(self, job_id: str, number: int) -> None:
         job = self.ctx.store.get_job(job_id)
+        running = self._runs.get(job_id)
         if job is not None and job.state == "running":
-            self._save(msgspec.structs.replace(job, checkpoint=number))
+            # The time checkpoints held it frozen is not billed: kept with its run now, so a
+            # run the provider dies in still leaves it out.
+            ran = job.runs
+            if running is not None:
+                ran = runs.frozen(ran, running[0].usage(running[1]).frozen_s)
+            self._save(msgspec.structs.replace(job, checkpoint=number, runs=ran))
 
     async def _pump_logs(self, executor: Executor, run: JobRun) -> None:
         """Executor lines to the job's log file, in batches of whatever arrived meanwhile."""
@@ -863,9 +869,10 @@ class ProviderJobs:
         finished_at = time.time()
         # A run that is not live here (the provider died in it, and it is not resumed) ended
         # at the last moment it was known to run: its record's last save.
-        ran = runs.ended(
-            job.run_spans(), finished_at if job.job_id in self._runs else job.updated_at
-        )
+        ran = job.run_spans()
+        if usage is not None:
+            ran = runs.frozen(ran, usage.frozen_s)
+        ran = runs.ended(ran, finished_at if job.job_id in self._runs else job.updated_at)
         # Its tunnels close with it; the bytes they carried are its network traffic (a
         # container has no other route: network_mode none).
         self.tunnels.close_job(job.job_id)

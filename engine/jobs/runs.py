@@ -27,4 +27,14 @@ def ended(runs: tuple[api.RunSpan, ...], at: float) -> tuple[api.RunSpan, ...]:
     if not runs or runs[-1].ended_at is not None:
         return runs
     last = runs[-1]
-    return (*runs[:-1], api.RunSpan(started_at=last.started_at, ended_at=max(at, last.started_at)))
+    closed = api.RunSpan(
+        started_at=last.started_at, ended_at=max(at, last.started_at), frozen_s=last.frozen_s
+    )
+    return (*runs[:-1], closed)
+
+
+def frozen(runs: tuple[api.RunSpan, ...], frozen_s: float) -> tuple[api.RunSpan, ...]:
+    """``runs`` with the open last run's frozen time (its meter's, so far) set."""
+    if not runs or runs[-1].ended_at is not None:
+        return runs
+    return (*runs[:-1], api.RunSpan(started_at=runs[-1].started_at, frozen_s=frozen_s))

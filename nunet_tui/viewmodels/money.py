@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from engine.api import ESCROW_OPEN_STATES, TERMINAL_STATES, EscrowInfo, JobInfo
 from engine.jobs.metering import charge_units, metered_units
+from engine.jobs.metering import machine_ms as run_machine_ms
 from engine.safe_text import safe
 from oracle_client import billing
 from oracle_client.ntx import format_ntx, format_rate, units_of
@@ -54,16 +55,10 @@ class Figures:
 
 
 def machine_ms(job: JobInfo, now: float | None = None) -> int | None:
-    """The job's machine time: one subtask, one replica, from its start to its end (or
-    ``now`` while it runs); None before it started."""
-    if job.started_at is None:
-        return None
-    end = job.finished_at
-    if end is None:
-        end = now if now is not None and job.state not in TERMINAL_STATES else job.updated_at
-    if end is None:
-        return None
-    return max(int(end * 1000) - int(job.started_at * 1000), 0)
+    """The job's machine time, as its receipt bills it: each run, less its frozen time, to
+    the job's end (or ``now`` while it runs); None before it started."""
+    end = now if now is not None and job.state not in TERMINAL_STATES else job.updated_at
+    return run_machine_ms(job, end)
 
 
 def metered_charge(job: JobInfo, elapsed_ms: int | None) -> int | None:

@@ -321,8 +321,11 @@ def test_a_resumed_job_bills_each_run_never_the_downtime(market: Market, scripts
     whole_ms = int((shown["finished_at"] - shown["started_at"]) * 1000)
     billed_ms = sum(r["ended_at"] - r["started_at"] for r in (first, second))
     assert billed_ms <= whole_ms - DOWNTIME_S * 1000
-    # The consumer's record of the runs is the provider's (its Updates carry them).
+    # The consumer's record of the runs is the provider's (its Updates carry them), and the
+    # time checkpoints held each run frozen is left out of what it bills.
     assert consumer.cli("job", "show", job_id)["runs"] == shown["runs"]
+    for run, replica in zip(shown["runs"], (first, second), strict=True):
+        assert replica.get("paused_ms", 0) == int(run["frozen_s"] * 1000)
     assert _escrow(consumer, job_id)["metered_units"] == receipt["charge"]
 
 

@@ -4,11 +4,13 @@ next one resumes from (engine/jobs/runs.py), and what the receipt bills of them.
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from engine import api
 from engine.jobs import runs
 from engine.jobs.spec import JobSpec
 from engine.payments.escrow import billing_fields
+from oracle_client import billing
 from oracle_client.billing import machine_time_ms
 
 T0 = 1_800_000_000.0
@@ -59,3 +61,30 @@ def test_a_record_from_before_runs_were_kept_is_one_run() -> None:
     assert old.run_spans() == (api.RunSpan(started_at=T0, ended_at=T0 + 12),)
     assert machine_time_ms(billing_fields(old, 10**9)["subtasks"]) == 12_000
     assert _job().run_spans() == ()  # never started: nothing billed
+
+
+def test_the_time_checkpoints_held_a_run_frozen_is_not_billed() -> None:
+    running = runs.frozen(runs.started((), T0), 2.5)  # 2.5 s frozen so far
+    job = _job(
+        state="completed", started_at=T0, finished_at=T0 + 30, runs=runs.ended(running, T0 + 30)
+    )
+    (replica,) = billing_fields(job, 10**9)["subtasks"][0].replicas
+    assert (replica.ended_at - replica.started_at, replica.paused_ms) == (30_000, 2_500)
+    assert replica.machine_ms == 27_500
+
+
+def test_a_replica_never_paused_encodes_and_signs_as_before() -> None:
+    """``paused_ms`` is left out when 0: receipts from before it keep their bytes (and so
+    their signatures)."""
+    start, end = 1_800_000_000_000, 1_800_000_001_000
+    (subtask,) = billing.single_run(start, end)
+    assert msgspec.json.encode(subtask) == (
+        b'{"replicas":[{"started_at":%d,"ended_at":%d}]}' % (start, end)
+    )
+    paused = billing.Replica(started_at=start, ended_at=end, paused_ms=300)
+    assert msgspec.json.decode(msgspec.json.encode(paused), type=billing.Replica) == paused
+    with pytest.raises(msgspec.ValidationError, match="longer than it lasted"):
+        msgspec.json.decode(
+            b'{"started_at":%d,"ended_at":%d,"paused_ms":1001}' % (start, end),
+            type=billing.Replica,
+        )
