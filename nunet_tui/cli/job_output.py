@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -318,6 +319,15 @@ def _row(job: api.JobInfo) -> str:
     return f"{job.job_id}  {job.role:<8}  {job.state:<11}  {other[-8:]}  {name}"
 
 
+def _runs_text(job: api.JobInfo) -> str:
+    """A resumed job's runs, each as billed (its span less its frozen time), and the time
+    between them, which is not."""
+    spans = job.run_spans_ms(job.updated_at)
+    billed = ", ".join(f"{(end - start - frozen) / 1000:.1f} s" for start, end, frozen in spans)
+    gaps = sum(max(0, b[0] - a[1]) for a, b in itertools.pairwise(spans))
+    return f"{len(spans)} ({billed}); {gaps / 1000:.1f} s between them not billed"
+
+
 def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     lines = [
         f"job {job.job_id} ({job.role}): {job.state}"
@@ -338,6 +348,10 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
             f"  escrow    {escrow.state} · lock tx {figures.lock_tx or '-'} · "
             f"settle tx {figures.settle_tx or '-'}"
         )
+        if escrow.error:
+            lines.append(f"  escrow    {safe(escrow.error)}")
+    if len(job.runs) > 1:
+        lines.append(f"  runs      {_runs_text(job)}")
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.results_error:

@@ -327,6 +327,8 @@ def test_a_resumed_job_bills_each_run_never_the_downtime(market: Market, scripts
     for run, replica in zip(shown["runs"], (first, second), strict=True):
         assert replica.get("paused_ms", 0) == int(run["frozen_s"] * 1000)
     assert _escrow(consumer, job_id)["metered_units"] == receipt["charge"]
+    shown_text = run_cli("job", "show", job_id, home=consumer.home).stdout
+    assert "  runs      2 (" in shown_text and "between them not billed" in shown_text
 
 
 def test_insufficient_funds_and_oracle_down_are_clear_and_move_nothing(
