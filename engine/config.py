@@ -206,6 +206,11 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Inbound connections one address (IPv4, or an IPv6 /64) may have in their handshake at
     # once (engine/network/pending_gate.py); established connections are not counted.
     max_pending_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+    # Established inbound connections of one address (IPv4, IPv6 /64) and of one subnet
+    # (IPv4 /24, IPv6 /56): identities are free, addresses are not. Peers we have a job, an
+    # escrow or an accepted chat with are admitted past both (engine/network/pending_gate.py).
+    max_inbound_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
+    max_inbound_per_subnet: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -398,6 +398,18 @@ class Store:
 
     # --- jobs -----------------------------------------------------------------------------
 
+    def deals_with(self, peer_id: str) -> bool:
+        """We have a job (so maybe an escrow) with this peer, or a chat we accepted or
+        started: what puts a peer in good standing (engine/network/pending_gate.py)."""
+        row = self._db.execute(
+            "SELECT 1 FROM chat_requests WHERE peer_id = ? AND state = 'joined' "
+            "UNION ALL SELECT 1 FROM chat_messages WHERE peer_id = ? AND direction = 'out' "
+            "UNION ALL SELECT 1 FROM jobs WHERE json_extract(info, '$.provider') = ? "
+            "OR json_extract(info, '$.consumer') = ? LIMIT 1",
+            (peer_id, peer_id, peer_id, peer_id),
+        ).fetchone()
+        return row is not None
+
     def save_job(self, job: JobInfo) -> None:
         self._db.execute(
             "INSERT INTO jobs (job_id, role, state, created_at, updated_at, info) "

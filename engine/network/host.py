@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import multiaddr
@@ -34,7 +34,12 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from engine.identity import Identity
 from engine.network import yamux_credit
 from engine.network.libp2p_guards import bound_multistream_messages, guard_host
-from engine.network.pending_gate import MAX_PENDING_PER_IP, PendingGate
+from engine.network.pending_gate import (
+    MAX_INBOUND_PER_IP,
+    MAX_INBOUND_PER_SUBNET,
+    MAX_PENDING_PER_IP,
+    PendingGate,
+)
 
 log = logging.getLogger("nunet.network.host")
 
@@ -113,9 +118,16 @@ class PerPeerResourceManager(ResourceManager):
 
 
 def build_host(
-    identity: Identity, listen: Sequence[str], *, max_pending_per_ip: int = MAX_PENDING_PER_IP
+    identity: Identity,
+    listen: Sequence[str],
+    *,
+    max_pending_per_ip: int = MAX_PENDING_PER_IP,
+    max_inbound_per_ip: int = MAX_INBOUND_PER_IP,
+    max_inbound_per_subnet: int = MAX_INBOUND_PER_SUBNET,
+    in_good_standing: Callable[[str], bool] = lambda peer_id: False,
 ) -> Any:
-    """A BasicHost with our key; nothing listens until ``host.run(listen_addrs)``."""
+    """A BasicHost with our key; nothing listens until ``host.run(listen_addrs)``.
+    ``in_good_standing``: peers admitted past the inbound quotas (pending_gate.py)."""
     key_pair = key_pair_of(identity)
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(
@@ -136,8 +148,14 @@ def build_host(
     # first bytes must not announce a message of any length (libp2p_guards).
     guard_host(host)
     bound_multistream_messages()
-    # One address's idle connections must not take every inbound slot (pending_gate.py).
-    PendingGate(max_pending_per_ip).install(host.get_network())
+    # One address's idle connections, or many identities from one address or subnet, must
+    # not take every inbound slot (pending_gate.py).
+    PendingGate(
+        max_pending_per_ip,
+        established_per_address=max_inbound_per_ip,
+        established_per_subnet=max_inbound_per_subnet,
+        in_good_standing=in_good_standing,
+    ).install(host.get_network())
     # A stream's sender is credited once half its window is read, not after every read.
     yamux_credit.install(host)
     return host

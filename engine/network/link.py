@@ -259,6 +259,9 @@ class NodeNetwork:
             return (), ()
         return sold(book, onboarded_capacity(onboarding, full))
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        return self.ctx.store.deals_with(peer_id)
+
     def heartbeat(self) -> HeartbeatFigures | None:
         onboarding = self.ctx.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":

@@ -1,4 +1,4 @@
-"""Inbound connections still in their handshake, bounded per remote address.
+"""Inbound connections, bounded per remote address and subnet, in their handshake and after.
 
 py-libp2p 0.8.1 admits about 250 inbound connections at once (``Swarm._inbound_limiter``,
 ``max_connections - min_connections``), established ones and those still negotiating
@@ -10,9 +10,16 @@ peer got in within 30 s (tests/adversarial/test_pending_connections.py).
 
 So a remote address (an IPv4 address, an IPv6 /64, which one host can fill alone) may have
 at most ``max_pending_per_ip`` connections in their handshake at once; one more is closed
-before a byte is read. A handshake has ``HANDSHAKE_S`` to finish. Established connections
-are not counted: the per-peer caps (host.py) bound those, and many honest peers share one
-address behind a NAT (a farm of rigs) or in tests.
+before a byte is read. A handshake has ``HANDSHAKE_S`` to finish.
+
+Identities are free, so the handshake is no price (issue 21): 249 identities from one
+address completed it and held every inbound slot. Established inbound connections are
+counted too, per address (``max_inbound_per_ip``) and per subnet (``max_inbound_per_subnet``:
+an IPv4 /24, an IPv6 /56, as go-libp2p's resource manager counts them), and all strangers
+together may hold all but ``INBOUND_RESERVE`` of the node's inbound connections. A peer in
+good standing (a job, an escrow or an accepted chat with us) is admitted past every one of
+these quotas, so an attacker's identities cannot push it out. Loopback addresses are each
+their own subnet: they are not routed, and in the demo and the tests each stands for a host.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -30,6 +38,10 @@ from engine.config import NetworkSettings
 log = logging.getLogger("nunet.network.pending")
 
 MAX_PENDING_PER_IP = NetworkSettings().max_pending_per_ip  # [network] max_pending_per_ip
+MAX_INBOUND_PER_IP = NetworkSettings().max_inbound_per_ip
+MAX_INBOUND_PER_SUBNET = NetworkSettings().max_inbound_per_subnet
+MAX_ESTABLISHED_INBOUND = 256  # the resource manager's (host.py)
+INBOUND_RESERVE = 32  # of those, never taken by strangers: kept for peers in good standing
 HANDSHAKE_S = 10.0  # Noise and the muxer negotiation: milliseconds when honest
 WARN_EVERY_S = 60.0
 
@@ -47,16 +59,46 @@ def address_key(host: str) -> str:
     return str(ip)
 
 
+def subnet_key(host: str) -> str:
+    """The subnet one operator is likely to hold whole: an IPv4 /24, an IPv6 /56; a loopback
+    address is its own (see the module's note)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return str(ip)
+    prefix = 24 if isinstance(ip, ipaddress.IPv4Address) else 56
+    return str(ipaddress.ip_network((ip, prefix), strict=False))
+
+
 class PendingGate:
     """Counts inbound connections per remote address from TCP accept to an upgraded
-    connection; ``install`` puts it in front of a swarm's inbound upgrade."""
+    connection, and established ones per address and subnet; ``install`` puts it in front
+    of a swarm's inbound upgrade. ``in_good_standing(peer_id)``: admitted past the quotas."""
 
     def __init__(
-        self, per_address: int = MAX_PENDING_PER_IP, handshake_s: float = HANDSHAKE_S
+        self,
+        per_address: int = MAX_PENDING_PER_IP,
+        handshake_s: float = HANDSHAKE_S,
+        *,
+        established_per_address: int = MAX_INBOUND_PER_IP,
+        established_per_subnet: int = MAX_INBOUND_PER_SUBNET,
+        strangers_total: int = MAX_ESTABLISHED_INBOUND - INBOUND_RESERVE,
+        in_good_standing: Callable[[str], bool] = lambda peer_id: False,
     ) -> None:
         self.per_address = per_address
         self.handshake_s = handshake_s
+        self.established_per_address = established_per_address
+        self.established_per_subnet = established_per_subnet
+        self.strangers_total = strangers_total
+        self.in_good_standing = in_good_standing
         self._pending: dict[str, int] = {}
+        # Established inbound connections: (address key, subnet key) each; closed ones are
+        # pruned at the next admission (at most a few hundred: the node's inbound limit).
+        self._established: dict[Any, tuple[str, str]] = {}
         self._refused_since_warning = 0
         self._warned_at = -WARN_EVERY_S
 
@@ -71,30 +113,58 @@ class PendingGate:
             key = address_key(remote[0]) if remote else "?"
             held = self._pending.get(key, 0)
             if held >= self.per_address:
-                self._refuse(key)
-                raise SwarmException(f"{key} has {held} connections in their handshake")
+                why = f"{key} has {held} connections in their handshake"
+                self._refuse(key, why)
+                raise SwarmException(why)
             self._pending[key] = held + 1
             try:
                 with trio.fail_after(self.handshake_s):
-                    return await upgrade(raw_conn, maddr)
+                    conn = await upgrade(raw_conn, maddr)
             finally:
                 left = self._pending[key] - 1
                 if left:
                     self._pending[key] = left
                 else:
                     del self._pending[key]
+            subnet = subnet_key(remote[0]) if remote else "?"
+            refusal = self.admit(conn, key, subnet)
+            if refusal:
+                self._refuse(key, refusal)
+                with trio.CancelScope(shield=True):
+                    await conn.close()
+                raise SwarmException(refusal)
+            return conn
 
         swarm.upgrade_inbound_raw_conn = gated
 
-    def _refuse(self, key: str) -> None:
+    def admit(self, conn: Any, key: str, subnet: str) -> str:
+        """Count an established inbound connection, or say why it may not stay ("": it may)."""
+        self._established = {
+            c: where for c, where in self._established.items() if not getattr(c, "is_closed", 0)
+        }
+        by_address = sum(1 for k, _ in self._established.values() if k == key)
+        by_subnet = sum(1 for _, n in self._established.values() if n == subnet)
+        refusal = ""
+        if by_address >= self.established_per_address:
+            refusal = f"{key} holds {by_address} connections already"
+        elif by_subnet >= self.established_per_subnet:
+            refusal = f"{subnet} holds {by_subnet} connections already"
+        elif len(self._established) >= self.strangers_total:
+            refusal = f"{len(self._established)} inbound connections: the rest are reserved"
+        if refusal and self.in_good_standing(str(getattr(conn, "peer_id", ""))):
+            refusal = ""  # a peer we deal with is never pushed out by strangers
+        if not refusal:
+            self._established[conn] = (key, subnet)
+        return refusal
+
+    def _refuse(self, key: str, why: str) -> None:
         self._refused_since_warning += 1
         now = time.monotonic()
         if now - self._warned_at >= WARN_EVERY_S:  # one line a minute, however many come
             log.warning(
-                "refused %d inbound connection(s) in the last minute, the latest from %s: "
-                "%d of its connections were already in their handshake",
+                "refused %d inbound connection(s) in the last minute, the latest from %s: %s",
                 self._refused_since_warning,
                 key,
-                self.per_address,
+                why,
             )
             self._warned_at, self._refused_since_warning = now, 0

@@ -57,6 +57,11 @@ class NetworkCallbacks(ChatHooks, Protocol):
         """A peer appeared or changed (info) or left the list (None)."""
         ...
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        """We deal with this peer (a job, an escrow, an accepted chat): the per-address and
+        per-subnet quotas that hold strangers back never push it out."""
+        ...
+
 
 class NetworkService:
     def __init__(
@@ -206,6 +211,9 @@ class NetworkService:
             self.identity,
             self.settings.listen,
             max_pending_per_ip=self.settings.max_pending_per_ip,
+            max_inbound_per_ip=self.settings.max_inbound_per_ip,
+            max_inbound_per_subnet=self.settings.max_inbound_per_subnet,
+            in_good_standing=self.callbacks.in_good_standing,
         )
         gossipsub = GossipSub(
             protocols=[PROTOCOL_ID_V11, PROTOCOL_ID],

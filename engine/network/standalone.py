@@ -52,6 +52,9 @@ class Callbacks:
             version="standalone",
         )
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        return False
+
     def heartbeat(self) -> HeartbeatFigures | None:
         return HeartbeatFigures(cpu_mhz=self.cpu_mhz, free_cpu_mhz=self.cpu_mhz, ram_mb=4096)
 

@@ -57,6 +57,9 @@ class _Callbacks:
     def advert(self) -> wire.Advert | None:
         return self.advert_value
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        return False
+
     def heartbeat(self) -> HeartbeatFigures | None:
         advert = self.advert_value
         if advert is None:

@@ -26,6 +26,9 @@ class Hooks:
     def advert(self) -> wire.Advert | None:
         return wire.Advert(peer_id="", channel="", cpu_mhz=1000)
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        return False
+
     def heartbeat(self) -> HeartbeatFigures | None:
         return HeartbeatFigures(cpu_mhz=1000)
 

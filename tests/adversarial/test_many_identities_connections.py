@@ -1,0 +1,93 @@
+"""Many identities, one or two addresses: connection slots (issue 21 §1).
+
+Identities are free: 249 of them from one address completed the handshake and held every
+inbound slot of a real daemon (py-libp2p admits ~250), and a newcomer never got in. Now an
+address may hold ``max_inbound_per_ip`` (32) established inbound connections and a subnet
+``max_inbound_per_subnet`` (64), strangers together all but a reserve, and peers in good
+standing pass (engine/network/pending_gate.py).
+
+Two attacker processes, 150 identities each, from 127.0.0.2 and 127.0.0.3 (Linux routes all
+of 127/8 to the loopback; each loopback address counts as its own subnet), each identity
+holding its connection; an honest newcomer from 127.0.0.1 then joins within seconds. Before
+the fix the 300 identities held ~250 connections and the newcomer stayed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+
+from tests.conftest import REPO
+from tests.daemon_harness import Daemon, wait_for
+
+IDENTITIES = 150
+PER_IP = 32  # [network] max_inbound_per_ip's default
+
+
+class Dialer:
+    """One ``sybil_dialer`` process; ``held`` and ``tried`` are its last report."""
+
+    def __init__(self, target: str, count: int, source: str) -> None:
+        self.held = self.tried = 0
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.adversarial.sybil_dialer", target, str(count), source],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "held":
+                self.held, self.tried = int(parts[1]), int(parts[3])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@contextlib.contextmanager
+def dialers(target: str, sources: tuple[str, ...]) -> Iterator[list[Dialer]]:
+    started = [Dialer(target, IDENTITIES, source) for source in sources]
+    try:
+        yield started
+    finally:
+        for dialer in started:
+            dialer.close()
+
+
+def _connected(daemon: Daemon) -> int:
+    return int(daemon.cli("network", "status")["connected_peers"])
+
+
+def test_many_identities_from_two_addresses_leave_room_for_a_newcomer(
+    daemons: Callable[..., Daemon],
+) -> None:
+    victim = daemons("victim", 60)
+    target = victim.addrs()[0]
+    with dialers(target, ("127.0.0.2", "127.0.0.3")) as attackers:
+        wait_for(
+            lambda: all(a.tried == IDENTITIES for a in attackers),
+            "the attackers never finished dialling",
+            90,
+        )
+        # Each address keeps at most its quota: the rest were closed after their handshake.
+        wait_for(lambda: all(a.held <= PER_IP for a in attackers), "over the quota", 20)
+        assert all(a.held >= PER_IP // 2 for a in attackers), [a.held for a in attackers]
+        newcomer = daemons("newcomer", 61, bootstrap=target)
+        wait_for(lambda: _connected(newcomer) >= 1, "the newcomer never got in", 15)
+        assert _connected(victim) <= 2 * PER_IP + 1
