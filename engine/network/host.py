@@ -33,7 +33,11 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 from engine.identity import Identity
 from engine.network import yamux_credit
-from engine.network.libp2p_guards import bound_multistream_messages, guard_host
+from engine.network.libp2p_guards import (
+    bound_multistream_messages,
+    deadline_protocol_reads,
+    guard_host,
+)
 from engine.network.pending_gate import (
     MAX_INBOUND_PER_IP,
     MAX_INBOUND_PER_SUBNET,
@@ -148,6 +152,8 @@ def build_host(
     # first bytes must not announce a message of any length (libp2p_guards).
     guard_host(host)
     bound_multistream_messages()
+    # Nor keep a gossip or DHT stream open with a message trickled a byte at a time.
+    deadline_protocol_reads()
     # One address's idle connections, or many identities from one address or subnet, must
     # not take every inbound slot (pending_gate.py).
     PendingGate(

@@ -20,8 +20,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import trio
 from libp2p.exceptions import ParseError
+from libp2p.kad_dht import kad_dht
 from libp2p.protocol_muxer import multiselect_communicator
+from libp2p.pubsub import pubsub as pubsub_module
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 
@@ -63,6 +66,61 @@ def bound_multistream_messages() -> None:
     multiselect_communicator.read_delim = read_bounded_delim
 
 
+# Issue 21: one byte every 3 s kept /meshsub and /ipfs/kad streams open for ever (our own
+# protocols all have deadlines). Once a message has begun (its length's first byte), the
+# rest must come within MESSAGE_S: far more than a 1 MiB RPC needs on a slow link. A DHT
+# stream's next request must begin within KAD_IDLE_S (go-libp2p closes idle ones after a
+# minute); a gossip stream may idle as long as its connection lives (a peer outside our
+# mesh may have nothing to say), but never hold a message half sent.
+MESSAGE_S = 20.0
+KAD_IDLE_S = 30.0
+
+
+class _Started:
+    """A reader whose first ``read`` is awaited as it is; every later one within the
+    deadline ``MESSAGE_S`` from the end of that first read."""
+
+    def __init__(self, reader: Any, idle_s: float | None) -> None:
+        self._reader = reader
+        self._idle_s = idle_s
+        self._deadline: float | None = None
+
+    async def read(self, n: int | None = None) -> bytes:
+        if self._deadline is None:
+            if self._idle_s is None:
+                data = await self._reader.read(n)
+            else:
+                with trio.fail_after(self._idle_s):
+                    data = await self._reader.read(n)
+            self._deadline = trio.current_time() + MESSAGE_S
+            return bytes(data)
+        with trio.fail_at(self._deadline):
+            return bytes(await self._reader.read(n))
+
+
+def _deadlined(idle_s: float | None) -> Any:
+    async def read_message(reader: Any, max_length: int) -> bytes:
+        try:
+            started: Any = _Started(reader, idle_s)  # a Reader: what the function reads from
+            return await read_varint_prefixed_bytes_limited(started, max_length)
+        except trio.TooSlowError:
+            # What the callers treat as a broken stream (they reset it): an incomplete read.
+            from libp2p.io.exceptions import IncompleteReadError
+
+            raise IncompleteReadError(
+                "too slow: a message not finished in time", expected_bytes=1, received_bytes=1
+            ) from None
+
+    return read_message
+
+
+def deadline_protocol_reads() -> None:
+    """Every /meshsub and /ipfs/kad message read in this process gets the deadlines above:
+    both modules call the ``read_varint_prefixed_bytes_limited`` they imported by name."""
+    pubsub_module.read_varint_prefixed_bytes_limited = _deadlined(None)
+    kad_dht.read_varint_prefixed_bytes_limited = _deadlined(KAD_IDLE_S)
+
+
 class GuardedPubsub(Pubsub):
     """Pubsub whose per-stream reader and per-message task cannot fail the pubsub service."""
 
@@ -81,6 +139,11 @@ class GuardedPubsub(Pubsub):
                 self._handle_dead_peer(stream.muxed_conn.peer_id)
             except Exception:
                 log.debug("dropping a failed pubsub peer failed", exc_info=True)
+            return
+        # Its read loop ended (an end of stream, or an I/O error such as a message not
+        # whole in time, which 0.8.1 only logs): the stream is done, and is reset rather
+        # than left half open for the peer to keep writing into.
+        await supervise.reset_quietly(stream)
 
     async def push_msg(self, msg_forwarder: Any, msg: Any) -> None:
         # py-libp2p 0.8.1 runs ``push_msg`` with ``manager.run_task``: a task that raises

@@ -63,12 +63,15 @@ class Observer(Hooks):
 
 def full_node(hooks: Hooks, bootstrap: list[str]) -> NetworkService:
     # The 50 peers stand for 50 machines but all dial from 127.0.0.1, and at once: their
-    # handshakes would otherwise be over one address's limit (pending_gate.py).
+    # handshakes and connections would otherwise be over one address's limits
+    # (pending_gate.py).
     settings = NetworkSettings(
         listen=["/ip4/127.0.0.1/tcp/0"],
         bootstrap=bootstrap,
         heartbeat_interval_s=INTERVAL_S,
         max_pending_per_ip=PEERS + 1,
+        max_inbound_per_ip=PEERS + 1,
+        max_inbound_per_subnet=PEERS + 1,
     )
     return NetworkService(Identity(SigningKey.generate()), settings, CHANNEL, hooks)
 
