@@ -17,15 +17,14 @@ address behind a NAT (a farm of rigs) or in tests.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import time
 from typing import Any
 
 import trio
 from libp2p.network.exceptions import SwarmException
 
 from engine.config import NetworkSettings
+from engine.network.ratelimit import ThrottledWarning, address_scopes
 
 log = logging.getLogger("nunet.network.pending")
 
@@ -36,15 +35,7 @@ WARN_EVERY_S = 60.0
 
 def address_key(host: str) -> str:
     """What one remote party is: its IPv4 address, or the /64 of its IPv6 address."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    return address_scopes(host)[0]
 
 
 class PendingGate:
@@ -57,8 +48,12 @@ class PendingGate:
         self.per_address = per_address
         self.handshake_s = handshake_s
         self._pending: dict[str, int] = {}
-        self._refused_since_warning = 0
-        self._warned_at = -WARN_EVERY_S
+        self._refused = ThrottledWarning(
+            log,
+            "refused %d inbound connection(s) in the last minute, the latest from %s: "
+            "%d of its connections were already in their handshake",
+            WARN_EVERY_S,
+        )
 
     def install(self, swarm: Any) -> None:
         # ``Swarm._do_handle_inbound_connection`` calls ``self.upgrade_inbound_raw_conn``
@@ -71,7 +66,7 @@ class PendingGate:
             key = address_key(remote[0]) if remote else "?"
             held = self._pending.get(key, 0)
             if held >= self.per_address:
-                self._refuse(key)
+                self._refused.note(key, self.per_address)
                 raise SwarmException(f"{key} has {held} connections in their handshake")
             self._pending[key] = held + 1
             try:
@@ -85,16 +80,3 @@ class PendingGate:
                     del self._pending[key]
 
         swarm.upgrade_inbound_raw_conn = gated
-
-    def _refuse(self, key: str) -> None:
-        self._refused_since_warning += 1
-        now = time.monotonic()
-        if now - self._warned_at >= WARN_EVERY_S:  # one line a minute, however many come
-            log.warning(
-                "refused %d inbound connection(s) in the last minute, the latest from %s: "
-                "%d of its connections were already in their handshake",
-                self._refused_since_warning,
-                key,
-                self.per_address,
-            )
-            self._warned_at, self._refused_since_warning = now, 0

@@ -231,7 +231,9 @@ class NetworkService:
             validator_changed=True,
             strict_validation=True,
         )
-        self.chat = ChatService(self.host, self.callbacks, self._chat_seq_floor)
+        # The node says who is in good standing (link.py); a bare service trusts nobody.
+        standing = getattr(self.callbacks, "in_good_standing", None)
+        self.chat = ChatService(self.host, self.callbacks, self._chat_seq_floor, standing)
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
