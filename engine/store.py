@@ -303,6 +303,34 @@ class Store:
         )
         return cursor.rowcount > 0
 
+    def accept_chat(self, peer_id: str, conversation: str, at: float) -> None:
+        """The user accepted a chat with ``peer_id`` (joined its request, started one, or
+        wrote to it): its messages are stored from now on (issue 21)."""
+        self._db.execute(
+            "INSERT INTO chat_requests (peer_id, conversation, at, state) "
+            "VALUES (?, ?, ?, 'joined') ON CONFLICT(peer_id, conversation) DO UPDATE SET "
+            "state = 'joined'",
+            (peer_id, conversation, at),
+        )
+
+    def chat_accepted(self, peer_id: str) -> bool:
+        """Whether a chat with ``peer_id`` was accepted: a joined request, or any message
+        kept (ours to it, or its, which are kept only once accepted)."""
+        row = self._db.execute(
+            "SELECT EXISTS (SELECT 1 FROM chat_requests WHERE peer_id = ? AND state = 'joined')"
+            " OR EXISTS (SELECT 1 FROM chat_messages WHERE peer_id = ?)",
+            (peer_id, peer_id),
+        ).fetchone()
+        return bool(row[0])
+
+    def job_peers(self) -> set[str]:
+        """Every peer we have a job with, either side (an escrow always has its job)."""
+        rows = self._db.execute(
+            "SELECT json_extract(info, '$.provider') AS p, json_extract(info, '$.consumer') AS c"
+            " FROM jobs"
+        ).fetchall()
+        return {peer for r in rows for peer in (r["p"], r["c"]) if peer}
+
     def chat_requests(self, state: str = "open") -> list[tuple[int, str, str, float]]:
         rows = self._db.execute(
             "SELECT id, peer_id, conversation, at FROM chat_requests WHERE state = ? ORDER BY id",
@@ -397,18 +425,6 @@ class Store:
         return [(r["peer_id"], r["n"], r["last"]) for r in rows]
 
     # --- jobs -----------------------------------------------------------------------------
-
-    def deals_with(self, peer_id: str) -> bool:
-        """We have a job (so maybe an escrow) with this peer, or a chat we accepted or
-        started: what puts a peer in good standing (engine/network/pending_gate.py)."""
-        row = self._db.execute(
-            "SELECT 1 FROM chat_requests WHERE peer_id = ? AND state = 'joined' "
-            "UNION ALL SELECT 1 FROM chat_messages WHERE peer_id = ? AND direction = 'out' "
-            "UNION ALL SELECT 1 FROM jobs WHERE json_extract(info, '$.provider') = ? "
-            "OR json_extract(info, '$.consumer') = ? LIMIT 1",
-            (peer_id, peer_id, peer_id, peer_id),
-        ).fetchone()
-        return row is not None
 
     def save_job(self, job: JobInfo) -> None:
         self._db.execute(

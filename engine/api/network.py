@@ -76,6 +76,8 @@ class ChatRequest(Record, frozen=True):
     id: int
     peer_id: str
     at: float
+    # The newest messages it sent meanwhile, held in memory until the request is accepted.
+    preview: tuple[str, ...] = ()
 
 
 class ChatConversation(Record, frozen=True):

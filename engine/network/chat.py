@@ -21,17 +21,43 @@ from libp2p.custom_types import TProtocol
 
 from engine.network import wire
 from engine.network.host import peer_id_of
-from engine.network.ratelimit import PeerRateLimiter
+from engine.network.ratelimit import (
+    ScopedRateLimiter,
+    ScopedStreamLimiter,
+    ThrottledWarning,
+    address_scopes,
+    remote_host,
+)
 
 log = logging.getLogger("nunet.network.chat")
 
 CHAT_PROTOCOL = TProtocol("/nunet/chat/1.0.0")
 ACK_TIMEOUT_S = 5.0
-IDLE_TIMEOUT_S = 300.0
+IDLE_TIMEOUT_S = 300.0  # a peer in good standing keeps its one cached stream open
 FIRST_FRAME_S = 10.0  # the opener writes its hello at once; a silent stream is reset
+# Anyone else's stream is closed soon after its last frame: 82 identities once held 9,932
+# idle chat streams for 300 s each. A sender whose cached stream was closed opens a new one
+# (ChatService._exchange_locked retries once), so an honest stranger loses nothing.
+STRANGER_IDLE_S = 10.0
+# Streams served at once (issue 21). Identities are free, so what a stranger may hold is
+# also capped per address (/32, /64) and subnet (/24, /56); RESERVED of TOTAL are kept for
+# peers in good standing (an accepted chat, a job or an escrow with us). One honest peer
+# uses one stream (the sender caches it), two when both sides write at once.
+STREAMS_PER_PEER = 4
+STREAMS_PER_ADDRESS = 16
+STREAMS_PER_SUBNET = 32
+STREAMS_TOTAL = 256
+STREAMS_RESERVED = 64
 # A person types far slower than this; a script flooding us is cut off, others are not.
-RATE_PER_S = 50.0
-BURST = 100.0
+# (per second, burst): per peer, and for strangers per address and per subnet as well.
+RATE_PER_PEER = (50.0, 100.0)
+RATE_PER_ADDRESS = (20.0, 60.0)
+RATE_PER_SUBNET = (40.0, 120.0)
+# What a stranger's stream costs in requests (a chat request shown to the user, and a row
+# for it): once per stream, at its first frame.
+REQUESTS_PER_PEER = (0.1, 3.0)
+REQUESTS_PER_ADDRESS = (0.5, 10.0)
+REQUESTS_PER_SUBNET = (1.0, 20.0)
 _CONVERSATION_ID = re.compile(r"\A[0-9a-f]{16}\Z")  # what direct_conversation makes
 
 
@@ -95,16 +121,35 @@ class ChatService:
         host: Any,
         hooks: ChatHooks,
         seq_floor: Callable[[str, str], int] | None = None,
+        standing: Callable[[str], bool] | None = None,
     ) -> None:
         self.host = host
         self.hooks = hooks
+        # Whether a peer is in good standing with us (the node's answer: an accepted chat, a
+        # job or an escrow); without one, nobody is, and only the caps for strangers apply.
+        self._standing = standing or (lambda peer_id: False)
         self.me = str(host.get_id())
         # Sequence numbers continue from what the node persisted (seq_floor), so a restart
         # never reuses one.
         self._seq_floor = seq_floor or (lambda peer, conversation: 0)
         self._seq: dict[tuple[str, str], int] = {}
         self._out: dict[str, _Outbound] = {}
-        self._limiter = PeerRateLimiter(RATE_PER_S, BURST)
+        self.streams = ScopedStreamLimiter(
+            STREAMS_PER_PEER,
+            STREAMS_PER_ADDRESS,
+            STREAMS_PER_SUBNET,
+            STREAMS_TOTAL,
+            STREAMS_RESERVED,
+        )
+        self._limiter = ScopedRateLimiter(RATE_PER_PEER, RATE_PER_ADDRESS, RATE_PER_SUBNET)
+        self._requests = ScopedRateLimiter(
+            REQUESTS_PER_PEER, REQUESTS_PER_ADDRESS, REQUESTS_PER_SUBNET
+        )
+        self._refused = ThrottledWarning(
+            log,
+            "chat: refused %d stream(s) or frame(s) over the limits in the last minute, "
+            "the latest from %s at %s",
+        )
         host.set_stream_handler(CHAT_PROTOCOL, self._handle)
 
     # --- sending --------------------------------------------------------------------------
@@ -198,13 +243,26 @@ class ChatService:
 
     async def _handle(self, stream: Any) -> None:
         peer_id = str(stream.muxed_conn.peer_id)
+        host = remote_host(stream)
+        lease = self.streams.acquire(peer_id, host, lambda: self._standing(peer_id))
+        if lease is None:
+            self._refused.note(peer_id, address_scopes(host)[0])
+            await _reset(stream)
+            return
+        try:
+            await self._serve(stream, peer_id, host)
+        finally:
+            self.streams.release(lease)
+
+    async def _serve(self, stream: Any, peer_id: str, host: str | None) -> None:
         last_seq: dict[str, int] = {}  # per conversation, for this stream: drop replays
         try:
             first = True
             while True:
-                with trio.move_on_after(FIRST_FRAME_S if first else IDLE_TIMEOUT_S) as idle:
+                trusted = self._standing(peer_id)  # the user may accept while it is open
+                idle_s = FIRST_FRAME_S if first else IDLE_TIMEOUT_S if trusted else STRANGER_IDLE_S
+                with trio.move_on_after(idle_s) as idle:
                     data = await wire.read_frame(stream, wire.MAX_CHAT_FRAME_BYTES)
-                first = False
                 if idle.cancelled_caught:
                     await _reset(stream)  # silent or idle: nothing held for it any longer
                     return
@@ -212,9 +270,16 @@ class ChatService:
                     with contextlib.suppress(Exception), trio.move_on_after(1.0):
                         await stream.close()  # the peer closed its side: close ours too
                     return
-                if not self._limiter.allow(peer_id):
+                # A stranger's stream may become a chat request the user sees (a row for
+                # it): that is paced per address too, once per stream.
+                if first and not trusted and not self._requests.allow(peer_id, host, False):
+                    await self._refuse(stream, "rate_limited", "too many chat requests")
+                    self._refused.note(peer_id, address_scopes(host)[0])
+                    return
+                first = False
+                if not self._limiter.allow(peer_id, host, trusted):
                     await self._refuse(stream, "rate_limited", "too many chat messages")
-                    log.warning("chat: %s is flooding; stream reset", peer_id)
+                    self._refused.note(peer_id, address_scopes(host)[0])
                     return
                 message = wire.decode_chat(data)
                 reply = self._dispatch(peer_id, message, last_seq)

@@ -27,6 +27,7 @@ from engine.network.chat import (
     check_text,
     direct_conversation,
 )
+from engine.network.chat_quarantine import ChatQuarantine
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
 from engine.network.peers import PeerInfo
@@ -40,6 +41,7 @@ RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # Starts in a row that fail on the remembered port before going back to the configured one.
 FALLBACK_AFTER_FAILURES = 3
 QUEUE_RETRY_S = 2.0
+JOB_PEERS_TTL_S = 5.0  # how stale the set of peers we have jobs with may be
 NETWORK_RESTART = "network failed, restarting"
 
 
@@ -78,6 +80,11 @@ class NodeNetwork:
         self._wake_queue = trio.Event()
         # Rows being sent right now by a command: the queue loop must not send them again.
         self._in_flight: set[int] = set()
+        # Chat from peers not in good standing waits here, not in the database (issue 21).
+        self.quarantine = ChatQuarantine()
+        self._accepted: set[str] = set()  # peers the user accepted a chat with, as learnt
+        self._job_peers: set[str] = set()
+        self._job_peers_at = -JOB_PEERS_TTL_S
         # The addresses bound by the first start (tcp/0 resolved): a restart listens there
         # again, or peers that know our address would lose us for good.
         self._bound_listen: list[str] | None = None
@@ -259,9 +266,6 @@ class NodeNetwork:
             return (), ()
         return sold(book, onboarded_capacity(onboarding, full))
 
-    def in_good_standing(self, peer_id: str) -> bool:
-        return self.ctx.store.deals_with(peer_id)
-
     def heartbeat(self) -> HeartbeatFigures | None:
         onboarding = self.ctx.store.get_onboarding()
         if onboarding is None or onboarding.state != "active":
@@ -292,25 +296,60 @@ class NodeNetwork:
                 self._wake_queue.set()
         self.ctx.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        """An accepted chat, a job or an escrow with us: such a peer's chat is stored and it
+        has streams reserved that strangers (identities are free) cannot take."""
+        if peer_id in self._accepted:
+            return True
+        if self.ctx.store.chat_accepted(peer_id):
+            self._accepted.add(peer_id)
+            return True
+        now = time.monotonic()
+        if now - self._job_peers_at >= JOB_PEERS_TTL_S:
+            self._job_peers, self._job_peers_at = self.ctx.store.job_peers(), now
+        return peer_id in self._job_peers
+
+    def accept_chat(self, peer_id: str) -> None:
+        """The user accepted a chat with ``peer_id``: what it sent meanwhile is written now,
+        before anything newer, and its messages are stored from now on."""
+        store = self.ctx.store
+        store.accept_chat(
+            peer_id, direct_conversation(self.ctx.identity.peer_id, peer_id), time.time()
+        )
+        for held in self.quarantine.take(peer_id):
+            store.add_chat_message(
+                peer_id, held.conversation, "in", held.seq, held.text, held.at, "received"
+            )
+        self._accepted.add(peer_id)
+
     def on_chat_request(self, peer_id: str, conversation: str, at: float) -> None:
         if self.ctx.store.add_chat_request(peer_id, conversation, at):
             for request_id, pid, conv, when in self.ctx.store.chat_requests():
                 if pid == peer_id and conv == conversation:
-                    request = api.ChatRequest(id=request_id, peer_id=pid, at=when)
+                    request = api.ChatRequest(
+                        id=request_id, peer_id=pid, at=when, preview=self.quarantine.preview(pid)
+                    )
                     self.ctx.emit(api.ChatRequestEvent(at=time.time(), request=request))
 
     def on_chat_join(self, peer_id: str, conversation: str, at: float) -> None:
         log.info("peer %s joined the chat", peer_id)
 
     def on_message(self, peer_id: str, conversation: str, text: str, seq: int, at: float) -> None:
+        message = api.ChatMessage(
+            peer_id=peer_id, sender=peer_id, text=text, at=at, seq=seq, direction="in"
+        )
+        if not self.in_good_standing(peer_id):
+            # Nobody accepted this chat: held in memory (bounded) and shown as a request,
+            # written once the user accepts. Identities are free; disk is not.
+            self.quarantine.add(peer_id, conversation, seq, text, at)
+            self.on_chat_request(peer_id, conversation, time.time())
+            self.ctx.emit(api.ChatMessageEvent(at=time.time(), message=message))
+            return
         # Stored before the chat layer acknowledges: an ack means "kept on this side".
         stored = self.ctx.store.add_chat_message(
             peer_id, conversation, "in", seq, text, at, "received"
         )
         if stored is not None:
-            message = api.ChatMessage(
-                peer_id=peer_id, sender=peer_id, text=text, at=at, seq=seq, direction="in"
-            )
             self.ctx.emit(api.ChatMessageEvent(at=time.time(), message=message))
 
     # --- commands --------------------------------------------------------------------------
@@ -342,13 +381,15 @@ class NodeNetwork:
             await service.start_chat(peer_id)
         except ChatFailure as exc:
             raise EngineError("unreachable", f"chat request not delivered: {exc}") from exc
+        self.accept_chat(peer_id)  # we asked: what it answers is kept
         return api.Done(message=f"chat request sent to {peer_id}")
 
     async def _chat_list(self, command: api.ChatList) -> api.ChatOverview:
         store = self.ctx.store
         return api.ChatOverview(
             requests=tuple(
-                api.ChatRequest(id=i, peer_id=p, at=at) for i, p, _, at in store.chat_requests()
+                api.ChatRequest(id=i, peer_id=p, at=at, preview=self.quarantine.preview(p))
+                for i, p, _, at in store.chat_requests()
             ),
             conversations=tuple(
                 api.ChatConversation(peer_id=p, messages=n, last_at=last)
@@ -370,6 +411,7 @@ class NodeNetwork:
         except ChatFailure as exc:
             raise EngineError("unreachable", f"could not join: {exc}") from exc
         self.ctx.store.set_chat_request_state(command.request_id, "joined")
+        self.accept_chat(peer_id)
         return api.Done(message=f"joined the chat with {peer_id}")
 
     async def _chat_clear(self, command: api.ChatClear) -> api.Done:
@@ -388,6 +430,8 @@ class NodeNetwork:
         if service is None and not command.queue:
             self.require_service("chat send")
         # Committed before it goes on the wire; delivered messages are marked afterwards.
+        # Writing to a peer accepts its chat: what it sent before is kept, ahead of this.
+        self.accept_chat(peer_id)
         conversation = direct_conversation(me, peer_id)
         now = time.time()
         row = store.add_chat_message(
@@ -467,6 +511,14 @@ class NodeNetwork:
                 peer_id, limit
             )
         )
+        # Not accepted yet: what it sent is held in memory, shown all the same.
+        held = tuple(
+            api.ChatMessage(
+                peer_id=peer_id, sender=peer_id, text=h.text, at=h.at, seq=h.seq, direction="in"
+            )
+            for h in self.quarantine.messages(peer_id)
+        )
+        messages = (messages + held)[-limit:]
         return api.ChatHistoryReply(peer_id=peer_id, messages=messages)
 
     async def _network_status(self, command: api.GetNetworkStatus) -> api.NetworkStatus:

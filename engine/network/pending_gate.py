@@ -24,9 +24,7 @@ their own subnet: they are not routed, and in the demo and the tests each stands
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +32,7 @@ import trio
 from libp2p.network.exceptions import SwarmException
 
 from engine.config import NetworkSettings
+from engine.network.ratelimit import ThrottledWarning, address_scopes
 
 log = logging.getLogger("nunet.network.pending")
 
@@ -48,30 +47,12 @@ WARN_EVERY_S = 60.0
 
 def address_key(host: str) -> str:
     """What one remote party is: its IPv4 address, or the /64 of its IPv6 address."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+    return address_scopes(host)[0]
 
 
 def subnet_key(host: str) -> str:
-    """The subnet one operator is likely to hold whole: an IPv4 /24, an IPv6 /56; a loopback
-    address is its own (see the module's note)."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
-        return str(ip)
-    prefix = 24 if isinstance(ip, ipaddress.IPv4Address) else 56
-    return str(ipaddress.ip_network((ip, prefix), strict=False))
+    """The subnet one operator is likely to hold whole: an IPv4 /24, an IPv6 /56."""
+    return address_scopes(host)[1]
 
 
 class PendingGate:
@@ -99,8 +80,11 @@ class PendingGate:
         # Established inbound connections: (address key, subnet key) each; closed ones are
         # pruned at the next admission (at most a few hundred: the node's inbound limit).
         self._established: dict[Any, tuple[str, str]] = {}
-        self._refused_since_warning = 0
-        self._warned_at = -WARN_EVERY_S
+        self._refused = ThrottledWarning(
+            log,
+            "refused %d inbound connection(s) in the last minute, the latest from %s: %s",
+            WARN_EVERY_S,
+        )
 
     def install(self, swarm: Any) -> None:
         # ``Swarm._do_handle_inbound_connection`` calls ``self.upgrade_inbound_raw_conn``
@@ -114,7 +98,7 @@ class PendingGate:
             held = self._pending.get(key, 0)
             if held >= self.per_address:
                 why = f"{key} has {held} connections in their handshake"
-                self._refuse(key, why)
+                self._refused.note(key, why)
                 raise SwarmException(why)
             self._pending[key] = held + 1
             try:
@@ -129,7 +113,7 @@ class PendingGate:
             subnet = subnet_key(remote[0]) if remote else "?"
             refusal = self.admit(conn, key, subnet)
             if refusal:
-                self._refuse(key, refusal)
+                self._refused.note(key, refusal)
                 with trio.CancelScope(shield=True):
                     await conn.close()
                 raise SwarmException(refusal)
@@ -156,15 +140,3 @@ class PendingGate:
         if not refusal:
             self._established[conn] = (key, subnet)
         return refusal
-
-    def _refuse(self, key: str, why: str) -> None:
-        self._refused_since_warning += 1
-        now = time.monotonic()
-        if now - self._warned_at >= WARN_EVERY_S:  # one line a minute, however many come
-            log.warning(
-                "refused %d inbound connection(s) in the last minute, the latest from %s: %s",
-                self._refused_since_warning,
-                key,
-                why,
-            )
-            self._warned_at, self._refused_since_warning = now, 0

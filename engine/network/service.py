@@ -239,7 +239,10 @@ class NetworkService:
             validator_changed=True,
             strict_validation=True,
         )
-        self.chat = ChatService(self.host, self.callbacks, self._chat_seq_floor)
+        # The node says who is in good standing (link.py).
+        self.chat = ChatService(
+            self.host, self.callbacks, self._chat_seq_floor, self.callbacks.in_good_standing
+        )
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),

@@ -1,5 +1,5 @@
 """Established inbound connections per address and subnet (engine/network/pending_gate.py),
-and who passes them: a peer we deal with (Store.deals_with)."""
+and who passes them: a peer we have a job with (Store.job_peers, engine/network/link.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_a_peer_we_deal_with_is_in_good_standing(tmp_path: Path) -> None:
     from engine.jobs.spec import JobSpec
 
     ctx, _ = make_context(tmp_path)
-    assert not ctx.store.deals_with("12D3KooWstranger")
+    assert "12D3KooWstranger" not in ctx.store.job_peers()
     ctx.store.save_job(
         api.JobInfo(
             job_id="0123456789ab",
@@ -66,5 +66,4 @@ def test_a_peer_we_deal_with_is_in_good_standing(tmp_path: Path) -> None:
             spec=JobSpec(framework="scikit-learn"),
         )
     )
-    assert ctx.store.deals_with("12D3KooWprovider")
-    assert not ctx.store.deals_with("12D3KooWstranger")
+    assert ctx.store.job_peers() == {"12D3KooWprovider", ctx.identity.peer_id}
