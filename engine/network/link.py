@@ -41,6 +41,12 @@ RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 FALLBACK_AFTER_FAILURES = 3
 QUEUE_RETRY_S = 2.0
 NETWORK_RESTART = "network failed, restarting"
+# Stored peers (issue 21): rows not heard from for a day go, and at most this many stay
+# (pruned every PRUNE_EVERY saves): fresh identities cost an attacker nothing.
+PEER_ROW_TTL_S = 24 * 3600.0
+MAX_PEER_ROWS = 1024
+PRUNE_EVERY = 64
+STANDING_CACHE_S = 2.0
 
 
 DEFAULT_LISTEN = ("/ip4/0.0.0.0/tcp/9000",)  # engine/config.py's network.listen default
@@ -82,6 +88,8 @@ class NodeNetwork:
         # again, or peers that know our address would lose us for good.
         self._bound_listen: list[str] | None = None
         self._bound_listen_loopback = False
+        self._saves = 0
+        self._standing: tuple[float, set[str]] = (-1e9, set())
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -279,12 +287,28 @@ class NodeNetwork:
             ntx_claimed=self._totals.ntx_claimed(),
         )
 
+    def in_good_standing(self, peer_id: str) -> bool:
+        """A peer we deal with (a job, an escrow, a chat we joined or wrote to): the peer table
+        never evicts it. Read from the store at most every STANDING_CACHE_S: a flood asks
+        once per newcomer."""
+        now = time.monotonic()
+        at, peers = self._standing
+        if now - at > STANDING_CACHE_S:
+            peers = self.ctx.store.peers_in_standing()
+            self._standing = (now, peers)
+        return peer_id in peers
+
     def on_peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
         peer = to_api_peer(info) if info is not None else None
         if peer is not None:
             self.ctx.store.save_peer(
                 peer_id, peer.channel, msgspec.json.encode(peer).decode(), peer.last_seen
             )
+            self._saves += 1
+            if self._saves % PRUNE_EVERY == 0:
+                self.ctx.store.prune_peers(time.time() - PEER_ROW_TTL_S, MAX_PEER_ROWS)
+        else:
+            self.ctx.store.forget_unverified_peer(peer_id)
             if self.ctx.store.peers_with_queued_chat():
                 self._wake_queue.set()
         self.ctx.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
@@ -544,6 +568,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
         resources=resources,
         last_seen=info.last_seen,
         last_heartbeat=beat.at if beat else None,
+        verified=info.verified,
     )
 
 
