@@ -281,6 +281,35 @@ class Store:
             (peer_id, channel, info_json, last_seen),
         )
 
+    def prune_peers(self, before: float, keep: int) -> int:
+        """Delete peers not heard from since ``before``, then all but the ``keep`` most
+        recently heard; returns how many went. Issue 21: rows were never deleted, and 1,000
+        fresh identities' adverts left 858 of them for good."""
+        gone = self._db.execute("DELETE FROM peers WHERE last_seen < ?", (before,)).rowcount
+        gone += self._db.execute(
+            "DELETE FROM peers WHERE peer_id NOT IN "
+            "(SELECT peer_id FROM peers ORDER BY last_seen DESC LIMIT ?)",
+            (keep,),
+        ).rowcount
+        return int(gone)
+
+    def forget_unverified_peer(self, peer_id: str) -> None:
+        """A peer left the table that we never talked to: its row goes at once (fresh
+        identities relayed by the thousand would otherwise wait for prune_peers)."""
+        self._db.execute(
+            "DELETE FROM peers WHERE peer_id = ? "
+            "AND coalesce(json_extract(info, '$.verified'), 0) = 0",
+            (peer_id,),
+        )
+
+    def providers_completed(self) -> set[str]:
+        """Providers that completed a job for us: matching tries them first (issue 21)."""
+        rows = self._db.execute(
+            "SELECT DISTINCT json_extract(info, '$.provider') FROM jobs "
+            "WHERE role = 'consumer' AND state = 'completed'"
+        ).fetchall()
+        return {str(r[0]) for r in rows if r[0]}
+
     def peers_seen(self, channel: str | None = None) -> list[tuple[str, str, str, float]]:
         """(peer_id, channel, info JSON, last_seen), most recent first."""
         query = "SELECT peer_id, channel, info, last_seen FROM peers"

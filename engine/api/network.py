@@ -54,6 +54,9 @@ class Peer(Record, frozen=True):
     resources: PeerResources | None = None
     last_seen: float = 0.0
     last_heartbeat: float | None = None
+    # We talked to it directly (a connection proved its key); False: known from relayed
+    # adverts only, which anyone can forward (issue 21; engine/network/peers.py).
+    verified: bool = False
 
 
 class PeerList(Record, frozen=True):

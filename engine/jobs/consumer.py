@@ -52,6 +52,9 @@ RESULT_MIN_RATE = 256 * 1024  # bytes/s: 2 GiB in about 2 h 20 min at the most
 RESULT_TRIES = 5
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
+# Providers known from relayed adverts only (never talked to) asked per submit: fakes cost an
+# attacker nothing, and each one asked is a dial and an offer's wait (issue 21).
+MAX_UNVERIFIED_CANDIDATES = 2
 # Longer than this waiting for our own pace to a provider: the next candidate instead.
 MAX_OFFER_WAIT_S = 5.0
 PROVIDER_UNREACHABLE = "provider unreachable"
@@ -217,9 +220,25 @@ class ConsumerJobs:
                 )
             candidates = [c.peer_id for c in picked.candidates]
         else:
-            result = match(spec, peers, consumer=self.ctx.identity.peer_id)
+            completed = self.ctx.store.providers_completed()
+            result = match(
+                spec,
+                peers,
+                consumer=self.ctx.identity.peer_id,
+                # Those that completed jobs for us, then those we talked to, then the rest.
+                standing=lambda peer: 0 if peer.peer_id in completed else 1 if peer.verified else 2,
+            )
             result.best()  # NoMatch with every peer's reason
-            candidates = [c.peer_id for c in result.candidates[:MAX_CANDIDATES]]
+            candidates = []
+            unverified = 0
+            for c in result.candidates:
+                if len(candidates) >= MAX_CANDIDATES:
+                    break
+                if not c.peer.verified and c.peer_id not in completed:
+                    unverified += 1
+                    if unverified > MAX_UNVERIFIED_CANDIDATES:
+                        continue
+                candidates.append(c.peer_id)
             refusals.extend(result.excluded)
         job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id

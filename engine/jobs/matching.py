@@ -6,7 +6,9 @@ and vendor, the framework, the executors, the price against the budget, whether 
 busy, the resource spec: named, or the cheapest that fits the tier among those the consumer
 may use) and keeps every reason a peer fails, not only the first: a consumer looking at "no
 matching peer" should learn what to change. The rest are ranked by the cost for the expected
-time, then by free capacity, then by latency.
+time, then by free capacity, then by latency; ``standing`` comes before all of these (issue 21:
+providers that completed jobs with us, then those we talked to, then those only heard of
+through relayed adverts, which a thousand fake identities can fill with cheaper offers).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ from engine.jobs.spec import JobSpec
 NO_ADVERT = "no advert yet (resources unknown)"
 BusyCheck = Callable[[Peer], str | None]  # a reason when the peer cannot take a job now
 LatencyOf = Callable[[Peer], float | None]
+StandingOf = Callable[[Peer], int]  # lower ranks first
+
+
+def verified_first(peer: Peer) -> int:
+    return 0 if peer.verified else 1
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ def match(
     latency: LatencyOf | None = None,
     executors: Collection[str] | None = None,
     consumer: str | None = None,
+    standing: StandingOf | None = verified_first,
 ) -> MatchResult:
     """Filter and rank ``peers`` for ``spec`` by the admission rules (engine/jobs/admission.py).
     ``executors``: the ones the consumer accepts (None: any); ``busy`` and ``latency`` default
@@ -92,7 +100,7 @@ def match(
     needs = Needs.of(spec, executors)
     latency_of = latency or _peer_latency
     result = MatchResult()
-    ranked: list[tuple[tuple[float, float, float, str], Candidate]] = []
+    ranked: list[tuple[tuple[int, float, float, float, str], Candidate]] = []
     for peer in peers:
         res = peer.resources
         if res is None:
@@ -111,6 +119,7 @@ def match(
         ranked.append(
             (
                 (
+                    standing(peer) if standing is not None else 0,
                     verdict.cost_ntx,
                     -free / needs.min_ram_mb,
                     lat if lat is not None else 1e12,

@@ -7,6 +7,7 @@ a peer the peerstore knew no address for, which raised and restarted the network
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 
 import multiaddr
@@ -45,3 +46,23 @@ def dialable(peer_id: str, addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
 def is_usable(advert: Advert) -> bool:
     """A withdrawal needs no address; an offer without a dialable one cannot be acted on."""
     return advert.withdrawn or bool(dialable(advert.peer_id, advert.addrs))
+
+
+def subnet_of(addrs: Sequence[str]) -> str:
+    """The /24 (IPv4) or /56 (IPv6) of the first IP address in ``addrs``; "" when none.
+
+    Identities are free but addresses are not: the peer table's per-subnet quota groups
+    peers by where they say (or are seen) to be, so a thousand keys behind one address, or
+    naming one address, share one small quota instead of filling the table.
+    """
+    for addr in addrs[:MAX_ADDRS]:
+        parts = addr.split("/")
+        if len(parts) < 3 or parts[1] not in ("ip4", "ip6"):
+            continue
+        try:
+            ip = ipaddress.ip_address(parts[2])
+        except ValueError:
+            continue
+        prefix = 24 if ip.version == 4 else 56
+        return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+    return ""

@@ -17,11 +17,13 @@ from typing import Any
 import base58
 import trio
 from libp2p.custom_types import TProtocol
+from libp2p.peer.peerinfo import PeerInfo as Libp2pPeerInfo
 
 from engine.identity import Identity
 from engine.network import adverts, supervise, wire
 from engine.network.addrs import dialable, is_usable
-from engine.network.host import connect, is_connected, peer_id_of
+from engine.network.dialbudget import DialBudget
+from engine.network.host import connect, is_connected, observed_addr, peer_id_of
 from engine.network.peers import PeerTable
 from engine.network.ratelimit import PeerRateLimiter
 
@@ -36,6 +38,7 @@ MAX_CHANNEL_CONNECTIONS = 64
 EXCHANGE_PROTOCOL = TProtocol("/nunet/adverts/1.0.0")
 EXCHANGE_MAX_ADVERTS = 256
 EXCHANGE_TIMEOUT_S = 5.0
+MAX_TAUGHT_ADDRS = 2
 
 
 def topic_name(channel: str, kind: str) -> str:
@@ -82,8 +85,11 @@ def envelope_validator(
 
 
 def add_peer_addrs(host: Any, peer_id: str, addrs: tuple[str, ...]) -> None:
-    """Teach the peerstore a peer's advertised addresses, so chat and ping can dial it."""
-    good = dialable(peer_id, addrs)
+    """Teach the peerstore a peer's advertised addresses, so chat and ping can dial it.
+
+    The first ``MAX_TAUGHT_ADDRS`` only: a dial tries each address the peerstore holds, and
+    each is one more connection to wherever the advert's author points."""
+    good = dialable(peer_id, addrs)[:MAX_TAUGHT_ADDRS]
     if good:
         host.get_peerstore().add_addrs(peer_id_of(peer_id), good, 3600)
 
@@ -131,6 +137,9 @@ class Discovery:
         self._nursery: trio.Nursery | None = None
         self._connecting: set[str] = set()
         self._pulling: set[Any] = set()
+        # Dials that adverts trigger are budgeted (dialbudget.py): adverts name addresses of
+        # their sender's choosing.
+        self.dial_budget = DialBudget()
         host.set_stream_handler(EXCHANGE_PROTOCOL, self._serve_exchange)
 
     @property
@@ -300,6 +309,16 @@ class Discovery:
             self._sealed.pop(advert.peer_id, None)
         return False
 
+    def forget(self, peer_id: str) -> None:
+        """``peer_id`` left the table (silent, evicted): drop what we kept of it, its signed
+        advert and, unless connected, the addresses its advert taught the peerstore; a flood
+        of fresh identities would grow them without end otherwise."""
+        self._sealed.pop(peer_id, None)
+        with contextlib.suppress(Exception):
+            pid = peer_id_of(peer_id)
+            if not is_connected(self.host, pid):
+                self.host.get_peerstore().clear_addrs(pid)
+
     def _dial_soon(self, peer_id: str) -> None:
         if self._nursery is not None and peer_id not in self._connecting:
             # In the background: one slow dial must not hold up the next advert.
@@ -344,12 +363,17 @@ class Discovery:
         return received
 
     async def _serve_exchange(self, stream: Any) -> None:
+        """Answer one query, then end the stream on both sides within EXCHANGE_TIMEOUT_S.
+
+        ``close()`` only half-closes (our FIN): a peer that never closes its side, or sends
+        no query at all, used to keep the stream open for good (issue 21). We wait for its
+        FIN until the deadline and reset the stream otherwise."""
         peer = str(stream.muxed_conn.peer_id)
+        done = False
         try:
             if not self._exchange_limiter.allow(peer):
-                await stream.reset()
                 return
-            with trio.fail_after(EXCHANGE_TIMEOUT_S):
+            with trio.move_on_after(EXCHANGE_TIMEOUT_S):
                 data = await wire.read_frame(stream, wire.MAX_QUERY_BYTES)
                 if data is None:
                     return
@@ -364,25 +388,39 @@ class Discovery:
                     if batch:
                         await stream.write(batch)
                 await stream.close()
-        except (Exception, trio.TooSlowError) as exc:
+                # The asker sends nothing more: anything but its FIN is a breach.
+                done = await wire.at_end(stream)
+        except Exception as exc:
             log.info("advert exchange from %s refused: %s", peer, exc)
-            with contextlib.suppress(Exception):
-                await stream.reset()
+        finally:
+            if not done:
+                with contextlib.suppress(Exception):
+                    await stream.reset()
 
     async def _connect(self, peer_id: str) -> None:
-        """Channel members connect directly: gossip, ping and chat then skip the bootstrap."""
+        """Channel members connect directly: gossip, ping and chat then skip the bootstrap.
+
+        Within the dial budget only (each address tried is charged), and to the first
+        ``MAX_TAUGHT_ADDRS`` dialable addresses the advert names, never the whole list. A
+        connection proves the key (Noise): the peer is verified.
+        """
         pid = peer_id_of(peer_id)
-        if is_connected(self.host, pid) or len(self.host.get_connected_peers()) > (
-            MAX_CHANNEL_CONNECTIONS
-        ):
-            self._connecting.discard(peer_id)
-            return
         try:
-            # Raises when the peerstore holds no address for it (an advert we could not use).
-            info = self.host.get_peerstore().peer_info(pid)
-            await connect(self.host, info)
-        except (Exception, trio.TooSlowError) as exc:
-            log.info("could not connect to %s: %s", peer_id, exc)
+            if is_connected(self.host, pid):
+                self.table.mark_verified(peer_id, observed_addr(self.host, pid))
+                return
+            if len(self.host.get_connected_peers()) > MAX_CHANNEL_CONNECTIONS:
+                return
+            info = self.table.get(peer_id)
+            addrs = dialable(peer_id, info.addrs)[:MAX_TAUGHT_ADDRS] if info is not None else []
+            if not addrs or not self.dial_budget.allow([str(a) for a in addrs]):
+                return
+            try:
+                await connect(self.host, Libp2pPeerInfo(pid, addrs))
+            except (Exception, trio.TooSlowError) as exc:
+                log.info("could not connect to %s: %s", peer_id, exc)
+                return
+            self.table.mark_verified(peer_id, observed_addr(self.host, pid))
         finally:
             self._connecting.discard(peer_id)
 

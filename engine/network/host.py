@@ -252,3 +252,18 @@ async def _keep_one(host: Any, info: PeerInfo, on_connected: Any) -> None:
             if on_connected is not None:
                 await on_connected(info.peer_id)
         await trio.sleep(1.0)
+
+
+def observed_addr(host: Any, peer_id: ID) -> str | None:
+    """The address a live connection to ``peer_id`` runs over (``/ip4/a.b.c.d/tcp/p``): seen on
+    the wire, not claimed by the peer. None without a connection or when it cannot be read."""
+    try:
+        for conn in host.get_network().get_connections(peer_id):
+            remote = conn.muxed_conn.get_remote_address()
+            if remote:
+                ip, port = remote[0], int(remote[1])
+                family = "ip6" if ":" in ip else "ip4"
+                return f"/{family}/{ip}/tcp/{port}"
+    except Exception:
+        return None
+    return None

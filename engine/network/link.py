@@ -43,6 +43,11 @@ FALLBACK_AFTER_FAILURES = 3
 QUEUE_RETRY_S = 2.0
 JOB_PEERS_TTL_S = 5.0  # how stale the set of peers we have jobs with may be
 NETWORK_RESTART = "network failed, restarting"
+# Stored peers (issue 21): rows not heard from for a day go, and at most this many stay
+# (pruned every PRUNE_EVERY saves): fresh identities cost an attacker nothing.
+PEER_ROW_TTL_S = 24 * 3600.0
+MAX_PEER_ROWS = 1024
+PRUNE_EVERY = 64
 
 
 DEFAULT_LISTEN = ("/ip4/0.0.0.0/tcp/9000",)  # engine/config.py's network.listen default
@@ -89,6 +94,7 @@ class NodeNetwork:
         # again, or peers that know our address would lose us for good.
         self._bound_listen: list[str] | None = None
         self._bound_listen_loopback = False
+        self._saves = 0
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -292,13 +298,19 @@ class NodeNetwork:
             self.ctx.store.save_peer(
                 peer_id, peer.channel, msgspec.json.encode(peer).decode(), peer.last_seen
             )
+            self._saves += 1
+            if self._saves % PRUNE_EVERY == 0:
+                self.ctx.store.prune_peers(time.time() - PEER_ROW_TTL_S, MAX_PEER_ROWS)
+        else:
+            self.ctx.store.forget_unverified_peer(peer_id)
             if self.ctx.store.peers_with_queued_chat():
                 self._wake_queue.set()
         self.ctx.emit(api.PeerChanged(at=time.time(), peer_id=peer_id, peer=peer))
 
     def in_good_standing(self, peer_id: str) -> bool:
-        """An accepted chat, a job or an escrow with us: such a peer's chat is stored and it
-        has streams reserved that strangers (identities are free) cannot take."""
+        """An accepted chat, a job or an escrow with us: such a peer's chat is stored, it has
+        streams and connections reserved that strangers (identities are free) cannot take,
+        and the peer table never evicts it."""
         if peer_id in self._accepted:
             return True
         if self.ctx.store.chat_accepted(peer_id):
@@ -599,6 +611,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
         resources=resources,
         last_seen=info.last_seen,
         last_heartbeat=beat.at if beat else None,
+        verified=info.verified,
     )
 
 

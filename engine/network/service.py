@@ -84,7 +84,15 @@ class NetworkService:
         # Adverts are re-signed well before they expire; the table drops silent peers anyway.
         self.advert_refresh_s = advert_refresh_s or max(10 * interval, 5.0)
         self.advert_ttl_s = advert_ttl_s or 3 * self.advert_refresh_s
-        self.table = PeerTable(channel, interval, self._peer_changed)
+        # Peers in good standing (a job, an escrow, an accepted chat) are never evicted when
+        # the table is full; callbacks without the hook protect nobody.
+        self.table = PeerTable(
+            channel,
+            interval,
+            self._peer_changed,
+            protected=callbacks.in_good_standing,
+            connected=self._observed,
+        )
         self.host: Any = None
         self.pubsub: Any = None
         self.dht: Any = None
@@ -340,7 +348,14 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         return self.chat
 
+    def _observed(self, peer_id: str) -> str | None:
+        if self.host is None:
+            return None
+        return hostmod.observed_addr(self.host, hostmod.peer_id_of(peer_id))
+
     def _peer_changed(self, peer_id: str, info: PeerInfo | None) -> None:
+        if info is None and self.discovery is not None:
+            self.discovery.forget(peer_id)
         try:
             self.callbacks.on_peer_changed(peer_id, info)
         except Exception:
@@ -381,6 +396,10 @@ class NetworkService:
             now = trio.current_time()
             connected = self.host.get_connected_peers()
             for peer in connected:
+                # A connection proves the key (Noise): its peer is verified (peers.py).
+                listed = self.table.get(str(peer))
+                if listed is not None and not listed.verified:
+                    self.table.mark_verified(str(peer), hostmod.observed_addr(self.host, peer))
                 if self.dht.routing_table.peer_in_table(peer):
                     retry.pop(peer, None)
                     continue
@@ -396,6 +415,12 @@ class NetworkService:
                 del retry[peer]
             if trio.current_time() >= next_ping:
                 next_ping = trio.current_time() + ping_every
+                linked = {str(p) for p in self.host.get_connected_peers()}
                 for info in self.table.snapshot():
+                    # Only peers we reached before: pinging one known from adverts alone
+                    # dials an address its advert names (issue 21: a port-scan primitive);
+                    # the budgeted advert dial (discovery.py) is its only way in.
+                    if not info.verified and info.peer_id not in linked:
+                        continue
                     with trio.move_on_after(PING_TIMEOUT_S), contextlib.suppress(PeerUnreachable):
                         await self.ping(info.peer_id)

@@ -150,6 +150,14 @@ async def _read_some(stream: StreamLike, n: int) -> bytes:
         raise Malformed(f"stream failed: {type(exc).__name__}: {exc}") from exc
 
 
+async def at_end(stream: StreamLike) -> bool:
+    """True when the peer's side ends here (its FIN); False when it sent more, or broke."""
+    try:
+        return await _read_some(stream, 1) == b""
+    except WireError:
+        return False
+
+
 async def _reset(stream: StreamLike) -> None:
     with contextlib.suppress(Exception):  # a reset of a dead stream has nothing left to fail
         await stream.reset()
