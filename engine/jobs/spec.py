@@ -46,6 +46,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # process (loader and interpreter hooks) or our own state (NUNET_*).
 _RESERVED_ENV = {"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "WORKSPACE"}
 _RESERVED_ENV_PREFIXES = ("NUNET_", "LD_", "DOCKER_", "VIRTUAL_ENV", "KEYRING")
+# Names GPU runtimes read to choose a container's or a process's cards: with NVIDIA's as
+# Docker's default runtime, NVIDIA_VISIBLE_DEVICES=all in a CPU job's env would hand it every
+# GPU of the machine. Cards come only from `device: gpu` and the provider's onboarded list.
+_GPU_ENV_PREFIXES = ("NVIDIA_", "CUDA_", "HIP_", "ROCR_", "GPU_")
 
 
 class GitSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -264,6 +268,13 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
             _problem(problems, "env", f"{name!r} is not a valid environment variable name")
         elif name in _RESERVED_ENV or name.upper().startswith(_RESERVED_ENV_PREFIXES):
             _problem(problems, "env", f"{name} is reserved: the provider sets it")
+        elif name.upper().startswith(_GPU_ENV_PREFIXES):
+            _problem(
+                problems,
+                "env",
+                f"{name} is reserved: GPUs are chosen by the provider for a job with "
+                "device: gpu, never by its environment; remove it from env",
+            )
         if "\x00" in value or len(value) > MAX_ENV_VALUE:
             _problem(problems, "env", f"the value of {name} is too long or has a NUL byte")
     if not spec.outputs:
