@@ -158,9 +158,15 @@ def test_names_the_consumer_would_refuse_are_not_sent(tmp_path: Path) -> None:
     ws = tmp_path / "workspace"
     (ws / "outputs").mkdir(parents=True)
     (ws / "outputs" / "bad\x1b[2Jname").write_text("x")
+    # A bidi override ("report\u202etxt.exe" shows as "reportexe.txt") and a C1 CSI.
+    (ws / "outputs" / "report\u202etxt.exe").write_text("x")
+    (ws / "outputs" / "c1\x9b2Jname").write_text("x")
     (ws / "outputs" / ("é" * 100)).write_text("long but fine")  # 200 bytes: a pax header
     archive = pack(ws, ["outputs"], tmp_path / "r.tar.gz")
-    assert "has control characters" in archive.skipped[0]
+    assert len(archive.skipped) == 3
+    assert all("has control characters" in note for note in archive.skipped)
+    assert any("('\\u202e')" in note for note in archive.skipped), archive.skipped
+    assert any("('\\x9b')" in note for note in archive.skipped), archive.skipped
     unpacked = safe_unpack(archive.path, tmp_path / "results", "run")
     assert (unpacked / "outputs" / ("é" * 100)).read_text() == "long but fine"
 
@@ -230,6 +236,8 @@ def _cve_2025_4517(tar: tarfile.TarFile) -> None:
         (lambda t: [_file(t, "a"), _file(t, "a")], "'a' appears twice"),
         (lambda t: [_file(t, "a"), _file(t, "a/b")], "'a/b' is inside the file 'a'"),
         (lambda t: _file(t, "ansi\x1b]0;x\x07"), "has control characters"),
+        (lambda t: _file(t, "x\u202etxt.exe"), "has control characters ('\\u202e')"),
+        (lambda t: _file(t, "c1\x9b2J"), "has control characters ('\\x9b')"),
         (lambda t: _file(t, "x/" * 70 + "f"), "nested more than 64"),
     ],
 )
