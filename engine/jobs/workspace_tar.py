@@ -271,6 +271,15 @@ def write_tar(
                         raise PackError(
                             "results", f"{name!r} changed while the results were packed: {exc}"
                         ) from exc
+                    # Checked again once copied: a link made while it was read (the job
+                    # runs on) is caught here, not a pack later. The tar is a stream, so
+                    # the copy cannot be taken back: the results are not sent at all.
+                    if os.fstat(fd).st_nlink > 1:
+                        raise PackError(
+                            "results",
+                            f"{name!r} got another hard link while the results were packed: "
+                            "nothing sent; stop making hard links in outputs and fetch again",
+                        )
     finally:
         if gz is not None:
             gz.close()

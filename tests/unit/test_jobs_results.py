@@ -399,3 +399,31 @@ def test_a_checkpoint_that_fails_to_unpack_leaves_the_workspace_alone(tmp_path: 
     with pytest.raises(EngineError, match="symbolic link"):
         restore(Checkpoint(evil, sha256_file(evil), 1), ws)
     assert (ws / "outputs" / "metrics.json").exists() and not (ws / "state.json").exists()
+
+
+def test_a_hard_link_made_while_a_file_is_copied_stops_the_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link count was checked only before the copy: a job that makes the link while the
+    file is read (37 packs in 30,000 when racing) had it sent. Raced here deterministically."""
+    from engine.jobs import workspace_tar
+
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    (ws / "outputs" / "a.txt").write_text("shared")
+    copy = tarfile.TarFile.addfile
+
+    def linking(self: tarfile.TarFile, info: tarfile.TarInfo, handle: object = None) -> None:
+        copy(self, info, handle)  # type: ignore[arg-type]
+        if info.name == "outputs/a.txt":
+            os.link(ws / "outputs" / "a.txt", tmp_path / "elsewhere")
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", linking)
+    root = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(workspace_tar.PackError, match="got another hard link"):
+            workspace_tar.write_tar(
+                root, ["outputs"], io.BytesIO(), max_bytes=1 << 20, max_members=10
+            )
+    finally:
+        os.close(root)
