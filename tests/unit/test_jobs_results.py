@@ -427,3 +427,22 @@ def test_a_hard_link_made_while_a_file_is_copied_stops_the_pack(
             )
     finally:
         os.close(root)
+
+
+def test_a_sparse_result_stays_sparse_on_the_consumer(tmp_path: Path) -> None:
+    """64 MiB of zeros with a few bytes in the middle: the consumer's copy is as long, reads
+    the same, and takes the disk of its one written block, not 64 MiB at every fetch."""
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    with (ws / "outputs" / "sparse.bin").open("wb") as handle:
+        handle.truncate(64 << 20)
+        handle.seek(32 << 20)
+        handle.write(b"middle")
+    archive = pack(ws, ["outputs"], tmp_path / "r.tar.gz", max_bytes=128 << 20)
+    unpacked = safe_unpack(archive.path, tmp_path / "results", "run", max_bytes=128 << 20)
+    got = unpacked / "outputs" / "sparse.bin"
+    assert got.stat().st_size == 64 << 20
+    assert got.stat().st_blocks * 512 <= 2 << 20  # the one 1 MiB block with bytes in it
+    with got.open("rb") as handle:
+        handle.seek((32 << 20) - 2)
+        assert handle.read(10) == b"\0\0middle\0\0"
