@@ -16,13 +16,13 @@ Job ids get the strictest check of all: the alphabet the consumer generates them
 from __future__ import annotations
 
 import re
-import unicodedata
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import msgspec
 
 from engine.errors import EngineError
+from engine.jobs.workspace_tar import control_character
 
 # \A and \Z, not ^ and $: "$" also matches before a trailing newline.
 JOB_ID_PATTERN = r"\A[0-9a-f]{12}\Z"
@@ -75,11 +75,8 @@ def _component_problem(part: str) -> str | None:
         return "has an empty, '.' or '..' component" if part != ".." else "leaves its folder (..)"
     if len(part.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES:
         return f"has a component longer than {MAX_COMPONENT_BYTES} bytes"
-    for char in part:
-        # Cc: control characters (NUL, newline, escape); Cf: bidi overrides and other
-        # invisible formatting; Cs: lone surrogates, which no file system name can hold.
-        if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
-            return f"contains the control character {char!r}"
+    if (char := control_character(part)) is not None:
+        return f"contains the control character {char!r}"
     if "\\" in part:
         return "contains a backslash: separate folders with '/'"
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import socket
@@ -61,9 +62,70 @@ def _write_all(fd: int, data: bytes) -> None:
             select.select([], [fd], [])
 
 
-def run_shell(sock: socket.socket, stdin: int, stdout: int) -> int | None:
+# Where an OSC may start (ESC ], or U+009D in UTF-8) and where one ends (BEL, ESC \\,
+# U+009C in UTF-8; CAN and SUB abort it). Raw 0x9D/0x9C bytes are left alone: in UTF-8
+# they are continuation bytes of ordinary characters, and UTF-8 terminals read them so.
+_OSC_START = re.compile(rb"\x1b|\xc2")
+_OSC_END = re.compile(rb"[\x07\x18\x1a\x1b\xc2]")
+
+
+class OscFilter:
+    """Drops every OSC sequence from a provider's terminal output: OSC 52 writes the local
+    clipboard, OSC 0/1/2 the window title (shown in the task bar, where it can pose as
+    another window), OSC 8 makes links whose text is not their target. The rest (colours,
+    cursor movement) is the session itself. Stateful: a sequence may be split across reads.
+    ``job shell --raw`` passes everything."""
+
+    def __init__(self) -> None:
+        self._in_osc = False
+        self._pending = b""  # at most one byte whose meaning depends on the next
+
+    def feed(self, chunk: bytes) -> bytes:
+        data, self._pending = self._pending + chunk, b""
+        out = bytearray()
+        i, n = 0, len(data)
+        while i < n:
+            if not self._in_osc:
+                found = _OSC_START.search(data, i)
+                if found is None:
+                    out += data[i:]
+                    break
+                k = found.start()
+                out += data[i:k]
+                if k + 1 == n:
+                    self._pending = data[k:]
+                    break
+                opener = data[k : k + 2]
+                if opener in (b"\x1b]", b"\xc2\x9d"):
+                    self._in_osc, i = True, k + 2
+                else:  # another escape or character: the terminal's, as it was
+                    out += data[k : k + 1]
+                    i = k + 1
+                continue
+            found = _OSC_END.search(data, i)
+            if found is None:
+                break  # all of it inside the OSC: dropped
+            k = found.start()
+            byte = data[k]
+            if byte in (0x07, 0x18, 0x1A):
+                self._in_osc, i = False, k + 1
+            elif k + 1 == n:
+                self._pending = data[k:]
+                break
+            elif data[k : k + 2] in (b"\x1b\\", b"\xc2\x9c"):
+                self._in_osc, i = False, k + 2
+            elif byte == 0x1B:  # another sequence starts: the OSC ended there
+                self._in_osc, i = False, k
+            else:
+                i = k + 1  # a UTF-8 character of the OSC's text
+        return bytes(out)
+
+
+def run_shell(sock: socket.socket, stdin: int, stdout: int, *, raw: bool = False) -> int | None:
     """Relay a shell session: ``stdin`` to the socket as frames, the frames' data to
-    ``stdout``; returns the remote exit status (None: the session broke off without one)."""
+    ``stdout`` (OSC sequences dropped unless ``raw``: see ``OscFilter``); returns the remote
+    exit status (None: the session broke off without one)."""
+    osc = None if raw else OscFilter()
     resized = [False]
 
     def on_winch(signum: int, frame: Any) -> None:
@@ -95,7 +157,7 @@ def run_shell(sock: socket.socket, stdin: int, stdout: int) -> int | None:
                     return None
                 for kind, payload in frames.feed(data):
                     if kind == SHELL_DATA:
-                        _write_all(stdout, payload)
+                        _write_all(stdout, osc.feed(payload) if osc else payload)
                     elif kind == SHELL_EXIT and len(payload) == 4:
                         return int.from_bytes(payload, "big", signed=True)
     finally:

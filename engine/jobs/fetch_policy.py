@@ -14,6 +14,7 @@ engine/jobs/sources.py pins git to the checked address the same way.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,34 @@ def resolve(host: str, port: int) -> list[IPAddress]:
         if address not in addresses:
             addresses.append(address)
     return addresses
+
+
+# A label the C library reads as a number: decimal, octal (leading 0) or hex (0x).
+_NUMERIC_LABEL = re.compile(r"(0[xX][0-9a-fA-F]*|[0-9]+)")
+
+
+def odd_ipv4_problem(host: str) -> str | None:
+    """Why ``host``, an IPv4 address written other than as four plain decimal numbers
+    (``0177.0.0.1``, ``0x7f.1``, ``2130706433``, ``127.1``), is refused, or None. httpx
+    refuses some of these forms while parsing (an exception that is no fetch error) and the
+    C library reads the others its own way: one clear refusal instead, saying what it means."""
+    labels = host.rstrip(".").split(".")
+    if not all(_NUMERIC_LABEL.fullmatch(label) for label in labels):
+        return None  # a name: no top-level domain is all digits
+    try:
+        canonical = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        canonical = None
+    if canonical == host:
+        return None
+    try:
+        meant = f" (it means {socket.inet_ntoa(socket.inet_aton(host))})"
+    except OSError:
+        meant = ""
+    return (
+        f"host {host!r} is an IPv4 address in octal, hex or short form{meant}: "
+        "write it as four decimal numbers, e.g. 192.0.2.10"
+    )
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:

@@ -46,6 +46,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # process (loader and interpreter hooks) or our own state (NUNET_*).
 _RESERVED_ENV = {"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "WORKSPACE"}
 _RESERVED_ENV_PREFIXES = ("NUNET_", "LD_", "DOCKER_", "VIRTUAL_ENV", "KEYRING")
+# Names GPU runtimes read to choose a container's or a process's cards: with NVIDIA's as
+# Docker's default runtime, NVIDIA_VISIBLE_DEVICES=all in a CPU job's env would hand it every
+# GPU of the machine. Cards come only from `device: gpu` and the provider's onboarded list.
+_GPU_ENV_PREFIXES = ("NVIDIA_", "CUDA_", "HIP_", "ROCR_", "GPU_")
 
 
 class GitSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -96,7 +100,19 @@ def check_script_url(url: str) -> str | None:
         return f"unsupported URL scheme {shown!r}: the script URL must be http:// or https://"
     if not parts.hostname:
         return f"{url!r} has no host"
-    return None
+    from engine.jobs.fetch_policy import odd_ipv4_problem
+
+    return odd_ipv4_problem(parts.hostname)
+
+
+def _git_host_problem(url: str) -> str | None:
+    from engine.jobs.fetch_policy import odd_ipv4_problem
+
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return f"{url!r} is not a valid URL"
+    return odd_ipv4_problem(host) if host else f"{url!r} has no host"
 
 
 def _check_relative(path: str) -> str | None:
@@ -187,6 +203,8 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                 f"unsupported URL scheme {scheme or 'none'!r} for a git repository: "
                 f"use one of {', '.join(schemes)}",
             )
+        elif scheme != "file" and (why := _git_host_problem(spec.git.url)):
+            _problem(problems, "git.url", why)
         if why := _check_relative(spec.git.entry):
             _problem(problems, "git.entry", f"entry point {why}")
         if not re.fullmatch(r"[A-Za-z0-9._/-]{1,200}", spec.git.ref) or spec.git.ref[0] == "-":
@@ -264,6 +282,13 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
             _problem(problems, "env", f"{name!r} is not a valid environment variable name")
         elif name in _RESERVED_ENV or name.upper().startswith(_RESERVED_ENV_PREFIXES):
             _problem(problems, "env", f"{name} is reserved: the provider sets it")
+        elif name.upper().startswith(_GPU_ENV_PREFIXES):
+            _problem(
+                problems,
+                "env",
+                f"{name} is reserved: GPUs are chosen by the provider for a job with "
+                "device: gpu, never by its environment; remove it from env",
+            )
         if "\x00" in value or len(value) > MAX_ENV_VALUE:
             _problem(problems, "env", f"the value of {name} is too long or has a NUL byte")
     if not spec.outputs:
@@ -400,6 +425,8 @@ def fetch_script(
         raise EngineError("script_fetch", f"{url} did not answer within {timeout:g} s") from exc
     except httpx.HTTPError as exc:
         raise EngineError("script_fetch", f"cannot reach {url}: {exc}") from exc
+    except httpx.InvalidURL as exc:  # not an HTTPError: unanswered, it ended the stream
+        raise EngineError("script_url", f"{url!r} is not a valid URL: {exc}") from exc
     if not body.strip():
         raise EngineError("script_fetch", f"the script at {url} is empty")
     try:

@@ -344,6 +344,9 @@ def _folder(root: int, parts: list[str]) -> int:
     return fd
 
 
+_ZEROS = bytes(_CHUNK)
+
+
 def _write(parent: int, base: str, member: Member, reader: TarReader) -> None:
     try:
         fd = os.open(base, _NEW_FILE, 0o755 if member.executable else 0o644, dir_fd=parent)
@@ -351,6 +354,15 @@ def _write(parent: int, base: str, member: Member, reader: TarReader) -> None:
         raise UnsafeArchive(
             f"member {member.name!r} could not be written: {exc.strerror}"
         ) from None
+    zeros = memoryview(_ZEROS)
     with os.fdopen(fd, "wb") as handle:
+        size = 0
         for chunk in reader.data():
-            handle.write(chunk)
+            size += len(chunk)
+            # A block of zeros is left a hole: a sparse file (a few KB on the provider's
+            # disk, gigabytes long) would otherwise take its full size here at every fetch.
+            if zeros[: len(chunk)] == chunk:
+                handle.seek(len(chunk), os.SEEK_CUR)
+            else:
+                handle.write(chunk)
+        handle.truncate(size)  # the length of a file that ends in a hole

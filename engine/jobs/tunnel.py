@@ -13,9 +13,10 @@ people's jobs is learnt.
 On the provider the job keeps no network (Docker: ``network_mode: none``): the executor
 reaches the service on the container's own loopback (``docker exec`` of a tiny forwarder whose
 stdin/stdout are bridged to the stream) or, for the process executor (trusted networks only),
-connects to 127.0.0.1 directly. Bounded: tunnels per job (``STREAMS_PER_JOB``) and per peer,
-a deadline for the header, an idle timeout; the bytes are counted into the job's metering
-(``net_rx_bytes``: into the job, ``net_tx_bytes``: out of it). Ending the job closes them all.
+connects directly to the loopback listener found to be the job's own. Bounded: tunnels per
+job (``STREAMS_PER_JOB``) and per peer, a deadline for the header, an idle timeout; the
+bytes are counted into the job's metering (``net_rx_bytes``: into the job, ``net_tx_bytes``:
+out of it). Ending the job closes them all.
 
 On the consumer the daemon opens the streams: ``job forward`` asks it to listen on
 127.0.0.1:LOCAL and forward each connection over its own stream (the CLI only waits), and

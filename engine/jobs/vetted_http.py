@@ -12,12 +12,13 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
 
 from engine.errors import EngineError
-from engine.jobs.fetch_policy import FetchPolicy
+from engine.jobs.fetch_policy import FetchPolicy, odd_ipv4_problem
 
 FETCH_SCHEMES = ("http", "https")
 MAX_REDIRECTS = 5
@@ -92,6 +93,12 @@ def vetted_client(policy: FetchPolicy, timeout: float) -> httpx.Client:
 
 def check_url(url: str) -> str | None:
     """Why ``url`` is not one we fetch (scheme, host), or None."""
+    try:  # before httpx, which refuses some of these forms with a bare "Invalid IPv4"
+        host = urlsplit(url).hostname
+    except ValueError:
+        host = None
+    if host and (why := odd_ipv4_problem(host)):
+        return why
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:

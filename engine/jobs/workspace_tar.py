@@ -23,6 +23,7 @@ import os
 import stat
 import sys
 import tarfile
+import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import IO
 
@@ -42,6 +43,18 @@ class PackError(Exception):
         self.message = message
 
 
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` a terminal or a file manager would obey or hide, or
+    None: Cc (C0, DEL and C1 such as U+009B, a one-byte CSI), Cf (bidi overrides such as
+    U+202E, which shows "txt.exe" as "exe.txt", and other invisible formatting) and Cs (lone
+    surrogates, which no file system name holds). The one rule for names from a peer: here,
+    for results (the packing child imports nothing of ours), and in ``engine.safe_paths``."""
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
+            return char
+    return None
+
+
 def name_problem(name: str) -> str | None:
     """Why the relative POSIX path ``name`` may not be in a results archive, or None."""
     if not name:
@@ -53,8 +66,8 @@ def name_problem(name: str) -> str | None:
         return "goes up with '..'"
     if any(part in ("", ".") for part in parts):
         return "has an empty or '.' component"
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
-        return "has control characters"
+    if (char := control_character(name)) is not None:
+        return f"has control characters ({char!r})"
     try:
         raw = name.encode("utf-8")
     except UnicodeEncodeError:
@@ -258,6 +271,15 @@ def write_tar(
                         raise PackError(
                             "results", f"{name!r} changed while the results were packed: {exc}"
                         ) from exc
+                    # Checked again once copied: a link made while it was read (the job
+                    # runs on) is caught here, not a pack later. The tar is a stream, so
+                    # the copy cannot be taken back: the results are not sent at all.
+                    if os.fstat(fd).st_nlink > 1:
+                        raise PackError(
+                            "results",
+                            f"{name!r} got another hard link while the results were packed: "
+                            "nothing sent; stop making hard links in outputs and fetch again",
+                        )
     finally:
         if gz is not None:
             gz.close()

@@ -54,6 +54,12 @@ def add_parsers(job_sub: Any, common: argparse.ArgumentParser) -> None:
     )
     shell.add_argument("job_id")
     shell.add_argument(
+        "--raw",
+        action="store_true",
+        help="pass the job's terminal output as it is: OSC sequences (clipboard writes, "
+        "window titles, links) are dropped otherwise",
+    )
+    shell.add_argument(
         "shell_argv",
         nargs=argparse.REMAINDER,
         metavar="-- CMD",
@@ -181,7 +187,7 @@ def _shell(args: argparse.Namespace, client: EngineClient) -> None:
         stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
         sys.stdout.flush()
         with raw_terminal(stdin):
-            code = run_shell(sock, stdin, stdout)
+            code = run_shell(sock, stdin, stdout, raw=args.raw)
     finally:
         sock.close()
     if code is None:

@@ -3,7 +3,8 @@
 The consumer names a script URL or a git repository; the provider's machine fetches it and a
 failing script's SyntaxError would carry what it read back in the job's log. A server on
 127.0.0.1 (and [::1]) holds a secret; the provider allows only 127.0.0.2, where an honest
-server and git repository live. Every spelling of loopback, a redirect from the allowed host
+server and git repository live. Every plain spelling of loopback (the C library's octal, hex
+and short ones are refused at validation, with a reason), a redirect from the allowed host
 to the secret one, git over http to it and git redirected to it: each job fails with a clear
 reason, the secret server never sees a request, and an honest job from 127.0.0.2 still
 completes after each attack. A provider without the setting refuses loopback altogether.
@@ -25,6 +26,7 @@ from engine import api
 from engine.control_client import ControlClient
 from engine.errors import EngineError
 from engine.jobs.spec import JobSpec
+from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.daemon_harness import Daemon, wait_for
 from tests.daemons.test_jobs_e2e import TERMINAL, _pair
 from tests.unit.test_fetch_policy import Served, git_server, serving
@@ -186,9 +188,6 @@ def test_a_consumer_cannot_make_the_provider_fetch_its_local_services(
             (_script(f"http://127.0.0.1:{port}/secret"), ("'127.0.0.1' (127.0.0.1)", "loopback")),
             (_script(f"http://localhost:{port}/secret"), ("'localhost'", "loopback")),
             (_script(f"http://[::1]:{port}/secret"), ("(::1)", "loopback")),
-            (_script(f"http://0x7f000001:{port}/secret"), ("'0x7f000001' (127.0.0.1)",)),
-            (_script(f"http://2130706433:{port}/secret"), ("'2130706433' (127.0.0.1)",)),
-            (_script(f"http://127.1:{port}/secret"), ("'127.1' (127.0.0.1)",)),
             (_script(f"http://[::ffff:127.0.0.1]:{port}/secret"), ("IPv4-mapped",)),
             (
                 _script(f"{allowed.url}/to-secret"),
@@ -231,3 +230,38 @@ def test_without_the_setting_loopback_is_refused_and_the_provider_carries_on(
         assert all(secret.seen == [] for secret in secrets) and other.seen == []
     peers: api.PeerList = market.client.call_blocking(api.ListPeers())
     assert any(p.peer_id == market.provider_id for p in peers.peers)
+
+
+# IPv4 addresses in the C library's other spellings: refused with the reason at validation
+# (test_odd_ipv4_spellings_are_refused_with_a_reason); a redirect to one is refused too.
+ODD_IPV4 = ("0177.0.0.1", "0x7f.1", "0x7f000001", "2130706433", "127.1", "017700000001")
+
+
+@pytest.mark.timeout(120)
+def test_odd_ipv4_spellings_are_refused_with_a_reason(
+    daemons: Callable[..., Daemon], hostile: Callable[..., HostilePeer]
+) -> None:
+    """`http://0177.0.0.1/` made httpx raise while parsing, an error no handler expected:
+    the provider ended the offer's stream with no answer at all."""
+    provider, consumer = _pair(daemons, env=NO_SETTING)
+    client = ControlClient(consumer.home.control_socket)
+    peer = hostile(seed=b"\x68" * 32, bootstrap=[provider.addrs()[0]])
+    peer.wait_connected(provider.peer_id)
+    try:
+        for host in ODD_IPV4:
+            spec = {**_script(f"http://{host}:8000/secret"), "expected_minutes": 1}
+            command = api.SubmitJob(spec=msgspec.convert(spec, JobSpec), peer_id=provider.peer_id)
+            with pytest.raises(EngineError, match="octal, hex or short form") as info:
+                client.call_blocking(command, timeout=30)
+            assert f"host {host!r}" in info.value.message
+            assert "(it means 127.0.0.1)" in info.value.message
+        # A peer that skips its own node's check: the provider answers, with the reason.
+        spec = {**_script("http://0177.0.0.1:8000/secret"), "expected_minutes": 1}
+        offer = {"t": "offer", "v": 1, "job_id": "a00000000021", "spec": spec,
+                 "consumer": peer.peer_id}  # fmt: skip
+        frames = peer.request(provider.peer_id, JOB_PROTOCOL, [seal_job(peer.identity, offer)])
+        assert frames, "no answer to an offer for http://0177.0.0.1/"
+        answer = open_job(frames[0])
+        assert answer["t"] == "refusal" and "octal, hex or short form" in answer["reason"]
+    finally:
+        client.close()

@@ -8,6 +8,7 @@ the provider's choice of cards and the vendor probes on a built sysfs tree are t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,21 @@ from engine.probes import HostProbes
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import DockerStatus
 from engine.store import Store
+from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
+from tests.conftest import run_cli
+from tests.daemon_harness import Daemon, daemons
+from tests.daemons.test_jobs_e2e import _pair
 from tests.doubles.fake_pynvml import FakeNvml
 from tests.unit.test_gpu_detect import add_card
 
+__all__ = ["daemons"]
 NVIDIA_RUNTIME = DockerStatus("unix:///fake.sock", True, "27.0", ("nvidia", "runc"))
-IMAGES = {"pytorch_nvidia": "img/nvidia", "pytorch_amd": "img/amd", "pytorch_intel": "img/intel"}
+IMAGES = {
+    "pytorch_cpu": "img/cpu",
+    "pytorch_nvidia": "img/nvidia",
+    "pytorch_amd": "img/amd",
+    "pytorch_intel": "img/intel",
+}
 H100 = api.GpuInfo(index=0, vendor="nvidia", name="H100", vram_mb=81_000, uuid="GPU-aaaa")
 OTHER = api.GpuInfo(index=1, vendor="nvidia", name="H100", vram_mb=81_000, uuid="GPU-bbbb")
 
@@ -205,3 +216,78 @@ def test_an_amd_provider_never_treats_a_vendorless_job_as_nvidia(tmp_path: Path)
     assert jobs._refusal_reason(gpu_spec()) == ""
     assert jobs._gpus_for(gpu_spec()) == (gpus[1],)
     assert "no nvidia GPU" in jobs._refusal_reason(gpu_spec("nvidia"))
+
+
+def cpu_spec(**fields: Any) -> JobSpec:
+    return JobSpec(framework="pytorch", script_url="http://127.0.0.1/x.py", **fields)
+
+
+def test_a_container_not_given_nvidia_cards_is_told_void(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The CPU PyTorch image sets NVIDIA_VISIBLE_DEVICES=all itself: on a host whose default
+    runtime is NVIDIA's, the job would get every GPU unless the container says void."""
+    docker, fake = executor(monkeypatch, tmp_path)
+    with pytest.raises(Refused):
+        start(docker, a_run(tmp_path, cpu_spec(), ()))
+    (options,) = fake.containers.created
+    assert options["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert "device_requests" not in options
+    # The dependency step runs the same image, and has the network besides.
+    run = a_run(tmp_path, cpu_spec(deps=["numpy"]), ())
+    with pytest.raises(Refused):
+        trio.run(docker._install, docker._new_state(run))
+    assert fake.containers.created[-1]["environment"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+    # An NVIDIA job is told its own cards, the same as its device request; never "all".
+    with pytest.raises(Refused):
+        start(docker, a_run(tmp_path, gpu_spec(), (H100,)))
+    assert fake.containers.created[-1]["environment"]["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa"
+
+
+def test_a_job_cannot_choose_gpus_through_its_environment(tmp_path: Path) -> None:
+    """Refused by the provider's own admission, whatever the consumer's node let through."""
+    jobs = provider(tmp_path, (H100,), [])
+    names = (
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
+        "nvidia_driver_capabilities",
+    )
+    for name in names:
+        reason = jobs._refusal_reason(cpu_spec(env={name: "all"}))
+        assert f"{name} is reserved: GPUs are chosen by the provider" in reason, reason
+    assert "reserved" not in jobs._refusal_reason(cpu_spec(env={"MY_GPU_COUNT": "2"}))
+
+
+@pytest.mark.timeout(120)
+def test_gpu_variables_are_refused_by_both_daemons(
+    daemons: Callable[..., Daemon],
+    hostile: Callable[..., HostilePeer],
+    tmp_path: Path,
+) -> None:
+    provider_daemon, consumer = _pair(daemons)
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'script_url = "http://127.0.0.1:9/x.py"\nframework = "scikit-learn"\n'
+        'expected_minutes = 1\n[env]\nNVIDIA_VISIBLE_DEVICES = "all"\n'
+    )
+    submitted = run_cli("job", "submit", "-f", str(job), home=consumer.home)
+    assert submitted.returncode == 1
+    assert "NVIDIA_VISIBLE_DEVICES is reserved" in submitted.stderr, submitted.stderr
+    # A peer that skips its own node's check meets the provider's.
+    peer = hostile(seed=b"\x67" * 32, bootstrap=[provider_daemon.addrs()[0]])
+    peer.wait_connected(provider_daemon.peer_id)
+    spec = {
+        "framework": "scikit-learn",
+        "script_url": "http://127.0.0.1:9/x.py",
+        "expected_minutes": 1,
+        "env": {"CUDA_VISIBLE_DEVICES": "0"},
+    }
+    payload = {"t": "offer", "v": 1, "job_id": "a00000000021", "spec": spec,
+               "consumer": peer.peer_id}  # fmt: skip
+    frames = peer.request(provider_daemon.peer_id, JOB_PROTOCOL, [seal_job(peer.identity, payload)])
+    answer = open_job(frames[0])
+    assert answer["t"] == "refusal"
+    assert "CUDA_VISIBLE_DEVICES is reserved: GPUs are chosen by the provider" in answer["reason"]

@@ -227,6 +227,8 @@ def test_crafted_results_archives_are_refused_and_the_consumer_still_works(
             "is a character device",
         ),
         ("fifo", _tar_gz(lambda t: _special(t, "pipe", tarfile.FIFOTYPE)), "is a FIFO"),
+        ("bidi", _tar_gz(lambda t: _file(t, "a\u202etxt.exe")), "control characters"),
+        ("c1 csi", _tar_gz(lambda t: _file(t, "a\x9b2J")), "control characters"),
         ("pax path", _tar_gz(pax_path, format=tarfile.PAX_FORMAT), "goes up"),
         ("256 MiB pax header", _pax_256_mib(), f"{256 << 20}-byte pax header"),
         ("gzip bomb", _bomb_over_the_total(), f"more than {1 << 30} bytes"),

@@ -17,6 +17,9 @@ from typing import Any
 from tests.adversarial.hostile import HostilePeer, read_job_message, send_job_message
 from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, wait_for
+from tests.tunnel_helpers import free_port, pair, service_url, submit_service
+
+__all__ = ["service_url"]
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"
 # Clear the screen, write "hi" to the clipboard (OSC 52, ended by BEL), reverse what follows
@@ -141,3 +144,41 @@ def test_log_records_quoting_a_peer_stay_one_escaped_line(tmp_path: Path) -> Non
     text = paths.log_file.read_bytes().decode("utf-8")  # no newline translation
     _no_raw(text)
     assert "\\x0a2026-01-01 INFO forged" in text and "ValueError: \\x1b[2J" in text
+
+
+# What a provider's shell prints: a clipboard write (OSC 52, BEL), a window title (OSC 2,
+# ST), one in its C1 form (U+009D..U+009C) and a link whose text is not its target (OSC 8),
+# around the session's own text and colours.
+SHELL_OSC = (
+    "one\x1b]52;c;cm0gLXJmIH4=\x07two\x1b]2;sudo password\x1b\\three\u009d0;t\u009c"
+    "\x1b[31mfour\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\"
+)
+
+
+def test_osc_sequences_from_a_shell_are_dropped_split_anywhere() -> None:
+    from nunet_tui.shell_relay import OscFilter
+
+    data = SHELL_OSC.encode()
+    clean = b"onetwothree\x1b[31mfourlink"
+    assert OscFilter().feed(data) == clean
+    for cut in range(1, len(data)):  # a sequence split across two reads is still dropped
+        osc = OscFilter()
+        assert osc.feed(data[:cut]) + osc.feed(data[cut:]) == clean, cut
+    text = "Ý ✝ café".encode()  # 0x9D and 0x9C as UTF-8 continuation bytes stay
+    assert OscFilter().feed(text) == text
+
+
+def test_job_shell_drops_clipboard_and_title_writes_unless_raw(
+    daemons: Callable[..., Daemon], service_url: str, tmp_path: Path
+) -> None:
+    _, consumer = pair(daemons, '[jobs]\nexecutors = ["process"]\n')
+    job_id = submit_service(consumer, service_url, tmp_path, free_port())
+    printf = ("--", "python3", "-c", f"import sys; sys.stdout.write({SHELL_OSC!r})")
+    try:
+        shown = _ok(run_cli("job", "shell", job_id, *printf, home=consumer.home)).stdout
+        assert "\x1b]" not in shown and "\u009d" not in shown and "evil" not in shown
+        assert "onetwothree\x1b[31mfourlink" in shown
+        raw = _ok(run_cli("job", "shell", "--raw", job_id, *printf, home=consumer.home))
+        assert "\x1b]52;c;" in raw.stdout  # asked for: as it was sent
+    finally:
+        run_cli("job", "cancel", job_id, home=consumer.home)

@@ -159,3 +159,52 @@ def test_shells_can_be_turned_off(
             forward.stop()
     finally:
         run_cli("job", "cancel", job_id, home=consumer.home)
+
+
+# Listens on [::1]:PORT only, where PORT is a provider service's on 127.0.0.1, and says so.
+V6_ONLY = """
+import os, socket
+server = socket.socket(socket.AF_INET6)
+server.bind(("::1", int(os.environ["PORT"])))
+server.listen()
+print("serving on [::1]", flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.recv(4096)
+    conn.sendall(b"HTTP/1.0 200 OK\\r\\n\\r\\nthe job's own")
+    conn.close()
+"""
+
+
+def test_a_tunnel_reaches_the_jobs_listener_not_the_providers(
+    daemons: Callable[..., Daemon],
+    hostile: Callable[..., HostilePeer],
+    service_url: str,
+    tmp_path: Path,
+) -> None:
+    """The job's listener on [::1]:PORT passed the owner check, and the tunnel then connected
+    to 127.0.0.1:PORT: a provider service there (here: the test's script server) answered."""
+    provider, _ = pair(daemons, PROCESS_JOBS)
+    (tmp_path / "www" / "v6.py").write_text(V6_ONLY)
+    host_port = int(service_url.split(":")[2].split("/")[0])
+    peer = hostile(seed=b"\x66" * 32, bootstrap=[provider.addrs()[0]])
+    peer.wait_connected(provider.peer_id)
+    pid = provider.peer_id
+    own = _own_job(peer, pid, service_url.replace("serve.py", "v6.py"), host_port)
+    try:
+        wait_for(
+            lambda: "serving on" in run_cli("job", "logs", own, home=provider.home).stdout,
+            "its service never listened",
+        )
+        stream = peer.open(pid, t.TUNNEL_PROTOCOL)
+        stream.write(t.seal(peer.identity, t.TunnelOpen(job_id=own, kind="tcp", port=host_port)))
+        body = peer.call(wire.read_frame, stream.stream, t.MAX_HEADER_BYTES)
+        assert t.decode_answer(body, pid).ok
+        stream.write(b"GET /serve.py HTTP/1.0\r\n\r\n")
+        answer = stream.read(4096)
+        assert b"the job's own" in answer and b"Content-Type" not in answer, answer
+        stream.reset()
+    finally:
+        peer.request(
+            pid, JOB_PROTOCOL, [seal_job(peer.identity, {"t": "cancel", "v": 1, "job_id": own})]
+        )

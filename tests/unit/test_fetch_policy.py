@@ -579,3 +579,15 @@ def test_ssh_and_git_protocol_are_held_to_the_checked_address(
             sources.clone_git(source, tmp_path / "src", policy)
     assert secret == []
     assert pinned and pinned[0].lstrip(b"0123456789abcdef").startswith(greeting), pinned
+
+
+@pytest.mark.parametrize("host", ["0177.0.0.1", "0x7f.1", "2130706433", "127.1", "1.2.3.04"])
+def test_odd_ipv4_spellings_are_refused_before_any_lookup(host: str) -> None:
+    from engine.jobs.fetch_policy import odd_ipv4_problem
+    from engine.jobs.vetted_http import check_url
+
+    why = odd_ipv4_problem(host)
+    assert why is not None and "write it as four decimal numbers" in why
+    assert check_url(f"http://{host}/x.py") == why  # a redirect's target too
+    for fine in ("127.0.0.1", "8.8.8.8", "example.com", "0x7f.example.com", "::1"):
+        assert odd_ipv4_problem(fine) is None

@@ -158,9 +158,15 @@ def test_names_the_consumer_would_refuse_are_not_sent(tmp_path: Path) -> None:
     ws = tmp_path / "workspace"
     (ws / "outputs").mkdir(parents=True)
     (ws / "outputs" / "bad\x1b[2Jname").write_text("x")
+    # A bidi override ("report\u202etxt.exe" shows as "reportexe.txt") and a C1 CSI.
+    (ws / "outputs" / "report\u202etxt.exe").write_text("x")
+    (ws / "outputs" / "c1\x9b2Jname").write_text("x")
     (ws / "outputs" / ("é" * 100)).write_text("long but fine")  # 200 bytes: a pax header
     archive = pack(ws, ["outputs"], tmp_path / "r.tar.gz")
-    assert "has control characters" in archive.skipped[0]
+    assert len(archive.skipped) == 3
+    assert all("has control characters" in note for note in archive.skipped)
+    assert any("('\\u202e')" in note for note in archive.skipped), archive.skipped
+    assert any("('\\x9b')" in note for note in archive.skipped), archive.skipped
     unpacked = safe_unpack(archive.path, tmp_path / "results", "run")
     assert (unpacked / "outputs" / ("é" * 100)).read_text() == "long but fine"
 
@@ -230,6 +236,8 @@ def _cve_2025_4517(tar: tarfile.TarFile) -> None:
         (lambda t: [_file(t, "a"), _file(t, "a")], "'a' appears twice"),
         (lambda t: [_file(t, "a"), _file(t, "a/b")], "'a/b' is inside the file 'a'"),
         (lambda t: _file(t, "ansi\x1b]0;x\x07"), "has control characters"),
+        (lambda t: _file(t, "x\u202etxt.exe"), "has control characters ('\\u202e')"),
+        (lambda t: _file(t, "c1\x9b2J"), "has control characters ('\\x9b')"),
         (lambda t: _file(t, "x/" * 70 + "f"), "nested more than 64"),
     ],
 )
@@ -391,3 +399,50 @@ def test_a_checkpoint_that_fails_to_unpack_leaves_the_workspace_alone(tmp_path: 
     with pytest.raises(EngineError, match="symbolic link"):
         restore(Checkpoint(evil, sha256_file(evil), 1), ws)
     assert (ws / "outputs" / "metrics.json").exists() and not (ws / "state.json").exists()
+
+
+def test_a_hard_link_made_while_a_file_is_copied_stops_the_pack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link count was checked only before the copy: a job that makes the link while the
+    file is read (37 packs in 30,000 when racing) had it sent. Raced here deterministically."""
+    from engine.jobs import workspace_tar
+
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    (ws / "outputs" / "a.txt").write_text("shared")
+    copy = tarfile.TarFile.addfile
+
+    def linking(self: tarfile.TarFile, info: tarfile.TarInfo, handle: object = None) -> None:
+        copy(self, info, handle)  # type: ignore[arg-type]
+        if info.name == "outputs/a.txt":
+            os.link(ws / "outputs" / "a.txt", tmp_path / "elsewhere")
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", linking)
+    root = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(workspace_tar.PackError, match="got another hard link"):
+            workspace_tar.write_tar(
+                root, ["outputs"], io.BytesIO(), max_bytes=1 << 20, max_members=10
+            )
+    finally:
+        os.close(root)
+
+
+def test_a_sparse_result_stays_sparse_on_the_consumer(tmp_path: Path) -> None:
+    """64 MiB of zeros with a few bytes in the middle: the consumer's copy is as long, reads
+    the same, and takes the disk of its one written block, not 64 MiB at every fetch."""
+    ws = tmp_path / "workspace"
+    (ws / "outputs").mkdir(parents=True)
+    with (ws / "outputs" / "sparse.bin").open("wb") as handle:
+        handle.truncate(64 << 20)
+        handle.seek(32 << 20)
+        handle.write(b"middle")
+    archive = pack(ws, ["outputs"], tmp_path / "r.tar.gz", max_bytes=128 << 20)
+    unpacked = safe_unpack(archive.path, tmp_path / "results", "run", max_bytes=128 << 20)
+    got = unpacked / "outputs" / "sparse.bin"
+    assert got.stat().st_size == 64 << 20
+    assert got.stat().st_blocks * 512 <= 2 << 20  # the one 1 MiB block with bytes in it
+    with got.open("rb") as handle:
+        handle.seek((32 << 20) - 2)
+        assert handle.read(10) == b"\0\0middle\0\0"

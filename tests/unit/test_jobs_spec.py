@@ -64,6 +64,10 @@ def test_env_names_and_reserved_ones() -> None:
         "NUNET_HOME is reserved: the provider sets it"
     ]
     assert problems(spec(env={"LD_PRELOAD": "x"}), "env")
+    assert problems(spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}), "env") == [
+        "NVIDIA_VISIBLE_DEVICES is reserved: GPUs are chosen by the provider for a job with "
+        "device: gpu, never by its environment; remove it from env"
+    ]
 
 
 def test_outputs_stay_in_the_workspace() -> None:

@@ -284,7 +284,7 @@ class DockerExecutor(BaseExecutor):
                 "/workspace/.deps",
                 *run.spec.deps,
             ],
-            environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1"},
+            environment={"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **NO_NVIDIA_GPU},
             network_mode=self.install_network,
         )
         container = await self._call(self.client().containers.create, **options)
@@ -329,7 +329,20 @@ class DockerExecutor(BaseExecutor):
         }
         if run.spec.deps:
             env["PYTHONPATH"] = "/workspace/.deps"
+        env.update(self._gpu_environment(run))
         return env
+
+    @staticmethod
+    def _gpu_environment(run: JobRun) -> dict[str, str]:
+        """What NVIDIA's runtime reads to pick cards. Images set it themselves (the CUDA and
+        PyTorch images: NVIDIA_VISIBLE_DEVICES=all), and where NVIDIA's runtime is Docker's
+        default it acts on it even without a device request: a CPU job would get every GPU."""
+        if run.spec.device == "gpu" and run.gpus and run.gpus[0].vendor == "nvidia":
+            from engine.resources.gpu.containers import nvidia_device_ids
+
+            # The same cards as the device request (job_gpu_options), never "all".
+            return {"NVIDIA_VISIBLE_DEVICES": ",".join(nvidia_device_ids(run.gpus))}
+        return dict(NO_NVIDIA_GPU)
 
     async def start(self, run: JobRun) -> None:
         from engine.resources.gpu.containers import (
@@ -574,6 +587,11 @@ class DockerExecutor(BaseExecutor):
             self._paused.discard(job_id)
             with contextlib.suppress(Exception):
                 await self._call(container.unpause)
+
+
+# NVIDIA's runtime mounts no GPU for "void" (unlike an empty value or "none", which still
+# sets up the driver's libraries): the value for every container not given NVIDIA cards.
+NO_NVIDIA_GPU = {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
 def gpu_vendor(run: JobRun) -> GpuVendor:

@@ -296,7 +296,7 @@ class ProcessExecutor(BaseExecutor):
 
     # --- tunnels (engine/jobs/tunnel.py) ------------------------------------------------
     # Trusted networks only, like the executor itself: the job's service listens on the
-    # provider's own 127.0.0.1, and the tunnel connects to it there directly.
+    # provider's own loopback, and the tunnel connects to it there directly.
 
     async def open_tunnel(self, run: JobRun, port: int) -> Any:
         from engine.jobs.tunnel import TrioPipe
@@ -306,13 +306,16 @@ class ProcessExecutor(BaseExecutor):
             raise EngineError("tunnel", f"job {run.job_id} is not running here")
         # The host's 127.0.0.1 has other services too (an sshd, a database, our own
         # daemons): a tunnel reaches a port only while the job's own processes listen on it.
-        if not await trio.to_thread.run_sync(_job_listens_on, process.pid, port):
+        # And the connection goes to the very address found to be the job's: a job on
+        # [::1]:PORT must not lend its check to a provider service on 127.0.0.1:PORT.
+        address = await trio.to_thread.run_sync(_job_listener, process.pid, port)
+        if address is None:
             raise EngineError(
                 "tunnel", f"the job does not listen on 127.0.0.1:{port} (not yet, or not at all)"
             )
         try:
             with trio.fail_after(JOB_CONNECT_S):
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                stream = await trio.open_tcp_stream(address, port)
         except (OSError, trio.TooSlowError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer"
             raise EngineError(
@@ -347,30 +350,41 @@ class ProcessExecutor(BaseExecutor):
             _kill_group(process, signal.SIGCONT)
 
 
-def _job_listens_on(pid: int, port: int) -> bool:
-    """Whether a process of the job's tree (``pid`` and its descendants) listens on TCP
-    ``port`` of the loopback or every address."""
+# A listening address of the job's, and the loopback address that reaches exactly that
+# listener (a wildcard one is reached through its own family's loopback).
+_LOOPBACK_FOR = {
+    "127.0.0.1": "127.0.0.1",
+    "0.0.0.0": "127.0.0.1",
+    "::1": "::1",
+    "::": "::1",
+    "::ffff:127.0.0.1": "::ffff:127.0.0.1",
+}
+
+
+def _job_listener(pid: int, port: int) -> str | None:
+    """The loopback address to connect to for a listener on TCP ``port`` held by a process
+    of the job's tree (``pid`` and its descendants), None if it holds none there."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         tree = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return False
+        return None
     for proc in tree:
         try:
             sockets = proc.net_connections(kind="tcp")
         except psutil.Error:
             continue
         for conn in sockets:
+            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
             if (
-                conn.status == psutil.CONN_LISTEN
-                and conn.laddr
+                listening
                 and conn.laddr.port == port
-                and conn.laddr.ip in ("127.0.0.1", "0.0.0.0", "::", "::1", "::ffff:127.0.0.1")
+                and (found := _LOOPBACK_FOR.get(conn.laddr.ip))
             ):
-                return True
-    return False
+                return found
+    return None
 
 
 def _tree_usage(proc: object) -> tuple[float, float]:

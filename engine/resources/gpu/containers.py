@@ -85,17 +85,15 @@ def job_gpu_options(
         raise EngineError("no_gpu", f"one job's GPUs must share a vendor, not {vendors}")
     vendor = gpus[0].vendor
     if vendor == "nvidia":
-        return gpu_container_options("nvidia", [_nvidia_device_id(gpu) for gpu in gpus])
+        return gpu_container_options("nvidia", nvidia_device_ids(gpus))
     nodes = render_nodes(gpus, sysfs_root=sysfs_root, dev_root=dev_root)
     return gpu_container_options(vendor, nodes, dev_root=dev_root)
 
 
-def _nvidia_device_id(gpu: GpuInfo) -> str:
+def nvidia_device_ids(gpus: Sequence[GpuInfo]) -> list[str]:
     # NVML's UUIDs ("GPU-...", "MIG-...") are what the container toolkit takes; without
     # one (it could not be read), NVML's index is the toolkit's index too.
-    if gpu.uuid.startswith(("GPU-", "MIG-")):
-        return gpu.uuid
-    return str(gpu.index)
+    return [gpu.uuid if gpu.uuid.startswith(("GPU-", "MIG-")) else str(gpu.index) for gpu in gpus]
 
 
 def render_nodes(
