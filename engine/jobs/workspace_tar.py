@@ -17,12 +17,10 @@ even read our interpreter (a pyenv or venv under /root).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import stat
 import sys
-import tarfile
 import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import IO
@@ -235,6 +233,11 @@ def write_tar(
     for members, (_, _, _, st) in enumerate(walk, start=1):
         total += st.st_size if stat.S_ISREG(st.st_mode) else 0
         _check_limits(members, total, max_bytes, max_members)
+    # Imported here: every name check in the node imports this module (control_character),
+    # and the TUI's first frame must not wait for tarfile.
+    import gzip
+    import tarfile
+
     gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0) if compress else None
     members = total = 0
     try:

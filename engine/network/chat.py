@@ -270,9 +270,18 @@ class ChatService:
                     with contextlib.suppress(Exception), trio.move_on_after(1.0):
                         await stream.close()  # the peer closed its side: close ours too
                     return
+                message = wire.decode_chat(data)
                 # A stranger's stream may become a chat request the user sees (a row for
-                # it): that is paced per address too, once per stream.
-                if first and not trusted and not self._requests.allow(peer_id, host, False):
+                # it): that is paced per address too, once per stream. One that names no
+                # conversation we could take never becomes one: it is told so (_dispatch).
+                conversation = getattr(message, "conversation", None)
+                takeable = conversation is None or is_conversation_id(conversation)
+                if (
+                    first
+                    and takeable
+                    and not trusted
+                    and not self._requests.allow(peer_id, host, False)
+                ):
                     await self._refuse(stream, "rate_limited", "too many chat requests")
                     self._refused.note(peer_id, address_scopes(host)[0])
                     return
@@ -281,7 +290,6 @@ class ChatService:
                     await self._refuse(stream, "rate_limited", "too many chat messages")
                     self._refused.note(peer_id, address_scopes(host)[0])
                     return
-                message = wire.decode_chat(data)
                 reply = self._dispatch(peer_id, message, last_seq)
                 await wire.write_frame(stream, wire.encode_chat(reply), wire.MAX_CHAT_FRAME_BYTES)
         except wire.WireError as exc:

@@ -75,6 +75,10 @@ PAYMENTS_PUBLIC = frozenset(
         "oracle_url",
         "require_payment",
         "deadline_margin_s",
+        "liveness_interval_s",
+        "settle_interval_s",
+        "split_grace_s",
+        "counter_tolerance_s",
     }
 )
 BLOCKFROST_ID = re.compile(r"\b(?:mainnet|preprod|preview)[A-Za-z0-9]{32}\b")
@@ -172,8 +176,11 @@ def redact_config(raw: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
 
 
 def _hide(item: Any, secrets: Secrets) -> str:
+    # Only text is scrubbed elsewhere: a hidden number ("30.0") would otherwise be cut out of
+    # every figure that happens to share it, and the archive's JSON with it.
     for part in item if isinstance(item, list) else [item]:
-        secrets.add(str(part))
+        if isinstance(part, str):
+            secrets.add(part)
     return REDACTED
 
 

@@ -123,8 +123,10 @@ def test_a_provider_that_overbills_a_little_is_paid_what_the_consumer_watched(
     claimed_ms = (shown["finished_at"] - shown["started_at"]) * 1000  # the provider's word
     assert claimed_ms >= watched_ms + 3_000  # the lie is there
     receipt = json.loads(provider.cli("job", "show", job_id)["receipt"])
-    billed_ms = sum(
-        r["ended_at"] - r["started_at"] for s in receipt["subtasks"] for r in s["replicas"]
+    billed_ms = sum(  # each run less its frozen time (paused_ms, left out when 0)
+        r["ended_at"] - r["started_at"] - r.get("paused_ms", 0)
+        for s in receipt["subtasks"]
+        for r in s["replicas"]
     )
     assert billed_ms <= watched_ms + 1_000 < claimed_ms
     paid = _escrow(provider, job_id)["paid_units"]

@@ -32,6 +32,7 @@ from nacl.signing import SigningKey
 
 from engine.identity import Identity
 from engine.network import wire
+from engine.network.dialbudget import TARGET_INTERVAL_S
 from engine.network.peers import SUBNET_QUOTA
 from tests.adversarial.hostile import HostilePeer, provider_advert
 from tests.adversarial.test_stream_exhaustion import rss_mb
@@ -46,7 +47,15 @@ TRAP_HOST = "127.0.1.3"
 RSS_GROWTH_LIMIT_MB = 40.0
 # One budgeted dial per node (consumer, provider, the attacker's own) and minute, and py-libp2p
 # 0.8.1 makes up to 4 TCP connects of one dial (RetryConfig.max_retries = 3).
-MAX_ACCEPTS = 3 * 4
+# One budgeted dial per node (consumer, provider, the attacker's own) and TARGET_INTERVAL_S,
+# each up to 4 connects with py-libp2p's retries: 12 measured on an idle machine, 32 on a
+# loaded one (a run longer than the interval, and a dial that straddles it).
+DIALS_PER_WINDOW = 3 * 4
+
+
+def max_accepts(began: float) -> int:
+    windows = 2 + int((time.monotonic() - began) // TARGET_INTERVAL_S)
+    return DIALS_PER_WINDOW * windows
 
 
 class Trap:
@@ -169,7 +178,7 @@ def test_sybil_adverts_stay_bounded_undialled_and_the_real_provider_wins(
         assert len(fakes) <= SUBNET_QUOTA
         assert all(not p.get("verified") for p in fakes)
         # No dial per advert: one per node and minute at most (the per-address budget).
-        assert trap.accepts <= MAX_ACCEPTS, trap.accepts
+        assert trap.accepts <= max_accepts(began), trap.accepts
         # The real provider stays listed and verified, and wins the match at once.
         real = [p for p in listed if p["peer_id"] == provider.peer_id]
         assert real and real[0].get("verified"), real
@@ -186,6 +195,6 @@ def test_sybil_adverts_stay_bounded_undialled_and_the_real_provider_wins(
         growth = rss_mb(consumer.proc.pid) - rss_before
         print(f"peers rows {rows_before} -> {rows_after}; consumer RSS +{growth:.1f} MB")
         assert growth < RSS_GROWTH_LIMIT_MB
-        assert trap.accepts <= MAX_ACCEPTS, trap.accepts
+        assert trap.accepts <= max_accepts(began), trap.accepts
     finally:
         trap.close()

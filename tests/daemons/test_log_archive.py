@@ -170,6 +170,8 @@ def test_with_a_running_daemon_over_its_socket(
     assert node["network"]["online"] is True and isinstance(node["network"]["peers"], int)
     settings = json.loads(files["config/settings.json"])
     assert settings["notify"]["webhook_url"].startswith("https://<redacted>@hooks.example.net")
+    # Figures are no secrets: not hidden, nor cut out of others that share their digits.
+    assert settings["payments"]["liveness_interval_s"] == settings["jobs"]["log_keep_days"] == 30
     assert settings["notify"]["command"] == ["/usr/local/bin/page-me", "<redacted>", "<redacted>"]
     assert daemon.cli("peer", "self")["peer_id"] == daemon.peer_id  # still serving
 
