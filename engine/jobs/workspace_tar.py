@@ -234,7 +234,8 @@ def write_tar(
         total += st.st_size if stat.S_ISREG(st.st_mode) else 0
         _check_limits(members, total, max_bytes, max_members)
     # Imported here: every name check in the node imports this module (control_character),
-    # and the TUI's first frame must not wait for tarfile.
+    # and the TUI's first frame must not wait for tarfile (the packing child loads them in
+    # ``main``, before it drops its privileges).
     import gzip
     import tarfile
 
@@ -326,6 +327,11 @@ def main(argv: Sequence[str]) -> int:
     """The unprivileged child: argv[1] is a JSON object of write_tar's arguments (``fd``: the
     workspace, inherited open; ``uid``/``gid``: who to become first); the tar goes to stdout,
     one JSON line to stderr."""
+    # Loaded before the uid changes: the workspace's owner usually cannot read our
+    # interpreter's standard library (a pyenv or venv under /root).
+    import gzip  # noqa: F401
+    import tarfile  # noqa: F401
+
     args = json.loads(argv[1])
     out = os.fdopen(1, "wb", closefd=False)
     try:
