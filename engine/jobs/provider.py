@@ -52,7 +52,7 @@ from engine.jobs.metering import metered_units
 from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel import TunnelServer
-from engine.network.ratelimit import PeerRateLimiter, StreamLimiter
+from engine.network.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
 from engine.ports import Committed, EscrowPort, NetworkPort
 from engine.resources.capacity import detect_machine, onboarded_capacity
 from engine.resources.specs import ResourceFile, sold
@@ -68,8 +68,15 @@ WRITE_S = 10.0  # for one reply to be taken by the peer
 OFFER_FETCH_S = 6.0
 LINGER_S = 5.0  # for the peer to close its side after our last frame (then: reset)
 # Job streams served at once: a consumer needs one per job it follows plus a few short asks.
+# Identities are free (issue 21): 20 of them x 16 idle streams filled the node's 256, so
+# strangers are also counted per address and subnet, and a quarter is kept for consumers we
+# have jobs with.
 STREAMS_PER_PEER = 16
+STREAMS_PER_ADDRESS = 48
+STREAMS_PER_SUBNET = 96
 STREAMS_TOTAL = 256
+STREAMS_RESERVED = 64
+JOB_PEERS_TTL_S = 5.0  # who we have jobs with, read again at most this often
 OFFERS_PER_S = p.OFFERS_PER_S  # per peer (protocol.py)
 OFFER_BURST = p.OFFER_BURST
 # Unconfirmed quotes held (each keeps its offer, at most p.MAX_REQUEST_BYTES): per peer, all.
@@ -174,7 +181,14 @@ class ProviderJobs:
         self._refused: collections.OrderedDict[str, tuple[str, p.Refusal]] = (
             collections.OrderedDict()
         )
-        self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
+        self._streams = ScopedStreamLimiter(
+            STREAMS_PER_PEER,
+            STREAMS_PER_ADDRESS,
+            STREAMS_PER_SUBNET,
+            STREAMS_TOTAL,
+            STREAMS_RESERVED,
+        )
+        self._job_peers: tuple[float, set[str]] = (-JOB_PEERS_TTL_S, set())
         self._offers = PeerRateLimiter(OFFERS_PER_S, OFFER_BURST)
         self._runs: dict[str, tuple[Executor, JobRun]] = {}
         self._changed: dict[str, trio.Event] = {}
@@ -265,14 +279,24 @@ class ProviderJobs:
 
     async def handle(self, stream: Any) -> None:
         peer = p.remote_peer(stream)
-        if not self._streams.acquire(peer):
-            log.debug("job stream from %s refused: it holds %d already", peer, STREAMS_PER_PEER)
+        lease = self._streams.acquire(peer, remote_host(stream), lambda: self.deals_with(peer))
+        if lease is None:
+            log.debug("job stream from %s refused: over its peer's, address's or subnet's", peer)
             await _reset(stream)
             return
         try:
             await self._serve_stream(stream, peer)
         finally:
-            self._streams.release(peer)
+            self._streams.release(lease)
+
+    def deals_with(self, peer: str) -> bool:
+        """A peer we have a job with, either side: its streams come from the reserve."""
+        at, peers = self._job_peers
+        now = time.monotonic()
+        if now - at >= JOB_PEERS_TTL_S:
+            peers = self.ctx.store.job_peers()
+            self._job_peers = (now, peers)
+        return peer in peers
 
     async def _serve_stream(self, stream: Any, peer: str) -> None:
         try:

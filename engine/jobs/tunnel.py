@@ -49,7 +49,7 @@ from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs.executors.base import JOB_CONNECT_S
 from engine.network import wire
-from engine.network.ratelimit import StreamLimiter
+from engine.network.ratelimit import ScopedStreamLimiter, remote_host
 from engine.safe_paths import JobId
 from engine.safe_text import safe
 
@@ -69,7 +69,10 @@ ANSWER_S = JOB_CONNECT_S + 5.0
 OPEN_S = HEADER_S + ANSWER_S  # a whole open_tunnel, at most
 STREAMS_PER_JOB = 8  # tunnels open at once into one job
 STREAMS_PER_PEER = 16  # tunnel streams one peer holds here at once (all its jobs)
+STREAMS_PER_ADDRESS = 32  # ... and strangers per address and subnet (identities are free)
+STREAMS_PER_SUBNET = 64
 STREAMS_TOTAL = 128
+STREAMS_RESERVED = 32  # for the consumers of jobs here
 IDLE_S = 600.0  # a TCP tunnel with no byte either way this long is closed
 SHELL_IDLE_S = 3600.0  # a shell left at its prompt
 CHUNK = 64 * 1024
@@ -357,7 +360,13 @@ class TunnelServer:
         self._running = running
         self.idle_s = IDLE_S
         self.shell_idle_s = SHELL_IDLE_S
-        self._streams = StreamLimiter(STREAMS_PER_PEER, STREAMS_TOTAL)
+        self._streams = ScopedStreamLimiter(
+            STREAMS_PER_PEER,
+            STREAMS_PER_ADDRESS,
+            STREAMS_PER_SUBNET,
+            STREAMS_TOTAL,
+            STREAMS_RESERVED,
+        )
         self._open: dict[str, list[_Open]] = {}
         self._bytes: dict[str, list[int]] = {}  # job id -> [into the job, out of it]
         self.refused = 0  # tunnels refused (any reason), for tests and status
@@ -382,9 +391,10 @@ class TunnelServer:
         from engine.jobs import protocol as p
 
         peer = p.remote_peer(stream)
-        if not self._streams.acquire(peer):
+        lease = self._streams.acquire(peer, remote_host(stream), lambda: self._deals_with(peer))
+        if lease is None:
             self.refused += 1
-            log.debug("tunnel stream from %s refused: it holds %d", peer, STREAMS_PER_PEER)
+            log.debug("tunnel stream from %s refused: over its peer's, address's or subnet's", peer)
             await reset(stream)
             return
         try:
@@ -393,7 +403,11 @@ class TunnelServer:
             log.info("tunnel from %s ended: %s", peer, exc)
             await reset(stream)
         finally:
-            self._streams.release(peer)
+            self._streams.release(lease)
+
+    def _deals_with(self, peer: str) -> bool:
+        """A peer we have a job with: asked only once a stranger's caps refuse its stream."""
+        return peer in self.ctx.store.job_peers()
 
     async def _answer(self, stream: Any, ok: bool, reason: str = "") -> None:
         if not ok:

@@ -19,21 +19,29 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
+from engine.jobs.provider import STREAMS_PER_ADDRESS
 from tests.conftest import REPO
 from tests.daemon_harness import Daemon, wait_for
+from tests.daemons.test_jobs_e2e import _pair, _state, _submit, scripts
+
+__all__ = ["scripts"]
 
 IDENTITIES = 150
 PER_IP = 32  # [network] max_inbound_per_ip's default
 
 
 class Dialer:
-    """One ``sybil_dialer`` process; ``held`` and ``tried`` are its last report."""
+    """One ``sybil_dialer`` process; ``held``, ``tried`` and ``streams`` are its last report."""
 
-    def __init__(self, target: str, count: int, source: str) -> None:
-        self.held = self.tried = 0
+    def __init__(
+        self, target: str, count: int, source: str, protocol: str = "", streams: int = 0
+    ) -> None:
+        self.held = self.tried = self.streams = 0
+        args = [target, str(count), source] + ([protocol, str(streams)] if protocol else [])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.adversarial.sybil_dialer", target, str(count), source],
+            [sys.executable, "-m", "tests.adversarial.sybil_dialer", *args],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -46,8 +54,8 @@ class Dialer:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             parts = line.split()
-            if len(parts) == 4 and parts[0] == "held":
-                self.held, self.tried = int(parts[1]), int(parts[3])
+            if len(parts) == 6 and parts[0] == "held":
+                self.held, self.tried, self.streams = int(parts[1]), int(parts[3]), int(parts[5])
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -61,8 +69,10 @@ class Dialer:
 
 
 @contextlib.contextmanager
-def dialers(target: str, sources: tuple[str, ...]) -> Iterator[list[Dialer]]:
-    started = [Dialer(target, IDENTITIES, source) for source in sources]
+def dialers(
+    target: str, sources: tuple[str, ...], count: int = IDENTITIES, **streams: Any
+) -> Iterator[list[Dialer]]:
+    started = [Dialer(target, count, source, **streams) for source in sources]
     try:
         yield started
     finally:
@@ -91,3 +101,23 @@ def test_many_identities_from_two_addresses_leave_room_for_a_newcomer(
         newcomer = daemons("newcomer", 61, bootstrap=target)
         wait_for(lambda: _connected(newcomer) >= 1, "the newcomer never got in", 15)
         assert _connected(victim) <= 2 * PER_IP + 1
+
+
+def test_idle_job_streams_of_many_identities_leave_room_for_an_honest_job(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    """Job streams: 32 identities from 127.0.0.2 each keep 16 idle ``/nunet/job`` streams
+    open, re-opening each one the provider resets (512 wanted, past the node's 256). Before
+    the fix (per peer and in all only) they filled the 256 and the honest submit failed
+    ("the provider closed the stream without answering"); now the address holds at most
+    STREAMS_PER_ADDRESS and the honest consumer's job, from 127.0.0.1, completes."""
+    provider, consumer = _pair(daemons)
+    target = provider.addrs()[0]
+    with dialers(target, ("127.0.0.2",), 32, protocol="/nunet/job/1.0.0", streams=16) as (a,):
+        wait_for(lambda: a.streams >= STREAMS_PER_ADDRESS // 2, "the attack never began", 60)
+        job = _submit(consumer, f"{scripts}/iris.py", name="honest")
+        assert job["provider"] == provider.peer_id, job
+        wait_for(lambda: _state(consumer, job["job_id"]) == "completed", "honest job failed", 90)
+        # The attacker counts a stream once negotiated, a moment before a refusal resets it:
+        # it settles at the address's cap (it wanted 512; before the fix it held 256).
+        wait_for(lambda: a.streams <= STREAMS_PER_ADDRESS, f"{a.streams} streams held", 10)
