@@ -240,7 +240,6 @@ class JobLogs:
             total += info.st_size
             if entry.name not in self._in_use and info.st_size > _CUT_ROOM:
                 logs.append((info.st_mtime, info.st_size, entry.name))
-        logs = [item for item in logs if self._ended(item[2])]
         logs.sort()
         removed: list[str] = []
         for mtime, size, job_id in logs:
@@ -253,7 +252,9 @@ class JobLogs:
                 )
             else:
                 continue
-            if self._tombstone(job_id, why, now):
+            # Asked only of the logs retention would remove: a store read each, not one per
+            # log on every job's end.
+            if self._ended(job_id) and self._tombstone(job_id, why, now):
                 total -= size
                 removed.append(job_id)
         if removed:
