@@ -210,6 +210,14 @@ def test_an_offer_flood_is_refused_unstored_and_bounded(
     gone = ("no quote for this job here", "quote expired")
     _sleep_past(answers[late]["expires_at"])
     assert confirm_answer(late).startswith(gone)
+    # The honest consumer's job, submitted during the flood, completed; it had the provider's
+    # one slot, which the fresh offers below need free (a fast flood ends before the job does).
+    wait_for(lambda: _state(consumer, honest["job_id"]) == "completed", "honest job failed", 60)
+    wait_for(
+        lambda: _state(provider, honest["job_id"]) == "completed",
+        "the provider never ended the honest job",
+        30,
+    )
     # The peer may hold new quotes again, up to its bound.
     spec = {"framework": "scikit-learn", "script_url": url, "expected_minutes": 1}
     fresh = []
@@ -277,5 +285,3 @@ def test_an_offer_flood_is_refused_unstored_and_bounded(
     assert "not enough CPU: 500 MHz, the low tier needs 1000 MHz" in picked.stderr
     assert offered == []
 
-    # And the honest consumer's job, submitted during the flood, completed.
-    wait_for(lambda: _state(consumer, honest["job_id"]) == "completed", "honest job failed", 60)
