@@ -1,15 +1,24 @@
-"""One hostile peer runs every attack in a loop against a provider while an honest consumer
+"""Hostile peers run every attack in a loop against a provider while an honest consumer
 chats with it and runs jobs on it; prints what the honest side got and what the victim paid.
 
 Real daemons on 127.0.0.1 (a provider with the process executor, a consumer), the hostile
 peer of tests/adversarial/hostile.py (plain py-libp2p, sending what our own encoders would
-refuse to produce). Goals (issue 10): >= 99 % of chat messages delivered, the honest jobs
-complete, the provider's RSS grows < 50 MB and its database < 10 MB over the soak.
-Usage: python bench/hostile_soak.py [SECONDS]   (default 60)
+refuse to produce) and, since issue 21, many identities at once: 300 identities from
+127.0.0.2-4 holding connections and idle job streams, chat floods from 90 more on
+127.0.0.5-7, and Sybil adverts (fresh identities' signed adverts relayed over the hostile
+peer's gossip, each naming an address this bench counts connects to). Half-way through, a
+newcomer node starts, bootstrapped from the victim, and must list it.
+
+Goals (issues 10 and 21): >= 99 % of chat messages delivered, the honest jobs complete, a
+newcomer lists the victim within 10 s, the provider's RSS grows < 50 MB and its database
+< 10 MB over the soak.
+Usage: python bench/hostile_soak.py [SECONDS] [IDENTITIES]   (defaults 60 and 300; 0
+identities runs the one-peer attacks only)
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import http.server
@@ -35,6 +44,9 @@ from engine.jobs.spec import JobSpec
 from engine.network import adverts, wire
 from engine.network.discovery import topic_name
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, provider_advert, seal_job
+from tests.adversarial.test_chat_identities import Swarm
+from tests.adversarial.test_many_identities_connections import Dialer
+from tests.adversarial.test_sybil_adverts import Trap, _fake_messages, _relay
 
 CHANNEL = "nunet-demo-test"
 HONEST_JOB = (
@@ -152,8 +164,111 @@ ATTACKS: list[Callable[[HostilePeer, str], None]] = [
 ]
 
 
+# --- many identities (issue 21): from several addresses at once, for the whole soak ----------
+
+DIALER_SOURCES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+DIALER_STREAMS = 4  # idle /nunet/job streams each dialling identity keeps open
+CHAT_SOURCES = ("127.0.0.5", "127.0.0.6", "127.0.0.7")
+CHAT_PER_SOURCE = 30
+FAKE_ADVERTS_PER_ROUND = 200
+NEWCOMER_GOAL_S = 10.0
+
+
+class ManyIdentities:
+    """Identities from several addresses, each attack in its own process or thread: dialers
+    holding connections and idle job streams, a chat swarm, and Sybil adverts relayed through
+    the hostile peer every few seconds (each naming the trap's address)."""
+
+    def __init__(
+        self, victim_addr: str, victim: str, peer: HostilePeer, identities: int, seconds: float
+    ) -> None:
+        per_source = identities // len(DIALER_SOURCES)
+        self.dialers = [
+            Dialer(victim_addr, per_source, source, protocol=JOB_PROTOCOL, streams=DIALER_STREAMS)
+            for source in DIALER_SOURCES
+        ]
+        self.chat = Swarm(
+            victim_addr,
+            victim,
+            sources=CHAT_SOURCES,
+            per_source=CHAT_PER_SOURCE,
+            streams_each=4,
+            attack_s=seconds,
+        )
+        self.chat.start()
+        self.trap = Trap()
+        self.relayed = 0
+        self._peer = peer
+        self._stop = threading.Event()
+        self._adverts = threading.Thread(target=self._advertise, daemon=True)
+        self._adverts.start()
+
+    def _advertise(self) -> None:
+        while not self._stop.is_set():
+            messages = _fake_messages(
+                self._peer, self.trap.port, FAKE_ADVERTS_PER_ROUND, channel=CHANNEL
+            )
+            with contextlib.suppress(Exception):
+                self._peer.call(_relay, self._peer, messages)
+                self.relayed += len(messages)
+            self._stop.wait(5.0)
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return  # closed already
+        self._stop.set()
+        self._adverts.join(30)
+        for dialer in self.dialers:
+            dialer.close()
+        self.chat.done.wait(30)
+        self.trap.close()
+
+    def report(self) -> str:
+        held = sum(d.held for d in self.dialers)
+        tried = sum(d.tried for d in self.dialers)
+        streams = sum(d.streams for d in self.dialers)
+        chat = self.chat.report
+        return (
+            f"many identities: {tried} dialled from {len(DIALER_SOURCES)} addresses, {held} "
+            f"connections and {streams} idle job streams held at the end; chat swarm of "
+            f"{len(CHAT_SOURCES) * CHAT_PER_SOURCE}: {chat['connected']} connected, "
+            f"{chat['streams_taken']} streams served ({chat['held_max']} at most at once), "
+            f"{chat['streams_refused']} refused, {chat['acked']} messages acked; "
+            f"{self.relayed} Sybil adverts relayed, {self.trap.accepts} connects to the "
+            f"address they named"
+        )
+
+
+def newcomer_lists(root: Path, boot: str, victim: str, timeout: float = 30.0) -> float | None:
+    """Seconds from a fresh node's start (bootstrapped from the victim) until it lists the
+    victim; None if it never did within ``timeout``."""
+    from nunet_tui.cli.demo import _client, _config, _daemon
+
+    home = Paths.for_home(root / "newcomer")
+    home.ensure()
+    home.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
+    began = time.monotonic()
+    proc = _daemon(home, root / "newcomer.log")
+    client = None
+    try:
+        client = _client(home, proc)
+        while time.monotonic() - began < timeout:
+            with contextlib.suppress(EngineError):
+                if any(p.peer_id == victim for p in client.call_blocking(api.ListPeers()).peers):
+                    return time.monotonic() - began
+            time.sleep(0.2)
+        return None
+    finally:
+        if client is not None:
+            client.close()
+        proc.terminate()
+        with contextlib.suppress(Exception):
+            proc.wait(10)
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    identities = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     logging.basicConfig(level=logging.CRITICAL)  # the hostile peer's own libp2p noise
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)
     root = Path(tempfile.mkdtemp(prefix="nunet-bench-soak-"))
@@ -161,6 +276,7 @@ def main() -> None:
     (root / "www" / "honest.py").write_text(HONEST_JOB)
     url = serve(root / "www")
     peer: HostilePeer | None = None
+    many: ManyIdentities | None = None
     pair = DaemonPair(root, channel=CHANNEL)
     client, pclient, boot, provider = pair.consumer, pair.provider, pair.boot, pair.provider_home
     try:
@@ -185,19 +301,31 @@ def main() -> None:
 
         attacker = threading.Thread(target=attack, daemon=True)
         attacker.start()
+        if identities:
+            many = ManyIdentities(boot, victim, peer, identities, seconds)
+        newcomer: dict[str, float | None] = {}
+        newcomer_at = time.monotonic() + seconds / 2
+
+        def join_newcomer() -> None:
+            newcomer["seconds"] = newcomer_lists(root, boot, victim)
+
+        joiner = threading.Thread(target=join_newcomer, daemon=True)
         sent = delivered = 0
+        chat_failures: collections.Counter[str] = collections.Counter()
         jobs: dict[str, str] = {}
         current: str | None = None
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            if joiner.ident is None and time.monotonic() >= newcomer_at:
+                joiner.start()
             sent += 1
             try:
                 client.call_blocking(
                     api.ChatSend(peer_id=victim, text=f"honest {sent}", queue=False), timeout=10
                 )
                 delivered += 1
-            except EngineError:
-                pass
+            except EngineError as exc:
+                chat_failures[exc.message[:80]] += 1
             if current is None or jobs.get(current) in api.TERMINAL_STATES:
                 with contextlib.suppress(EngineError):
                     job = client.call_blocking(
@@ -215,6 +343,10 @@ def main() -> None:
             time.sleep(0.5)
         stop.set()
         attacker.join(30)
+        if joiner.ident is not None:
+            joiner.join(60)
+        if many is not None:
+            many.close()
         # The last job may still be running when the clock ran out: give it its time.
         finish_by = time.monotonic() + 60
         while any(s not in api.TERMINAL_STATES for s in jobs.values()):
@@ -228,9 +360,20 @@ def main() -> None:
         completed = sum(1 for s in jobs.values() if s == "completed")
         rate = 100.0 * delivered / max(sent, 1)
         print(f"hostile soak: {seconds:.0f} s; attack rounds: {attack_rounds}")
+        if many is not None:
+            print(many.report())
+        joined = newcomer.get("seconds")
+        print(
+            "newcomer lists the victim: "
+            + (f"after {joined:.1f} s" if joined is not None else "never (30 s)")
+            + f" (goal <= {NEWCOMER_GOAL_S:.0f} s: "
+            + ("met" if joined is not None and joined <= NEWCOMER_GOAL_S else "MISSED")
+            + ")"
+        )
         print(
             f"honest chat delivered: {delivered}/{sent} = {rate:.1f} % "
             f"(goal >= 99 %: {'met' if rate >= 99 else 'MISSED'})"
+            + (f"; failures: {dict(chat_failures)}" if chat_failures else "")
         )
         print(
             f"honest jobs: {completed}/{len(jobs)} completed "
@@ -248,6 +391,8 @@ def main() -> None:
         )
         print(f"provider still running: {alive}; logs in {root}")
     finally:
+        if many is not None:
+            many.close()
         if peer is not None:
             peer.stop()
         pair.close()

@@ -37,6 +37,7 @@ from engine.network.libp2p_guards import (
     bound_multistream_messages,
     deadline_protocol_reads,
     guard_host,
+    no_auto_dials,
 )
 from engine.network.pending_gate import (
     MAX_INBOUND_PER_IP,
@@ -151,6 +152,8 @@ def build_host(
     # A handler that raises on a stranger's stream must not close the host, and a stranger's
     # first bytes must not announce a message of any length (libp2p_guards).
     guard_host(host)
+    # Nor dial, by itself, whatever addresses adverts taught the peerstore.
+    no_auto_dials(host.get_network())
     bound_multistream_messages()
     # Nor keep a gossip or DHT stream open with a message trickled a byte at a time.
     deadline_protocol_reads()

@@ -44,6 +44,23 @@ def guard_host(host: Any) -> None:
     network.set_stream_handler(supervise.guard_stream("stream", host._swarm_stream_handler))
 
 
+async def _no_dial() -> None:
+    """The AutoConnector's ``maybe_connect``, doing nothing (see ``no_auto_dials``)."""
+
+
+def no_auto_dials(network: Any) -> None:
+    """py-libp2p 0.8.1's swarm dials peers of its peerstore by itself (``AutoConnector``:
+    up to 32 at a time, every 10 s while the node has fewer connections than its low
+    watermark, and after each disconnect) to whatever addresses the peerstore holds for them,
+    which include the addresses adverts name. Measured in bench/hostile_soak.py: Sybil
+    adverts naming one address and port (3,000 in 30 s) made the provider open 1,800-2,100
+    connections to it through this path, past the dial budget (dialbudget.py) that every
+    dial an advert causes must pass. Our own loops keep the connections we want (bootstrap
+    peers: host.keep_bootstrapped; channel members: discovery.py, budgeted), so the swarm's
+    own dialling is turned off, on the instance, here and for its disconnect trigger."""
+    network.auto_connector.maybe_connect = _no_dial
+
+
 # A multistream-select message is one protocol id and its newline: go-multistream and
 # js-libp2p refuse ids over 1024 bytes. (Only an "ls" answer is longer; we never send "ls".)
 MAX_MULTISTREAM_MESSAGE = 1024 + 1

@@ -69,9 +69,20 @@ class Swarm:
     dialing out from its own source address, so the victim sees them as it would see
     thousands of identities from a few machines."""
 
-    def __init__(self, victim_addr: str, victim_id: str) -> None:
+    def __init__(
+        self,
+        victim_addr: str,
+        victim_id: str,
+        *,
+        sources: tuple[str, ...] = SOURCES,
+        per_source: int = PER_SOURCE,
+        streams_each: int = STREAMS_EACH,
+        attack_s: float = ATTACK_S,
+    ) -> None:
         self.victim_addr = victim_addr
         self.victim_id = victim_id
+        self.sources, self.per_source = sources, per_source
+        self.streams_each, self.attack_s = streams_each, attack_s
         self.report: dict[str, Any] = {
             "connected": 0,
             "streams_taken": 0,
@@ -100,8 +111,8 @@ class Swarm:
         info = parse_peer_addr(self.victim_addr)
         hosts: list[Any] = []
         async with contextlib.AsyncExitStack() as stack:
-            for source in SOURCES:
-                for _ in range(PER_SOURCE):
+            for source in self.sources:
+                for _ in range(self.per_source):
                     host = build_host(Identity(SigningKey.generate()), [])
                     # Dial from this source address (127.0.0.x): the victim counts per address.
                     for transport in host.get_network().transport_manager.get_transports():
@@ -119,10 +130,10 @@ class Swarm:
             async with trio.open_nursery() as nursery:
                 for host in hosts:
                     nursery.start_soon(connect, host)
-            deadline = trio.current_time() + ATTACK_S
+            deadline = trio.current_time() + self.attack_s
             async with trio.open_nursery() as nursery:
                 for host in hosts:
-                    for _ in range(STREAMS_EACH):
+                    for _ in range(self.streams_each):
                         nursery.start_soon(self._flood, host, deadline)
             for host in hosts:
                 with contextlib.suppress(Exception), trio.move_on_after(2):

@@ -86,7 +86,9 @@ class Trap:
         self.sock.close()
 
 
-def _fake_messages(peer: HostilePeer, port: int, count: int) -> list[Any]:
+def _fake_messages(
+    peer: HostilePeer, port: int, count: int, channel: str = "nunet-test"
+) -> list[Any]:
     """Pubsub messages, each from (and signed by) its own fresh identity, whose advert names
     the trap's address: what gossipsub would forward for a thousand real peers."""
     from libp2p.pubsub.pb import rpc_pb2
@@ -95,14 +97,16 @@ def _fake_messages(peer: HostilePeer, port: int, count: int) -> list[Any]:
     from engine.network.discovery import topic_name
     from engine.network.host import key_pair_of
 
-    topic = topic_name("nunet-test", "adverts")
+    topic = topic_name(channel, "adverts")
     now = time.time()
     made = []
     for _ in range(count):
         fake = Identity(SigningKey.generate())
         keys = key_pair_of(fake)
         advert = msgspec.structs.replace(
-            provider_advert(peer, prices={"low": 0.01, "moderate": 0.02, "high": 0.03}),
+            provider_advert(
+                peer, channel=channel, prices={"low": 0.01, "moderate": 0.02, "high": 0.03}
+            ),
             peer_id=fake.peer_id,
             addrs=(f"/ip4/{TRAP_HOST}/tcp/{port}/p2p/{fake.peer_id}",),
             seq=int(now * 1000),
