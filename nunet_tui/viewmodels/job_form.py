@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from engine.jobs.spec import JobSpec, validate_spec
-from oracle_client.ntx import UNITS_PER_NTX, parse_ntx
+from oracle_client.ntx import UNITS_PER_NTX, digits, parse_ntx, units_of
 
 FRAMEWORK_LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "scikit-learn": "sklearn"}
 TIER_LABELS = {"low": "Low", "moderate": "Moderate", "high": "High"}
@@ -125,24 +125,61 @@ def check_form(
     return FormCheck(problems, general)
 
 
+def form_values_of(spec: JobSpec) -> FormValues:
+    """The form's fields filled from a spec (a preset): reading them back gives the spec."""
+    return FormValues(
+        script_url=spec.script_url or "",
+        name=spec.name,
+        deps=", ".join(spec.deps),
+        expected_minutes=f"{spec.expected_minutes:g}",
+        max_minutes="" if spec.max_minutes is None else f"{spec.max_minutes:g}",
+        resource_spec=spec.resource_spec or "",
+        budget_ntx=(
+            "" if spec.budget_ntx is None else digits(units_of(spec.budget_ntx)).replace(",", "")
+        ),
+        framework=spec.framework,
+        device=spec.device,
+        tier=spec.tier,
+        extra=preset_extra(spec),
+    )
+
+
+# The spec's fields that the form has no widget for: a preset's values for them travel in
+# ``FormValues.extra``. Every field of JobSpec is a form field or listed here (a test checks
+# it), so a new spec field cannot be dropped by the form unnoticed, as kind and ports were.
+EXTRA_FIELDS = ("env", "outputs", "gpu_vendor", "kind", "ports", "shell", "git")
+
+
 def preset_extra(spec: JobSpec) -> dict[str, Any]:
-    """What a preset sets that the form has no field for (shown under the form)."""
+    """What a preset sets that the form has no field for (shown under the form): each such
+    field whose value is not the spec's default."""
+    default = JobSpec(framework=spec.framework)
     return {
-        key: value
-        for key, value in (
-            ("env", dict(spec.env)),
-            ("outputs", tuple(spec.outputs)),
-            ("gpu_vendor", spec.gpu_vendor),
-        )
-        if value
+        name: getattr(spec, name)
+        for name in EXTRA_FIELDS
+        if getattr(spec, name) != getattr(default, name)
     }
 
 
 def extra_line(extra: Mapping[str, Any]) -> str:
-    """``env EPOCHS=8 · outputs model.pt`` (empty when the preset set nothing extra)."""
+    """``service on port 7860 · env EPOCHS=8 · outputs model.pt`` (empty when the preset set
+    nothing extra)."""
     parts: list[str] = []
+    if extra.get("kind") == "service":
+        ports = tuple(extra.get("ports", ()))
+        parts.append(
+            "service"
+            + (f" on port{'s' if len(ports) > 1 else ''} " if ports else "")
+            + ", ".join(str(p) for p in ports)
+        )
+    elif ports := tuple(extra.get("ports", ())):
+        parts.append("ports " + ", ".join(str(p) for p in ports))
     if env := extra.get("env"):
         parts.append("env " + ", ".join(f"{k}={v}" for k, v in env.items()))
     if (outputs := extra.get("outputs")) and tuple(outputs) != ("outputs",):
         parts.append("outputs " + ", ".join(outputs))
+    if vendor := extra.get("gpu_vendor"):
+        parts.append(f"{vendor} GPU")
+    if extra.get("shell"):
+        parts.append("shell")
     return " · ".join(parts)

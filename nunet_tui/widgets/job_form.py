@@ -29,9 +29,8 @@ from nunet_tui.viewmodels.job_form import (
     FormCheck,
     FormValues,
     extra_line,
-    preset_extra,
+    form_values_of,
 )
-from oracle_client.ntx import digits, units_of
 
 
 class JobForm(Vertical):
@@ -253,18 +252,18 @@ class JobForm(Vertical):
 
     def load_preset(self, spec: JobSpec) -> None:
         """Every field from an example job, all of them counted as touched."""
-        self.query_one("#script_url", Input).value = spec.script_url or ""
-        self.query_one("#name", Input).value = spec.name
-        self.query_one("#deps", Input).value = ", ".join(spec.deps)
-        self.query_one("#expected_minutes", Input).value = f"{spec.expected_minutes:g}"
-        self.query_one("#budget_ntx", Input).value = (
-            "" if spec.budget_ntx is None else digits(units_of(spec.budget_ntx)).replace(",", "")
-        )
-        self.query_one("#max_minutes", Input).value = (
-            "" if spec.max_minutes is None else f"{spec.max_minutes:g}"
-        )
-        self.query_one("#resource_spec", Input).value = spec.resource_spec or ""
-        self.extra = preset_extra(spec)
+        values = form_values_of(spec)
+        for name in (
+            "script_url",
+            "name",
+            "deps",
+            "expected_minutes",
+            "budget_ntx",
+            "max_minutes",
+            "resource_spec",
+        ):
+            self.query_one(f"#{name}", Input).value = getattr(values, name)
+        self.extra = dict(values.extra)
         self.framework, self.device, self.tier = spec.framework, spec.device, spec.tier
         self.query_one(f"#fw-{spec.framework}", RadioButton).value = True
         self.query_one(f"#tier-{spec.tier}", RadioButton).value = True

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, OptionList
@@ -29,13 +30,22 @@ from engine.api import (
 from engine.control_client import DAEMON_GONE, ControlClient
 from engine.errors import EngineError
 from engine.facade import Engine
+from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.format import DASH
-from nunet_tui.presets import load_presets
+from nunet_tui.presets import EXAMPLES, load_presets
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.job_detail import JobDetailScreen, traceback_tail
 from nunet_tui.screens.job_results import ResultsDirScreen, ResultsScreen, pretty_json
 from nunet_tui.screens.submit import SubmitScreen
+from nunet_tui.viewmodels.job_form import (
+    EXTRA_FIELDS,
+    FIELDS,
+    extra_line,
+    form_values_of,
+    preset_extra,
+    read_spec,
+)
 from nunet_tui.widgets.job_estimate import tier_table
 from nunet_tui.widgets.job_form import JobForm
 from nunet_tui.widgets.job_log import JobLogView, clean_line
@@ -431,3 +441,27 @@ def test_job_detail_names_where_a_paid_jobs_money_is() -> None:
         "0.02 NTX locked · 0.02 NTX metered · 0.02 NTX paid · 0 NTX refunded"
     )
     assert "[bold]oracle[/]" in text and "\x1b" not in text  # literal, and no escapes
+
+
+def test_every_example_read_back_from_the_form_is_its_job_file() -> None:
+    """F1... fill the form from each example; what the form then submits is the example's
+    spec, service kind and ports included (they were dropped: the Gradio and HTTP examples
+    ran as batch jobs with nothing to forward)."""
+    names = sorted(p.name for p in EXAMPLES.iterdir() if (p / "job.toml").exists())
+    examples = {"scripts_url": "http://127.0.0.1:9/", "examples": dict.fromkeys(names, "...")}
+    presets = load_presets(examples)
+    assert [p.name for p in presets] == names[: len(presets)] and presets
+    for preset in presets:
+        assert preset.spec is not None, preset.error
+        spec, unread = read_spec(form_values_of(preset.spec))
+        assert not unread and spec == preset.spec, preset.name
+    services = [p.spec for p in presets if p.spec is not None and p.spec.kind == "service"]
+    assert services and all(s.ports for s in services)
+    line = extra_line(preset_extra(services[0]))
+    assert line.startswith(f"service on port {services[0].ports[0]}"), line
+
+
+def test_the_form_carries_every_spec_field() -> None:
+    form = {alias for aliases in FIELDS.values() for alias in aliases if "." not in alias}
+    every = {f.name for f in msgspec.structs.fields(JobSpec)}
+    assert every <= form | {"name"} | set(EXTRA_FIELDS), every - form - set(EXTRA_FIELDS)
