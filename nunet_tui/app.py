@@ -458,7 +458,7 @@ class NunetApp(App[None]):
         if not jobs:
             self.exit()
             return
-        question = app_guards.quit_question(jobs, self.client.embedded)
+        question = app_guards.quit_question(jobs, self.client.embedded, self.examples)
         self.push_screen(question, lambda yes: self.exit() if yes else None)
 
     def deliver_screenshot(

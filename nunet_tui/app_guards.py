@@ -5,6 +5,7 @@ missing on many servers, and its failure gave no reason)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,26 +35,36 @@ async def live_jobs(client: Any) -> list[api.JobInfo]:
     return [job for job in listed.jobs if job.state in LIVE_STATES]
 
 
-def quit_question(jobs: list[api.JobInfo], embedded: bool) -> QuitConfirm:
+def quit_question(
+    jobs: list[api.JobInfo], embedded: bool, demo: Mapping[str, Any] | None = None
+) -> QuitConfirm:
+    """``demo``: the demo's sandbox (``Sandbox.describe()``), whose nodes stop with the app."""
     count = len(jobs)
     noun = "job is" if count == 1 else "jobs are"
     ran = sum(job.role == "provider" for job in jobs)
-    if embedded:
+    if demo is not None:
+        # The app attaches to the sandbox's consumer daemon, but the demo stops every node
+        # of the sandbox once the app ends: nothing keeps running.
+        detail = "Quitting ends the demo: its providers stop and these jobs with them"
+        if demo.get("removed_on_exit"):
+            detail += ", and the sandbox is deleted, jobs and results included."
+        else:
+            detail += f"; its files stay in {demo.get('root')}."
+    elif embedded:
         detail = (
             "Quitting stops this node: jobs it runs for others are interrupted and the "
-            "ones you bought stop streaming here (in the demo, the sandbox's providers stop "
-            "too)."
+            "ones you bought stop streaming here."
         )
+        if ran:
+            detail += f" {ran} of them run on this machine."
     else:
         detail = "The daemon keeps running them; you can attach again later."
-    if ran and embedded:
-        detail += f" {ran} of them run on this machine."
     return QuitConfirm(
         f"Quit while {count} {noun} still running?",
         Content(detail),
         confirm_label="Quit",
         decline_label="Stay",
-        danger=embedded,
+        danger=embedded or demo is not None,
     )
 
 

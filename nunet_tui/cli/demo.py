@@ -141,10 +141,14 @@ class Sandbox:
     signals: Signals = field(default_factory=Signals)
     # Wallets made before the nodes started (fork start: sandbox_wallets.py), by home.
     wallets: dict[str, str] = field(default_factory=dict)
+    # The demo made the root itself and deletes it when it ends (not with --root): the app's
+    # quit question says so.
+    removed_on_exit: bool = False
 
     def describe(self) -> dict[str, object]:
         return {
             "root": str(self.root),
+            "removed_on_exit": self.removed_on_exit,
             "ledger_url": self.ledger_url,
             "oracle_url": self.oracle_url,
             "consumer_home": str(self.consumer.home),
@@ -877,6 +881,7 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
         if tui:  # the app's modules load while the sandbox starts, not after it
             threading.Thread(target=_preload_app, name="demo-preload", daemon=True).start()
         sandbox = start_sandbox(root, consumer_daemon=True, progress=say, signals=signals)
+        sandbox.removed_on_exit = made_root
         if not tui:
             say("ready")
             print(json.dumps(sandbox.describe()), flush=True)

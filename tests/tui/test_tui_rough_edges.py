@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from textual.widgets import Button, Input
 
+from engine import api
 from engine.api import SetMode, WalletNew
 from engine.config import Paths
 from engine.facade import Engine
+from engine.jobs.spec import JobSpec
 from engine.payments.keystore import PASSPHRASE_ENV
 from nunet_tui import app_guards
 from nunet_tui.app import NunetApp
@@ -153,3 +155,27 @@ async def test_screenshot_into_a_missing_folder_says_why(host_engine: Any, tmp_p
         messages = [n.message for n in app._notifications]
         assert any(f"{missing} does not exist" in m for m in messages), messages
         assert not missing.exists()
+
+
+def test_the_quit_question_says_what_quitting_does_where_the_app_runs() -> None:
+    """In the demo the app attaches to the sandbox's consumer daemon, but quitting ends the
+    sandbox: it said "the daemon keeps running them", then deleted jobs and results."""
+    job = api.JobInfo(
+        job_id="a" * 12,
+        role="consumer",
+        state="running",
+        provider="p",
+        consumer="c",
+        spec=JobSpec(framework="scikit-learn"),
+    )
+
+    def detail(**kwargs: Any) -> str:
+        return str(app_guards.quit_question([job], **kwargs).detail)
+
+    removed = detail(embedded=False, demo={"root": "/tmp/d", "removed_on_exit": True})
+    assert "ends the demo" in removed and "deleted, jobs and results included" in removed
+    kept = detail(embedded=False, demo={"root": "/tmp/d", "removed_on_exit": False})
+    assert "stay in /tmp/d" in kept and "keeps running" not in kept
+    assert "keeps running them" in detail(embedded=False)
+    assert "stops this node" in detail(embedded=True)
+    assert app_guards.quit_question([job], embedded=False, demo={}).danger
