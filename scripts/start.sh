@@ -18,14 +18,7 @@ if ! "$root/.venv/bin/python" -c 'import sklearn, torch, tensorflow' >/dev/null 
       # must not starve the sandbox starting beside it, nor the app.
       renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
       ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
-      pip=("$root/.venv/bin/python" -m pip --disable-pip-version-check install --progress-bar off)
-      {
-        echo "installing scikit-learn (the iris example)"
-        "${pip[@]}" "scikit-learn>=1.2"
-        echo "installing the demo extra: PyTorch and TensorFlow (the other examples)"
-        "${pip[@]}" -e "$root[demo]"
-        echo "done"
-      } >"$log" 2>&1 || echo "failed (see above); retry with: bash scripts/start.sh" >>"$log"
+      bash "$root/scripts/install_demo_extra.sh" "$log"
       rm -f "$log.pid"
     ) </dev/null >/dev/null 2>&1 &
     echo $! >"$log.pid"
