@@ -242,6 +242,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # `job shell` into a running job by its consumer (every session is noted in the job's log;
     # advertised, so consumers who want one can match on it).
     allow_shell: bool = True
+    # The Python that runs process jobs (empty: the daemon's own). Its frameworks are what the
+    # process executor offers: a job imports its framework from it.
+    process_python: Annotated[str, _text(4096)] = ""
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

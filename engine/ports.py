@@ -176,6 +176,10 @@ class JobsPort(Protocol):
         """What running provider jobs hold: subtracted from the free figures in heartbeats."""
         ...
 
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks this provider's executors can run now (advertised)."""
+        ...
+
 
 class TotalsPort(Protocol):
     """What this node ran, bought, earned and spent: figures of ``api.NetworkStatus``."""

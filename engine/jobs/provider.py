@@ -500,7 +500,7 @@ class ProviderJobs:
             gpus=gpus,
             prices=dict(settings.prices),
             executors=tuple(name for name in settings.executors if name in self.executors),
-            frameworks=FRAMEWORKS,
+            frameworks=self.frameworks(),
             slots=settings.slots,
             shell=settings.allow_shell,
             free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
@@ -552,9 +552,24 @@ class ProviderJobs:
             raise EngineError("no_gpu", f"no {vendor} GPU onboarded here (onboarded: {have})")
         return chosen
 
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks some executor of this provider's can run now (what the advert and
+        admission offer: a process executor offers only those its Python has)."""
+        offered = {
+            framework
+            for name in self.ctx.settings.jobs.executors
+            if name in self.executors
+            for framework in self.executors[name].frameworks()
+        }
+        return tuple(f for f in FRAMEWORKS if f in offered)
+
     def _executor_for(self, spec: JobSpec) -> str | None:
         for name in self.ctx.settings.jobs.executors:
-            if name in self.executors and not (spec.device == "gpu" and name == "process"):
+            if (
+                name in self.executors
+                and not (spec.device == "gpu" and name == "process")
+                and spec.framework in self.executors[name].frameworks()
+            ):
                 return name
         return None
 

@@ -7,6 +7,7 @@ they answer even in a one-shot CLI engine; submitting and cancelling need the ru
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -39,7 +40,8 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
                 "the process executor runs jobs as local processes: use it only on trusted "
                 "local networks and for the demo (jobs.executors in config)"
             )
-            executors[name] = ProcessExecutor()
+            python = ctx.settings.jobs.process_python or sys.executable
+            executors[name] = ProcessExecutor(python=python)
         elif name == "docker":
             from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 
@@ -108,6 +110,9 @@ class NodeJobs:
 
     def committed(self) -> Committed:
         return self.provider.committed()
+
+    def frameworks(self) -> tuple[str, ...]:
+        return self.provider.frameworks()
 
     def job_totals(self, escrowed: Mapping[tuple[str, str], int] | None = None) -> dict[str, Any]:
         """What this node ran and bought, and the metered NTX of its ended jobs: the figure

@@ -36,7 +36,6 @@ from engine.ports import JobsPort, NodeFacts, TotalsPort
 
 log = logging.getLogger("nunet.network.link")
 
-FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # Starts in a row that fail on the remembered port before going back to the configured one.
 FALLBACK_AFTER_FAILURES = 3
@@ -249,7 +248,7 @@ class NodeNetwork:
             ),
             prices=dict(self.ctx.settings.jobs.prices),
             executors=tuple(self.ctx.settings.jobs.executors),
-            frameworks=FRAMEWORKS,
+            frameworks=self._jobs().frameworks(),
             version=self.ctx.version,
             slots=self.ctx.settings.jobs.slots,
             no_shell=not self.ctx.settings.jobs.allow_shell,

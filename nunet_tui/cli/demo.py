@@ -872,6 +872,13 @@ def run_demo(*, tui: bool, root: Path | None = None) -> int:
     signals.install()
     if (extra := _extra_log()) is not None:
         say(f"the example jobs' frameworks are installing in the background: tail -f {extra}")
+    elif missing := _missing_frameworks():
+        # The sandbox's providers run jobs with this Python and offer only the frameworks it
+        # has: without them the examples are refused ("framework ... not offered").
+        say(
+            f"this Python lacks {', '.join(missing)}: the examples that need them will find no "
+            "provider; install them with: pip install 'nunet-tui[demo]'"
+        )
     sandbox: Sandbox | None = None
     ok = False
     try:
@@ -919,6 +926,14 @@ def _extra_log() -> Path | None:
         return None
     log = Path(name)
     return None if _extra_state(log) == "done" else log
+
+
+def _missing_frameworks() -> list[str]:
+    """The frameworks the example jobs use that this Python (the sandbox's providers') lacks."""
+    from engine.jobs.executors.process import FRAMEWORK_MODULES, importable
+
+    found = importable(sys.executable, tuple(FRAMEWORK_MODULES.values()))
+    return [name for name, module in FRAMEWORK_MODULES.items() if module not in found]
 
 
 def _extra_state(log: Path) -> str:

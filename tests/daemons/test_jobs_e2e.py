@@ -4,6 +4,8 @@ protocol over libp2p, the process executor, scripts served by a real HTTP server
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -316,3 +318,41 @@ def test_tensorflow_job_runs_for_real(
     metrics = json.loads((Path(out["directory"]) / "outputs" / "metrics.json").read_text())
     assert abs(metrics["weight"] - 3) < 0.1 and abs(metrics["bias"] + 2) < 0.1
     assert provider.cli("job", "show", job["job_id"])["state"] == "completed"
+
+
+def test_a_process_provider_offers_only_the_frameworks_its_python_has(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    """After `pip install .` the demo's iris job failed at its import ("No module named
+    'sklearn'"): the advert offered every framework whatever the provider's Python had. A
+    provider whose process jobs run with a Python without scikit-learn offers none of them
+    now, and the consumer is told so before anything is quoted."""
+    bare = shutil.which("python3", path="/usr/bin:/bin")
+    assert bare is not None
+    assert subprocess.run([bare, "-c", "import sklearn"], capture_output=True).returncode != 0
+    toml = PROCESS_JOBS + f'process_python = "{bare}"\n'
+    provider, consumer = _pair(daemons, jobs_toml=toml)
+    wait_for(
+        lambda: any(
+            p["peer_id"] == provider.peer_id and p.get("resources")
+            for p in consumer.cli("peer", "list")["peers"]
+        ),
+        "the consumer never heard the provider's advert",
+    )
+    listed = next(
+        p for p in consumer.cli("peer", "list")["peers"] if p["peer_id"] == provider.peer_id
+    )
+    assert "scikit-learn" not in listed["resources"]["frameworks"], listed
+    refused = run_cli(
+        "job",
+        "submit",
+        "--url",
+        f"{scripts}/iris.py",
+        "--framework",
+        "scikit-learn",
+        "--peer",
+        provider.peer_id,
+        home=consumer.home,
+    )
+    assert refused.returncode == 1
+    assert "framework scikit-learn not offered" in refused.stderr, refused.stderr

@@ -27,6 +27,7 @@ from engine.network.peers import PeerInfo
 from engine.network.ratelimit import StreamLimiter
 from tests.fakes.context import make_context, onboard
 from tests.fakes.escrows import FakeEscrows
+from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork, FakePeerLink
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
@@ -47,7 +48,7 @@ def provider(
     escrows = FakeEscrows()
     return ProviderJobs(
         ctx,
-        {"process": object()},  # type: ignore[dict-item]
+        {"process": FakeIdleExecutor()},  # type: ignore[dict-item]
         network=FakeNetwork,
         escrows=(lambda: escrows) if payments else None,
     )

@@ -27,6 +27,7 @@ from engine.network.link import to_api_peer
 from engine.network.peers import PeerInfo
 from engine.resources import specs as rs
 from tests.fakes.context import identity, make_context, onboard
+from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
@@ -219,7 +220,7 @@ def _provider(tmp_path: Path, book: rs.ResourceBook) -> ProviderJobs:
     ctx.settings = msgspec.structs.replace(ctx.settings, machine=machine)
     onboard(ctx, memory_mb=16384, cpu_mhz=20000)
     rs.ResourceFile(ctx.paths.resources_file).save(book)
-    return ProviderJobs(ctx, {"process": object()}, network=FakeNetwork)  # type: ignore[dict-item]
+    return ProviderJobs(ctx, {"process": FakeIdleExecutor()}, network=FakeNetwork)  # type: ignore[dict-item]
 
 
 def test_the_provider_quotes_the_spec_for_the_signer_from_its_own_pools(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from engine.jobs.spec import GitSource, JobSpec, offer_spec
 from engine.network import wire
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.escrows import FakeEscrows
+from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork, FakePeerLink, provider_info, stream_pair
 
 CONSUMER = identity(9).peer_id
@@ -43,7 +44,7 @@ def build(
     network = FakeNetwork()
     jobs = ProviderJobs(
         ctx,
-        {"process": object()},  # type: ignore[dict-item]  # never run: nothing starts here
+        {"process": FakeIdleExecutor()},  # type: ignore[dict-item]  # nothing starts here
         network=lambda: network,
         escrows=(lambda: escrows) if escrows is not None else None,
     )

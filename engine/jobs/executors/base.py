@@ -36,7 +36,7 @@ from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.logbuffer import LogBuffer, LogLine
 from engine.jobs.metering import Meter, Usage
 from engine.jobs.results import ResultArchive
-from engine.jobs.spec import JobSpec
+from engine.jobs.spec import FRAMEWORKS, JobSpec
 from engine.jobs.tiers import estimate_resource
 
 __all__ = [
@@ -142,6 +142,7 @@ class Executor(Protocol):
     async def collect_results(self, run: JobRun, dest_dir: Path) -> ResultArchive: ...
     def usage(self, run: JobRun) -> Usage: ...
     def release(self, run: JobRun) -> None: ...
+    def frameworks(self) -> tuple[str, ...]: ...
 
 
 class StderrTail:
@@ -236,6 +237,10 @@ class BaseExecutor:
                     if state.started and not state.done.is_set():
                         await self._stop_run(state, "interrupted", "the provider shut down")
             self._on_served()
+
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks its jobs find (an image per framework: every one)."""
+        return FRAMEWORKS
 
     async def _on_serve(self) -> None:
         """Hook: cleanup after a crash (the Docker executor removes orphan containers)."""

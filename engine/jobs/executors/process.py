@@ -15,13 +15,15 @@ and a job's own dependencies, installed into its venv, come first.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,30 @@ log = logging.getLogger("nunet.jobs.process")
 _OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
 
 
+# The module each framework's jobs import: a process job runs with the provider's own Python
+# (its venv sees the host's site-packages), so it has a framework only if that Python has it.
+FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "scikit-learn": "sklearn"}
+# How long what was found holds: the demo installs the frameworks in the background, and an
+# operator may pip-install one while the node runs.
+FRAMEWORKS_TTL_S = 10.0
+
+
+def importable(python: str, modules: Sequence[str]) -> tuple[str, ...]:
+    """Which of ``modules`` ``python`` can import (found, not imported: torch takes
+    seconds to import, finding it a fraction of a millisecond)."""
+    if python == sys.executable:
+        importlib.invalidate_caches()  # a package installed since the last look
+        return tuple(m for m in modules if importlib.util.find_spec(m) is not None)
+    probe = "import importlib.util as u, sys; print(*[m for m in sys.argv[1:] if u.find_spec(m)])"
+    try:
+        found = subprocess.run(
+            [python, "-c", probe, *modules], capture_output=True, text=True, timeout=30
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(m for m in modules if m in found)
+
+
 class ProcessExecutor(BaseExecutor):
     name = "process"
 
@@ -66,6 +92,17 @@ class ProcessExecutor(BaseExecutor):
         self.pip_args = pip_args  # e.g. ("--no-index", "--find-links", DIR) on offline rigs
         self.grace_s = grace_s
         self._procs: dict[str, trio.Process] = {}
+        self._frameworks: tuple[float, tuple[str, ...]] | None = None
+
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks the provider's Python has (a job without its framework would fail
+        at its first import: "No module named 'sklearn'" after `pip install .`)."""
+        now = time.monotonic()
+        if self._frameworks is None or now - self._frameworks[0] > FRAMEWORKS_TTL_S:
+            found = importable(self.python, tuple(FRAMEWORK_MODULES.values()))
+            offered = tuple(f for f, module in FRAMEWORK_MODULES.items() if module in found)
+            self._frameworks = (now, offered)
+        return self._frameworks[1]
 
     # --- prepare -------------------------------------------------------------------------
 
