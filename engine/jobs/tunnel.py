@@ -554,8 +554,9 @@ class TunnelServer:
                         self._note(
                             executor, run, f"shell of {peer} closed after {took:.0f} s ({why})"
                         )
-                    else:  # "idle": a client that stopped reading (or talking) is let go
-                        log.info(
+                    else:  # a line for "idle" (a client that stopped reading, or talking)
+                        log.log(
+                            logging.INFO if why == "idle" else logging.DEBUG,
                             "tunnel of %s to port %d of job %s ended after %.0f s (%s)",
                             peer,
                             request.port,

@@ -91,6 +91,7 @@ def _idle_ends(provider: Daemon) -> int:
 def test_a_paused_reader_keeps_its_tunnel_and_one_that_never_resumes_is_let_go(
     daemons: Callable[..., Daemon], tmp_path: Path
 ) -> None:
+    """Slow by nature (about 40 s): a 10 s pause, then the 25 s idle timeout to wait out."""
     root = tmp_path / "www"
     root.mkdir()
     (root / "send.py").write_text(SENDER)
