@@ -239,6 +239,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_job_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 256
     log_total_mb: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 4096
     log_keep_days: Annotated[float, msgspec.Meta(ge=0, le=36500)] = 30.0
+    # A `job forward` connection (both ends: provider and consumer) with no byte moving either
+    # way this long is closed; a side whose reader stopped (a paused download) waits this long.
+    tunnel_idle_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 86400)] = 600.0
     # `job shell` into a running job by its consumer (every session is noted in the job's log;
     # advertised, so consumers who want one can match on it).
     allow_shell: bool = True

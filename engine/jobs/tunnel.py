@@ -50,6 +50,7 @@ from engine.identity import Identity
 from engine.jobs.executors.base import JOB_CONNECT_S
 from engine.network import wire
 from engine.network.ratelimit import ScopedStreamLimiter, remote_host
+from engine.network.yamux_credit import wait_for_credit_up_to
 from engine.safe_paths import JobId
 from engine.safe_text import safe
 
@@ -73,8 +74,9 @@ STREAMS_PER_ADDRESS = 32  # ... and strangers per address and subnet (identities
 STREAMS_PER_SUBNET = 64
 STREAMS_TOTAL = 128
 STREAMS_RESERVED = 32  # for the consumers of jobs here
-IDLE_S = 600.0  # a TCP tunnel with no byte either way this long is closed
+IDLE_S = 600.0  # a TCP tunnel with no byte either way this long is closed ([jobs] tunnel_idle_s)
 SHELL_IDLE_S = 3600.0  # a shell left at its prompt
+CREDIT_GRACE_S = 5.0  # a write waits for window credit this much past the idle timeout
 CHUNK = 64 * 1024
 MAX_COMMAND_ARGS = 64
 MAX_ARG_CHARS = 4096
@@ -216,10 +218,18 @@ _EOF_NAMES = ("StreamEOF", "EOFError", "IncompleteReadError", "MuxedStreamEOF")
 
 
 class StreamPipe:
-    """A libp2p stream as a Pipe (its EOF errors read as the end)."""
+    """A libp2p stream as a Pipe (its EOF errors read as the end).
 
-    def __init__(self, stream: Any) -> None:
+    ``idle_s``: the relay's idle timeout. A write waits that long for the peer's window credit
+    (a local client that paused reading), where py-libp2p gave up after 5 s and reset the
+    tunnel; the relay ends a tunnel idle that long itself, with its reason ("idle"). The
+    write's own bound, a little later, is only a backstop: were both due at once, the write's
+    error could end the tunnel first as "broken"."""
+
+    def __init__(self, stream: Any, idle_s: float | None = None) -> None:
         self.stream = stream
+        if idle_s is not None:
+            wait_for_credit_up_to(stream, idle_s + CREDIT_GRACE_S)
 
     async def receive(self, max_bytes: int) -> bytes:
         try:
@@ -358,7 +368,7 @@ class TunnelServer:
         """``running``: the executor and run of a job running here now (None otherwise)."""
         self.ctx = ctx
         self._running = running
-        self.idle_s = IDLE_S
+        self.idle_s = ctx.settings.jobs.tunnel_idle_s
         self.shell_idle_s = SHELL_IDLE_S
         self._streams = ScopedStreamLimiter(
             STREAMS_PER_PEER,
@@ -525,7 +535,7 @@ class TunnelServer:
                     )
                 if request.kind == "tcp":
                     why = await relay(
-                        StreamPipe(stream),
+                        StreamPipe(stream, self.idle_s),
                         pipe,
                         idle_s=self.idle_s,
                         on_up=lambda n: self._count(job_id, into=n),
@@ -544,6 +554,16 @@ class TunnelServer:
                         self._note(
                             executor, run, f"shell of {peer} closed after {took:.0f} s ({why})"
                         )
+                    else:  # a line for "idle" (a client that stopped reading, or talking)
+                        log.log(
+                            logging.INFO if why == "idle" else logging.DEBUG,
+                            "tunnel of %s to port %d of job %s ended after %.0f s (%s)",
+                            peer,
+                            request.port,
+                            job_id,
+                            time.monotonic() - started,
+                            why,
+                        )
                     if why == "closed":
                         from engine.jobs import protocol as p
 
@@ -554,7 +574,7 @@ class TunnelServer:
     async def _shell(self, stream: Any, pipe: ShellPipe, job_id: str) -> str:
         """Shell frames from the consumer to the session; its output back as frames, then its
         exit status."""
-        remote = StreamPipe(stream)
+        remote = StreamPipe(stream, self.shell_idle_s)
         seen = Activity()
         ended = ["closed"]
 
@@ -665,7 +685,7 @@ class ConsumerTunnels:
     def __init__(self, ctx: NodeContext, network: Callable[[], NetworkPort]) -> None:
         self.ctx = ctx
         self._network = network
-        self.idle_s = IDLE_S
+        self.idle_s = ctx.settings.jobs.tunnel_idle_s
         self._forwards: dict[str, Forward] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -804,7 +824,7 @@ class ConsumerTunnels:
             return
         forward.info = msgspec.structs.replace(forward.info, opened=forward.info.opened + 1)
         try:
-            await relay(local, StreamPipe(stream), idle_s=self.idle_s)
+            await relay(local, StreamPipe(stream, self.idle_s), idle_s=self.idle_s)
         finally:
             forward.connections -= 1
             with trio.CancelScope(shield=True):
@@ -871,7 +891,7 @@ class ConsumerTunnels:
                 path.unlink()
         local = TrioPipe(trio.SocketStream(conn))
         try:
-            await relay(local, StreamPipe(stream), idle_s=SHELL_IDLE_S)
+            await relay(local, StreamPipe(stream, SHELL_IDLE_S), idle_s=SHELL_IDLE_S)
         finally:
             with trio.CancelScope(shield=True):
                 await local.close()

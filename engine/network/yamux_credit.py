@@ -40,22 +40,36 @@ A frame is read whole before its stream sees it, and py-libp2p accepts DATA fram
 16 MiB (22 MB more RSS in the same test), so a frame announcing more than MAX_DATA_FRAME
 closes the connection before its body is read: four times the 64 KiB that go-yamux, js-yamux
 and py-libp2p split writes at (rust-yamux splits at 16 KiB).
+
+A write that finds no send window waits for credit as long as the stream's protocol allows.
+py-libp2p 0.8.1's ``write`` gives up after 5 s without credit and the stream is reset (go-yamux
+and js-yamux wait): a tunnel died whenever its local client stopped reading for 5 s (Ctrl-S
+in a shell, a slow download). A protocol that ends its idle streams itself says how long with
+``wait_for_credit_up_to`` (a tunnel: its idle timeout, which then ends the stream with its
+reason, "idle"); the wait is woken by the credit itself, not by polling every 10 ms. Streams
+whose protocol says nothing (gossipsub, kad, identify) keep py-libp2p's 5 s: a peer that never
+credits cannot hold their writers, nor what they would buffer, for longer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import struct
 from typing import Any
 
 import trio
 from libp2p.abc import IMuxedConn, ISecureConn
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.peer.id import ID
+from libp2p.stream_muxer.exceptions import MuxedStreamError
 from libp2p.stream_muxer.muxer_multistream import MuxerMultistream
 from libp2p.stream_muxer.yamux.yamux import (
     GO_AWAY_PROTOCOL_ERROR,
+    HEADER_SIZE,
     MAX_MESSAGE_SIZE,
+    TYPE_DATA,
+    YAMUX_HEADER_FORMAT,
     Yamux,
     YamuxStream,
 )
@@ -63,10 +77,19 @@ from libp2p.stream_muxer.yamux.yamux import (
 log = logging.getLogger("nunet.network.yamux")
 
 MAX_DATA_FRAME = 4 * MAX_MESSAGE_SIZE  # 256 KiB: the most a DATA frame may announce
+# How long a write waits for window credit where the stream's protocol set nothing longer:
+# py-libp2p's own bound, for protocols with no idle timeout of their own.
+CREDIT_WAIT_S = 5.0
+# A waiting writer also looks this often whether its stream was closed or reset (neither
+# wakes it): a stream closed under it ends its write this soon.
+_CLOSED_POLL_S = 0.25
 
 
 class HalfWindowCreditStream(YamuxStream):
-    """A yamux stream that credits its sender once half its receive window is consumed."""
+    """A yamux stream that credits its sender once half its receive window is consumed, and
+    whose writes wait for credit up to ``credit_wait_s``."""
+
+    credit_wait_s: float = CREDIT_WAIT_S  # an instance's own (wait_for_credit_up_to) wins
 
     async def _auto_tune_and_send_window_update(self, *, bytes_read: int = 0) -> None:
         # The credit owed is computed from the window and the buffer, not from bytes_read.
@@ -85,6 +108,66 @@ class HalfWindowCreditStream(YamuxStream):
             self._window_exceeded(-value)
             value = 0
         self.__dict__["recv_window"] = value
+
+    # py-libp2p adds the peer's credit here (WINDOW_UPDATE, or a SYN/ACK's); a writer waiting
+    # for it is woken at once.
+    @property
+    def send_window(self) -> int:
+        return int(self.__dict__["send_window"])
+
+    @send_window.setter
+    def send_window(self, value: int) -> None:
+        grew = value > self.__dict__.get("send_window", 0)
+        self.__dict__["send_window"] = value
+        credited: trio.Event | None = self.__dict__.get("_nunet_credited")
+        if grew and credited is not None:
+            credited.set()
+
+    async def write(self, data: bytes) -> None:
+        """py-libp2p's ``write`` (at most the window, in frames of MAX_MESSAGE_SIZE), with
+        ``_wait_for_credit`` where it gave up after 5 s."""
+        if self.send_closed:
+            raise MuxedStreamError("Stream is closed for sending")
+        sent = 0
+        while sent < len(data):
+            frame: bytes | None = None
+            async with self.rw_lock.write_lock():
+                if self.send_closed:
+                    raise MuxedStreamError("Stream is closed for sending")
+                async with self.window_lock:
+                    if self.closed:
+                        raise MuxedStreamError("Stream is closed")
+                    if self.send_window > 0:
+                        size = min(
+                            self.send_window, MAX_MESSAGE_SIZE - HEADER_SIZE, len(data) - sent
+                        )
+                        self.send_window -= size
+                        header = struct.pack(
+                            YAMUX_HEADER_FORMAT, 0, TYPE_DATA, 0, self.stream_id, size
+                        )
+                        frame = header + data[sent : sent + size]
+            if frame is None:
+                await self._wait_for_credit()
+                continue
+            # Written outside the locks, as py-libp2p does: a WINDOW_UPDATE must get through.
+            await self.conn._write_frame(frame)
+            sent += len(frame) - HEADER_SIZE
+
+    async def _wait_for_credit(self) -> None:
+        """Until the peer credits us or the stream closes; a peer that gives no credit for
+        ``credit_wait_s`` ends the write with an error (the caller resets the stream)."""
+        wait_s = self.credit_wait_s
+        deadline = trio.current_time() + wait_s
+        while self.send_window <= 0 and not self.closed:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                why = f"the peer gave no window credit for {wait_s:g} s"
+                log.info("stream %d to %s: %s", self.stream_id, self.conn.peer_id, why)
+                raise MuxedStreamError(why)
+            credited = self.__dict__["_nunet_credited"] = trio.Event()
+            with trio.move_on_after(min(left, _CLOSED_POLL_S)):
+                await credited.wait()
+        # A closed stream: the next round of write() raises py-libp2p's own error.
 
     def _window_exceeded(self, excess: int) -> None:
         """Drop what the stream holds, reset it, and close the connection (once)."""
@@ -153,6 +236,14 @@ class _CreditMuxerMultistream(MuxerMultistream):
             muxed.streams = _StreamTable()
             muxed.__class__ = BoundedFrameYamux  # the same instance layout: one more check
         return muxed
+
+
+def wait_for_credit_up_to(stream: Any, seconds: float) -> None:
+    """Let writes on ``stream`` (a libp2p stream, or its muxed stream) wait up to ``seconds``
+    for window credit: for a protocol that ends idle streams itself after ``seconds``."""
+    muxed = getattr(stream, "muxed_stream", stream)
+    if isinstance(muxed, HalfWindowCreditStream):
+        muxed.credit_wait_s = seconds
 
 
 def install(host: Any) -> None:

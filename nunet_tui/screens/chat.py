@@ -4,6 +4,9 @@ Left: open chat requests (marked) and conversations (ChatList). Right: the messa
 selected conversation (ChatHistory) and a line to type in; Enter sends (ChatSend). A peer that
 is offline gets the message later: the screen says so. New messages arrive live
 (ChatMessageEvent). ``j`` joins the selected request, ``x`` clears every open request.
+A request shows what its peer sent meanwhile (the engine holds it, unstored, until the request
+is accepted): the newest line in the list, the preview on the right while it is selected, so
+the user can decide whether to join.
 
 Peer text is untrusted: it is shown literally (``[bold]`` stays brackets, ESC becomes ``\\x1b``)
 because it only ever reaches the screen through ``safe()`` inside ``Content``.
@@ -30,17 +33,22 @@ from engine.api import (
     ChatMessage,
     ChatMessageEvent,
     ChatOverview,
+    ChatRequest,
     ChatRequestEvent,
     ChatSend,
     ChatStart,
 )
 from engine.errors import EngineError
-from nunet_tui.format import chat_time, safe, short_peer_id
+from nunet_tui.format import ELLIPSIS, chat_time, safe, short_peer_id
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.widgets.node_header import NodeHeader
 
 MAX_TEXT_BYTES = 4096  # the engine's limit; checked here too so the error shows as you type
+# A request's preview, as shown whatever the engine sent: a stranger's words get a few lines.
+PREVIEW_LINES = 3
+PREVIEW_CHARS = 200  # per line, after escaping (the engine cuts its lines at 200 as well)
+SNIPPET_CHARS = 17  # the list's line of it: with its indent and quotes, one line at 80x24
 
 
 class ChatScreen(CapabilityScreen):
@@ -58,6 +66,7 @@ class ChatScreen(CapabilityScreen):
         self.overview = ChatOverview()
         self.messages: list[ChatMessage] = []
         self._start_with = peer_id  # opened from the peers list: send a request if new
+        self.request_id: int | None = None  # the request whose preview is on the right
         self._too_long = False
 
     def compose(self) -> ComposeResult:
@@ -160,6 +169,7 @@ class ChatScreen(CapabilityScreen):
                         (f"#{request.id} ", "$text-muted"),
                         short_peer_id(request.peer_id),
                         (f"\n  {chat_time(request.at, now)} · j to join", "$text-muted"),
+                        *_snippet(request.preview),
                     ),
                     id=f"request:{request.id}",
                 )
@@ -186,7 +196,15 @@ class ChatScreen(CapabilityScreen):
             )
         highlighted = options.highlighted_option.id if options.highlighted_option else None
         options.set_options(entries)
-        wanted = f"peer:{self.peer_id}" if self.peer_id is not None else highlighted
+        if self.request_id is not None and self.request_id not in {
+            r.id for r in self.overview.requests
+        }:
+            self.request_id = None  # joined or cleared
+            self._show_messages()
+        if self.request_id is not None:
+            wanted: str | None = f"request:{self.request_id}"  # still reading it
+        else:
+            wanted = f"peer:{self.peer_id}" if self.peer_id is not None else highlighted
         if wanted is not None:
             with contextlib.suppress(Exception):
                 options.highlighted = options.get_option_index(wanted)
@@ -198,7 +216,13 @@ class ChatScreen(CapabilityScreen):
         talk = self.query_one("#talk")
         body = self.query_one("#messages", Static)
         field = self.query_one("#message-input", Input)
-        field.disabled = self.peer_id is None
+        request = next((r for r in self.overview.requests if r.id == self.request_id), None)
+        # Writing to a peer accepts its chat: not while its request is being looked at.
+        field.disabled = self.peer_id is None or request is not None
+        if request is not None:
+            talk.border_title = f"Chat request from {safe(request.peer_id)}"
+            body.update(_request_preview(request))
+            return
         if self.peer_id is None:
             talk.border_title = "Messages"
             body.update(
@@ -222,8 +246,14 @@ class ChatScreen(CapabilityScreen):
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         option_id = event.option.id or ""
-        if option_id.startswith("peer:"):
+        if option_id.startswith("request:"):
+            self.request_id = int(option_id.removeprefix("request:"))
+            self._show_messages()
+        elif option_id.startswith("peer:"):
             peer = option_id.removeprefix("peer:")
+            if self.request_id is not None:
+                self.request_id = None
+                self._show_messages()
             if peer != self.peer_id:
                 self.peer_id = peer
                 self.messages = []
@@ -327,6 +357,45 @@ class ChatScreen(CapabilityScreen):
         if action in ("join", "clear_requests"):
             return bool(self.overview.requests)
         return True
+
+
+def _snippet(preview: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """The list's line of a request: its newest message, literally, on one line."""
+    if not preview:
+        return ()
+    newest = safe(preview[-1])  # one line: a newline shows as \x0a
+    if len(newest) > SNIPPET_CHARS:
+        newest = newest[: SNIPPET_CHARS - 1] + ELLIPSIS
+    return (("\n  “", "$text-muted"), (newest, "italic"), ("”", "$text-muted"))
+
+
+def _request_preview(request: ChatRequest) -> Content:
+    """A request on the right: who, and what it sent meanwhile (a stranger's words: each
+    line literal, at most PREVIEW_CHARS, the newest PREVIEW_LINES), and what the keys do."""
+    lines = [safe(text) for text in request.preview[-PREVIEW_LINES:]]
+    parts: list[Content | str | tuple[str, str]] = [
+        ("Not accepted yet. ", "bold"),
+        "Nothing it sends is stored until you join.\n\n",
+    ]
+    if lines:
+        parts.append(("What it sent meanwhile, newest last:\n", "$text-muted"))
+        for line in lines:
+            if len(line) > PREVIEW_CHARS:
+                line = line[: PREVIEW_CHARS - 1] + ELLIPSIS
+            # Content never parses markup; safe() already showed every control character.
+            parts.extend([("│ ", "$text-warning"), Content(line), "\n"])
+        parts.append("\n")
+    else:
+        parts.append(("It has sent no message yet.\n\n", "$text-muted"))
+    parts.extend(
+        [
+            ("j", "bold $text-accent"),
+            " joins (what it sent is kept) · ",
+            ("x", "bold $text-accent"),
+            " clears every request",
+        ]
+    )
+    return Content.assemble(*parts)
 
 
 def _message(message: ChatMessage, now: float) -> Content:

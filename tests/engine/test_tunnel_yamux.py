@@ -30,7 +30,13 @@ from nacl.signing import SigningKey
 
 from engine.identity import Identity
 from engine.network import host as hostmod
-from engine.network.yamux_credit import MAX_DATA_FRAME, BoundedFrameYamux, HalfWindowCreditStream
+from engine.network.yamux_credit import (
+    CREDIT_WAIT_S,
+    MAX_DATA_FRAME,
+    BoundedFrameYamux,
+    HalfWindowCreditStream,
+    wait_for_credit_up_to,
+)
 
 PROTOCOL = TProtocol("/nunet/test/yamux-credit/1.0.0")
 LISTEN = ["/ip4/127.0.0.1/tcp/0"]
@@ -176,7 +182,8 @@ def test_a_reader_that_stops_reading_stops_its_sender_at_the_window() -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send)
                 # The sender runs out of credit: a full window sent, the rest held back
-                # (py-libp2p's writer gives up after 5 s without credit: read before that).
+                # (a writer with no wait set gives up after 5 s without credit, as
+                # py-libp2p's did: read before that).
                 # The reader is parked, so no credit can be on its way.
                 with trio.fail_after(4):
                     while stream.muxed_stream.send_window > 0:
@@ -274,3 +281,48 @@ def test_a_data_frame_longer_than_the_limit_closes_the_connection_unread() -> No
 
     trio.run(main)
     assert sum(reads) == 5  # "hello", and nothing of the long frame
+
+
+def test_a_writer_waits_for_credit_as_long_as_its_protocol_allows_and_no_longer() -> None:
+    """py-libp2p's write gave up after 5 s without credit; ours waits what the stream's
+    protocol set (a tunnel: its idle timeout), is woken by the credit, and still ends a
+    write the peer never credits, with the reason."""
+    release = trio.Event()
+    got: list[int] = []
+
+    async def paused(stream: Any) -> None:
+        await release.wait()
+        got.append(len(await read_exactly(stream, 1 << 20)))
+
+    async def write_until_stalled(stream: Any, outcome: list[str]) -> None:
+        try:
+            await stream.write(b"x" * (1 << 20))
+            outcome.append("written")
+        except Exception as exc:  # py-libp2p's StreamReset, from our error
+            outcome.append(str(exc.__cause__ or exc))
+
+    async def main() -> None:
+        async with connected_pair(paused) as (stream, _ours, _theirs):
+            assert stream.muxed_stream.credit_wait_s == CREDIT_WAIT_S  # no protocol's say
+            wait_for_credit_up_to(stream, 60.0)
+            outcome: list[str] = []
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write_until_stalled, stream, outcome)
+                await trio.sleep(CREDIT_WAIT_S + 2)  # past py-libp2p's give-up
+                assert outcome == [] and stream.muxed_stream.send_window == 0
+                release.set()
+            assert outcome == ["written"]
+        with trio.fail_after(10):
+            while not got:
+                await trio.sleep(0.01)
+
+        # A peer that never credits: the write ends at the stream's own bound.
+        async with connected_pair(lambda s: trio.sleep_forever()) as (stream, _ours, _theirs):
+            wait_for_credit_up_to(stream, 1.0)
+            outcome = []
+            with trio.fail_after(30):
+                await write_until_stalled(stream, outcome)
+            assert outcome == ["the peer gave no window credit for 1 s"]
+
+    trio.run(main)
+    assert got == [1 << 20]

@@ -39,6 +39,7 @@ __all__ = ["anyio_backend"]
 
 SIZE = (140, 36)
 LITERAL = "[bold red]x[/] and \x1b[2J"
+LONG_LINES = "line one\nline two \u202e " + "y" * 300  # past the preview's 200 characters
 pytestmark = pytest.mark.anyio
 
 
@@ -184,6 +185,69 @@ async def test_a_chat_request_is_announced_and_joined(pair: tuple[Engine, Engine
         await pilot.press("j")
         await until(pilot, lambda: not chat.overview.requests)
         assert chat.peer_id == peer_id(bob)
+
+
+async def test_a_chat_request_shows_what_the_stranger_sent_literally(
+    pair: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    """A stranger's messages wait unstored until its request is accepted; the request shows
+    them, so the user can decide: markup and control characters literally, each line cut,
+    in a window of 80x24."""
+    alice, _bob = pair
+    alice_id = peer_id(alice)
+    carol = _start(tmp_path / "carol", 33, bootstrap=alice.call_blocking(GetPeerSelf()).addrs[0])
+    try:
+        carol_id = peer_id(carol)
+        carol.call_blocking(ChatStart(peer_id=alice_id))
+        carol.call_blocking(ChatSend(peer_id=alice_id, text=LITERAL))
+        carol.call_blocking(ChatSend(peer_id=alice_id, text=LONG_LINES))
+        app = NunetApp(client=alice)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await on_screen(pilot, ConsumerDashboard)
+            await until(pilot, lambda: app.node is not None)
+            await pilot.press("c")
+            chat = await on_screen(pilot, ChatScreen)
+
+            def carols() -> Any:
+                found = [r for r in chat.overview.requests if r.peer_id == carol_id]
+                return found[0] if found and len(found[0].preview) == 2 else None
+
+            await until(pilot, lambda: carols() is not None)
+            request = carols()
+            options = chat.query_one("#conversation-list", OptionList)
+            options.focus()
+            options.highlighted = options.get_option_index(f"request:{request.id}")
+            await until(pilot, lambda: chat.request_id == request.id)
+            await pilot.pause()
+
+            # The list: the newest message, on one short line.
+            listed = str(options.get_option(f"request:{request.id}").prompt)
+            assert "“line one\\x0aline…”" in listed  # escaped, cut
+            # One line of the list, cut to its width.
+            lines = [options.render_line(y).text for y in range(options.size.height)]
+            assert [line.strip()[:9] for line in lines if "line one" in line] == ["“line one"]
+            assert not any("yyy" in line for line in lines)
+            # The right pane: both messages, literally, each line bounded.
+            shown = messages_text(chat)
+            assert "[bold red]x[/] and \\x1b[2J" in shown
+            assert "\\u202e" in shown and "…" in shown
+            assert "\x1b" not in shown and "\u202e" not in shown
+            assert "y" * 150 in shown and "y" * 200 not in shown
+            assert "Chat request from" in str(chat.query_one("#talk").border_title)
+            # Writing to the peer would accept its chat: not while its request is looked at.
+            assert chat.query_one("#message-input", Input).disabled
+            # 80x24: the preview has room to be read.
+            region = chat.query_one("#messages", Static).region
+            assert region.width >= 30 and region.height >= 8, region
+            # Joining keeps what it sent: the conversation shows it.
+            await pilot.press("j")
+            await until(
+                pilot, lambda: not any(r.peer_id == carol_id for r in chat.overview.requests)
+            )
+            await until(pilot, lambda: "[bold red]x[/]" in messages_text(chat))
+            assert not chat.query_one("#message-input", Input).disabled
+    finally:
+        carol.close()
 
 
 async def test_network_status_counts_bob(pair: tuple[Engine, Engine]) -> None:
