@@ -196,7 +196,6 @@ def delete_job_files(job_dir: Path, job: api.JobInfo) -> list[str]:
     inside the job's own folder first (a link or a stored path that points elsewhere is
     refused, never followed); returns what was removed."""
     root = safe_paths.real_dir(job_dir, what=f"job {job.job_id}'s folder")
-    removed: list[str] = []
     targets = [safe_paths.child(root, name, what=f"job {job.job_id}'s") for name in JOB_FILES]
     if job.results_dir:
         archive = Path(job.results_dir)
@@ -205,6 +204,13 @@ def delete_job_files(job_dir: Path, job: api.JobInfo) -> list[str]:
                 "unsafe_path", f"job {job.job_id}'s results are not in its own folder: kept"
             )
         targets.append(safe_paths.child(root, archive.name, what=f"job {job.job_id}'s"))
+    return remove_job_paths(targets)
+
+
+def remove_job_paths(targets: Iterable[Path]) -> list[str]:
+    """Remove each of a job's own files or folders (paths already checked to be inside its
+    folder); returns the names of those that were there. Also the workspace retention's."""
+    removed: list[str] = []
     for path in targets:
         if path.is_dir() and not path.is_symlink():
             # Linux's rmtree works from directory descriptors: a link the job made inside

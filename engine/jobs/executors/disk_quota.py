@@ -1,4 +1,5 @@
-"""A job's disk, as its resource spec sold it: the workspace may hold at most ``disk_mb``.
+"""A job's disk, as its resource spec sold it: the workspace may hold at most ``disk_mb``, and
+at most ``max_files`` files and folders (inodes: the provider's ``[jobs] max_files``).
 
 Neither executor has a file-system quota to lean on (Docker's ``storage_opt`` size needs
 overlay2 on xfs with project quotas; the process executor writes to the provider's own disk),
@@ -6,21 +7,29 @@ so the bound is two parts:
 
 - each job's files are walked while it runs, and a job holding more than its spec's disk is
   stopped, its outcome "failed" with the figures (the job's own doing: billed as used);
+- the walk counts files and folders too, whether or not the spec sells a disk: bytes are not
+  the only way to fill a disk (a job made 200,000 empty files in 18 s, and a 200 KB git
+  repository checked out to 1,111,156 files); a job holding more than ``max_files`` is
+  stopped the same way;
 - ``RLIMIT_FSIZE`` at the same size stops one file growing past it between two walks
   (the kernel refuses the write: EFBIG, or SIGXFSZ for a job that does not handle it).
 
 Everything else a job can write is bounded already: the container's root is read-only and
-its /tmp a sized tmpfs; the process executor's /tmp is the workspace's own ``.tmp``.
+its /tmp a sized tmpfs with at most ``max_files`` inodes; the process executor's /tmp is the
+workspace's own ``.tmp``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import trio
 
@@ -33,33 +42,84 @@ MAX_INTERVAL_S = 60.0
 WALK_SHARE = 20
 
 
+@dataclass(frozen=True)
+class WorkspaceUse:
+    """What one walk found: bytes on disk (0 when not asked for) and files and folders
+    (counted up to just past the cap, where the walk stops)."""
+
+    bytes: int
+    entries: int
+
+
+def workspace_use(root: Path, *, max_entries: int | None, with_bytes: bool) -> WorkspaceUse:
+    """The workspace's bytes (``with_bytes``) and files and folders, walked from directory
+    fds without following links; the walk stops once ``max_entries`` is passed.
+
+    Measured on 2 cores, a workspace of 100,000 empty files in 100 folders: counting alone
+    (no stat per file) takes 0.05-0.1 s, counting with the bytes 0.35-0.6 s (the larger
+    figures on a loaded machine); a walk stops past the cap, so a million files cost no more
+    than the cap's worth."""
+    total = entries = 0
+    seen: set[tuple[int, int]] = set()  # hard links, counted once
+    walk = _fwalk(root)
+    try:
+        for _, dirnames, filenames, dirfd in walk:
+            entries += len(dirnames) + len(filenames)
+            if max_entries is not None and entries > max_entries:
+                break
+            if with_bytes:
+                total += _bytes_of(dirnames, filenames, dirfd, seen)
+    finally:
+        walk.close()  # closes the fds of the folders it was in
+    return WorkspaceUse(total, entries)
+
+
+def _fwalk(root: Path) -> Generator[tuple[str, list[str], list[str], int], None, None]:
+    """os.fwalk without following links, typed as the generator it is (to close it early)."""
+    return cast(
+        Generator[tuple[str, list[str], list[str], int], None, None],
+        os.fwalk(root, follow_symlinks=False),
+    )
+
+
+def _bytes_of(
+    dirnames: list[str], filenames: list[str], dirfd: int, seen: set[tuple[int, int]]
+) -> int:
+    total = 0
+    for name in (*dirnames, *filenames):
+        try:
+            info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+        except OSError:  # gone meanwhile
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            key = (info.st_dev, info.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+        total += info.st_blocks * 512
+    return total
+
+
 def workspace_bytes(root: Path) -> int:
     """Bytes the files under ``root`` take on disk (allocated blocks: a sparse file counts
     what it holds), links not followed, hard links counted once, nothing outside ``root``.
 
     A folder that vanishes or is swapped for a link while we walk is skipped, never entered.
     """
-    total = 0
-    seen: set[tuple[int, int]] = set()
-    for _, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        for name in (*dirnames, *filenames):
-            try:
-                info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-            except OSError:  # gone meanwhile
-                continue
-            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-                key = (info.st_dev, info.st_ino)
-                if key in seen:
-                    continue
-                seen.add(key)
-            total += info.st_blocks * 512
-    return total
+    return workspace_use(root, max_entries=None, with_bytes=True).bytes
 
 
 def over_quota_reason(used: int, disk_mb: int) -> str:
     return (
         f"used {math.ceil(used / (1 << 20)):,} MB of disk in /workspace, over the "
         f"{disk_mb:,} MB its resource spec sells"
+    )
+
+
+def too_many_files_reason(max_files: int) -> str:
+    return (
+        f"made over {max_files:,} files and folders in /workspace, over this provider's cap "
+        "on files per job (jobs.max_files)"
     )
 
 
@@ -77,12 +137,14 @@ def wrote_too_large(disk_mb: int | None, killed_by_sigxfsz: bool, stderr: list[s
 
 async def watch(
     workspace: Path,
-    disk_mb: int,
+    disk_mb: int | None,
+    max_files: int | None,
     stop: Callable[[str], Awaitable[None]],
     done: trio.Event,
 ) -> None:
-    """Walk ``workspace`` until ``done``; over ``disk_mb``, call ``stop(reason)`` once."""
-    limit = disk_mb << 20
+    """Walk ``workspace`` until ``done``; over ``disk_mb`` or ``max_files``, call
+    ``stop(reason)`` once."""
+    walk = functools.partial(workspace_use, max_entries=max_files, with_bytes=bool(disk_mb))
     interval = FIRST_WALK_S
     while not done.is_set():
         with trio.move_on_after(interval):
@@ -91,11 +153,14 @@ async def watch(
             return
         started = time.monotonic()
         try:
-            used = await trio.to_thread.run_sync(workspace_bytes, workspace, abandon_on_cancel=True)
+            used = await trio.to_thread.run_sync(walk, workspace, abandon_on_cancel=True)
         except OSError:  # the workspace itself went away: the run is ending
             return
         took = time.monotonic() - started
-        if used > limit:
-            await stop(over_quota_reason(used, disk_mb))
+        if max_files is not None and used.entries > max_files:
+            await stop(too_many_files_reason(max_files))
+            return
+        if disk_mb and used.bytes > disk_mb << 20:
+            await stop(over_quota_reason(used.bytes, disk_mb))
             return
         interval = min(MAX_INTERVAL_S, max(MIN_INTERVAL_S, took * WALK_SHARE))
