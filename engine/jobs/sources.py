@@ -32,6 +32,7 @@ from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from engine.errors import EngineError
+from engine.jobs.executors.disk_quota import MAX_DEPTH, workspace_use
 from engine.jobs.fetch_policy import DEFAULT_PORTS, FetchPolicy, IPAddress
 from engine.jobs.spec import GitSource
 
@@ -321,33 +322,26 @@ class _Bounds:
     def check(self) -> None:
         """Raise once the clone holds too much; the walk stops past the file cap, so a
         checkout of a million files costs no more to look at than the cap's worth."""
-        size, entries = _size(self.dest, self.max_files)
+        try:
+            used = workspace_use(self.dest, max_entries=self.max_files, with_bytes=True)
+        except OSError:  # not made yet (git creates it)
+            return
         url = self.source.url
-        if self.max_files is not None and entries > self.max_files:
+        if used.too_deep:
+            raise EngineError(
+                "git", f"{url} nests folders over {MAX_DEPTH} deep: this provider takes none"
+            )
+        if self.max_files is not None and used.entries > self.max_files:
             raise EngineError(
                 "git",
                 f"{url} has too many files: its checkout passed {self.max_files:,} files and "
                 "folders, this provider's cap per job (jobs.max_files); stopped",
             )
-        if size > MAX_REPO_BYTES:
+        if used.bytes > MAX_REPO_BYTES:
             raise EngineError(
                 "git",
-                f"{url} is too big: over {_mb(MAX_REPO_BYTES)} on disk ({_mb(size)} fetched)",
+                f"{url} is too big: over {_mb(MAX_REPO_BYTES)} on disk ({_mb(used.bytes)} fetched)",
             )
-
-
-def _size(folder: Path, max_entries: int | None) -> tuple[int, int]:
-    """Bytes (apparent sizes) and files and folders under ``folder``, up to just past
-    ``max_entries``."""
-    total = entries = 0
-    for root, dirs, files in os.walk(folder):
-        entries += len(dirs) + len(files)
-        if max_entries is not None and entries > max_entries:
-            break
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total, entries
 
 
 def _mb(size: int) -> str:

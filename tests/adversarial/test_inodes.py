@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from engine import api
+from engine.jobs.executors.disk_quota import MAX_DEPTH
 from tests.adversarial.test_fetch import Consumer, _git_job, _script
 from tests.daemon_harness import Daemon, daemons
 from tests.daemons.test_jobs_e2e import _pair
@@ -34,6 +36,19 @@ for number in range(30_000):
 print("made 30000 files", flush=True)
 time.sleep(600)
 """
+# 1,200 nested folders, then it waits: os.fwalk recursed, so this crashed the watch
+# (RecursionError) and the job could then write without limit.
+NESTED = """\
+import os, time
+fd = os.open(".", os.O_RDONLY)
+for _ in range(1_200):
+    os.mkdir("d", dir_fd=fd)
+    inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = inner
+print("nested 1200 folders", flush=True)
+time.sleep(600)
+"""
 
 
 @pytest.fixture
@@ -46,22 +61,36 @@ def market(daemons: Callable[..., Daemon]) -> Iterator[tuple[Consumer, Daemon]]:
         client.close()
 
 
+def _failed(client: Consumer, tmp_path: Path, script: str) -> tuple[api.JobInfo, str]:
+    """The job running ``script``, once it ended "failed", and its log."""
+    with serve_files(tmp_path / "www", {"job.py": script}) as base:
+        ended = client.run(_script(f"{base}/job.py"))
+    assert isinstance(ended, tuple), ended
+    assert ended[0].state == "failed", ended[0]
+    return ended
+
+
 @pytest.mark.timeout(240)
 def test_a_job_making_many_empty_files_is_stopped_with_the_reason(
     market: tuple[Consumer, Daemon], tmp_path: Path
 ) -> None:
     client, provider = market
-    with serve_files(tmp_path / "www", {"many.py": MANY_FILES}) as base:
-        ended = client.run(_script(f"{base}/many.py"))
-    assert isinstance(ended, tuple), ended
-    job, logs = ended
+    job, logs = _failed(client, tmp_path, MANY_FILES)
     # The consumer sees why, in the job's reason and its log.
-    assert job.state == "failed", job
     assert f"over {CAP:,} files and folders" in job.reason, job.reason
     assert "jobs.max_files" in job.reason and "\n" not in job.reason
     assert f"stopped: made over {CAP:,} files" in logs, logs[-2000:]
     shown = provider.cli("job", "show", job.job_id)
     assert shown["state"] == "failed" and "jobs.max_files" in shown["reason"]
+
+
+@pytest.mark.timeout(240)
+def test_a_job_nesting_folders_past_the_walks_depth_is_stopped(
+    market: tuple[Consumer, Daemon], tmp_path: Path
+) -> None:
+    job, logs = _failed(market[0], tmp_path, NESTED)
+    assert f"nested folders over {MAX_DEPTH} deep in /workspace" in job.reason, job.reason
+    assert "stopped: nested folders" in logs, logs[-2000:]
 
 
 @pytest.mark.timeout(240)

@@ -98,6 +98,41 @@ def test_the_watch_stops_a_job_over_its_files_without_a_disk_limit(tmp_path: Pat
     workspace.mkdir()
     for name in range(30):
         (workspace / f"f{name}").touch()
+    reasons = _stopped(workspace, None, 20)
+    assert reasons == [disk_quota.too_many_files_reason(20)]
+    assert "over 20 files and folders" in reasons[0] and "jobs.max_files" in reasons[0]
+
+
+def nest(folder: Path, depth: int) -> None:
+    """``depth`` folders, each in the last (made from fds: the path grows past PATH_MAX)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def test_folders_nested_past_the_depth_stop_the_walk_and_the_job(tmp_path: Path) -> None:
+    """os.fwalk recursed: 1,200 nested folders crashed the watch (RecursionError), and the
+    job then wrote without limit."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    nest(workspace, 1_200)
+    used = disk_quota.workspace_use(workspace, max_entries=None, with_bytes=True)
+    assert used.too_deep and used.entries == disk_quota.MAX_DEPTH
+    shallow = tmp_path / "shallow"
+    shallow.mkdir()
+    nest(shallow, disk_quota.MAX_DEPTH - 1)
+    assert not disk_quota.workspace_use(shallow, max_entries=None, with_bytes=False).too_deep
+    assert _stopped(workspace, 100, 100_000) == [disk_quota.too_deep_reason()]
+
+
+def _stopped(workspace: Path, disk_mb: int | None, max_files: int | None) -> list[str]:
+    """The reasons a watch of ``workspace`` stopped its job for (it stops once)."""
     reasons: list[str] = []
 
     async def main() -> None:
@@ -108,8 +143,7 @@ def test_the_watch_stops_a_job_over_its_files_without_a_disk_limit(tmp_path: Pat
             done.set()
 
         with trio.fail_after(disk_quota.MIN_INTERVAL_S + 5):
-            await disk_quota.watch(workspace, None, 20, stop, done)
+            await disk_quota.watch(workspace, disk_mb, max_files, stop, done)
 
     trio.run(main)
-    assert reasons == [disk_quota.too_many_files_reason(20)]
-    assert "over 20 files and folders" in reasons[0] and "jobs.max_files" in reasons[0]
+    return reasons

@@ -10,6 +10,7 @@ from engine.jobs import workspace_retention as wr
 from engine.jobs.notebooks import PORT_ENV, TOKEN_ENV
 from engine.jobs.spec import JobSpec
 from engine.store import Store
+from tests.engine.test_disk_quota import nest
 
 NOW = 2_000_000_000.0
 HOUR = 3600.0
@@ -99,6 +100,19 @@ def test_only_finished_jobs_past_their_retention_lose_their_workspaces(tmp_path:
     assert (root / "not-a-job" / "workspace").exists()
     # A second sweep finds nothing more to do.
     assert _sweep(root, store, active=frozenset({stale_record.job_id})) == []
+
+
+def test_a_workspace_nested_past_the_recursion_limit_is_removed(tmp_path: Path) -> None:
+    """shutil.rmtree recurses: 1,200 nested folders raised RecursionError and stayed."""
+    store = Store(tmp_path / "n.db")
+    root = tmp_path / "jobs"
+    (tmp_path / "outside").mkdir()
+    job = _job(store, 1, "completed", 2 * HOUR)
+    folder = _files(root, job, tmp_path / "outside")
+    nest(folder / "workspace", 1_200)
+    assert _sweep(root, store) == [job.job_id]
+    assert not (folder / "workspace").exists()
+    assert (folder / "log.jsonl").exists()
 
 
 def test_a_retention_of_zero_keeps_workspaces_for_ever(tmp_path: Path) -> None:
