@@ -7,7 +7,8 @@ nothing (only accepted and running jobs resume): the workspace and checkpoints a
 provider's to reclaim. They were never removed, and a workspace may hold up to
 ``jobs.max_files`` files: a provider that ran jobs for months ran out of inodes.
 
-``sweep`` removes them ``workspace_keep_hours`` after the job ended; a notebook's, which is its
+The sweep removes them (and the process executor's venv of the job's dependencies)
+``workspace_keep_hours`` after the job ended; a notebook's, which is its
 owner's files, ``notebook_keep_days`` after, unless ``notebook delete`` came first. The log
 (its own retention: joblog.py) and the results archive stay. A job that has not ended, or that
 this provider is running now, is never touched, whatever its record says. The provider sweeps
@@ -36,6 +37,9 @@ log = logging.getLogger("nunet.jobs")
 HOUR = 3600.0
 SWEEP_S = HOUR  # at most this long between sweeps
 MIN_SWEEP_S = 1.0
+# What a finished job no longer needs: its workspace, its checkpoints and the venv the process
+# executor made for its dependencies (thousands of files; the job's own folder).
+RECLAIMED = (*JOB_FILES, "venv")
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def folders_with_workspaces(jobs_root: Path) -> list[str]:
     found = []
     for entry in entries:
         if entry.is_dir(follow_symlinks=False) and any(
-            os.path.lexists(os.path.join(entry.path, name)) for name in JOB_FILES
+            os.path.lexists(os.path.join(entry.path, name)) for name in RECLAIMED
         ):
             found.append(entry.name)
     return found
@@ -110,13 +114,13 @@ def due(
 
 
 def remove(jobs_root: Path, job_id: str) -> list[str]:
-    """A finished job's workspace and checkpoints, resolved inside its own folder (a link
-    is removed, never followed); returns what was removed (blocking: a worker)."""
+    """A finished job's workspace, checkpoints and venv, resolved inside its own folder (a
+    link is removed, never followed); returns what was removed (blocking: a worker)."""
     folder = safe_paths.real_dir(
         safe_paths.job_dir(jobs_root, job_id), what=f"job {job_id}'s folder"
     )
     return remove_job_paths(
-        safe_paths.child(folder, name, what=f"job {job_id}'s") for name in JOB_FILES
+        safe_paths.child(folder, name, what=f"job {job_id}'s") for name in RECLAIMED
     )
 
 

@@ -9,6 +9,7 @@ a reason that says so, which its consumer sees), and a clone past it is stopped 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -88,9 +89,13 @@ def test_a_job_making_many_empty_files_is_stopped_with_the_reason(
 def test_a_job_nesting_folders_past_the_walks_depth_is_stopped(
     market: tuple[Consumer, Daemon], tmp_path: Path
 ) -> None:
-    job, logs = _failed(market[0], tmp_path, NESTED)
+    client, provider = market
+    job, logs = _failed(client, tmp_path, NESTED)
     assert f"nested folders over {MAX_DEPTH} deep in /workspace" in job.reason, job.reason
     assert "stopped: nested folders" in logs, logs[-2000:]
+    # pytest's own clean-up of old temporary folders recurses: rm them here.
+    workspace = provider.home.state_dir / "jobs" / job.job_id / "workspace"
+    subprocess.run(["rm", "-rf", "--", str(workspace)], check=True)
 
 
 @pytest.mark.timeout(240)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,17 @@ def test_folders_nested_past_the_depth_stop_the_walk_and_the_job(tmp_path: Path)
     job then wrote without limit."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    nest(workspace, 1_200)
-    used = disk_quota.workspace_use(workspace, max_entries=None, with_bytes=True)
-    assert used.too_deep and used.entries == disk_quota.MAX_DEPTH
-    shallow = tmp_path / "shallow"
-    shallow.mkdir()
-    nest(shallow, disk_quota.MAX_DEPTH - 1)
-    assert not disk_quota.workspace_use(shallow, max_entries=None, with_bytes=False).too_deep
-    assert _stopped(workspace, 100, 100_000) == [disk_quota.too_deep_reason()]
+    try:
+        nest(workspace, 1_200)
+        used = disk_quota.workspace_use(workspace, max_entries=None, with_bytes=True)
+        assert used.too_deep and used.entries == disk_quota.MAX_DEPTH
+        shallow = tmp_path / "shallow"
+        shallow.mkdir()
+        nest(shallow, disk_quota.MAX_DEPTH - 1)
+        assert not disk_quota.workspace_use(shallow, max_entries=None, with_bytes=False).too_deep
+        assert _stopped(workspace, 100, 100_000) == [disk_quota.too_deep_reason()]
+    finally:  # pytest's own clean-up of old temporary folders recurses too
+        subprocess.run(["rm", "-rf", "--", str(workspace)], check=True)
 
 
 def _stopped(workspace: Path, disk_mb: int | None, max_files: int | None) -> list[str]:

@@ -54,6 +54,7 @@ def _files(root: Path, job: api.JobInfo, outside: Path) -> Path:
     (folder / "workspace" / "out").symlink_to(outside)
     (folder / "checkpoints").mkdir()
     (folder / "checkpoints" / "checkpoint-00001.tar").write_bytes(b"x")
+    (folder / "venv" / "bin").mkdir(parents=True)  # the process executor's, for its deps
     (folder / "log.jsonl").write_text("{}\n")
     (folder / f"{job.job_id}-results.tar.gz").write_bytes(b"results")
     return folder
@@ -93,6 +94,7 @@ def test_only_finished_jobs_past_their_retention_lose_their_workspaces(tmp_path:
         gone = job.job_id in removed
         assert (folder / "workspace").exists() is not gone, job.job_id
         assert (folder / "checkpoints").exists() is not gone, job.job_id
+        assert (folder / "venv").exists() is not gone, job.job_id
         # What stays fetchable and readable: the results archive and the log.
         assert (folder / f"{job.job_id}-results.tar.gz").read_bytes() == b"results"
         assert (folder / "log.jsonl").exists()
