@@ -242,6 +242,16 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A `job forward` connection (both ends: provider and consumer) with no byte moving either
     # way this long is closed; a side whose reader stopped (a paused download) waits this long.
     tunnel_idle_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 86400)] = 600.0
+    # Files and folders (inodes) one job may hold in its workspace, a git source's checkout
+    # included: a clone past it is refused, a job past it stopped ("failed", with the reason).
+    # Bytes alone do not bound a disk: empty files fill its inodes.
+    max_files: Annotated[int, msgspec.Meta(ge=100, le=100_000_000)] = 100_000
+    # A finished job's workspace and checkpoints are removed this long after it ended (its
+    # results archive and log stay: results are fetched from the archive); 0: kept for ever.
+    workspace_keep_hours: Annotated[float, msgspec.Meta(ge=0, le=876_000)] = 24.0
+    # ... a notebook's (its files), this long after it ended, unless `notebook delete` came
+    # first; 0: kept until deleted.
+    notebook_keep_days: Annotated[float, msgspec.Meta(ge=0, le=36500)] = 30.0
     # `job shell` into a running job by its consumer (every session is noted in the job's log;
     # advertised, so consumers who want one can match on it).
     allow_shell: bool = True

@@ -37,6 +37,7 @@ from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs import runs
+from engine.jobs import workspace_retention as wr
 from engine.jobs.admission import Needs, Verdict, judge, max_minutes
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import (
@@ -225,6 +226,7 @@ class ProviderJobs:
                 if job.role == "provider":
                     nursery.start_soon(self._resume, job)
             nursery.start_soon(self._drop_expired_quotes)
+            nursery.start_soon(self._sweep_workspaces)
             task_status.started()
             await trio.sleep_forever()
 
@@ -234,6 +236,42 @@ class ProviderJobs:
             await trio.sleep(max(0.5, min(self._quote_ttl() / 4, 30.0)))
             if dropped := self._quotes.evict_expired(time.time()):
                 log.debug("dropped %d expired quote(s)", dropped)
+
+    async def _sweep_workspaces(self) -> None:
+        """Finished jobs' workspaces go after the retention time: at the start (after the
+        jobs to resume were taken up) and then periodically (workspace_retention.py)."""
+        settings = self.ctx.settings.jobs
+        retention = wr.Retention.from_settings(
+            settings.workspace_keep_hours, settings.notebook_keep_days
+        )
+        root = self.ctx.paths.state_dir / "jobs"
+        while True:
+            try:
+                await self.sweep_workspaces(root, retention)
+            except Exception:  # a sweep that failed is tried again at the next interval
+                log.exception("sweeping finished jobs' workspaces failed")
+            await trio.sleep(retention.interval_s())
+
+    async def sweep_workspaces(self, root: Path, retention: wr.Retention) -> list[str]:
+        """One sweep; returns the ids of the jobs whose workspaces went."""
+        folders = await trio.to_thread.run_sync(wr.folders_with_workspaces, root)
+        # The records are read here, in the trio thread (the store's only one); a job being
+        # run here now is left alone whatever its record says.
+        found = wr.due(folders, self.ctx.store.get_job, retention, self._runs, time.time())
+        removed: list[wr.Due] = []
+        for entry in found:
+            if entry.job_id in self._runs:  # started meanwhile (a resume): in use
+                continue
+            try:
+                await trio.to_thread.run_sync(wr.remove, root, entry.job_id)
+            except (EngineError, OSError) as exc:
+                why = exc.message if isinstance(exc, EngineError) else str(exc)
+                log.warning("job %s: its workspace was not removed: %s", entry.job_id, why)
+                continue
+            removed.append(entry)
+        if removed:
+            log.info(wr.note(removed))
+        return [entry.job_id for entry in removed]
 
     def _quote_ttl(self) -> float:
         return float(self.ctx.settings.jobs.quote_ttl_s)
@@ -752,6 +790,7 @@ class ProviderJobs:
         limits = (
             limits_for(spec, timeout_factor=1.0) if spec.kind == "service" else limits_for(spec)
         )
+        limits = dataclasses.replace(limits, max_files=self.ctx.settings.jobs.max_files)
         resource = self._resource_of(job)
         if resource is not None:
             limits = dataclasses.replace(

@@ -2,8 +2,10 @@
 
 A branch or a tag is cloned shallow; a commit, given by its full id, is fetched alone (``git
 clone --branch`` takes names only; servers hand out any commit their branches reach). The
-whole of it is bounded in time and in size on disk, so that a huge repository or a server that
-stalls ends as a clear error instead of a provider stuck in a clone or out of disk.
+whole of it is bounded in time, in size on disk and in files (a 200 KB repository checked out
+to 1,111,156 files: git packs repeated content into almost nothing), so that a huge repository
+or a server that stalls ends as a clear error instead of a provider stuck in a clone or out of
+disk or inodes.
 
 The host is the consumer's choice, so it goes through the provider's FetchPolicy first (no
 loopback, LAN or metadata services unless allowed) and git is then held to the address that
@@ -30,11 +32,13 @@ from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
 from engine.errors import EngineError
+from engine.jobs.executors.disk_quota import MAX_DEPTH, workspace_use
 from engine.jobs.fetch_policy import DEFAULT_PORTS, FetchPolicy, IPAddress
 from engine.jobs.spec import GitSource
 
 CLONE_TIMEOUT_S = 300.0
 MAX_REPO_BYTES = 2 << 30  # the checkout and its .git together
+MAX_REPO_FILES = 100_000  # files and folders, the same; the job's own cap when it has one
 POLL_S = 0.25
 SIZE_EVERY_S = 2.0  # walking a big checkout costs: its size is looked at less often
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # sha1 or sha256 object names
@@ -43,9 +47,16 @@ MIN_PINNING_GIT = (2, 37)  # the first git with http.curloptResolve
 _INFO_REFS = "/info/refs?service=git-upload-pack"
 
 
-def clone_git(source: GitSource, dest: Path, policy: FetchPolicy | None = None) -> Path:
+def clone_git(
+    source: GitSource,
+    dest: Path,
+    policy: FetchPolicy | None = None,
+    *,
+    max_files: int | None = MAX_REPO_FILES,
+) -> Path:
     """The repository at ``source.ref`` in ``dest`` (replaced); returns the entry point.
-    ``policy``: the hosts the provider fetches from (default: public addresses only)."""
+    ``policy``: the hosts the provider fetches from (default: public addresses only);
+    ``max_files``: the files and folders the clone may make (the job's jobs.max_files)."""
     if shutil.which("git") is None:
         raise EngineError("git", "git is not installed on this provider")
     if dest.exists():
@@ -53,18 +64,37 @@ def clone_git(source: GitSource, dest: Path, policy: FetchPolicy | None = None) 
     deadline = time.monotonic() + CLONE_TIMEOUT_S
     url, pins = _vetted_url(source, policy or FetchPolicy(), deadline)
     env = _environment(url, dest.parent, pins)
+    bounds = _Bounds(source, dest, max_files)
+    try:
+        _fetch(source, dest, url, pins, env, bounds, deadline)
+    except BaseException:
+        # Nothing of a refused clone stays: past the file cap that is up to two seconds of
+        # git's writing (SIZE_EVERY_S), in files the job will never use.
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    return _entry_point(source, dest)
+
+
+def _fetch(
+    source: GitSource,
+    dest: Path,
+    url: str,
+    pins: _Pins,
+    env: dict[str, str],
+    bounds: _Bounds,
+    deadline: float,
+) -> None:
     if _COMMIT.fullmatch(source.ref):
         dest.mkdir(parents=True)
-        _git(["init", "--quiet", str(dest)], env, source, dest, deadline)
+        _git(["init", "--quiet", str(dest)], env, bounds, deadline)
         fetch = ["fetch", "--quiet", "--depth", "1", "--", url, source.ref]
-        _git(["-C", str(dest), *pins.config, *fetch], env, source, dest, deadline)
+        _git(["-C", str(dest), *pins.config, *fetch], env, bounds, deadline)
         checkout = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "FETCH_HEAD"]
-        _git(["-C", str(dest), *checkout], env, source, dest, deadline)
+        _git(["-C", str(dest), *checkout], env, bounds, deadline)
     else:
         clone = ["clone", "--quiet", "--depth", "1", "--branch", source.ref, "--", url]
-        _git([*pins.config, *clone, str(dest)], env, source, dest, deadline)
-    _check_size(source, dest)  # one that came in between two looks
-    return _entry_point(source, dest)
+        _git([*pins.config, *clone, str(dest)], env, bounds, deadline)
+    bounds.check()  # one that came in between two looks
 
 
 @dataclass(frozen=True)
@@ -210,10 +240,9 @@ def _environment(url: str, home: Path, pins: _Pins) -> dict[str, str]:
     }
 
 
-def _git(
-    argv: list[str], env: dict[str, str], source: GitSource, dest: Path, deadline: float
-) -> None:
-    """One git command, stopped (its helpers too) past the deadline or the size limit."""
+def _git(argv: list[str], env: dict[str, str], bounds: _Bounds, deadline: float) -> None:
+    """One git command, stopped (its helpers too) past the deadline, the size or file limit."""
+    source = bounds.source
     with tempfile.TemporaryFile() as stderr:
         # Its own process group: git leaves the transfer to helpers (git-remote-http,
         # index-pack) that killing git alone would leave downloading.
@@ -239,7 +268,7 @@ def _git(
                 if now < next_size:
                     continue
                 next_size = now + SIZE_EVERY_S
-                _check_size(source, dest)
+                bounds.check()
         finally:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -282,21 +311,37 @@ def _entry_point(source: GitSource, dest: Path) -> Path:
     return entry
 
 
-def _check_size(source: GitSource, dest: Path) -> None:
-    if (size := _size(dest)) > MAX_REPO_BYTES:
-        raise EngineError(
-            "git",
-            f"{source.url} is too big: over {_mb(MAX_REPO_BYTES)} on disk ({_mb(size)} fetched)",
-        )
+@dataclass(frozen=True)
+class _Bounds:
+    """What a clone may take: ``MAX_REPO_BYTES`` and ``max_files`` files and folders."""
 
+    source: GitSource
+    dest: Path
+    max_files: int | None
 
-def _size(folder: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, name)).st_size
-    return total
+    def check(self) -> None:
+        """Raise once the clone holds too much; the walk stops past the file cap, so a
+        checkout of a million files costs no more to look at than the cap's worth."""
+        try:
+            used = workspace_use(self.dest, max_entries=self.max_files, with_bytes=True)
+        except OSError:  # not made yet (git creates it)
+            return
+        url = self.source.url
+        if used.too_deep:
+            raise EngineError(
+                "git", f"{url} nests folders over {MAX_DEPTH} deep: this provider takes none"
+            )
+        if self.max_files is not None and used.entries > self.max_files:
+            raise EngineError(
+                "git",
+                f"{url} has too many files: its checkout passed {self.max_files:,} files and "
+                "folders, this provider's cap per job (jobs.max_files); stopped",
+            )
+        if used.bytes > MAX_REPO_BYTES:
+            raise EngineError(
+                "git",
+                f"{url} is too big: over {_mb(MAX_REPO_BYTES)} on disk ({_mb(used.bytes)} fetched)",
+            )
 
 
 def _mb(size: int) -> str:

@@ -16,6 +16,7 @@ import pytest
 import requests
 import trio
 
+from engine.jobs.executors import disk_quota
 from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits, LogLine, running
 from engine.jobs.executors.docker import LABEL_JOB, LABEL_NODE, DockerExecutor
 from engine.jobs.executors.dockerlogs import FrameParser, merged
@@ -151,6 +152,39 @@ def test_the_specs_disk_bounds_the_workspace(executor: DockerExecutor, tmp_path:
     assert status.outcome == "failed", (status, lines)
     assert status.reason == "wrote a file past the 3 MB of disk its resource spec sells"
     assert (run.workspace / "big.bin").stat().st_size <= 3 << 20
+
+
+FILES_IN_TMP_AND_WORKSPACE = """
+import os, time
+made = 0
+try:
+    for number in range(5_000):
+        open(f"/tmp/f{number}", "w").close()
+        made += 1
+except OSError as exc:
+    print(f"tmp: {made} files, then {exc.strerror}", flush=True)
+os.makedirs("many")
+for number in range(5_000):
+    open(f"many/f{number}", "w").close()
+print("workspace: 5000 files", flush=True)
+time.sleep(60)
+print("never printed")
+"""
+
+
+def test_files_are_capped_in_tmp_and_the_workspace(
+    executor: DockerExecutor, tmp_path: Path
+) -> None:
+    """Issue 21: empty files fill inodes, not bytes. /tmp (a tmpfs) holds at most max_files
+    inodes; the workspace's walk stops the job past them, with the reason."""
+    limits = Limits(memory_mb=256, cpu_cores=1.0, timeout_s=60, max_files=2_000)
+    status, lines = run_job(executor, new_run(tmp_path, spec(), limits), FILES_IN_TMP_AND_WORKSPACE)
+    out = texts(lines)
+    made = next(int(line.split()[1]) for line in out if line.startswith("tmp: "))
+    assert made < 2_000 and "No space left on device" in out[0], out
+    assert status.outcome == "failed", (status, lines)
+    assert status.reason == disk_quota.too_many_files_reason(2_000), status
+    assert "never printed" not in out
 
 
 def test_cancel_and_timeout(executor: DockerExecutor, tmp_path: Path) -> None:

@@ -421,13 +421,20 @@ class GitServer:
 
 
 @contextmanager
-def git_server(host: str, root: Path, script: str = "print('from git')\n") -> Iterator[GitServer]:
+def git_server(
+    host: str, root: Path, script: str = "print('from git')\n", empty_files: int = 0
+) -> Iterator[GitServer]:
     """A real smart-HTTP git server on ``host`` with one repository, project.git, whose
-    train.py is ``script``; it records every request it gets."""
+    train.py is ``script`` (beside ``empty_files`` empty files in many/: one blob, a pack of
+    a few KB); it records every request it gets."""
     work = root / "work"
     work.mkdir(parents=True)
     git("init", "--quiet", "--initial-branch", "main", cwd=work)
     (work / "train.py").write_text(script)
+    if empty_files:
+        (work / "many").mkdir()
+        for number in range(empty_files):
+            (work / "many" / f"f{number}").touch()
     git("add", "-A", cwd=work)
     git("commit", "--quiet", "-m", "one", cwd=work)
     served = root / "served"

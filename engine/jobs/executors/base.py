@@ -54,6 +54,7 @@ __all__ = [
 Outcome = Literal["completed", "failed", "oom", "timeout", "cancelled", "interrupted"]
 TIMEOUT_FACTOR = 2.0  # a job may run this many times its expected time
 MIN_TIMEOUT_S = 60.0
+DEFAULT_MAX_FILES = 100_000  # [jobs] max_files (engine/config.py)
 log = logging.getLogger("nunet.jobs.executors")
 
 
@@ -66,6 +67,8 @@ class Limits:
     tmp_mb: int = 512
     max_result_bytes: int = 1 << 30
     disk_mb: int | None = None  # the workspace's bound, from the spec (disk_quota.py)
+    # Files and folders the workspace may hold (the provider's jobs.max_files; None: any).
+    max_files: int | None = DEFAULT_MAX_FILES
 
 
 # The longest an executor takes to reach a job's port for a tunnel (the Docker executor's
@@ -301,7 +304,10 @@ class BaseExecutor:
             from engine.jobs.sources import clone_git
 
             src = run.workspace / "src"
-            await trio.to_thread.run_sync(clone_git, spec.git, src, run.fetch_policy)
+            clone = functools.partial(
+                clone_git, spec.git, src, run.fetch_policy, max_files=run.limits.max_files
+            )
+            await trio.to_thread.run_sync(clone)
             state.entry = f"src/{spec.git.entry}"
         else:
             if script is None:
@@ -352,9 +358,10 @@ class BaseExecutor:
         raise NotImplementedError
 
     def _watch_disk(self, state: RunState) -> None:
-        """Once a run started: stop it when its workspace holds more than its disk."""
-        disk_mb = state.run.limits.disk_mb
-        if not disk_mb:
+        """Once a run started: stop it when its workspace holds more than its disk, or more
+        files and folders than the provider allows a job."""
+        disk_mb, max_files = state.run.limits.disk_mb, state.run.limits.max_files
+        if not disk_mb and max_files is None:
             return
         from engine.jobs.executors import disk_quota
 
@@ -363,7 +370,7 @@ class BaseExecutor:
                 state.logs.append("system", f"stopped: {reason}")
                 await self._stop_run(state, "failed", reason)
 
-        self._spawn(disk_quota.watch, state.run.workspace, disk_mb, stop, state.done)
+        self._spawn(disk_quota.watch, state.run.workspace, disk_mb, max_files, stop, state.done)
 
     async def _pause(self, state: RunState) -> None:
         """Hook: freeze the job while a snapshot is taken (consistent files)."""

@@ -37,6 +37,7 @@ from engine.jobs.executors.base import (
     BaseExecutor,
     ExitStatus,
     JobRun,
+    Limits,
     Outcome,
     RunState,
     failure_reason,
@@ -242,7 +243,7 @@ class DockerExecutor(BaseExecutor):
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "read_only": True,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m"},
+            "tmpfs": {"/tmp": _tmpfs_options(limits)},
             "detach": True,
         }
 
@@ -587,6 +588,13 @@ class DockerExecutor(BaseExecutor):
             self._paused.discard(job_id)
             with contextlib.suppress(Exception):
                 await self._call(container.unpause)
+
+
+def _tmpfs_options(limits: Limits) -> str:
+    """The job's /tmp: its size and, as in /workspace, at most jobs.max_files inodes (a
+    tmpfs counts empty files against no size, and otherwise allows half the RAM's pages)."""
+    options = f"rw,nosuid,nodev,size={limits.tmp_mb}m"
+    return options + (f",nr_inodes={limits.max_files}" if limits.max_files else "")
 
 
 # NVIDIA's runtime mounts no GPU for "void" (unlike an empty value or "none", which still
