@@ -29,6 +29,7 @@ from engine.api import (
     WalletShow,
 )
 from engine.errors import EngineError
+from engine.onboarding import CPU_ONLY  # the placeholders suggest values the form accepts
 from nunet_tui.format import TIMES, mb, mhz, problem_lines, safe
 from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.node_header import NodeHeader
@@ -92,7 +93,7 @@ class OnboardingScreen(Screen[bool]):
                 "Memory (MB)",
                 Input(
                     str(current.memory_mb) if current else "",
-                    placeholder="e.g. 4000",
+                    placeholder=f"{CPU_ONLY.memory_mb} or more",
                     type="integer",
                     id="memory_mb",
                     compact=True,
@@ -104,7 +105,7 @@ class OnboardingScreen(Screen[bool]):
                 "CPU (MHz)",
                 Input(
                     str(current.cpu_mhz) if current else "",
-                    placeholder="e.g. 2000",
+                    placeholder=f"{CPU_ONLY.cpu_mhz} or more",
                     type="integer",
                     id="cpu_mhz",
                     compact=True,

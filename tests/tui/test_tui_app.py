@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from engine.api import GetInfo, OnboardRequest, SetMode
 from engine.facade import Engine
@@ -118,6 +119,21 @@ async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
         assert isinstance(app.screen, OnboardingScreen)
         assert form.query_one("#cpu_mhz-problems").has_class("-shown")
         assert provider_engine.call_blocking(GetInfo()).onboarded is None
+
+
+async def test_the_placeholders_suggest_values_the_form_accepts(provider_engine: Engine) -> None:
+    app = NunetApp(client=provider_engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
+        await pilot.press("o")
+        form = await on_screen(pilot, OnboardingScreen)
+        # It said "e.g. 4000": below the 4,096 MB the form then asked for.
+        for name in ("memory_mb", "cpu_mhz"):
+            suggested = re.findall(r"\d+", form.query_one(f"#{name}", Input).placeholder)[0]
+            form.query_one(f"#{name}", Input).value = suggested
+            await settle(pilot)
+            assert "minimum" not in text_of(form, f"#{name}-problems"), suggested
 
 
 async def test_pause_resume_and_offboard_ask_first(provider_engine: Engine) -> None:
