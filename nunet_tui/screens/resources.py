@@ -82,6 +82,11 @@ class Editor(Vertical):
         super().__init__(id=f"{kind}-editor", classes="editor panel")
         self.kind: vm.Kind = kind
         self.editing: str | None = None  # the name of the record edited; None: a new one
+        # What fill() put in each field, and whether a save was tried: a field shows its
+        # problems once its value is not what was filled in (typed, not prefilled) or a save
+        # was tried, so a new form does not open full of errors.
+        self.filled: dict[str, str] = {}
+        self.revealed = False
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="editor-fields"):
@@ -115,18 +120,28 @@ class Editor(Vertical):
         }
 
     def fill(self, values: dict[str, str]) -> None:
+        self.filled = {field.key: values.get(field.key, "") for field in vm.FIELDS[self.kind]}
+        self.revealed = False
         for field in vm.FIELDS[self.kind]:
             box = self.query_one(f"#{self.kind}-{field.key}", Input)
             box.value = values.get(field.key, "")
             box.disabled = field.key == "name" and self.editing is not None
 
+    def touched(self) -> set[str]:
+        """The fields whose value is not what was filled in."""
+        values = self.values()
+        return {key for key, value in values.items() if value != self.filled.get(key, "")}
+
     def show_problems(self, problems: vm.Problems, general: list[str]) -> None:
+        touched = self.touched()
         for field in vm.FIELDS[self.kind]:
             label = self.query_one(f"#{self.kind}-{field.key}-problems", Static)
-            messages = problems.get(field.key, [])
+            shown = self.revealed or field.key in touched
+            messages = problems.get(field.key, []) if shown else []
             label.display = bool(messages)
             label.update(problem_lines(messages))
         other = self.query_one(f"#{self.kind}-general", Static)
+        general = general if (self.revealed or touched) else []
         other.display = bool(general)
         other.update(problem_lines(general))
 
@@ -438,6 +453,8 @@ class ResourcesScreen(CapabilityScreen):
 
     def action_save(self) -> None:
         kind = self.open_kind
+        if kind is not None:
+            self.query_one(f"#{kind}-editor", Editor).revealed = True
         checked = self.validate_form()
         if kind is None or checked is None or self.saving:
             return

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
 from engine.api import OnboardRequest, ResourceList, ResourceSpec, SetMode, SpecAdd
 from engine.facade import Engine
@@ -49,6 +49,14 @@ async def type_into(pilot: Pilot[Any], screen: ResourcesScreen, box_id: str, tex
     await pilot.pause()
 
 
+def _problems_shown(screen: ResourcesScreen, kind: str) -> list[str]:
+    return [
+        str(w.id)
+        for w in screen.query(".problems").results(Static)
+        if str(w.id).startswith(f"{kind}-") and w.display
+    ]
+
+
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 async def test_specs_created_edited_and_deleted_checked_as_typed(
     engine_client: Engine, size: tuple[int, int]
@@ -63,6 +71,9 @@ async def test_specs_created_edited_and_deleted_checked_as_typed(
 
         await pilot.press("n")
         await until(pilot, lambda: screen.open_kind == "spec")
+        # Nothing typed yet: nothing shown as wrong (the new form opened full of errors).
+        await pilot.pause()
+        assert not _problems_shown(screen, "spec")
         # Narrow: the form takes the table's place; wide: it stands beside it.
         assert screen.query_one("#spec-list").display == (size[0] >= 120)
         await type_into(pilot, screen, "spec-name", "gpu large")
@@ -124,6 +135,8 @@ async def test_pools_groups_and_custom_resources(engine_client: Engine) -> None:
 
         await pilot.press("n")
         await until(pilot, lambda: screen.open_kind == "pool")
+        await pilot.pause()
+        assert not _problems_shown(screen, "pool")
         await type_into(pilot, screen, "pool-name", "lab")
         await type_into(pilot, screen, "pool-groups", "nobody")
         assert "nobody" in text_of(screen, "#pool-groups-problems")
