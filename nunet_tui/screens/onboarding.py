@@ -219,6 +219,13 @@ class OnboardingScreen(Screen[bool]):
         else:
             self._prefill_address()
         self.validate_form()
+        # A daemon that went away and came back: its "not running" problem is stale, check
+        # again (it stayed until something was typed).
+        self.watch(self.app, "engine_state", self._engine_state_changed, init=False)
+
+    def _engine_state_changed(self, state: str) -> None:
+        if state == "ready":
+            self.validate_form()
 
     @work(exclusive=True, group="prefill")
     async def _prefill_address(self) -> None:

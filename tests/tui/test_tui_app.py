@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from engine.api import GetInfo, OnboardRequest, SetMode
+from engine.api import CheckOnboarding, GetInfo, OnboardRequest, SetMode
+from engine.control_client import DAEMON_GONE
+from engine.errors import EngineError
 from engine.facade import Engine
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -21,7 +23,7 @@ from nunet_tui.screens.provider_dashboard import ProviderDashboard
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
-from tests.pilot import anyio_backend, on_screen, settle, text_of, until
+from tests.pilot import FakeEngineClient, anyio_backend, on_screen, settle, text_of, until
 
 __all__ = ["anyio_backend"]
 
@@ -134,6 +136,26 @@ async def test_the_placeholders_suggest_values_the_form_accepts(provider_engine:
             form.query_one(f"#{name}", Input).value = suggested
             await settle(pilot)
             assert "minimum" not in text_of(form, f"#{name}-problems"), suggested
+
+
+async def test_a_reconnect_clears_the_daemon_gone_problem(provider_engine: Engine) -> None:
+    """The form said "the daemon closed the connection" until something was typed, long
+    after the app had reconnected."""
+    gone = EngineError(DAEMON_GONE, "the daemon closed the connection (stopped or restarted)")
+    client = FakeEngineClient({CheckOnboarding: gone}, delegate=provider_engine)
+    app = NunetApp(client=client)
+    async with app.run_test(size=SIZE) as pilot:
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
+        await pilot.press("o")
+        form = await on_screen(pilot, OnboardingScreen)
+        await until(pilot, lambda: "closed the connection" in text_of(form, "#general-problems"))
+        app.engine_state = "offline"
+        del client.replies[CheckOnboarding]  # the daemon is back
+        app.engine_state = "ready"  # what the app's DaemonConnection(online) handler sets
+        await until(
+            pilot, lambda: "closed the connection" not in text_of(form, "#general-problems")
+        )
 
 
 async def test_pause_resume_and_offboard_ask_first(provider_engine: Engine) -> None:
