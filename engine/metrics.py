@@ -26,6 +26,7 @@ from engine import api
 from engine.config import metrics_address
 from engine.context import NodeContext
 from engine.network import supervise
+from engine.resources.readiness import for_executors
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -154,6 +155,7 @@ class NodeCollector(Collector):
             ready = await trio.to_thread.run_sync(
                 node.probes.check_readiness, node.gpus, abandon_on_cancel=True
             )
+            ready = for_executors(ready, node.settings.jobs.executors)
             self._readiness = (now, ready)
         return self._readiness[1]
 

@@ -35,6 +35,7 @@ from engine.resources.capacity import (
     onboarded_capacity,
 )
 from engine.resources.gpu.commands import commands as gpu_commands
+from engine.resources.readiness import for_executors
 from engine.store import Store
 
 if TYPE_CHECKING:
@@ -499,6 +500,7 @@ class Node:
         readiness = await trio.to_thread.run_sync(
             self.probes.check_readiness, self.gpus, abandon_on_cancel=True
         )
+        readiness = for_executors(readiness, self.settings.jobs.executors)
         onboarded = self.store.get_onboarding()
         return api.NodeInfo(
             peer_id=self.identity.peer_id,

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +65,25 @@ def check_readiness(
         docker=_docker_check(docker),
         gpu_driver=_guarded(lambda: gpu_driver_check(gpus, proc_root, dev_root)),
         gpu_runtime=_guarded(lambda: gpu_runtime_check(gpus, docker, dev_root, which)),
+    )
+
+
+# What a node that runs no container jobs hears instead of a Docker problem.
+DOCKER_NOT_USED = "not used: jobs run with the process executor here ([jobs] executors)"
+GPU_RUNTIME_NOT_USED = (
+    "not used: GPU jobs need the docker executor, which this node does not run ([jobs] executors)"
+)
+
+
+def for_executors(readiness: Readiness, executors: Sequence[str]) -> Readiness:
+    """The checks that matter for the executors this node runs: without Docker among them, a
+    missing Docker engine (or GPU container runtime) is nothing to fix."""
+    if "docker" in executors:
+        return readiness
+    return Readiness(
+        docker=Check(ok=True, detail=DOCKER_NOT_USED),
+        gpu_driver=readiness.gpu_driver,
+        gpu_runtime=Check(ok=True, detail=GPU_RUNTIME_NOT_USED),
     )
 
 

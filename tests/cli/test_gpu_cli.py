@@ -16,7 +16,7 @@ from engine.config import Paths
 from engine.errors import EngineError
 from engine.facade import Engine
 from nunet_tui.cli import gpu_output
-from tests.conftest import REPO, run_cli
+from tests.conftest import MACHINE_TOML, REPO, make_home, run_cli
 
 NO_DRIVER = pytest.mark.skipif(
     Path("/proc/driver/nvidia/version").exists(), reason="this machine has an NVIDIA driver"
@@ -153,3 +153,18 @@ def test_doctor_and_images_text() -> None:
     )
     assert gpu_output.images_text(images) == "failed   a:1  offline"
     assert gpu_output.to_json("onboard-ml", images)["ok"] is False
+
+
+def test_a_process_only_node_is_not_told_to_install_docker(tmp_path: Path) -> None:
+    """`gpu doctor` and `info` flagged Docker as missing on a node set to run process jobs
+    only: nothing there needs it."""
+    home = make_home(
+        tmp_path / "home", machine_toml=MACHINE_TOML + '\n[jobs]\nexecutors = ["process"]\n'
+    )
+    gone = {"DOCKER_HOST": "unix:///nonexistent"}
+    doctor = run_cli("gpu", "doctor", "--json", home=home, env=gone)
+    checks = {f["check"]: f for f in json.loads(doctor.stdout)["findings"]}
+    assert checks["docker"]["ok"] is True and "not used" in checks["docker"]["summary"]
+    assert not any("docker" in fix for fix in json.loads(doctor.stdout)["fixes"])
+    readiness = json.loads(run_cli("info", "--json", home=home, env=gone).stdout)["readiness"]
+    assert readiness["docker"]["ok"] is True and "not used" in readiness["docker"]["detail"]

@@ -48,7 +48,10 @@ def commands(
         return await gpu.status(history=command.history)
 
     async def gpu_doctor(command: api.GpuDoctor) -> api.DoctorReport:
-        return await trio.to_thread.run_sync(lambda: run_doctor(gpus=node.gpus))
+        executors = node.settings.jobs.executors
+        return await trio.to_thread.run_sync(
+            lambda: run_doctor(gpus=node.gpus, executors=executors)
+        )
 
     async def gpu_capabilities(command: api.GpuCapabilities) -> api.CapabilityReport:
         status = await gpu.status()

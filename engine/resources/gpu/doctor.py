@@ -13,13 +13,14 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.api import DoctorFinding, DoctorReport, GpuInfo, GpuVendor
 from engine.resources.gpu.base import drm_cards
 from engine.resources.readiness import (
+    DOCKER_NOT_USED,
     NVIDIA_RUNTIME_TOOLS,
     DockerStatus,
     Which,
@@ -71,8 +72,13 @@ class DoctorEnv:
     is_root: bool = field(default_factory=lambda: os.geteuid() == 0)
 
 
-def run_doctor(env: DoctorEnv | None = None, gpus: tuple[GpuInfo, ...] = ()) -> DoctorReport:
-    """Every finding, in the order a person fixes them; never raises."""
+def run_doctor(
+    env: DoctorEnv | None = None,
+    gpus: tuple[GpuInfo, ...] = (),
+    executors: Sequence[str] = ("docker",),
+) -> DoctorReport:
+    """Every finding, in the order a person fixes them; never raises. Without Docker among
+    ``executors`` (the node's [jobs] executors), Docker and its GPU runtime are not needed."""
     env = env or DoctorEnv()
     distro = _distro(env.etc_root)
     wsl = _is_wsl(env.proc_root)
@@ -87,10 +93,13 @@ def run_doctor(env: DoctorEnv | None = None, gpus: tuple[GpuInfo, ...] = ()) -> 
             findings += _amd_driver(env, modules, distro)
         elif vendor == "intel":
             findings += _intel_driver(env, modules)
-    docker = _docker_status(env)
-    findings.append(_docker_finding(docker))
-    if "nvidia" in vendors:
-        findings.append(_nvidia_runtime(env, docker))
+    if "docker" not in executors:
+        findings.append(DoctorFinding(check="docker", ok=True, summary=DOCKER_NOT_USED))
+    else:
+        docker = _docker_status(env)
+        findings.append(_docker_finding(docker))
+        if "nvidia" in vendors:
+            findings.append(_nvidia_runtime(env, docker))
     findings.append(_secure_boot(env, vendors, modules, wsl))
     return DoctorReport(vendors=tuple(vendors), distro=distro, findings=tuple(findings))
 
