@@ -247,6 +247,12 @@ def build_parser(
     if want("daemon"):
         daemon = sub.add_parser("daemon", help="run the node headless (for rigs reached over SSH)")
         daemon.add_argument(
+            "--init",
+            action="store_true",
+            help="make the node if --home does not exist yet (a new identity); without it a "
+            "missing --home is an error, not a new node",
+        )
+        daemon.add_argument(
             "--executor",
             action="append",
             choices=("docker", "process"),
@@ -477,10 +483,13 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "log":  # no engine: it must work on a node that will not start
             from nunet_tui.cli import log_archive
 
+            _check_home_exists(paths, args)
+
             return log_archive.run_log_archive(paths, args)
         if args.command == "daemon":
             from engine.daemon import run_daemon
 
+            _check_home_exists(paths, args)
             run_daemon(paths)
             return 0
         sub_command = getattr(args, f"{args.command.replace('-', '_')}_command", None)
@@ -488,6 +497,7 @@ def _run(args: argparse.Namespace) -> int:
         from nunet_tui.cli import job_output
 
         job_output.check_usage(key, args)  # before an engine is opened for nothing
+        _check_home_exists(paths, args)
         return _run_command(runners(args.command)[key], args, paths, key)
     except EngineError as exc:
         output.show_error(exc.message)
@@ -500,6 +510,27 @@ def _run(args: argparse.Namespace) -> int:
         # What the engine did not foresee (a disk full, a folder gone): still one line.
         output.show_error(f"{exc.filename or 'nunet-tui'}: {exc.strerror or exc}")
         return 1
+
+
+# The commands that may make a node in a --home that does not exist yet (a new identity):
+# anything else there is a mistyped path, which used to become a new node without a word.
+CREATES_HOME = {"onboard", "wallet new", "wallet import"}
+
+
+def _check_home_exists(paths: Paths, args: argparse.Namespace) -> None:
+    """An EngineError when ``--home`` (or NUNET_HOME) names no folder and the command may not
+    make one there. The per-user default home is made by any first command."""
+    if paths.home is None or paths.home.exists():
+        return
+    sub_command = getattr(args, f"{args.command.replace('-', '_')}_command", None)
+    key = f"{args.command} {sub_command}" if sub_command else args.command
+    if key in CREATES_HOME or (args.command == "daemon" and args.init):
+        return
+    raise EngineError(
+        "no_home",
+        f"there is no node at {paths.home} (a mistyped --home?): `nunet-tui --home "
+        f"{paths.home} onboard`, `wallet new` or `daemon --init` make one there",
+    )
 
 
 def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: str) -> int:

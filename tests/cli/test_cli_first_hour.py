@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.payments.keystore import PASSPHRASE_ENV
 from nunet_tui.cli import completion
 from nunet_tui.cli.main import build_parser
-from tests.conftest import REPO, run_cli_fresh
+from tests.conftest import REPO, run_cli, run_cli_fresh
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import _pair, _state, scripts
 
@@ -296,3 +297,22 @@ def test_a_mistake_in_a_command_is_worded_by_the_whole_parser() -> None:
     assert "'self', 'list'" in bad.stderr
     unknown = run_cli_fresh("jbo", "list")
     assert unknown.returncode == 2 and "'job', 'wallet'" in unknown.stderr
+
+
+def test_a_mistyped_home_is_an_error_not_a_new_node(tmp_path: Path) -> None:
+    """Only onboard, wallet new/import and daemon --init make a node in a --home that does not
+    exist; anything else said nothing and made a new node with a new identity there."""
+    typo = tmp_path / "hmoe"
+    for args in (("info",), ("peer", "list"), ("job", "list"), ("log",), ("daemon",)):
+        done = run_cli("--home", str(typo), *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.strip() == (
+            f"nunet-tui: error: there is no node at {typo} (a mistyped --home?): "
+            f"`nunet-tui --home {typo} onboard`, `wallet new` or `daemon --init` make one there"
+        ), args
+        assert not typo.exists(), args
+    made = run_cli(
+        "--home", str(typo), "wallet", "new", "--json", env={PASSPHRASE_ENV: "pass phrase 1"}
+    )
+    assert typo.exists(), made.stderr
+    assert run_cli("--home", str(typo), "info", "--json").returncode == 0
