@@ -35,11 +35,21 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
         if name == "process":
             from engine.jobs.executors.process import ProcessExecutor
 
-            log.warning(
-                "the process executor runs jobs as local processes: use it only on trusted "
-                "local networks and for the demo (jobs.executors in config)"
-            )
-            executors[name] = ProcessExecutor()
+            process = ProcessExecutor(sandbox_mode=ctx.settings.jobs.process_sandbox)
+            status = process.sandbox_status()
+            if status.usable:
+                log.info("the process executor runs each job in a sandbox: %s", status.detail)
+            else:
+                log.warning(
+                    "THE PROCESS EXECUTOR CANNOT SANDBOX JOBS HERE (%s): %s; use it only on "
+                    "trusted local networks and for the demo (jobs.executors, "
+                    "jobs.process_sandbox in config)",
+                    status.detail,
+                    "they are refused"
+                    if ctx.settings.jobs.process_sandbox == "require"
+                    else "they run as this user and can read what it can read",
+                )
+            executors[name] = process
         elif name == "docker":
             from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 

@@ -65,7 +65,19 @@ def check_readiness(
         docker=_docker_check(docker),
         gpu_driver=_guarded(lambda: gpu_driver_check(gpus, proc_root, dev_root)),
         gpu_runtime=_guarded(lambda: gpu_runtime_check(gpus, docker, dev_root, which)),
+        sandbox=_guarded(sandbox_check),
     )
+
+
+def sandbox_check() -> Check:
+    """The process executor's job sandbox: usable here, or why not (a loud line: without it a
+    process job runs as this user and reads what it can read)."""
+    from engine.jobs.executors.sandbox import probe
+
+    status = probe()
+    if status.usable:
+        return Check(ok=True, detail=status.detail)
+    return Check(ok=False, detail=f"process jobs would run UNSANDBOXED: {status.detail}")
 
 
 def docker_url(environ: Mapping[str, str]) -> str:
