@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from engine.jobs.executors import sandbox
@@ -107,10 +108,17 @@ class Hello(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+# A process that leaves the job's process group (its own session): cancel must end it too.
+import subprocess
+subprocess.Popen(["sleep", e["P_SLEEP"]], start_new_session=True)
 server = http.server.HTTPServer(("127.0.0.1", int(e["PORT"])), Hello)
 print("serving on", e["PORT"], flush=True)
 server.serve_forever()
 """
+
+
+def _running(*cmdline: str) -> bool:
+    return any(p.info["cmdline"] == list(cmdline) for p in psutil.process_iter(["cmdline"]))
 
 
 def _logs(daemon: Daemon, job_id: str) -> str:
@@ -150,6 +158,7 @@ def test_a_process_job_and_its_shell_reach_nothing_of_the_provider(
         assert other.exists()  # the target is there: only the sandbox keeps the probe out
         host_tmp = Path("/tmp") / f"nunet-sandbox-probe-{uuid.uuid4().hex}"
         service_port = free_port()
+        sleep = f"{uuid.uuid4().int % 100000 + 10000}.5"  # seconds: a name to find it by
         env = {
             "P_KEY": provider.home.identity_key,
             "P_DB": provider.home.database,
@@ -160,6 +169,7 @@ def test_a_process_job_and_its_shell_reach_nothing_of_the_provider(
             "P_PID": provider.proc.pid,
             "P_PORT": port,
             "PORT": service_port,
+            "P_SLEEP": sleep,
         }
         body = f'kind = "service"\nports = [{service_port}]\nexpected_minutes = 5\n[env]\n'
         body += "".join(f'{key} = "{value}"\n' for key, value in env.items())
@@ -182,7 +192,19 @@ def test_a_process_job_and_its_shell_reach_nothing_of_the_provider(
             finally:
                 forward.stop()
         finally:
-            run_cli("job", "cancel", hostile, home=consumer.home)
+            # Asked again while the provider's connection is being made anew ("try again").
+            wait_for(
+                lambda: run_cli("job", "cancel", hostile, home=consumer.home).returncode == 0,
+                "the provider never took the cancel",
+                60,
+            )
+        # The whole sandbox went with the job, the process that left its group included.
+        wait_for(
+            lambda: consumer.cli("job", "show", hostile)["state"] != "running",
+            f"the hostile job was never cancelled: {consumer.cli('job', 'show', hostile)}",
+            60,
+        )
+        wait_for(lambda: not _running("sleep", sleep), "the job's escaped process lived on", 30)
         for where, probes in (("job", as_job), ("shell", in_shell)):
             reached = {name: how for name, how in probes.items() if how == "reached"}
             # Writes are judged by the host's files below: the private /tmp takes a write to
@@ -215,7 +237,7 @@ def test_shells_into_process_jobs_are_off_unless_turned_on(
             f'{key} = "/nonexistent"\n'
             for key in ("P_KEY", "P_DB", "P_OTHER", "P_SOCK", "P_STATE", "P_TMP")
         )
-        body += f'P_PID = "1"\nP_PORT = "1"\nPORT = "{service_port}"\n'
+        body += f'P_PID = "1"\nP_PORT = "1"\nP_SLEEP = "1"\nPORT = "{service_port}"\n'
         job_id = consumer.cli(
             "job", "submit", "-f", str(_job_file(tmp_path, "probe", url + "probe.py", body))
         )["job_id"]
