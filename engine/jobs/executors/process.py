@@ -20,9 +20,11 @@ and a job's own dependencies, installed into its venv, come first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,7 +156,8 @@ class ProcessExecutor(BaseExecutor):
         (lib / "_nunet_host_site.pth").write_text(host, encoding="utf-8")
 
     async def _install(self, state: RunState) -> None:
-        venv_python = self.venv_dir(state.run) / "bin" / "python"
+        venv = self.venv_dir(state.run)
+        venv_python = venv / "bin" / "python"
         argv = [
             self.python,
             "-m",
@@ -167,10 +170,30 @@ class ProcessExecutor(BaseExecutor):
             *self.pip_args,
             *state.run.spec.deps,
         ]
-        with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
-            done = await trio.run_process(
-                argv, capture_stdout=True, capture_stderr=True, check=False, env=_pip_env()
+        env = _pip_env()
+        scratch: Path | None = None
+        if await trio.to_thread.run_sync(self._use_sandbox, state.run):
+            # A package's build runs its publisher's code: in a sandbox like the job's own.
+            scratch = safe_paths.child(state.run.workspace.parent, "pip-tmp", what="pip's tmp")
+            scratch.mkdir(exist_ok=True)
+            local = [*self.pip_args, *state.run.spec.deps, env.get("PIP_FIND_LINKS", "")]
+            argv = sandbox.wrap_install(
+                argv,
+                venv=venv.resolve(),
+                scratch=scratch.resolve(),
+                read_only=[*sandbox.python_paths(self.python), *sandbox.local_paths(local)],
             )
+            env.update(HOME="/tmp", TMPDIR="/tmp")
+        try:
+            with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
+                done = await trio.run_process(
+                    argv, capture_stdout=True, capture_stderr=True, check=False, env=env
+                )
+        finally:
+            if scratch is not None:
+                await trio.to_thread.run_sync(
+                    functools.partial(shutil.rmtree, scratch, ignore_errors=True)
+                )
         if scope.cancelled_caught:
             raise EngineError("deps", f"installing dependencies took over {INSTALL_TIMEOUT_S} s")
         for raw in (done.stdout + done.stderr).splitlines()[-40:]:

@@ -69,6 +69,8 @@ ETC_FILES = (
     "debian_version",
     "matplotlibrc",
 )
+# ... and for the one step that uses the network (installing a job's dependencies).
+NETWORK_ETC_FILES = ("resolv.conf", "gai.conf", "pip.conf")
 # The links a merged-/usr system has at its root; real folders elsewhere are bound as they are.
 ROOT_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Device nodes a GPU job is given (the rest of /dev is bwrap's minimal one).
@@ -107,12 +109,12 @@ def probe() -> SandboxStatus:
     return SandboxStatus(True, "process jobs run in a bubblewrap sandbox")
 
 
-def _namespaces() -> list[str]:
+def _namespaces(network: bool = False) -> list[str]:
     return [
         "--unshare-user",
         "--unshare-ipc",
         "--unshare-pid",
-        "--unshare-net",
+        *([] if network else ["--unshare-net"]),
         "--unshare-uts",
         "--unshare-cgroup-try",
         "--disable-userns",  # no nested user namespace, and so no capabilities, ever
@@ -128,7 +130,7 @@ def _namespaces() -> list[str]:
     ]
 
 
-def _system_binds() -> list[str]:
+def _system_binds(network: bool = False) -> list[str]:
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ROOT_DIRS:
         path = Path("/") / name
@@ -136,7 +138,7 @@ def _system_binds() -> list[str]:
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    for name in ETC_FILES:
+    for name in (*ETC_FILES, *(NETWORK_ETC_FILES if network else ())):
         path = Path("/etc") / name
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
@@ -180,6 +182,39 @@ def wrap(
     # parents among them): read-only too, so the workspace and /tmp are all a job writes.
     args += ["--remount-ro", "/"]
     return [*args, "--", *argv]
+
+
+def wrap_install(
+    argv: list[str], *, venv: Path, scratch: Path, read_only: Iterable[Path]
+) -> list[str]:
+    """``argv`` (pip installing a job's dependencies) in a sandbox of its own: a package's
+    build runs code of whoever published it, so it gets what a job gets, but the network
+    (the package index), its venv writable and ``scratch`` as its /tmp and HOME (downloads
+    are too big for a tmpfs)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise FileNotFoundError("bwrap")
+    args = [bwrap, *_namespaces(network=True), *_system_binds(network=True)]
+    args += ["--bind", str(scratch), "/tmp"]
+    for path in read_only:
+        args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(venv), str(venv), "--chdir", "/tmp", "--remount-ro", "/"]
+    return [*args, "--", *argv]
+
+
+def local_paths(args: Iterable[str]) -> list[Path]:
+    """The provider's own local folders and files among pip's arguments (``--find-links
+    DIR``, a ``file://`` wheel): read-only in the install's sandbox, so they still serve."""
+    from urllib.parse import unquote, urlsplit
+
+    found = []
+    for arg in args:
+        for part in arg.replace(" @ ", " ").split():
+            text = unquote(urlsplit(part).path) if part.startswith("file:") else part
+            path = Path(text)
+            if path.is_absolute() and path.exists():
+                found.append(path if path.is_dir() else path.parent)
+    return found
 
 
 def gpu_devices(gpu_job: bool) -> tuple[str, ...]:
