@@ -37,19 +37,22 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
 
             process = ProcessExecutor(sandbox_mode=ctx.settings.jobs.process_sandbox)
             status = process.sandbox_status()
+            required = ctx.settings.jobs.process_sandbox == "require"
             if status.usable:
                 log.info("the process executor runs each job in a sandbox: %s", status.detail)
-            else:
-                log.warning(
-                    "THE PROCESS EXECUTOR CANNOT SANDBOX JOBS HERE (%s): %s; use it only on "
-                    "trusted local networks and for the demo (jobs.executors, "
-                    "jobs.process_sandbox in config)",
-                    status.detail,
-                    "they are refused"
-                    if ctx.settings.jobs.process_sandbox == "require"
-                    else "they run as this user and can read what it can read",
-                )
-            executors[name] = process
+                executors[name] = process
+                continue
+            log.warning(
+                "THE PROCESS EXECUTOR CANNOT SANDBOX JOBS HERE (%s): %s (jobs.executors, "
+                "jobs.process_sandbox in config)",
+                status.detail,
+                'it is not offered, as jobs.process_sandbox = "require"'
+                if required
+                else "its jobs run as this user and can read what it can read; use it "
+                "only on trusted local networks and for the demo",
+            )
+            if not required:  # required: neither advertised nor accepted
+                executors[name] = process
         elif name == "docker":
             from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 
