@@ -56,3 +56,13 @@ def test_shells_are_offered_for_process_jobs_only_when_turned_on() -> None:
     assert not JobSettings(executors=["process"]).shells_offered()
     assert JobSettings(executors=["process"], allow_process_shell=True).shells_offered()
     assert not JobSettings(executors=["docker"], allow_shell=False).shells_offered()
+
+
+def test_a_gpu_job_gets_its_own_cards_device_nodes_and_a_cpu_job_none() -> None:
+    from engine.api import GpuInfo
+
+    assert sandbox.gpu_devices(()) == ()
+    card = GpuInfo(index=1, vendor="nvidia", name="t", vram_mb=1)
+    assert sandbox.gpu_devices((card,)) == ("nvidia1", *sandbox.NVIDIA_SHARED)
+    amd = GpuInfo(index=0, vendor="amd", name="t", vram_mb=1)
+    assert sandbox.gpu_devices((amd,)) == ("kfd", "dri")

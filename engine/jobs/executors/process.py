@@ -243,7 +243,7 @@ class ProcessExecutor(BaseExecutor):
                 workspace=run.workspace.resolve(),
                 read_only=[self.venv_dir(run).resolve(), *sandbox.python_paths(self.python)],
                 tmp_mb=run.limits.tmp_mb,
-                devices=sandbox.gpu_devices(bool(run.gpus)),
+                devices=sandbox.gpu_devices(run.gpus),
             )
         else:
             state.logs.append("system", "not sandboxed: it runs as the provider's own user")
@@ -388,7 +388,10 @@ class ProcessExecutor(BaseExecutor):
         address, holder = found
         try:
             with trio.fail_after(JOB_CONNECT_S):
-                if self._sandboxed.get(run.job_id) and sandbox.inside(holder):
+                if self._sandboxed.get(run.job_id):
+                    # Only ever inside: a listener outside the sandbox is none of the job's.
+                    if not sandbox.inside(holder):
+                        raise OSError(0, "the listener is outside the job's sandbox")
                     stream = await _connect_inside(holder, address, port)
                 else:
                     stream = await trio.open_tcp_stream(address, port)

@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.api import GpuInfo
+
 JOB_UID = 65534
 JOB_GID = 65534
 HOSTNAME = "nunet-job"
@@ -73,8 +75,8 @@ ETC_FILES = (
 NETWORK_ETC_FILES = ("resolv.conf", "gai.conf", "pip.conf")
 # The links a merged-/usr system has at its root; real folders elsewhere are bound as they are.
 ROOT_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Device nodes a GPU job is given (the rest of /dev is bwrap's minimal one).
-GPU_DEVICES = ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "kfd")
+# The NVIDIA driver's nodes every CUDA job opens besides its own card's.
+NVIDIA_SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 
 
 @dataclass(frozen=True)
@@ -217,10 +219,17 @@ def local_paths(args: Iterable[str]) -> list[Path]:
     return found
 
 
-def gpu_devices(gpu_job: bool) -> tuple[str, ...]:
-    if not gpu_job:
-        return ()
-    return (*GPU_DEVICES, "dri") if Path("/dev/dri").is_dir() else GPU_DEVICES
+def gpu_devices(gpus: Iterable[GpuInfo]) -> tuple[str, ...]:
+    """The /dev names a job given ``gpus`` needs: its own NVIDIA cards (``nvidiaN`` by index,
+    as the driver numbers them) and the driver's shared nodes; AMD's kfd and dri; Intel's dri.
+    Nothing for a CPU job: bwrap's /dev has no GPU at all."""
+    names: list[str] = []
+    for gpu in gpus:
+        if gpu.vendor == "nvidia":
+            names += [f"nvidia{gpu.index}", *NVIDIA_SHARED]
+        else:
+            names += ["kfd", "dri"] if gpu.vendor == "amd" else ["dri"]
+    return tuple(dict.fromkeys(names))
 
 
 # --- reaching into a running sandbox ---------------------------------------------------------
