@@ -359,7 +359,12 @@ class ProcessExecutor(BaseExecutor):
         if process is None:
             return
         _kill_group(process, signal.SIGCONT)  # a paused job cannot handle SIGTERM
-        _kill_group(process, signal.SIGTERM)
+        if self._sandboxed.get(state.run.job_id):
+            # To the job's processes, not bwrap's: bwrap dies of a SIGTERM, and the sandbox
+            # with it (its init dies with its parent), so the job had no grace time at all.
+            await trio.to_thread.run_sync(_terminate_inside, process.pid)
+        else:
+            _kill_group(process, signal.SIGTERM)
         with trio.move_on_after(self.grace_s):
             await state.done.wait()
         _kill_group(process, signal.SIGKILL)
@@ -514,6 +519,18 @@ def _sandbox_member(pid: int) -> int | None:
     except psutil.Error:
         return None
     return next((proc.pid for proc in tree if sandbox.inside(proc.pid)), None)
+
+
+def _terminate_inside(pid: int) -> None:
+    """SIGTERM to every process of the job's tree (under the group leader ``pid``) inside
+    its sandbox: the job's own, those that left its process group included."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(pid).children(recursive=True):
+            if sandbox.inside(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(proc.pid, signal.SIGTERM)
 
 
 async def _connect_inside(pid: int, address: str, port: int) -> trio.SocketStream:
