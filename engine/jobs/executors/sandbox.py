@@ -16,7 +16,10 @@ PID, IPC, UTS, cgroup and network namespaces, and cannot make user namespaces of
   internet. The tunnel reaches the job's listener from inside that namespace
   (``connect_argv``), so `job forward` still works and nothing else can be reached by it;
 - it sees only its own processes; when the sandbox's first process (bwrap's init) dies, the
-  kernel kills everything in it, so a job that escaped its process group still goes.
+  kernel kills everything in it, so a job that escaped its process group still goes;
+- installing its dependencies (pip, which runs an sdist's build code) gets a sandbox of its
+  own (``wrap_install``): the same, but with the host's network for the package index, its
+  venv writable and a scratch folder on disk as /tmp.
 
 The provider's uid outside: on a root provider the job's uid 65534 maps to root outside (what
 bwrap does when root runs it: mapping another uid needs newuidmap, and an unprivileged bwrap
