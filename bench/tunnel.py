@@ -146,7 +146,13 @@ def main() -> None:
         make_home(
             root / "provider",
             seed=b"\x50" * 32,
-            machine_toml=MACHINE_TOML + JOBS.format(args.executor),
+            # Unsandboxed process jobs: "direct" needs the service on the host's loopback (a
+            # sandboxed job has its own). On an open connection the tunnel's path is the same
+            # either way; sandboxed, each connection is made by a helper in the job's network
+            # namespace (engine/jobs/executors/sandbox_connect.py).
+            machine_toml=MACHINE_TOML
+            + JOBS.format(args.executor)
+            + ('process_sandbox = "off"\n' if args.executor == "process" else ""),
         ),
         {**env, "NUNET_NETWORK_BOOTSTRAP": consumer.addrs()[0]},
     ).start()

@@ -258,6 +258,19 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The Python that runs process jobs (empty: the daemon's own). Its frameworks are what the
     # process executor offers: a job imports its framework from it.
     process_python: Annotated[str, _text(4096)] = ""
+    # ... and into a process-executor job: off unless turned on here (even sandboxed, a shell
+    # is a person typing on this machine; docs/security.md says what it can reach).
+    allow_process_shell: bool = False
+    # The process executor's sandbox (engine/jobs/executors/sandbox.py): "auto" uses it where
+    # the host can (bubblewrap and user namespaces) and warns loudly where it cannot;
+    # "require" refuses process jobs without it; "off" runs them as this user (trusted
+    # networks only).
+    process_sandbox: Literal["auto", "require", "off"] = "auto"
+
+    def shells_offered(self) -> bool:
+        """Whether `job shell` is offered at all (advertised): a Docker job's, or a process
+        job's where those are turned on."""
+        return self.allow_shell and ("docker" in self.executors or self.allow_process_shell)
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

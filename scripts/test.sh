@@ -46,6 +46,10 @@ phase "import contracts"
 # subsystems without the node, screens and widgets without the command line, widgets without
 # screens).
 .venv/bin/lint-imports
+phase "job sandbox (bubblewrap)"
+# The process executor runs each job in a bwrap sandbox: installed with apt when missing, so
+# tests/adversarial/test_process_sandbox.py runs on a fresh Debian machine.
+bash scripts/bubblewrap.sh
 phase "docker engine and test image"
 # A private dockerd (installed with apt when missing) and the jobs' image built from Debian
 # packages: the container tests run against the real thing. Stopped again on exit if we

@@ -69,6 +69,9 @@ class Readiness(Record, frozen=True):
     docker: Check
     gpu_driver: Check
     gpu_runtime: Check
+    # Whether process jobs can be sandboxed here (bubblewrap, user namespaces): None from an
+    # engine too old to say.
+    sandbox: Check | None = None
 
 
 class NodeInfo(Record, frozen=True):

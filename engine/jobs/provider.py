@@ -540,7 +540,7 @@ class ProviderJobs:
             executors=tuple(name for name in settings.executors if name in self.executors),
             frameworks=self.frameworks(),
             slots=settings.slots,
-            shell=settings.allow_shell,
+            shell=settings.shells_offered(),
             free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
             free_memory_mb=max(onboarding.memory_mb - used.memory_mb, 0),
             free_gpus=max(len(gpus) - used.gpus, 0),

@@ -36,12 +36,27 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
         if name == "process":
             from engine.jobs.executors.process import ProcessExecutor
 
-            log.warning(
-                "the process executor runs jobs as local processes: use it only on trusted "
-                "local networks and for the demo (jobs.executors in config)"
+            process = ProcessExecutor(
+                python=ctx.settings.jobs.process_python or sys.executable,
+                sandbox_mode=ctx.settings.jobs.process_sandbox,
             )
-            python = ctx.settings.jobs.process_python or sys.executable
-            executors[name] = ProcessExecutor(python=python)
+            status = process.sandbox_status()
+            required = ctx.settings.jobs.process_sandbox == "require"
+            if status.usable:
+                log.info("the process executor runs each job in a sandbox: %s", status.detail)
+                executors[name] = process
+                continue
+            log.warning(
+                "THE PROCESS EXECUTOR CANNOT SANDBOX JOBS HERE (%s): %s (jobs.executors, "
+                "jobs.process_sandbox in config)",
+                status.detail,
+                'it is not offered, as jobs.process_sandbox = "require"'
+                if required
+                else "its jobs run as this user and can read what it can read; use it "
+                "only on trusted local networks and for the demo",
+            )
+            if not required:  # required: neither advertised nor accepted
+                executors[name] = process
         elif name == "docker":
             from engine.jobs.executors.docker import DockerExecutor, images_from_settings
 

@@ -208,6 +208,8 @@ class ShellPipe(Pipe, Protocol):
 class TunnelExecutor(Protocol):
     """What an executor offers for tunnels (docker.py, process.py)."""
 
+    name: str
+
     async def open_tunnel(self, run: Any, port: int) -> Pipe: ...
     async def exec_shell(
         self, run: Any, command: tuple[str, ...], rows: int, cols: int, term: str
@@ -490,6 +492,12 @@ class TunnelServer:
                 )
         elif not self.ctx.settings.jobs.allow_shell:
             return "shells are turned off on this provider (jobs.allow_shell)", None, None
+        elif executor.name == "process" and not self.ctx.settings.jobs.allow_process_shell:
+            return (
+                "shells into process jobs are off on this provider (jobs.allow_process_shell)",
+                None,
+                None,
+            )
         if self.open_count(job.job_id) >= STREAMS_PER_JOB:
             return (
                 f"job {job.job_id} has {STREAMS_PER_JOB} tunnels open already: close one first",

@@ -251,7 +251,7 @@ class NodeNetwork:
             frameworks=self._jobs().frameworks(),
             version=self.ctx.version,
             slots=self.ctx.settings.jobs.slots,
-            no_shell=not self.ctx.settings.jobs.allow_shell,
+            no_shell=not self.ctx.settings.jobs.shells_offered(),
             specs=tuple(msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in specs),
             pools=tuple(msgspec.convert(p, wire.AdvertPool, from_attributes=True) for p in pools),
         )

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from engine.api import Check, GpuInfo, Readiness
 from engine.resources.container_engine import EngineFacts, probe_facts
 
@@ -65,6 +67,7 @@ def check_readiness(
         docker=_docker_check(docker),
         gpu_driver=_guarded(lambda: gpu_driver_check(gpus, proc_root, dev_root)),
         gpu_runtime=_guarded(lambda: gpu_runtime_check(gpus, docker, dev_root, which)),
+        sandbox=_guarded(sandbox_check),
     )
 
 
@@ -77,14 +80,28 @@ GPU_RUNTIME_NOT_USED = (
 
 def for_executors(readiness: Readiness, executors: Sequence[str]) -> Readiness:
     """The checks that matter for the executors this node runs: without Docker among them, a
-    missing Docker engine (or GPU container runtime) is nothing to fix."""
-    if "docker" in executors:
-        return readiness
-    return Readiness(
-        docker=Check(ok=True, detail=DOCKER_NOT_USED),
-        gpu_driver=readiness.gpu_driver,
-        gpu_runtime=Check(ok=True, detail=GPU_RUNTIME_NOT_USED),
-    )
+    missing Docker engine (or GPU container runtime) is nothing to fix; without the process
+    executor, neither is its sandbox."""
+    if "docker" not in executors:
+        readiness = msgspec.structs.replace(
+            readiness,
+            docker=Check(ok=True, detail=DOCKER_NOT_USED),
+            gpu_runtime=Check(ok=True, detail=GPU_RUNTIME_NOT_USED),
+        )
+    if "process" not in executors and readiness.sandbox is not None:
+        readiness = msgspec.structs.replace(readiness, sandbox=None)  # no process jobs here
+    return readiness
+
+
+def sandbox_check() -> Check:
+    """The process executor's job sandbox: usable here, or why not (a loud line: without it a
+    process job runs as this user and reads what it can read)."""
+    from engine.jobs.executors.sandbox import probe
+
+    status = probe()
+    if status.usable:
+        return Check(ok=True, detail=status.detail)
+    return Check(ok=False, detail=f"process jobs would run UNSANDBOXED: {status.detail}")
 
 
 def docker_url(environ: Mapping[str, str]) -> str:

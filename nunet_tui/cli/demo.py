@@ -296,6 +296,8 @@ def _config(
     lines += [
         "[jobs]",
         'executors = ["process"]',
+        # The demo's own jobs, each in its sandbox: `job shell` into them is part of the tour.
+        "allow_process_shell = true",
         "checkpoint_interval_s = 5",
         f"prices = {{ low = {low}, moderate = {moderate}, high = {high} }}",
         # The sandbox serves the example scripts on 127.0.0.1, which providers refuse to

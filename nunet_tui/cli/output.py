@@ -154,6 +154,8 @@ def _info(info: api.NodeInfo) -> str:
         f"  GPU driver   {_check(info.readiness.gpu_driver)}",
         f"  GPU runtime  {_check(info.readiness.gpu_runtime)}",
     ]
+    if info.readiness.sandbox is not None:
+        lines.append(f"  job sandbox  {_check(info.readiness.sandbox)}")
     return "\n".join(lines)
 
 

@@ -171,7 +171,7 @@ def test_osc_sequences_from_a_shell_are_dropped_split_anywhere() -> None:
 def test_job_shell_drops_clipboard_and_title_writes_unless_raw(
     daemons: Callable[..., Daemon], service_url: str, tmp_path: Path
 ) -> None:
-    _, consumer = pair(daemons, '[jobs]\nexecutors = ["process"]\n')
+    _, consumer = pair(daemons, '[jobs]\nexecutors = ["process"]\nallow_process_shell = true\n')
     job_id = submit_service(consumer, service_url, tmp_path, free_port())
     printf = ("--", "python3", "-c", f"import sys; sys.stdout.write({SHELL_OSC!r})")
     try:

@@ -18,7 +18,14 @@ import pytest
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import _pair, _state, _submit, scripts
 from tests.docker_fixture import docker_host, sklearn_image
-from tests.tunnel_helpers import free_port, http_get, pair, service_url, submit_service
+from tests.tunnel_helpers import (
+    Forwarding,
+    free_port,
+    http_get,
+    pair,
+    service_url,
+    submit_service,
+)
 
 __all__ = ["daemons", "docker_host", "scripts", "service_url", "sklearn_image"]
 
@@ -54,13 +61,17 @@ def test_a_stopped_provider_leaves_no_job_process_behind(
     assert job_id in str(pid_file)
     pgid = int(pid_file.read_text())  # the job's own process group (start_new_session)
     assert _alive(pgid)
-    assert http_get(port)[0] == 200  # serving, on the provider's loopback
+    forward = Forwarding(consumer, job_id, str(port))  # serving (in its own sandbox)
+    try:
+        assert http_get(forward.port)[0] == 200
+    finally:
+        forward.stop()
     assert provider.proc is not None
     provider.proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
     assert provider.proc.wait(30) is not None
     wait_for(lambda: not _alive(pgid), f"job group {pgid} outlived its provider", timeout=10)
-    with pytest.raises(OSError):
-        http_get(port, timeout=2)
+    home = Path(str(provider.home.home))
+    wait_for(lambda: not _in_workspace(home), "the job's processes outlived the provider", 10)
 
 
 def _in_workspace(home: Path) -> list[psutil.Process]:

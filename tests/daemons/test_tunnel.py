@@ -34,7 +34,9 @@ from tests.tunnel_helpers import (
 
 __all__ = ["daemons", "service_url"]
 
-PROCESS_JOBS = '[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\n'
+PROCESS_JOBS = (
+    '[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\nallow_process_shell = true\n'
+)
 
 
 # --- the spec ---------------------------------------------------------------------------------
@@ -443,7 +445,9 @@ def test_a_service_that_logs_every_request_is_followed_in_batches(
     from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, seal_job
     from tests.adversarial.test_tunnel_owner import _own_job
 
-    provider, _ = pair(daemons, PROCESS_JOBS)
+    # Its requests go to the job's port on the host's loopback, straight, not through a
+    # tunnel: only an unsandboxed process job listens there (a sandboxed one has its own).
+    provider, _ = pair(daemons, PROCESS_JOBS + 'process_sandbox = "off"\n')
     pid = provider.peer_id
     peer = HostilePeer(seed=b"\x67" * 32, bootstrap=[provider.addrs()[0]]).start()
     requests = 60

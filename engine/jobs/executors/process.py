@@ -1,10 +1,15 @@
-"""Jobs as local processes: a venv per job, resource limits, its own process group.
+"""Jobs as local processes: a venv per job, resource limits, its own process group, and its
+own sandbox (sandbox.py).
 
-FOR TRUSTED LOCAL NETWORKS AND THE DEMO ONLY. A process runs as the provider's own user: the
-limits below bound its memory, CPU time and process count, and its environment is built from
-nothing (no NUNET_*, no keyring or D-Bus variables, HOME = the workspace) so it does not find
-our keys by accident, but nothing stops a hostile script from reading files the provider's
-user can read. Remote peers get the Docker executor unless the provider turns this one on.
+Each job runs in a bubblewrap sandbox where the host allows one: uid 65534 with no
+capabilities, its own user, mount, PID, IPC, UTS and network namespaces; it sees the system's
+/usr, a few /etc files, the provider's Python and its own venv, read-only, writes only its
+workspace and a private /tmp, and is reached only through the tunnel. Where the host cannot
+(no bwrap, user namespaces refused) it runs as the provider's own user with only the limits
+below, and the provider's log and readiness say so loudly: nothing then stops a hostile script
+from reading files the provider's user can read (``jobs.process_sandbox = "require"`` refuses
+such jobs instead). Its environment is built from nothing (no NUNET_*, no keyring or D-Bus
+variables, HOME = the workspace) either way.
 
 The venv is made with --system-site-packages and also sees this interpreter's own
 site-packages (a .pth file: a venv made from inside a venv otherwise only sees the base
@@ -15,22 +20,25 @@ and a job's own dependencies, installed into its venv, come first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
 from engine import safe_paths
 from engine.errors import EngineError
+from engine.jobs.executors import sandbox
 from engine.jobs.executors.base import (
     JOB_CONNECT_S,
     ORPHAN_GUARD,
@@ -49,6 +57,7 @@ INSTALL_TIMEOUT_S = 900
 GRACE_S = 3.0  # SIGTERM, then SIGKILL after this long
 SAMPLE_S = 1.0
 log = logging.getLogger("nunet.jobs.process")
+SandboxMode = Literal["auto", "require", "off"]
 _OOM_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "DefaultCPUAllocator")
 
 
@@ -86,13 +95,16 @@ class ProcessExecutor(BaseExecutor):
         pip_args: tuple[str, ...] = (),
         mhz_per_core: float | None = None,
         grace_s: float = GRACE_S,
+        sandbox_mode: SandboxMode = "auto",
     ) -> None:
         super().__init__(mhz_per_core=mhz_per_core)
         self.python = python
         self.pip_args = pip_args  # e.g. ("--no-index", "--find-links", DIR) on offline rigs
         self.grace_s = grace_s
+        self.sandbox_mode = sandbox_mode
         self._procs: dict[str, trio.Process] = {}
         self._frameworks: tuple[float, tuple[str, ...]] | None = None
+        self._sandboxed: dict[str, bool] = {}  # by job: whether its run is in a sandbox
 
     def frameworks(self) -> tuple[str, ...]:
         """The frameworks the provider's Python has (a job without its framework would fail
@@ -103,6 +115,29 @@ class ProcessExecutor(BaseExecutor):
             offered = tuple(f for f, module in FRAMEWORK_MODULES.items() if module in found)
             self._frameworks = (now, offered)
         return self._frameworks[1]
+
+    def sandbox_status(self) -> sandbox.SandboxStatus:
+        if self.sandbox_mode == "off":
+            return sandbox.SandboxStatus(False, 'turned off (jobs.process_sandbox = "off")')
+        return sandbox.probe()
+
+    def _use_sandbox(self, run: JobRun) -> bool:
+        """Whether ``run`` goes into a sandbox; refuses it when one is required but cannot be."""
+        status = self.sandbox_status()
+        if status.usable:
+            return True
+        if self.sandbox_mode == "require":
+            raise EngineError(
+                "sandbox",
+                f"this provider runs process jobs only in a sandbox, and cannot: {status.detail}",
+            )
+        log.warning(
+            "job %s runs UNSANDBOXED as the provider's own user (it can read what this user "
+            "can read): %s",
+            run.job_id,
+            status.detail,
+        )
+        return False
 
     # --- prepare -------------------------------------------------------------------------
 
@@ -158,7 +193,8 @@ class ProcessExecutor(BaseExecutor):
         (lib / "_nunet_host_site.pth").write_text(host, encoding="utf-8")
 
     async def _install(self, state: RunState) -> None:
-        venv_python = self.venv_dir(state.run) / "bin" / "python"
+        venv = self.venv_dir(state.run)
+        venv_python = venv / "bin" / "python"
         argv = [
             self.python,
             "-m",
@@ -171,10 +207,30 @@ class ProcessExecutor(BaseExecutor):
             *self.pip_args,
             *state.run.spec.deps,
         ]
-        with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
-            done = await trio.run_process(
-                argv, capture_stdout=True, capture_stderr=True, check=False, env=_pip_env()
+        env = _pip_env()
+        scratch: Path | None = None
+        if await trio.to_thread.run_sync(self._use_sandbox, state.run):
+            # A package's build runs its publisher's code: in a sandbox like the job's own.
+            scratch = safe_paths.child(state.run.workspace.parent, "pip-tmp", what="pip's tmp")
+            scratch.mkdir(exist_ok=True)
+            local = [*self.pip_args, *state.run.spec.deps, env.get("PIP_FIND_LINKS", "")]
+            argv = sandbox.wrap_install(
+                argv,
+                venv=venv.resolve(),
+                scratch=scratch.resolve(),
+                read_only=[*sandbox.python_paths(self.python), *sandbox.local_paths(local)],
             )
+            env.update(HOME="/tmp", TMPDIR="/tmp")
+        try:
+            with trio.move_on_after(INSTALL_TIMEOUT_S) as scope:
+                done = await trio.run_process(
+                    argv, capture_stdout=True, capture_stderr=True, check=False, env=env
+                )
+        finally:
+            if scratch is not None:
+                await trio.to_thread.run_sync(
+                    functools.partial(shutil.rmtree, scratch, ignore_errors=True)
+                )
         if scope.cancelled_caught:
             raise EngineError("deps", f"installing dependencies took over {INSTALL_TIMEOUT_S} s")
         for raw in (done.stdout + done.stderr).splitlines()[-40:]:
@@ -217,6 +273,17 @@ class ProcessExecutor(BaseExecutor):
             exist_ok=True
         )
         job = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        sandboxed = await trio.to_thread.run_sync(self._use_sandbox, run)
+        if sandboxed:
+            job = sandbox.wrap(
+                job,
+                workspace=run.workspace.resolve(),
+                read_only=[self.venv_dir(run).resolve(), *sandbox.python_paths(self.python)],
+                tmp_mb=run.limits.tmp_mb,
+                devices=sandbox.gpu_devices(run.gpus),
+            )
+        else:
+            state.logs.append("system", "not sandboxed: it runs as the provider's own user")
         # The group's leader ends the job and all it started if this provider dies (even
         # by SIGKILL); the provider's own signals reach the job as before (orphan_guard.py).
         lifeline = provider_lifeline()
@@ -232,9 +299,10 @@ class ProcessExecutor(BaseExecutor):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: cancel kills children too
-            preexec_fn=_limiter(run),
+            preexec_fn=_limiter(run, sandboxed=sandboxed),
         )
         self._procs[run.job_id] = process
+        self._sandboxed[run.job_id] = sandboxed
         # Recorded so a provider that died with kill -9 can end the orphaned group on restart.
         pid_file.write_text(f"{process.pid}\n")
         state.started = True
@@ -261,13 +329,16 @@ class ProcessExecutor(BaseExecutor):
             _kill_group(process, signal.SIGKILL)
             sampler.cancel()
         self._procs.pop(run.job_id, None)
+        returncode = process.returncode
+        if self._sandboxed.pop(run.job_id, False):
+            returncode = sandbox.exit_code(returncode)
         with contextlib.suppress(OSError, EngineError):  # the run ends whatever the job left
             self.pid_file(run).unlink(missing_ok=True)
         state.logs.flush()
-        status = self._status(state, process.returncode, timed_out)
-        if process.returncode is None or process.returncode < 0:
+        status = self._status(state, returncode, timed_out)
+        if returncode is None or returncode < 0:
             # Ended by a signal: the provider's log says which, and why as far as we know.
-            signum = -(process.returncode or -signal.SIGKILL)
+            signum = -(returncode or -signal.SIGKILL)
             name = signal.Signals(signum).name if signum in signal.valid_signals() else signum
             log.warning(
                 "job %s ended by %s: %s, %s", run.job_id, name, status.outcome,
@@ -325,15 +396,21 @@ class ProcessExecutor(BaseExecutor):
         if process is None:
             return
         _kill_group(process, signal.SIGCONT)  # a paused job cannot handle SIGTERM
-        _kill_group(process, signal.SIGTERM)
+        if self._sandboxed.get(state.run.job_id):
+            # To the job's processes, not bwrap's: bwrap dies of a SIGTERM, and the sandbox
+            # with it (its init dies with its parent), so the job had no grace time at all.
+            await trio.to_thread.run_sync(_terminate_inside, process.pid)
+        else:
+            _kill_group(process, signal.SIGTERM)
         with trio.move_on_after(self.grace_s):
             await state.done.wait()
         _kill_group(process, signal.SIGKILL)
         await state.done.wait()
 
     # --- tunnels (engine/jobs/tunnel.py) ------------------------------------------------
-    # Trusted networks only, like the executor itself: the job's service listens on the
-    # provider's own loopback, and the tunnel connects to it there directly.
+    # A sandboxed job has a loopback of its own: the tunnel connects from inside its network
+    # namespace (sandbox_connect.py), where nothing but the job listens. Unsandboxed, the
+    # job's service listens on the provider's own loopback, and the tunnel connects there.
 
     async def open_tunnel(self, run: JobRun, port: int) -> Any:
         from engine.jobs.tunnel import TrioPipe
@@ -345,14 +422,21 @@ class ProcessExecutor(BaseExecutor):
         # daemons): a tunnel reaches a port only while the job's own processes listen on it.
         # And the connection goes to the very address found to be the job's: a job on
         # [::1]:PORT must not lend its check to a provider service on 127.0.0.1:PORT.
-        address = await trio.to_thread.run_sync(_job_listener, process.pid, port)
-        if address is None:
+        found = await trio.to_thread.run_sync(_job_listener, process.pid, port)
+        if found is None:
             raise EngineError(
                 "tunnel", f"the job does not listen on 127.0.0.1:{port} (not yet, or not at all)"
             )
+        address, holder = found
         try:
             with trio.fail_after(JOB_CONNECT_S):
-                stream = await trio.open_tcp_stream(address, port)
+                if self._sandboxed.get(run.job_id):
+                    # Only ever inside: a listener outside the sandbox is none of the job's.
+                    if not sandbox.inside(holder):
+                        raise OSError(0, "the listener is outside the job's sandbox")
+                    stream = await _connect_inside(holder, address, port)
+                else:
+                    stream = await trio.open_tcp_stream(address, port)
         except (OSError, trio.TooSlowError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "no answer"
             raise EngineError(
@@ -365,13 +449,22 @@ class ProcessExecutor(BaseExecutor):
     ) -> Any:
         from engine.jobs.executors.pty_shell import default_shell, open_pty_shell
 
-        if run.job_id not in self._procs:
+        process = self._procs.get(run.job_id)
+        if process is None:
             raise EngineError("tunnel", f"job {run.job_id} is not running here")
         env = {**self.environment(run), "TERM": term or "xterm"}
         argv = list(command) or default_shell()
+        sandboxed = self._sandboxed.get(run.job_id, False)
+        if sandboxed:
+            # Into the job's own sandbox, as the job's user: the shell sees what the job sees.
+            target = await trio.to_thread.run_sync(_sandbox_member, process.pid)
+            if target is None:
+                raise EngineError("tunnel", f"job {run.job_id} has ended")
+            argv = sandbox.shell_argv(target, run.workspace.resolve(), argv)
+        limits = _limiter(run, sandboxed=sandboxed)
         try:
             return await open_pty_shell(
-                argv, cwd=run.workspace, env=env, rows=rows, cols=cols, limits=_limiter(run)
+                argv, cwd=run.workspace, env=env, rows=rows, cols=cols, limits=limits
             )
         except OSError as exc:
             raise EngineError(
@@ -398,9 +491,10 @@ _LOOPBACK_FOR = {
 }
 
 
-def _job_listener(pid: int, port: int) -> str | None:
+def _job_listener(pid: int, port: int) -> tuple[str, int] | None:
     """The loopback address to connect to for a listener on TCP ``port`` held by a process
-    of the job's tree (``pid`` and its descendants), None if it holds none there."""
+    of the job's tree (``pid`` and its descendants), and that process's pid (in a sandbox,
+    its network namespace is the one to connect in); None if it holds none there."""
     import psutil
 
     try:
@@ -410,18 +504,100 @@ def _job_listener(pid: int, port: int) -> str | None:
         return None
     for proc in tree:
         try:
-            sockets = proc.net_connections(kind="tcp")
-        except psutil.Error:
+            # Read from the process's own /proc/PID/net (psutil reads ours: a sandboxed
+            # job's sockets are in a network namespace of their own).
+            listening = _listening(proc.pid, _socket_inodes(proc.pid))
+        except OSError:
             continue
-        for conn in sockets:
-            listening = conn.status == psutil.CONN_LISTEN and conn.laddr
-            if (
-                listening
-                and conn.laddr.port == port
-                and (found := _LOOPBACK_FOR.get(conn.laddr.ip))
-            ):
-                return found
+        for ip, bound_port in listening:
+            if bound_port == port and (found := _LOOPBACK_FOR.get(ip)):
+                return found, proc.pid
     return None
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"{fds}/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _listening(pid: int, inodes: set[str]) -> list[tuple[str, int]]:
+    """The (address, port) of the TCP listeners among ``inodes``, in ``pid``'s namespace."""
+    import ipaddress
+
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_ip, hex_port = fields[1].split(":")
+            # The kernel prints each 32-bit word of the address in host (little-endian) order.
+            raw = b"".join(bytes.fromhex(hex_ip[i : i + 8])[::-1] for i in range(0, len(hex_ip), 8))
+            found.append((str(ipaddress.ip_address(raw)), int(hex_port, 16)))
+    return found
+
+
+def _sandbox_member(pid: int) -> int | None:
+    """A process of the job's tree (under the group leader ``pid``) inside its sandbox."""
+    import psutil
+
+    try:
+        tree = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return None
+    return next((proc.pid for proc in tree if sandbox.inside(proc.pid)), None)
+
+
+def _terminate_inside(pid: int) -> None:
+    """SIGTERM to every process of the job's tree (under the group leader ``pid``) inside
+    its sandbox: the job's own, those that left its process group included."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(pid).children(recursive=True):
+            if sandbox.inside(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(proc.pid, signal.SIGTERM)
+
+
+async def _connect_inside(pid: int, address: str, port: int) -> trio.SocketStream:
+    """A TCP connection to ``address``:``port`` made in ``pid``'s network namespace."""
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with theirs:
+            helper = await trio.lowlevel.open_process(
+                sandbox.connect_argv(pid, address, port, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        try:
+            await helper.wait()
+        finally:
+            helper.kill()  # only if cancelled: it has ended otherwise
+        ours.setblocking(False)
+        message, fds, _, _ = socket.recv_fds(ours, 256, 1)
+    finally:
+        ours.close()
+    if not fds:
+        why = message.decode("utf-8", "replace") or "the connecting helper failed"
+        raise OSError(0, why)
+    for extra in fds[1:]:
+        os.close(extra)
+    return trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=fds[0])))
 
 
 def _tree_usage(proc: object) -> tuple[float, float]:
@@ -449,7 +625,7 @@ def _kill_group(process: trio.Process, sig: int) -> None:
         os.killpg(process.pid, sig)
 
 
-def _limiter(run: JobRun) -> Callable[[], None]:
+def _limiter(run: JobRun, *, sandboxed: bool = False) -> Callable[[], None]:
     """The preexec function: limits set in the child between fork and exec."""
     memory = run.limits.memory_mb << 20
     # CPU seconds: the wall limit times the cores it may use (+ slack for the interpreter).
@@ -462,6 +638,11 @@ def _limiter(run: JobRun) -> Callable[[], None]:
         uid = os.getuid()
         mine = sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"].real == uid)
         nproc = mine + run.limits.pids + 1  # and the group's leader
+    elif sandboxed:
+        # Root ignores RLIMIT_NPROC, but not inside a user namespace of its own (the kernel
+        # counts per namespace and user): there it counts this job's processes alone, and
+        # bwrap's init.
+        nproc = run.limits.pids + 2
 
     def apply() -> None:
         # RLIMIT_DATA, not RLIMIT_AS: torch and OpenBLAS reserve far more address space than

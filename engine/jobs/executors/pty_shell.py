@@ -1,4 +1,5 @@
-"""A shell on a pseudo-terminal, for the process executor's jobs (trusted networks only).
+"""A shell on a pseudo-terminal, for the process executor's jobs (entering the job's sandbox
+with nsenter where it has one: sandbox.py ``shell_argv``; off unless jobs.allow_process_shell).
 
 The command runs in its own session with the PTY as its controlling terminal (so Ctrl-C,
 sent as a byte, reaches it as SIGINT), in the job's workspace with the job's environment and
