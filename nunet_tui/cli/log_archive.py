@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import msgspec
+
 from engine import api
-from engine.config import MAX_CONFIG_BYTES, Paths
+from engine.config import MAX_CONFIG_BYTES, Paths, PaymentsSettings
 from engine.errors import EngineError
 from nunet_tui.cli import output
 
@@ -57,30 +59,44 @@ PACKAGES = (
     "docker",
     "nvidia-ml-py",
 )
-# Keys whose values are secrets wherever they appear (a stray one in config.toml too).
-SECRET_KEY = re.compile(
-    r"pass|secret|token|key|project_?id|mnemonic|password|credential|auth|blockfrost|cookie",
-    re.IGNORECASE,
-)
-NOT_SECRET = frozenset({"keystore", "passphrase_file"})  # names a backend or a path
-# [payments] fields that are not secrets; anything else there is redacted.
-PAYMENTS_PUBLIC = frozenset(
+# Words that make a key's value a secret wherever it appears (a stray one in config.toml
+# too), matched against the key's words ("ntx_policy_id" has none; "blockfrost_project_id",
+# "api_key" and "NUNET_KEYRING_PASSPHRASE" do), never as substrings: "key" in "keystore",
+# "pass" in "compass" name no secret.
+SECRET_WORDS = frozenset(
     {
-        "backend",
-        "ledger_url",
-        "keystore",
-        "passphrase_file",
-        "ntx_policy_id",
-        "ntx_asset_name",
-        "oracle_url",
-        "require_payment",
-        "deadline_margin_s",
-        "liveness_interval_s",
-        "settle_interval_s",
-        "split_grace_s",
-        "counter_tolerance_s",
+        "pass", "passphrase", "password", "passwd", "secret", "secrets", "token", "tokens",
+        "key", "keys", "apikey", "mnemonic", "seed", "credential", "credentials", "auth",
+        "authorization", "blockfrost", "cookie", "cookies", "private", "signing",
     }
-)
+)  # fmt: skip
+NOT_SECRET = frozenset({"keystore", "passphrase_file"})  # names a backend or a path
+
+
+def _payments_public() -> frozenset[str]:
+    """[payments] fields whose names say no secret: the settings' own fields (config.toml
+    cannot hold others), so a new setting is shown without a list to keep."""
+    names = {f.name for f in msgspec.structs.fields(PaymentsSettings)}
+    return frozenset(n for n in names if n in NOT_SECRET or not is_secret_key(n))
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a setting or variable of this name holds a secret (by its words)."""
+    lowered = name.lower()
+    if lowered in NOT_SECRET:
+        return False
+    words = set(re.split(r"[^a-z0-9]+", lowered))
+    return bool(words & SECRET_WORDS) or "project_id" in lowered or "projectid" in lowered
+
+
+# Where a secret's value is looked for in free text (log lines, a job's reason), it must be
+# distinctive: a short value or a number ("3000", "30.0") found inside other text is a
+# coincidence, and replacing it there corrupted figures ("created_at": 17963272<redacted>851927).
+# Shorter values are still redacted where they stand: by their key, or as a whole value.
+MIN_SCRUBBED_CHARS = 8
+_FIGURE = re.compile(r"[\d\s.,:+-]+")
+
+
 BLOCKFROST_ID = re.compile(r"\b(?:mainnet|preprod|preview)[A-Za-z0-9]{32}\b")
 URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
 
@@ -109,14 +125,28 @@ class Secrets:
     values: set[str] = field(default_factory=set)
 
     def add(self, value: object) -> None:
-        if isinstance(value, str) and len(value.strip()) >= 4:
+        if isinstance(value, str) and value.strip():
             self.values.add(value.strip())
 
     def scrub(self, text: str) -> str:
+        """Free text without the secrets' distinctive values, Blockfrost ids and URL
+        credentials; a text that is exactly a secret is redacted whole."""
+        if text.strip() in self.values:
+            return REDACTED
         for value in sorted(self.values, key=len, reverse=True):  # longest first
-            text = text.replace(value, REDACTED)
+            if len(value) >= MIN_SCRUBBED_CHARS and not _FIGURE.fullmatch(value):
+                text = text.replace(value, REDACTED)
         text = BLOCKFROST_ID.sub(REDACTED, text)
         return URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+
+    def scrub_data(self, data: Any) -> Any:
+        """JSON-shaped ``data`` with each text value scrubbed; keys and numbers as they are
+        (the serialized text is never searched: that cut secrets out of figures)."""
+        if isinstance(data, dict):
+            return {k: self.scrub_data(v) for k, v in data.items()}
+        if isinstance(data, list | tuple):
+            return [self.scrub_data(v) for v in data]
+        return self.scrub(data) if isinstance(data, str) else data
 
 
 def redact_url(url: str, secrets: Secrets, *, keep_path: bool = True) -> str:
@@ -156,7 +186,7 @@ def redact_config(raw: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
         key = path[-1] if path else ""
         if isinstance(item, dict):
             return {k: value((*path, str(k)), v) for k, v in item.items()}
-        if path[:1] == ("payments",) and len(path) == 2 and key not in PAYMENTS_PUBLIC:
+        if path[:1] == ("payments",) and len(path) == 2 and key not in _payments_public():
             return _hide(item, secrets)
         if path == ("notify", "command") and isinstance(item, list):
             for arg in item[1:]:
@@ -164,7 +194,7 @@ def redact_config(raw: dict[str, Any], secrets: Secrets) -> dict[str, Any]:
             return item[:1] + [REDACTED] * (len(item) - 1)
         if path == ("notify", "webhook_url") and isinstance(item, str):
             return redact_url(item, secrets, keep_path=False) if item else item
-        if SECRET_KEY.search(key) and key not in NOT_SECRET:
+        if is_secret_key(key):
             return _hide(item, secrets)
         if isinstance(item, list):
             return [value(path, v) for v in item]
@@ -190,7 +220,7 @@ def _environment(secrets: Secrets, environ: dict[str, str]) -> dict[str, str]:
         if not (name.startswith("NUNET_") or name == "DOCKER_HOST"):
             continue
         lowered = name.lower()
-        if SECRET_KEY.search(lowered.removeprefix("nunet_")) and not lowered.endswith(
+        if is_secret_key(lowered.removeprefix("nunet_")) and not lowered.endswith(
             ("_keystore", "_passphrase_file")
         ):
             secrets.add(text)
@@ -204,7 +234,7 @@ def _environment(secrets: Secrets, environ: dict[str, str]) -> dict[str, str]:
             shown[name] = ",".join(args[:1] + [REDACTED] * (len(args) - 1))
         elif (
             name.startswith("NUNET_PAYMENTS_")
-            and lowered.removeprefix("nunet_payments_") not in PAYMENTS_PUBLIC
+            and lowered.removeprefix("nunet_payments_") not in _payments_public()
         ):
             secrets.add(text)
             shown[name] = REDACTED
@@ -247,7 +277,9 @@ class Archive:
         self.members[f"{self.root}/{name}"] = secrets.scrub(text).encode("utf-8")
 
     def json(self, name: str, data: Any, secrets: Secrets) -> None:
-        self.text(name, json.dumps(data, indent=2, default=str, ensure_ascii=False) + "\n", secrets)
+        shown = secrets.scrub_data(json.loads(json.dumps(data, default=str)))
+        text = json.dumps(shown, indent=2, ensure_ascii=False) + "\n"
+        self.members[f"{self.root}/{name}"] = text.encode("utf-8")
 
 
 def _log_files(paths: Paths) -> list[tuple[str, Path]]:

@@ -141,7 +141,7 @@ def test_without_a_daemon_from_the_database_read_only(tmp_path: Path) -> None:
         "job-ok": "completed",
         "job-bad": "failed",
     }
-    assert set(node["readiness"]) == {"docker", "gpu_driver", "gpu_runtime"}
+    assert {"docker", "gpu_driver", "gpu_runtime", "sandbox"} <= set(node["readiness"])
     versions = json.loads(files["versions.json"])
     assert versions["packages"]["libp2p"] == "0.8.1"
     assert versions["python"] and versions["nunet-tui"] and versions["docker_engine"]
@@ -166,7 +166,7 @@ def test_with_a_running_daemon_over_its_socket(
     node = json.loads(files["node.json"])
     assert node["source"].startswith("running node")
     assert node["info"]["peer_id"] == daemon.peer_id
-    assert set(node["readiness"]) == {"docker", "gpu_driver", "gpu_runtime"}
+    assert {"docker", "gpu_driver", "gpu_runtime", "sandbox"} <= set(node["readiness"])
     assert node["network"]["online"] is True and isinstance(node["network"]["peers"], int)
     settings = json.loads(files["config/settings.json"])
     assert settings["notify"]["webhook_url"].startswith("https://<redacted>@hooks.example.net")
@@ -189,5 +189,5 @@ def test_an_existing_file_is_not_overwritten(tmp_path: Path) -> None:
 def test_a_home_with_no_node_is_one_line(tmp_path: Path) -> None:
     result = run_cli("--home", str(tmp_path / "nothing"), "log", "-o", str(tmp_path / "x.tgz"))
     assert result.returncode == 1
-    assert len(result.stderr.strip().splitlines()) == 1 and "no nunet-tui node" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "there is no node at" in result.stderr
     assert not (tmp_path / "nothing").exists()
