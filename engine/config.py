@@ -297,9 +297,18 @@ class MlImagesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     tensorflow_cpu: ImageRef = DEFAULT_ML_IMAGES["tensorflow_cpu"]
     tensorflow_nvidia: ImageRef = DEFAULT_ML_IMAGES["tensorflow_nvidia"]
     tensorflow_amd: ImageRef = DEFAULT_ML_IMAGES["tensorflow_amd"]
+    # scikit-learn jobs (CPU only): by default the image scripts/build_test_image.sh builds.
+    sklearn_cpu: ImageRef = DEFAULT_ML_IMAGES["scikit-learn_cpu"]
 
     def as_map(self) -> dict[str, str]:
-        return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
+        """By the executors' keys (``FRAMEWORK_DEVICE``: sklearn_cpu is scikit-learn_cpu)."""
+        return {
+            _IMAGE_KEYS.get(f.name, f.name): getattr(self, f.name)
+            for f in msgspec.structs.fields(self)
+        }
+
+
+_IMAGE_KEYS = {"sklearn_cpu": "scikit-learn_cpu"}
 
 
 class PaymentsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -20,7 +20,13 @@ from engine.api import GpuVendor, ImagePullProgress, MlImageResult, MlImagesRepo
 from engine.errors import EngineError
 
 # Official framework images. PyTorch publishes no CPU-only image: its CUDA image runs on CPU.
+# scikit-learn has no official image: the default is one built on this machine from Debian's
+# packages (scripts/build_test_image.sh: offline), which onboard-ml builds nothing for and
+# does not pull; [ml_images] sklearn_cpu names another (any image with python3 and sklearn).
+LOCAL_SKLEARN_IMAGE = "nunet/python-sklearn:test"
+LOCAL_IMAGES = frozenset({LOCAL_SKLEARN_IMAGE})
 DEFAULT_ML_IMAGES: dict[str, str] = {
+    "scikit-learn_cpu": LOCAL_SKLEARN_IMAGE,
     "pytorch_cpu": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
     "pytorch_nvidia": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
     "pytorch_amd": "rocm/pytorch:latest",
@@ -65,7 +71,10 @@ def select_images(
     else:
         variants = {"cpu"} | {v for v in vendors if v in ("nvidia", "amd")}
         pairs = [
-            (key, ref) for key, ref in configured.items() if key.rsplit("_", 1)[-1] in variants
+            (key, ref)
+            for key, ref in configured.items()
+            if key.rsplit("_", 1)[-1] in variants
+            and not (key == "scikit-learn_cpu" and ref in LOCAL_IMAGES)
         ]
     seen: set[str] = set()
     result: list[tuple[str, str]] = []

@@ -234,7 +234,9 @@ def test_shells_into_process_jobs_are_off_unless_turned_on(
     with serving(www) as url:
         body = f'kind = "service"\nports = [{service_port}]\nexpected_minutes = 5\n'
         body += "[env]\n" + "".join(
-            f'{key} = "/nonexistent"\n'
+            # Paths of this test's own: were the sandbox off, a write would land here, not
+            # at a shared path other tests read (a "/nonexistent" file broke DOCKER_HOST ones).
+            f'{key} = "{tmp_path / "absent" / key}"\n'
             for key in ("P_KEY", "P_DB", "P_OTHER", "P_SOCK", "P_STATE", "P_TMP")
         )
         body += f'P_PID = "1"\nP_PORT = "1"\nP_SLEEP = "1"\nPORT = "{service_port}"\n'

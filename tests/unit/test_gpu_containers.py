@@ -307,3 +307,21 @@ def test_ml_images_setting_and_env_override(tmp_path: Path) -> None:
     assert images["tensorflow_amd"] == ""
     assert images["pytorch_nvidia"] == DEFAULT_ML_IMAGES["pytorch_nvidia"]
     assert set(images) == set(DEFAULT_ML_IMAGES)
+
+
+def test_scikit_learn_jobs_run_in_the_image_ml_images_names() -> None:
+    """[ml_images] had no key for scikit-learn: a Docker provider always used the locally
+    built test image. sklearn_cpu names it; onboard-ml pulls no local build."""
+    from engine.config import MlImagesSettings
+    from engine.jobs.executors.docker import images_from_settings
+    from engine.resources.ml_images import LOCAL_SKLEARN_IMAGE
+
+    chosen = MlImagesSettings(sklearn_cpu="example.org/ml/sklearn:1.5")
+    assert images_from_settings(chosen.as_map())["scikit-learn_cpu"] == "example.org/ml/sklearn:1.5"
+    assert images_from_settings(MlImagesSettings().as_map())["scikit-learn_cpu"] == (
+        LOCAL_SKLEARN_IMAGE
+    )
+    assert "scikit-learn_cpu" not in images_from_settings(MlImagesSettings(sklearn_cpu="").as_map())
+    pulled = [ref for _, ref in select_images(MlImagesSettings().as_map(), ())]
+    assert LOCAL_SKLEARN_IMAGE not in pulled and pulled
+    assert "example.org/ml/sklearn:1.5" in [ref for _, ref in select_images(chosen.as_map(), ())]

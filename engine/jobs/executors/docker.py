@@ -46,15 +46,14 @@ from engine.jobs.executors.base import (
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 from engine.jobs.executors.dockerlogs import LogReader
 from engine.resources.container_engine import EngineFacts, probe_facts
-from engine.resources.ml_images import DEFAULT_ML_IMAGES
+from engine.resources.ml_images import DEFAULT_ML_IMAGES, LOCAL_SKLEARN_IMAGE
 
 LABEL_JOB = "nunet.job"
 LABEL_NODE = "nunet.node"
 LABEL_STEP = "nunet.step"
-TEST_IMAGE = "nunet/python-sklearn:test"  # scripts/build_test_image.sh: offline, from .debs
-# scikit-learn has no official image; the locally built one works offline (the demo, tests).
+TEST_IMAGE = LOCAL_SKLEARN_IMAGE  # scripts/build_test_image.sh: offline, from .debs
 log = logging.getLogger("nunet.jobs.docker")
-DEFAULT_IMAGES: dict[str, str] = {**DEFAULT_ML_IMAGES, "scikit-learn_cpu": TEST_IMAGE}
+DEFAULT_IMAGES: dict[str, str] = dict(DEFAULT_ML_IMAGES)
 INSTALL_TIMEOUT_S = 900
 GRACE_S = 5
 LOG_IDLE_S = 10.0  # after the exit, a log stream silent this long is given up
