@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL
-from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.kad_dht.kad_dht import DHTMode
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.records.validator import NamespacedValidator
 from libp2p.tools.anyio_service import background_trio_service
@@ -28,11 +28,13 @@ from engine.identity import Identity
 from engine.network import adverts, supervise, wire
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
+from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
 from engine.network.peers import PeerInfo, PeerTable
+from engine.network.record_book import StoreBounds
 
 log = logging.getLogger("nunet.network")
 
@@ -40,6 +42,17 @@ PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
 ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
+
+
+def dht_bounds_of(settings: NetworkSettings) -> StoreBounds:
+    per_ip = settings.dht_records_per_ip
+    return StoreBounds(
+        max_records=settings.dht_max_records,
+        max_bytes=int(settings.dht_max_mb * (1 << 20)),
+        per_peer=min(64, per_ip),
+        per_address=per_ip,
+        per_subnet=settings.dht_records_per_subnet,
+    )
 
 
 class NetworkCallbacks(ChatHooks, Protocol):
@@ -240,9 +253,12 @@ class NetworkService:
         validator = NamespacedValidator(
             {adverts.NAMESPACE: adverts.AdvertValidator()}, strict_validation=True
         )
-        self.dht = KadDHT(
+        # What other peers can make us keep, and how fast they can write it (dht_bounds.py).
+        self.dht = BoundedKadDHT(
             self.host,
             DHTMode.SERVER,
+            bounds=dht_bounds_of(self.settings),
+            standing=self.callbacks.in_good_standing,
             validator=validator,
             validator_changed=True,
             strict_validation=True,

@@ -284,4 +284,3 @@ def test_an_offer_flood_is_refused_unstored_and_bounded(
     assert picked.returncode == 1
     assert "not enough CPU: 500 MHz, the low tier needs 1000 MHz" in picked.stderr
     assert offered == []
-
