@@ -154,7 +154,15 @@ class NetworkService:
         """A new stream to ``peer_id`` (ValueError for a bad id; py-libp2p's dial errors)."""
         if self.host is None:
             raise PeerUnreachable("the network is not running")
-        return await self.host.new_stream(hostmod.peer_id_of(peer_id), [TProtocol(protocol)])
+        pid = hostmod.peer_id_of(peer_id)
+        await self.reach(peer_id)
+        return await self.host.new_stream(pid, [TProtocol(protocol)])
+
+    async def reach(self, peer_id: str) -> None:
+        """Before dialling ``peer_id``: the peerstore holds its confirmed addresses, asked of
+        our bootstrap peers if need be (engine/network/confirmed.py); never an advert's own."""
+        if self.discovery is not None:
+            await self.discovery.reach(peer_id)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
@@ -267,6 +275,7 @@ class NetworkService:
         self.chat = ChatService(
             self.host, self.callbacks, self._chat_seq_floor, self.callbacks.in_good_standing
         )
+        self.chat.before_dial = self.reach
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
@@ -330,6 +339,7 @@ class NetworkService:
             ttl_s=self.advert_ttl_s,
             # The DHT walk is the fallback for missed gossip: no more often than heartbeats.
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
+            vouchers=self._vouchers,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -363,6 +373,19 @@ class NetworkService:
         if self.chat is None or not self._started:
             raise PeerUnreachable("the network is not running")
         return self.chat
+
+    def _vouchers(self) -> list[Any]:
+        """Our bootstrap peers we are connected to: configured by the user and dialled at
+        their configured address, they may confirm other peers' addresses (confirmed.py)."""
+        vouchers = []
+        for addr in self.settings.bootstrap:
+            try:
+                peer = hostmod.parse_peer_addr(addr).peer_id
+            except ValueError:
+                continue
+            if hostmod.is_connected(self.host, peer):
+                vouchers.append(peer)
+        return vouchers
 
     def _observed(self, peer_id: str) -> str | None:
         if self.host is None:
@@ -414,8 +437,13 @@ class NetworkService:
             for peer in connected:
                 # A connection proves the key (Noise): its peer is verified (peers.py).
                 listed = self.table.get(str(peer))
-                if listed is not None and not listed.verified:
-                    self.table.mark_verified(str(peer), hostmod.observed_addr(self.host, peer))
+                if listed is not None or self.discovery is not None:
+                    observed = hostmod.observed_addr(self.host, peer)
+                    if self.discovery is not None:
+                        # Where it was seen: the addresses of it we may dial (confirmed.py).
+                        self.discovery.confirmed.observe(str(peer), observed)
+                    if listed is not None and not listed.verified:
+                        self.table.mark_verified(str(peer), observed)
                 if self.dht.routing_table.peer_in_table(peer):
                     retry.pop(peer, None)
                     continue

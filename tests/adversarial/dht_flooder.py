@@ -1,14 +1,15 @@
 """Many identities writing into one node's DHT from one source address:
-``python -m tests.adversarial.dht_flooder TARGET COUNT SOURCE_IP PUTS CHANNEL``.
+``python -m tests.adversarial.dht_flooder TARGET COUNT SOURCE_IP PUTS CHANNEL [TRAP]``.
 
 Each of COUNT identities connects to TARGET and sends PUTS ``PUT_VALUE`` requests, each a
 valid signed advert of a fresh throw-away identity on CHANNEL (what the node's own validator
 accepts), one stream per request as py-libp2p's client does, plus ADD_PROVIDER requests for
-the channel's provider key and for random keys. Then it asks TARGET (``GET_VALUE``) for a
-sample of the keys it was told were stored. It prints, every half second, ``sent S acked A
-providers P``, and at the end ``done sent S acked A providers P held H of Q`` (H of the Q keys
-asked for were still held). A process of its own: every outbound TCP connection is bound to
-SOURCE_IP, which must not leak into the test process.
+the channel's provider key and for random keys, each naming TRAP (``ip:port``) 64 times.
+Then it asks TARGET (``GET_VALUE``) for a sample of the keys it was told were stored. It
+prints, every half second, ``sent S acked A providers P``, and at the end ``done sent S acked
+A providers P held H of Q`` (H of the Q keys asked for were still held). A process of its
+own: every outbound TCP connection is bound to SOURCE_IP, which must not leak into the test
+process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.kad_dht.common import PROTOCOL_ID
 from libp2p.kad_dht.pb.kademlia_pb2 import Message
 from libp2p.utils.varint import read_varint_prefixed_bytes_limited
+from multiaddr import Multiaddr
 from nacl.signing import SigningKey
 
 from engine.identity import Identity
@@ -40,6 +42,7 @@ IN_FLIGHT = 8
 
 
 class Counts:
+    trap = b""  # the binary multiaddr every provider record names first
     slots: trio.Semaphore | None = None
     finished = 0  # identities done sending (or that could not connect)
     sent = 0
@@ -107,8 +110,9 @@ async def provide(host: Any, target: Any, key: bytes) -> None:
     message = Message(type=Message.MessageType.ADD_PROVIDER, key=key)
     provider = message.providerPeers.add()
     provider.id = host.get_id().to_bytes()
-    # Many addresses: py-libp2p kept every one.
-    provider.addrs.extend(b"\x04" + os.urandom(4) + b"\x06" + os.urandom(2) for _ in range(64))
+    # Many addresses (py-libp2p kept every one), all the trap's: nodes that looked the key up
+    # dialled what the record named.
+    provider.addrs.extend([Counts.trap] * 64)
     answer = await request(host, target, message)
     if answer is not None and answer.type == Message.MessageType.ADD_PROVIDER:
         Counts.providers += 1
@@ -147,10 +151,14 @@ async def held(host: Any, target: Any, keys: list[bytes]) -> int:
     return found
 
 
-async def main(target_addr: str, count: int, source: str, puts: int, channel: str) -> None:
+async def main(
+    target_addr: str, count: int, source: str, puts: int, channel: str, trap: str
+) -> None:
     trio.open_tcp_stream = functools.partial(trio.open_tcp_stream, local_address=source)  # type: ignore[assignment]
     target = parse_peer_addr(target_addr)
     Counts.slots = trio.Semaphore(IN_FLIGHT)
+    ip, port = trap.rsplit(":", 1)
+    Counts.trap = Multiaddr(f"/ip4/{ip}/tcp/{port}").to_bytes()
     hosts = [build_host(Identity(SigningKey.generate()), []) for _ in range(count)]
 
     def report(prefix: str) -> str:
@@ -175,4 +183,6 @@ async def main(target_addr: str, count: int, source: str, puts: int, channel: st
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    args = sys.argv[1:]
+    trap = args[5] if len(args) > 5 else "127.0.0.1:1"
+    trio.run(main, args[0], int(args[1]), args[2], int(args[3]), args[4], trap)
