@@ -126,10 +126,12 @@ class ConfirmedAddrs:
                 ip = _ip_of(addr)
                 if ip is None:
                     continue
-                # A peer listening on every interface advertises 0.0.0.0: that reaches it
-                # only on its own machine, where we saw it at a loopback address.
-                if ip in ips or (ip.is_unspecified and any(i.is_loopback for i in ips)):
+                if ip in ips:
                     good.append(addr)
+                elif ip.is_unspecified:
+                    # Listening on every interface (0.0.0.0): its port, at the IPs we saw it
+                    # at (on its own machine, 0.0.0.0 itself reaches it).
+                    good.extend(_at_seen_ips(addr, ip, ips))
         for addr in dialable(peer_id, self._vouched.get(peer_id, ())):
             if all(str(addr) != str(g) for g in good):
                 good.append(addr)
@@ -138,6 +140,27 @@ class ConfirmedAddrs:
     def _trim(self, table: OrderedDict[str, Any]) -> None:
         while len(table) > self.max_peers:
             table.popitem(last=False)
+
+
+def _at_seen_ips(
+    addr: multiaddr.Multiaddr,
+    unspecified: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    seen: set[ipaddress.IPv4Address | ipaddress.IPv6Address],
+) -> list[multiaddr.Multiaddr]:
+    family = "ip4" if unspecified.version == 4 else "ip6"
+    out = []
+    for ip in sorted(seen, key=str):
+        if ip.version != unspecified.version:
+            continue
+        if ip.is_loopback:
+            out.append(addr)
+        else:
+            out.append(
+                multiaddr.Multiaddr(
+                    str(addr).replace(f"/{family}/{unspecified}/", f"/{family}/{ip}/", 1)
+                )
+            )
+    return list({str(a): a for a in out}.values())
 
 
 class ConfirmService:

@@ -28,11 +28,15 @@ def test_an_address_counts_once_the_peer_was_seen_at_its_ip() -> None:
     assert confirmed.confirmed(PEER, claimed) == []  # an advert alone: nothing to dial
     confirmed.observe(PEER, "/ip4/198.51.100.7/tcp/51234")  # it connected from there
     assert [str(a) for a in confirmed.confirmed(PEER, claimed)] == ["/ip4/198.51.100.7/tcp/9000"]
-    # Listening on every interface: reachable where we saw it only if that was this machine.
-    assert confirmed.confirmed(PEER, (addr("0.0.0.0"),)) == []
+    # Listening on every interface: its port, at the IPs we saw it at (0.0.0.0 itself on
+    # this machine).
+    assert [str(a) for a in confirmed.confirmed(PEER, (addr("0.0.0.0"),))] == [
+        "/ip4/198.51.100.7/tcp/4001"
+    ]
     confirmed.observe(PEER, "/ip4/127.0.0.1/tcp/40000")
     assert [str(a) for a in confirmed.confirmed(PEER, (addr("0.0.0.0"),))] == [
-        "/ip4/0.0.0.0/tcp/4001"
+        "/ip4/0.0.0.0/tcp/4001",
+        "/ip4/198.51.100.7/tcp/4001",
     ]
 
 
