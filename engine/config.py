@@ -211,6 +211,14 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # escrow or an accepted chat with are admitted past both (engine/network/pending_gate.py).
     max_inbound_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
     max_inbound_per_subnet: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
+    # The DHT records other peers make us keep (values, and provider records, each): at most
+    # dht_max_records and dht_max_mb in all, dht_records_per_ip of one address (IPv4, IPv6
+    # /64) and dht_records_per_subnet of one subnet (/24, /56); our own records and those of
+    # peers we deal with are kept first (engine/network/dht_bounds.py).
+    dht_max_records: Annotated[int, msgspec.Meta(ge=64, le=1_000_000)] = 4096
+    dht_max_mb: Annotated[float, msgspec.Meta(ge=1, le=4096)] = 8.0
+    dht_records_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
+    dht_records_per_subnet: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 512
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

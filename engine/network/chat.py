@@ -13,7 +13,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -125,6 +125,9 @@ class ChatService:
     ) -> None:
         self.host = host
         self.hooks = hooks
+        # Called before a stream to a peer is opened: the node teaches the peerstore the
+        # peer's confirmed addresses, if it has any (engine/network/confirmed.py).
+        self.before_dial: Callable[[str], Awaitable[None]] | None = None
         # Whether a peer is in good standing with us (the node's answer: an accepted chat, a
         # job or an escrow); without one, nobody is, and only the caps for strangers apply.
         self._standing = standing or (lambda peer_id: False)
@@ -221,6 +224,8 @@ class ChatService:
 
     async def _open(self, peer_id: str) -> Any:
         with trio.fail_after(ACK_TIMEOUT_S):
+            if self.before_dial is not None:
+                await self.before_dial(peer_id)
             return await self.host.new_stream(peer_id_of(peer_id), [CHAT_PROTOCOL])
 
     async def _await_ack(self, stream: Any, conversation: str, seq: int) -> None:

@@ -21,9 +21,11 @@ from libp2p.peer.peerinfo import PeerInfo as Libp2pPeerInfo
 
 from engine.identity import Identity
 from engine.network import adverts, supervise, wire
-from engine.network.addrs import dialable, is_usable
+from engine.network.addrs import is_usable
+from engine.network.confirmed import MAX_ASKED, ConfirmedAddrs, ConfirmService
 from engine.network.dialbudget import DialBudget
 from engine.network.host import connect, is_connected, observed_addr, peer_id_of
+from engine.network.one_request import serve_one_request
 from engine.network.peers import PeerTable
 from engine.network.ratelimit import PeerRateLimiter
 
@@ -39,6 +41,10 @@ EXCHANGE_PROTOCOL = TProtocol("/nunet/adverts/1.0.0")
 EXCHANGE_MAX_ADVERTS = 256
 EXCHANGE_TIMEOUT_S = 5.0
 MAX_TAUGHT_ADDRS = 2
+# Peers waiting for a bootstrap to confirm an address of theirs, and how often we ask.
+MAX_UNCONFIRMED = 256
+CONFIRM_INTERVAL_S = 1.0
+CONFIRM_TRIES = 3
 
 
 def topic_name(channel: str, kind: str) -> str:
@@ -84,12 +90,12 @@ def envelope_validator(
     return never_raises
 
 
-def add_peer_addrs(host: Any, peer_id: str, addrs: tuple[str, ...]) -> None:
-    """Teach the peerstore a peer's advertised addresses, so chat and ping can dial it.
-
-    The first ``MAX_TAUGHT_ADDRS`` only: a dial tries each address the peerstore holds, and
-    each is one more connection to wherever the advert's author points."""
-    good = dialable(peer_id, addrs)[:MAX_TAUGHT_ADDRS]
+def add_peer_addrs(host: Any, peer_id: str, addrs: list[Any]) -> None:
+    """Teach the peerstore a peer's confirmed addresses (confirmed.py), so chat, ping and
+    jobs can dial it: never what an advert alone names (a dial tries each address the
+    peerstore holds, and each is one more connection to wherever the advert's author points).
+    """
+    good = addrs[:MAX_TAUGHT_ADDRS]
     if good:
         host.get_peerstore().add_addrs(peer_id_of(peer_id), good, 3600)
 
@@ -108,6 +114,7 @@ class Discovery:
         refresh_s: float,
         ttl_s: float,
         lookup_s: float = DHT_LOOKUP_INTERVAL_S,
+        vouchers: Callable[[], list[Any]] = list,
     ) -> None:
         self.host = host
         self.pubsub = pubsub
@@ -137,9 +144,16 @@ class Discovery:
         self._nursery: trio.Nursery | None = None
         self._connecting: set[str] = set()
         self._pulling: set[Any] = set()
-        # Dials that adverts trigger are budgeted (dialbudget.py): adverts name addresses of
-        # their sender's choosing.
+        # Dials that adverts trigger are budgeted (dialbudget.py), and go only to addresses a
+        # connection confirmed (confirmed.py): adverts name addresses of their sender's choosing.
         self.dial_budget = DialBudget()
+        self.confirmed = ConfirmedAddrs()
+        self.confirm = ConfirmService(host, self.confirmed, self._claimed, self._observed)
+        # The bootstrap peers we are connected to: who we ask to confirm an address.
+        self.vouchers = vouchers
+        self._unconfirmed: dict[str, int] = {}  # peer id -> questions left
+        self._confirm_wake = trio.Event()
+        self.lookup_count = 0  # DHT lookups begun, for tests
         host.set_stream_handler(EXCHANGE_PROTOCOL, self._serve_exchange)
 
     @property
@@ -169,6 +183,7 @@ class Discovery:
                 "advert DHT writer": self._dht_put_loop,
                 "advert lookup": self._lookup_loop,
                 "subscriber watch": self._watch_subscribers,
+                "address confirmation": self._confirm_loop,
             }
             for name, loop in loops.items():
                 nursery.start_soon(supervise.supervised, name, loop)
@@ -301,7 +316,9 @@ class Discovery:
             return False
         if self.table.on_advert(advert):
             self._sealed[advert.peer_id] = sealed
-            add_peer_addrs(self.host, advert.peer_id, advert.addrs)
+            add_peer_addrs(
+                self.host, advert.peer_id, self.confirmed.confirmed(advert.peer_id, advert.addrs)
+            )
             if dial:
                 self._dial_soon(advert.peer_id)
             return True
@@ -363,66 +380,128 @@ class Discovery:
         return received
 
     async def _serve_exchange(self, stream: Any) -> None:
-        """Answer one query, then end the stream on both sides within EXCHANGE_TIMEOUT_S.
+        """Answer one query with the signed adverts we hold (one_request.py ends the stream
+        on both sides within EXCHANGE_TIMEOUT_S)."""
+        if not self._exchange_limiter.allow(str(stream.muxed_conn.peer_id)):
+            with contextlib.suppress(Exception):
+                await stream.reset()
+            return
 
-        ``close()`` only half-closes (our FIN): a peer that never closes its side, or sends
-        no query at all, used to keep the stream open for good (issue 21). We wait for its
-        FIN until the deadline and reset the stream otherwise."""
-        peer = str(stream.muxed_conn.peer_id)
-        done = False
-        try:
-            if not self._exchange_limiter.allow(peer):
-                return
-            with trio.move_on_after(EXCHANGE_TIMEOUT_S):
-                data = await wire.read_frame(stream, wire.MAX_QUERY_BYTES)
-                if data is None:
-                    return
-                query = wire.decode_query(data)
-                if query.channel_digest == wire.channel_digest(self.channel):
-                    # One write for all: a frame per write waited on the peer's delayed ACK.
-                    batch = b"".join(
-                        wire.frame(sealed)
-                        for peer_id, sealed in list(self._sealed.items())[:EXCHANGE_MAX_ADVERTS]
-                        if peer_id == self.identity.peer_id or peer_id in self.table
-                    )
-                    if batch:
-                        await stream.write(batch)
-                await stream.close()
-                # The asker sends nothing more: anything but its FIN is a breach.
-                done = await wire.at_end(stream)
-        except Exception as exc:
-            log.info("advert exchange from %s refused: %s", peer, exc)
-        finally:
-            if not done:
-                with contextlib.suppress(Exception):
-                    await stream.reset()
+        async def adverts_for(data: bytes) -> bytes:
+            query = wire.decode_query(data)
+            if query.channel_digest != wire.channel_digest(self.channel):
+                return b""
+            # One write for all: a frame per write waited on the peer's delayed ACK.
+            return b"".join(
+                wire.frame(sealed)
+                for peer_id, sealed in list(self._sealed.items())[:EXCHANGE_MAX_ADVERTS]
+                if peer_id == self.identity.peer_id or peer_id in self.table
+            )
+
+        await serve_one_request(
+            stream, wire.MAX_QUERY_BYTES, adverts_for, EXCHANGE_TIMEOUT_S, "advert exchange"
+        )
+
+    def _claimed(self, peer_id: str) -> tuple[str, ...] | None:
+        info = self.table.get(peer_id)
+        return info.addrs if info is not None else None
+
+    def _observed(self, peer_id: str) -> str | None:
+        with contextlib.suppress(Exception):
+            return observed_addr(self.host, peer_id_of(peer_id))
+        return None
 
     async def _connect(self, peer_id: str) -> None:
         """Channel members connect directly: gossip, ping and chat then skip the bootstrap.
 
-        Within the dial budget only (each address tried is charged), and to the first
-        ``MAX_TAUGHT_ADDRS`` dialable addresses the advert names, never the whole list. A
-        connection proves the key (Noise): the peer is verified.
+        Only to addresses a connection confirmed (confirmed.py: the peer was seen at that IP,
+        by us or by one of our bootstrap peers, whom we ask), the first ``MAX_TAUGHT_ADDRS``
+        of them, and within the dial budget (each address tried is charged). A connection
+        proves the key (Noise): the peer is verified.
         """
         pid = peer_id_of(peer_id)
         try:
             if is_connected(self.host, pid):
-                self.table.mark_verified(peer_id, observed_addr(self.host, pid))
+                observed = observed_addr(self.host, pid)
+                self.confirmed.observe(peer_id, observed)
+                self.table.mark_verified(peer_id, observed)
                 return
             if len(self.host.get_connected_peers()) > MAX_CHANNEL_CONNECTIONS:
                 return
             info = self.table.get(peer_id)
-            addrs = dialable(peer_id, info.addrs)[:MAX_TAUGHT_ADDRS] if info is not None else []
-            if not addrs or not self.dial_budget.allow([str(a) for a in addrs]):
+            if info is None:
                 return
+            addrs = self.confirmed.confirmed(peer_id, info.addrs)[:MAX_TAUGHT_ADDRS]
+            if not addrs:
+                self._want_confirmation(peer_id)
+                return
+            if not self.dial_budget.allow([str(a) for a in addrs]):
+                return
+            add_peer_addrs(self.host, peer_id, addrs)
             try:
                 await connect(self.host, Libp2pPeerInfo(pid, addrs))
             except (Exception, trio.TooSlowError) as exc:
                 log.info("could not connect to %s: %s", peer_id, exc)
                 return
-            self.table.mark_verified(peer_id, observed_addr(self.host, pid))
+            observed = observed_addr(self.host, pid)
+            self.confirmed.observe(peer_id, observed)
+            self.table.mark_verified(peer_id, observed)
         finally:
             self._connecting.discard(peer_id)
+
+    async def reach(self, peer_id: str) -> None:
+        """Before a stream is opened to ``peer_id`` (a chat, a job): unless connected, teach
+        the peerstore its confirmed addresses, asking our bootstrap peers at once when we
+        have none (a peer listed a moment ago, whose confirmation is on its way)."""
+        with contextlib.suppress(ValueError):
+            if is_connected(self.host, peer_id_of(peer_id)):
+                return
+        info = self.table.get(peer_id)
+        if info is None:
+            return
+        addrs = self.confirmed.confirmed(peer_id, info.addrs)
+        if not addrs:
+            for voucher in self.vouchers():
+                if await self.confirm.ask(voucher, [peer_id]):
+                    break
+            addrs = self.confirmed.confirmed(peer_id, info.addrs)
+        add_peer_addrs(self.host, peer_id, addrs)
+
+    def _want_confirmation(self, peer_id: str) -> None:
+        if peer_id not in self._unconfirmed and len(self._unconfirmed) < MAX_UNCONFIRMED:
+            self._unconfirmed[peer_id] = CONFIRM_TRIES
+            self._confirm_wake.set()
+
+    async def _confirm_loop(self) -> None:
+        """Ask our bootstrap peers which addresses of the peers we could not dial they saw
+        them at; dial the ones they confirm. At most one question per CONFIRM_INTERVAL_S."""
+        while True:
+            await self._confirm_wake.wait()
+            self._confirm_wake = trio.Event()
+            await trio.sleep(0.05)  # adverts come in batches: one question for all of them
+            asked = [p for p in list(self._unconfirmed)[:MAX_ASKED] if p in self.table]
+            for peer_id in list(self._unconfirmed):
+                if peer_id not in self.table:
+                    del self._unconfirmed[peer_id]
+            vouchers = self.vouchers()
+            if asked and vouchers:
+                for voucher in vouchers:
+                    await self.confirm.ask(voucher, asked)
+                for peer_id in asked:
+                    info = self.table.get(peer_id)
+                    if info is not None and self.confirmed.confirmed(peer_id, info.addrs):
+                        self._unconfirmed.pop(peer_id, None)
+                        self._dial_soon(peer_id)
+            for peer_id in asked:
+                left = self._unconfirmed.get(peer_id)
+                if left is not None:
+                    if left <= 1 or not vouchers:
+                        del self._unconfirmed[peer_id]
+                    else:
+                        self._unconfirmed[peer_id] = left - 1
+            if self._unconfirmed:
+                self._confirm_wake.set()
+            await trio.sleep(CONFIRM_INTERVAL_S)
 
     async def _lookup_loop(self) -> None:
         while True:
@@ -434,15 +513,15 @@ class Discovery:
 
     async def lookup(self) -> int:
         """Read the channel's adverts from the DHT; returns how many were new."""
+        self.lookup_count += 1
         try:
             providers = await self.dht.find_providers(adverts.provider_key(self.channel))
         except Exception as exc:
             log.info("provider lookup failed: %s", exc)
             return 0
+        # Provider records name addresses of their writer's choosing: not taught to the
+        # peerstore (they were, and every lookup dialled them); the adverts' confirmed ones are.
         ids = {str(p.peer_id) for p in providers} - {self.identity.peer_id}
-        for info in providers:
-            if info.addrs:
-                self.host.get_peerstore().add_addrs(info.peer_id, info.addrs, 3600)
         found = 0
 
         async def fetch(peer_id: str) -> None:

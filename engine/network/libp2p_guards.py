@@ -18,6 +18,8 @@ take 130-220 MB in a fraction of a second, and nothing limits how many connect a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import trio
@@ -115,11 +117,23 @@ class _Started:
             return bytes(await self._reader.read(n))
 
 
-def _deadlined(idle_s: float | None) -> Any:
+# What the DHT's stream handler may look at each request it reads, before py-libp2p parses,
+# validates or stores it: set for the handler's own task (engine/network/dht_bounds.py). The
+# gate raises to refuse the request (the handler ends the stream), returns to let it pass.
+KAD_REQUEST_GATE: ContextVar[Callable[[Any, bytes], None] | None] = ContextVar(
+    "kad_request_gate", default=None
+)
+
+
+def _deadlined(idle_s: float | None, gated: bool = False) -> Any:
     async def read_message(reader: Any, max_length: int) -> bytes:
         try:
             started: Any = _Started(reader, idle_s)  # a Reader: what the function reads from
-            return await read_varint_prefixed_bytes_limited(started, max_length)
+            message = await read_varint_prefixed_bytes_limited(started, max_length)
+            gate = KAD_REQUEST_GATE.get() if gated else None
+            if gate is not None:
+                gate(reader, message)
+            return message
         except trio.TooSlowError:
             # What the callers treat as a broken stream (they reset it): an incomplete read.
             from libp2p.io.exceptions import IncompleteReadError
@@ -133,9 +147,10 @@ def _deadlined(idle_s: float | None) -> Any:
 
 def deadline_protocol_reads() -> None:
     """Every /meshsub and /ipfs/kad message read in this process gets the deadlines above:
-    both modules call the ``read_varint_prefixed_bytes_limited`` they imported by name."""
+    both modules call the ``read_varint_prefixed_bytes_limited`` they imported by name (in
+    ``kad_dht`` only the inbound handler does, so KAD_REQUEST_GATE sees requests alone)."""
     pubsub_module.read_varint_prefixed_bytes_limited = _deadlined(None)
-    kad_dht.read_varint_prefixed_bytes_limited = _deadlined(KAD_IDLE_S)
+    kad_dht.read_varint_prefixed_bytes_limited = _deadlined(KAD_IDLE_S, gated=True)
 
 
 class GuardedPubsub(Pubsub):

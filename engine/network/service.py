@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL
-from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.kad_dht.kad_dht import DHTMode
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.records.validator import NamespacedValidator
 from libp2p.tools.anyio_service import background_trio_service
@@ -28,11 +28,13 @@ from engine.identity import Identity
 from engine.network import adverts, supervise, wire
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
+from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
 from engine.network.peers import PeerInfo, PeerTable
+from engine.network.record_book import StoreBounds
 
 log = logging.getLogger("nunet.network")
 
@@ -40,6 +42,17 @@ PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
 ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
+
+
+def dht_bounds_of(settings: NetworkSettings) -> StoreBounds:
+    per_ip = settings.dht_records_per_ip
+    return StoreBounds(
+        max_records=settings.dht_max_records,
+        max_bytes=int(settings.dht_max_mb * (1 << 20)),
+        per_peer=min(64, per_ip),
+        per_address=per_ip,
+        per_subnet=settings.dht_records_per_subnet,
+    )
 
 
 class NetworkCallbacks(ChatHooks, Protocol):
@@ -141,7 +154,15 @@ class NetworkService:
         """A new stream to ``peer_id`` (ValueError for a bad id; py-libp2p's dial errors)."""
         if self.host is None:
             raise PeerUnreachable("the network is not running")
-        return await self.host.new_stream(hostmod.peer_id_of(peer_id), [TProtocol(protocol)])
+        pid = hostmod.peer_id_of(peer_id)
+        await self.reach(peer_id)
+        return await self.host.new_stream(pid, [TProtocol(protocol)])
+
+    async def reach(self, peer_id: str) -> None:
+        """Before dialling ``peer_id``: the peerstore holds its confirmed addresses, asked of
+        our bootstrap peers if need be (engine/network/confirmed.py); never an advert's own."""
+        if self.discovery is not None:
+            await self.discovery.reach(peer_id)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
@@ -240,9 +261,12 @@ class NetworkService:
         validator = NamespacedValidator(
             {adverts.NAMESPACE: adverts.AdvertValidator()}, strict_validation=True
         )
-        self.dht = KadDHT(
+        # What other peers can make us keep, and how fast they can write it (dht_bounds.py).
+        self.dht = BoundedKadDHT(
             self.host,
             DHTMode.SERVER,
+            bounds=dht_bounds_of(self.settings),
+            standing=self.callbacks.in_good_standing,
             validator=validator,
             validator_changed=True,
             strict_validation=True,
@@ -251,6 +275,7 @@ class NetworkService:
         self.chat = ChatService(
             self.host, self.callbacks, self._chat_seq_floor, self.callbacks.in_good_standing
         )
+        self.chat.before_dial = self.reach
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
@@ -314,6 +339,7 @@ class NetworkService:
             ttl_s=self.advert_ttl_s,
             # The DHT walk is the fallback for missed gossip: no more often than heartbeats.
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
+            vouchers=self._vouchers,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -347,6 +373,19 @@ class NetworkService:
         if self.chat is None or not self._started:
             raise PeerUnreachable("the network is not running")
         return self.chat
+
+    def _vouchers(self) -> list[Any]:
+        """Our bootstrap peers we are connected to: configured by the user and dialled at
+        their configured address, they may confirm other peers' addresses (confirmed.py)."""
+        vouchers = []
+        for addr in self.settings.bootstrap:
+            try:
+                peer = hostmod.parse_peer_addr(addr).peer_id
+            except ValueError:
+                continue
+            if hostmod.is_connected(self.host, peer):
+                vouchers.append(peer)
+        return vouchers
 
     def _observed(self, peer_id: str) -> str | None:
         if self.host is None:
@@ -398,8 +437,13 @@ class NetworkService:
             for peer in connected:
                 # A connection proves the key (Noise): its peer is verified (peers.py).
                 listed = self.table.get(str(peer))
-                if listed is not None and not listed.verified:
-                    self.table.mark_verified(str(peer), hostmod.observed_addr(self.host, peer))
+                if listed is not None or self.discovery is not None:
+                    observed = hostmod.observed_addr(self.host, peer)
+                    if self.discovery is not None:
+                        # Where it was seen: the addresses of it we may dial (confirmed.py).
+                        self.discovery.confirmed.observe(str(peer), observed)
+                    if listed is not None and not listed.verified:
+                        self.table.mark_verified(str(peer), observed)
                 if self.dht.routing_table.peer_in_table(peer):
                     retry.pop(peer, None)
                     continue

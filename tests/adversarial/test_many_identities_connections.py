@@ -40,8 +40,12 @@ class Dialer:
     ) -> None:
         self.held = self.tried = self.streams = 0
         args = [target, str(count), source] + ([protocol, str(streams)] if protocol else [])
+        self._start("tests.adversarial.sybil_dialer", args)
+
+    def _start(self, module: str, args: list[str]) -> None:
+        """Run ``python -m module *args``; its stdout lines go to ``_read``."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.adversarial.sybil_dialer", *args],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
