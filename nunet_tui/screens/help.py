@@ -98,11 +98,15 @@ def _screen_title(screen: Screen[Any]) -> str:
 def _screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
     """The screen's own shown bindings that are enabled now (not the app-wide ones)."""
     app = screen.app
-    keys: list[tuple[str, str]] = []
+    # One line per action: a binding of several keys ("left,h") is one binding per key here,
+    # and each was a line of its own (the same help line twice).
+    lines: dict[tuple[str, str], list[str]] = {}
     for active in screen.active_bindings.values():
         binding = active.binding
         if active.node is app or not binding.show or not active.enabled:
             continue
         display = binding.key_display or app.get_key_display(binding)
-        keys.append((display, binding.tooltip or binding.description))
-    return keys
+        shown = lines.setdefault((binding.action, binding.tooltip or binding.description), [])
+        if display not in shown:
+            shown.append(display)
+    return [(" or ".join(keys), text) for (_, text), keys in lines.items()]

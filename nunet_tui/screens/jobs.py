@@ -43,6 +43,7 @@ from nunet_tui.widgets.job_state import (
     state_text,
 )
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_columns import fit, used_width
 from nunet_tui.widgets.table_rows import refill, selected_key
 
 COLUMNS = (
@@ -68,25 +69,19 @@ WIDTHS = {
 }
 NAME_WIDTH = (12, 28)  # at least, at most
 KEPT_FIRST = ("job", "state", "cost", "name", "role", "duration", "peer", "started")
-CELL_PADDING = 2  # DataTable's one cell of padding on each side
 # The panel's margin, border and padding around the table (jobs.tcss), both sides together.
 PANEL_CHROME = 6
 
 
 def fit_columns(width: int) -> tuple[tuple[str, ...], int]:
     """The columns that fit ``width`` cells, in table order, and the name column's width."""
-    chosen: set[str] = set()
-    used = 0
-    for key in KEPT_FIRST:
-        need = (NAME_WIDTH[0] if key == "name" else WIDTHS[key]) + CELL_PADDING
-        if used + need > width and chosen:
-            break
-        chosen.add(key)
-        used += need
+    widths = {**WIDTHS, "name": NAME_WIDTH[0]}
+    columns = fit([key for key, _ in COLUMNS], widths, KEPT_FIRST, width)
     name_width = NAME_WIDTH[0]
-    if "name" in chosen:
-        name_width = min(NAME_WIDTH[1], NAME_WIDTH[0] + max(0, width - used))
-    return tuple(key for key, _ in COLUMNS if key in chosen), name_width
+    if "name" in columns:
+        spare = width - used_width(columns, widths)
+        name_width = min(NAME_WIDTH[1], NAME_WIDTH[0] + max(0, spare))
+    return columns, name_width
 
 
 class JobsScreen(FilteredTableScreen):

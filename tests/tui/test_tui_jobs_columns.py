@@ -71,3 +71,35 @@ async def test_the_submit_form_takes_two_columns_again_when_the_terminal_grows(
         await until(pilot, side_by_side)
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: not side_by_side())
+
+
+@pytest.mark.anyio
+async def test_the_peers_table_keeps_cpu_ram_and_gpus_at_80x24(engine_client: Engine) -> None:
+    """At 80x24 the peers table showed the address, route and channel and lost CPU, RAM and
+    GPUs past the right edge: what a consumer picks a provider by."""
+    from engine.api import ListPeers, PeerList
+    from tests.pilot import FakeEngineClient
+    from tests.tui.test_tui_jobs import FAKE_PROVIDER
+
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    client = FakeEngineClient(
+        {ListPeers: PeerList(channel="nunet-test", peers=(FAKE_PROVIDER,))},
+        delegate=engine_client,
+    )
+    app = NunetApp(client=client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__ == "ConsumerDashboard")
+        await pilot.press("p")
+        await until(pilot, lambda: type(app.screen).__name__ == "PeersScreen")
+        screen: Any = app.screen
+        table = screen.query_one("#peers-table")
+
+        def shown() -> tuple[str, ...]:
+            return tuple(str(key.value) for key in table.columns)
+
+        await until(pilot, lambda: table.row_count == 1)
+        assert {"peer", "cpu", "ram", "gpu"} <= set(shown()) and "addr" not in shown()
+        assert table.virtual_size.width <= 80
+        await pilot.resize_terminal(160, 48)
+        await until(pilot, lambda: "addr" in shown() and "channel" in shown())
+        assert table.row_count == 1
