@@ -57,6 +57,14 @@ class HelpScreen(Screen[None]):
         super().__init__()
         self.under_keys = _screen_keys(under)
         self.under_title = _screen_title(under)
+        # A key the screen binds itself is said once, in its own words ("esc" was "Back" on
+        # the screen's list and "back / close" again under "Keys everywhere").
+        taken = {key for keys, _ in self.under_keys for key in keys.split(" or ")}
+        self.everywhere_keys = [
+            (keys, text)
+            for keys, text in EVERYWHERE
+            if not taken.intersection(keys.replace(" or ", " ").split())
+        ]
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -67,7 +75,7 @@ class HelpScreen(Screen[None]):
                     yield KeyTable(self.under_keys, keys=True)
             with Vertical(classes="panel", id="everywhere") as panel:
                 panel.border_title = "Keys everywhere"
-                yield KeyTable(EVERYWHERE, keys=True)
+                yield KeyTable(self.everywhere_keys, keys=True)
         yield Footer()
 
 

@@ -120,12 +120,13 @@ class SubmitScreen(CapabilityScreen):
     def on_engine_update(self, message: EngineUpdate) -> None:
         event = message.event
         if isinstance(event, SubmitProgress):
-            if event.submit_id == self.submit_id and self.submitting:
+            if event.submit_id == self.submit_id:
                 self.progress.append(
                     f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}"
                 )
                 self.form.show_progress(self.progress)
-                self.form.submit_button.label = f"Submitting… {event.step}"
+                if self.submitting:
+                    self.form.submit_button.label = f"Submitting… {event.step}"
             return
         if isinstance(event, PeerChanged):
             if event.peer is None:

@@ -256,6 +256,9 @@ async def test_help_lists_each_key_once_on_every_screen(provider_engine: Engine)
             help_screen = await on_screen(pilot, HelpScreen)
             texts = [text for _, text in help_screen.under_keys]
             assert len(texts) == len(set(texts)), (under, help_screen.under_keys)
+            here = {k for keys, _ in help_screen.under_keys for k in keys.split(" or ")}
+            there = {k for keys, _ in help_screen.everywhere_keys for k in keys.split(" or ")}
+            assert not here & there, (under, here & there)
             await pilot.press("escape")
             await settle(pilot)
             if key:
