@@ -9,7 +9,7 @@ asks the DHT for the channel's providers first.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, work
@@ -69,6 +69,15 @@ PANEL_CHROME = 6
 
 class PeersScreen(FilteredTableScreen):
     TABLE_ID = "peers-table"
+    # Vast.ai's offer search: by price, free CPU, RAM, GPUs, latency (best first), last seen.
+    SORTS = (
+        ("price", "price (low tier)"),
+        ("cpu", "free CPU"),
+        ("ram", "free RAM"),
+        ("gpu", "free GPUs"),
+        ("latency", "latency"),
+        ("seen", "last seen"),
+    )
     CSS_PATH = "peers.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
@@ -156,7 +165,8 @@ class PeersScreen(FilteredTableScreen):
         panel = self.query_one("#peers-panel")
         query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
-        rows = [(peer, _row(peer, now)) for peer in _ordered(self.peers.values())]
+        ordered = self.sort_rows(_ordered(self.peers.values()))
+        rows = [(peer, _row(peer, now)) for peer in ordered]
         shown = [(p, r) for p, r in rows if not query or query in _text(p, r).lower()]
 
         keys = [key for key, _ in COLUMNS]
@@ -165,8 +175,10 @@ class PeersScreen(FilteredTableScreen):
 
         panel.border_title = f"Peers · {safe(self.channel)}" if self.channel else "Peers"
         panel.border_subtitle = (
-            f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer")
-        ) + " · CPU, RAM, GPUs: free/offered"
+            (f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer"))
+            + " · CPU, RAM, GPUs: free/offered"
+            + self.sort_label()
+        )
         table.display = bool(shown)
         note.display = not shown
         if self.problem is not None:
@@ -216,7 +228,24 @@ class PeersScreen(FilteredTableScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "chat":
             return bool(self.peers)
-        return True
+        return super().check_action(action, parameters)
+
+    def sort_value(self, item: Any, key: str) -> Any:
+        peer: Peer = item
+        res = peer.resources
+        if key == "latency":
+            return None if peer.latency_ms is None else -peer.latency_ms  # fastest first
+        if key == "seen":
+            return peer.last_seen
+        if key == "price":
+            low = res.prices.get("low") if res is not None else None
+            return None if low is None else -low  # cheapest first
+        if res is None:
+            return None
+        free = {"cpu": res.free_cpu_mhz, "ram": res.free_memory_mb, "gpu": res.free_gpus}
+        offered = {"cpu": res.cpu_mhz, "ram": res.memory_mb, "gpu": len(res.gpus)}
+        value = free.get(key)
+        return offered.get(key) if value is None else value
 
 
 def _ordered(peers: Iterable[Peer]) -> list[Peer]:
