@@ -8,7 +8,15 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
   exit 1
 fi
 if [ ! -x "$root/.venv/bin/python" ]; then
+  # The first start installs every package (about a minute): say so, and on a terminal let
+  # the installer show what it is fetching and how far it is (it printed nothing for 82 s).
+  echo "setting up $root/.venv: installing nunet-tui and its packages (first start only)" >&2
   "$py" -m venv "$root/.venv"
+fi
+# Quiet unless a person watches: on a terminal the installer's own progress is shown.
+quiet=(-q)
+if [ -t 2 ]; then
+  quiet=()
 fi
 # py-libp2p builds fastecdsa from source: it needs gcc and the GMP headers.
 if ! [ -e /usr/include/gmp.h ] && ! ls /usr/include/*/gmp.h >/dev/null 2>&1; then
@@ -62,8 +70,8 @@ if [ -n "$uv" ]; then
       *.cert) export SSL_CERT_FILE="$value" ;;
     esac
   done < <("$root/.venv/bin/python" -m pip config list 2>/dev/null)
-  UV_INDEX_STRATEGY="${UV_INDEX_STRATEGY:-unsafe-best-match}" "$uv" pip install -q \
-    --python "$root/.venv/bin/python" "${uv_args[@]}" -e "$target" ||
+  UV_INDEX_STRATEGY="${UV_INDEX_STRATEGY:-unsafe-best-match}" "$uv" pip install \
+    ${quiet[@]+"${quiet[@]}"} --python "$root/.venv/bin/python" "${uv_args[@]}" -e "$target" ||
     "${pip[@]}" install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true
 else
   "${pip[@]}" install -q -e "$target" 2>&1 | grep -v '^WARNING: Location' || true

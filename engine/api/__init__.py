@@ -57,6 +57,8 @@ from engine.api.jobs import (
     RunSpan,
     StopJob,
     SubmitJob,
+    SubmitProgress,
+    SubmitStep,
 )
 from engine.api.network import (
     ChannelTotals,
@@ -310,6 +312,8 @@ __all__ = [
     "StartNetwork",
     "StopJob",
     "SubmitJob",
+    "SubmitProgress",
+    "SubmitStep",
     "TunnelForward",
     "UnlockKeystore",
     "Validation",

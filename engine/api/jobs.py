@@ -5,7 +5,9 @@ Data and commands of engine/jobs/; handlers in engine/jobs/service.py.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+import msgspec
 
 from engine.api.base import Command, Done, Event, Record
 from engine.jobs.spec import JobSpec
@@ -158,6 +160,21 @@ class SubmitJob(Command, tag="job_submit", frozen=True):
     reply = JobInfo
     spec: JobSpec  # its fields' types checked where it is decoded; validate_spec by the engine
     peer_id: str | None = None  # pick the provider by hand
+    # The caller's name for this submit: each step then arrives as a SubmitProgress event
+    # with it (a submit waits on providers and the chain for up to a minute: say on what).
+    submit_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+
+
+SubmitStep = Literal["matching", "asking", "quoted", "locking", "confirming", "refused", "accepted"]
+
+
+class SubmitProgress(Event, tag="submit_progress", frozen=True):
+    """One step of a submit (``SubmitJob.submit_id``), as it happens."""
+
+    submit_id: str
+    step: SubmitStep
+    detail: str  # "provider 12D3…xyz9: 0.05 NTX/h", "lock tx 3f2a…", a refusal's reason
+    elapsed_s: float  # since the submit began
 
 
 class ListJobs(Command, tag="job_list", frozen=True):

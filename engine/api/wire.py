@@ -11,7 +11,7 @@ import msgspec
 
 from engine.api.base import Command, Event
 from engine.api.gpus import ImagePullProgress
-from engine.api.jobs import JobChanged, JobLogEvent
+from engine.api.jobs import JobChanged, JobLogEvent, SubmitProgress
 from engine.api.network import ChatMessageEvent, ChatRequestEvent, NetworkChanged, PeerChanged
 from engine.api.node import DaemonConnection, EngineStopping, ModeChanged, OnboardingChanged
 from engine.api.payments import EscrowChanged
@@ -24,6 +24,7 @@ AnyEvent = (
     JobChanged
     | EscrowChanged
     | JobLogEvent
+    | SubmitProgress
     | OnboardingChanged
     | ModeChanged
     | EngineStopping

@@ -28,6 +28,7 @@ from engine import api, safe_paths
 from engine.api import ResourceSpec
 from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.identity import short_peer_id
 from engine.jobs import protocol as p
 from engine.jobs.admission import budget_units, max_minutes, quote_units
 from engine.jobs.joblog import JobLog, JobLogs
@@ -37,7 +38,7 @@ from engine.jobs.spec import JobSpec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
 from engine.network.ratelimit import PeerRateLimiter
 from engine.ports import EscrowPort, NetworkPort, PeerLink
-from oracle_client.ntx import UNITS_PER_NTX, ntx_of
+from oracle_client.ntx import ESTIMATE, LOCKED, UNITS_PER_NTX, format_ntx, ntx_of
 
 log = logging.getLogger("nunet.jobs.consumer")
 
@@ -188,7 +189,23 @@ class ConsumerJobs:
 
     # --- submit ------------------------------------------------------------------------
 
+    def _progress(
+        self, command: api.SubmitJob, began: float, step: api.SubmitStep, detail: str
+    ) -> None:
+        """One step of a submit, for the caller that named it (the app, `job submit`)."""
+        if command.submit_id:
+            self.ctx.emit(
+                api.SubmitProgress(
+                    at=time.time(),
+                    submit_id=command.submit_id,
+                    step=step,
+                    detail=detail,
+                    elapsed_s=round(time.monotonic() - began, 2),
+                )
+            )
+
     async def submit(self, command: api.SubmitJob) -> api.JobInfo:
+        began = time.monotonic()
         spec = command.spec
         validate_spec(spec).raise_if_failed()
         if len(spec.name) > p.MAX_JOB_NAME_CHARS:
@@ -200,6 +217,14 @@ class ConsumerJobs:
         from engine.network.link import to_api_peer
 
         peers = [to_api_peer(info) for info in service.peers()]
+        self._progress(
+            command,
+            began,
+            "matching",
+            f"peer {short_peer_id(command.peer_id)}, picked by hand"
+            if command.peer_id
+            else f"{len(peers)} peers on this channel",
+        )
         refusals: list[tuple[str, str]] = []
         if command.peer_id:
             chosen = [peer for peer in peers if peer.peer_id == command.peer_id]
@@ -253,6 +278,8 @@ class ConsumerJobs:
                 continue
             await trio.sleep(wait)
             self._offer_pace.allow(provider)
+            who = f"provider {short_peer_id(provider)}"
+            self._progress(command, began, "asking", f"{who}: offer sent, waiting for a quote")
             try:
                 quote = await self._ask(
                     service,
@@ -264,6 +291,7 @@ class ConsumerJobs:
                 continue
             if isinstance(quote, p.Refusal):
                 refusals.append((provider, quote.reason))
+                self._progress(command, began, "refused", f"{who}: {quote.reason}")
                 continue
             if not isinstance(quote, p.Quote) or quote.provider != provider:
                 refusals.append((provider, "answered the offer with something else"))
@@ -271,7 +299,14 @@ class ConsumerJobs:
             estimate, lock, why = quoted_units(quote, spec)
             if why:
                 refusals.append((provider, why))
+                self._progress(command, began, "refused", f"{who}: {why}")
                 continue
+            self._progress(
+                command,
+                began,
+                "quoted",
+                f"{who}: {format_ntx(estimate, ESTIMATE)}, at most {format_ntx(lock, LOCKED)}",
+            )
             job = self._save(
                 api.JobInfo(
                     job_id=job_id,
@@ -292,6 +327,13 @@ class ConsumerJobs:
                 )
             )
             if self._escrows is not None and lock > 0:
+                self._progress(
+                    command,
+                    began,
+                    "locking",
+                    f"{format_ntx(lock, LOCKED)} into escrow: building and submitting the "
+                    "transaction, then waiting for the chain to show it",
+                )
                 try:
                     # The lock covers the maximum time (the budget cap); what the job uses
                     # is paid from it and the rest comes back. Its terms and tx go with the
@@ -310,6 +352,7 @@ class ConsumerJobs:
             # Saved before the Confirm goes: after a restart the job is asked about again,
             # never forgotten with its lock (the follower settles it: _settle_confirm).
             job = self._save(msgspec.structs.replace(job, state="confirming"))
+            self._progress(command, began, "confirming", f"{who}: waiting for its final answer")
             answer = await self._final_answer(job, release=False, until=deadline)
             if answer is None:
                 job = self._save(
@@ -325,9 +368,11 @@ class ConsumerJobs:
             if isinstance(answer, p.Refusal):
                 job = self._never_ran(job, "refused", answer.reason)
                 refusals.append((provider, job.reason))
+                self._progress(command, began, "refused", f"{who}: {job.reason}")
                 job_id = secrets.token_hex(6)
                 continue
             job = self._save(msgspec.structs.replace(job, state="accepted", reason=""))
+            self._progress(command, began, "accepted", f"{who}: job {job_id} accepted")
             self._follow_soon(job_id)
             return job
         raise NoMatch(refusals)

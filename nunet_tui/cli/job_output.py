@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -80,6 +81,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     submit.add_argument("--name", default="")
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
+    submit.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="say each step on stderr as it happens: matching, quotes, the lock, the "
+        "provider's answer (default: when stderr is a terminal)",
+    )
     job_sub.add_parser("list", parents=[common], help="jobs, both roles")
     job_sub.add_parser("show", parents=[common], help="one job").add_argument("job_id")
     logs = job_sub.add_parser("logs", parents=[common], help="a job's output")
@@ -180,8 +188,25 @@ def _check_spec(spec: dict[str, Any]) -> JobSpec:
 
 
 def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
-    command = api.SubmitJob(spec=_spec(args), peer_id=args.peer)
-    return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+    progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    if not progress:
+        command = api.SubmitJob(spec=_spec(args), peer_id=args.peer)
+        return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+    # A submit waits on providers and the chain for up to a minute: each step is said as it
+    # happens (the engine's SubmitProgress events for this submit's id), not a silent wait.
+    submit_id = secrets.token_hex(8)
+
+    def said(event: api.Event) -> None:
+        if isinstance(event, api.SubmitProgress) and event.submit_id == submit_id:
+            show(f"submit: {event.step}: {safe(event.detail)} ({event.elapsed_s:.1f} s)",
+                 file=sys.stderr)  # fmt: skip
+
+    unsubscribe = client.subscribe(said)
+    try:
+        command = api.SubmitJob(spec=_spec(args), peer_id=args.peer, submit_id=submit_id)
+        return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+    finally:
+        unsubscribe()
 
 
 def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:

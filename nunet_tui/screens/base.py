@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Input
 
@@ -56,9 +57,71 @@ class CapabilityScreen(NodeScreen):
 
 class FilteredTableScreen(CapabilityScreen):
     """A capability screen with one table and a ``/`` filter box (ids ``#filter`` and
-    ``TABLE_ID``): Esc first clears and hides the filter, then goes back."""
+    ``TABLE_ID``): Esc first clears and hides the filter, then goes back.
+
+    Screens that list ``SORTS`` (column key, what it sorts by) also sort, as k9s does: ``o``
+    takes the next column, ``O`` reverses, a click on a column's header sorts by it. The
+    order stays through refreshes; ``show`` orders its rows with ``sort_rows``."""
 
     TABLE_ID: ClassVar[str] = ""
+    SORTS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (O reverses)"),
+        Binding("O", "sort_reverse", "Reverse", show=False),
+    ]
+    sort_by: str | None = None  # a key of SORTS; None: the screen's own order
+    sort_descending = True
+
+    def sort_value(self, item: Any, key: str) -> Any:
+        """What ``item`` (one row's record) is sorted by for column ``key``; screens with
+        SORTS override this. None sorts last either way."""
+        return None
+
+    def sort_rows(self, items: list[Any]) -> list[Any]:
+        """``items`` in the order chosen (stable: ties keep the screen's own order)."""
+        key = self.sort_by
+        if key is None:
+            return items
+        present = [i for i in items if self.sort_value(i, key) is not None]
+        absent = [i for i in items if self.sort_value(i, key) is None]
+        present.sort(key=lambda i: self.sort_value(i, key), reverse=self.sort_descending)
+        return present + absent
+
+    def sort_label(self) -> str:
+        """`` · sorted by free RAM ↓`` (empty when unsorted)."""
+        labels = dict(self.SORTS)
+        if self.sort_by is None or self.sort_by not in labels:
+            return ""
+        return f" · sorted by {labels[self.sort_by]} {'↓' if self.sort_descending else '↑'}"
+
+    def action_sort_next(self) -> None:
+        keys = [key for key, _ in self.SORTS]
+        if not keys:
+            return
+        at = keys.index(self.sort_by) + 1 if self.sort_by in keys else 0
+        self.sort_by = keys[at] if at < len(keys) else None
+        self.sort_descending = True
+        self.show()
+
+    def action_sort_reverse(self) -> None:
+        if self.sort_by is not None:
+            self.sort_descending = not self.sort_descending
+            self.show()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        key = event.column_key.value
+        if key in dict(self.SORTS):
+            event.stop()
+            if self.sort_by == key:
+                self.sort_descending = not self.sort_descending
+            else:
+                self.sort_by, self.sort_descending = key, True
+            self.show()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("sort_next", "sort_reverse"):
+            return bool(self.SORTS)
+        return True
 
     def show(self) -> None:
         """Fill the table from what the screen holds, honouring the filter."""

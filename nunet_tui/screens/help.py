@@ -57,6 +57,14 @@ class HelpScreen(Screen[None]):
         super().__init__()
         self.under_keys = _screen_keys(under)
         self.under_title = _screen_title(under)
+        # A key the screen binds itself is said once, in its own words ("esc" was "Back" on
+        # the screen's list and "back / close" again under "Keys everywhere").
+        taken = {key for keys, _ in self.under_keys for key in keys.split(" or ")}
+        self.everywhere_keys = [
+            (keys, text)
+            for keys, text in EVERYWHERE
+            if not taken.intersection(keys.replace(" or ", " ").split())
+        ]
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -67,7 +75,7 @@ class HelpScreen(Screen[None]):
                     yield KeyTable(self.under_keys, keys=True)
             with Vertical(classes="panel", id="everywhere") as panel:
                 panel.border_title = "Keys everywhere"
-                yield KeyTable(EVERYWHERE, keys=True)
+                yield KeyTable(self.everywhere_keys, keys=True)
         yield Footer()
 
 
@@ -98,11 +106,15 @@ def _screen_title(screen: Screen[Any]) -> str:
 def _screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
     """The screen's own shown bindings that are enabled now (not the app-wide ones)."""
     app = screen.app
-    keys: list[tuple[str, str]] = []
+    # One line per action: a binding of several keys ("left,h") is one binding per key here,
+    # and each was a line of its own (the same help line twice).
+    lines: dict[tuple[str, str], list[str]] = {}
     for active in screen.active_bindings.values():
         binding = active.binding
         if active.node is app or not binding.show or not active.enabled:
             continue
         display = binding.key_display or app.get_key_display(binding)
-        keys.append((display, binding.tooltip or binding.description))
-    return keys
+        shown = lines.setdefault((binding.action, binding.tooltip or binding.description), [])
+        if display not in shown:
+            shown.append(display)
+    return [(" or ".join(keys), text) for (_, text), keys in lines.items()]

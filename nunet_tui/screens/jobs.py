@@ -8,7 +8,7 @@ among the first kept. Rows change live as ``JobChanged`` events arrive;
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, work
@@ -29,6 +29,7 @@ from engine.api import (
     RewardList,
 )
 from engine.errors import EngineError
+from engine.jobs.metering import metered_units
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import FilteredTableScreen
@@ -43,6 +44,7 @@ from nunet_tui.widgets.job_state import (
     state_text,
 )
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_columns import fit, used_width
 from nunet_tui.widgets.table_rows import refill, selected_key
 
 COLUMNS = (
@@ -68,29 +70,30 @@ WIDTHS = {
 }
 NAME_WIDTH = (12, 28)  # at least, at most
 KEPT_FIRST = ("job", "state", "cost", "name", "role", "duration", "peer", "started")
-CELL_PADDING = 2  # DataTable's one cell of padding on each side
 # The panel's margin, border and padding around the table (jobs.tcss), both sides together.
 PANEL_CHROME = 6
 
 
 def fit_columns(width: int) -> tuple[tuple[str, ...], int]:
     """The columns that fit ``width`` cells, in table order, and the name column's width."""
-    chosen: set[str] = set()
-    used = 0
-    for key in KEPT_FIRST:
-        need = (NAME_WIDTH[0] if key == "name" else WIDTHS[key]) + CELL_PADDING
-        if used + need > width and chosen:
-            break
-        chosen.add(key)
-        used += need
+    widths = {**WIDTHS, "name": NAME_WIDTH[0]}
+    columns = fit([key for key, _ in COLUMNS], widths, KEPT_FIRST, width)
     name_width = NAME_WIDTH[0]
-    if "name" in chosen:
-        name_width = min(NAME_WIDTH[1], NAME_WIDTH[0] + max(0, width - used))
-    return tuple(key for key, _ in COLUMNS if key in chosen), name_width
+    if "name" in columns:
+        spare = width - used_width(columns, widths)
+        name_width = min(NAME_WIDTH[1], NAME_WIDTH[0] + max(0, spare))
+    return columns, name_width
 
 
 class JobsScreen(FilteredTableScreen):
     TABLE_ID = "jobs-table"
+    SORTS = (
+        ("cost", "NTX"),
+        ("duration", "duration"),
+        ("started", "start"),
+        ("state", "state"),
+        ("name", "name"),
+    )
     CSS_PATH = "jobs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
@@ -188,7 +191,9 @@ class JobsScreen(FilteredTableScreen):
         panel = self.query_one("#jobs-panel", Vertical)
         query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
-        ordered = sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
+        ordered = self.sort_rows(
+            sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
+        )
         rows = [
             (job, job_row(job, now, self.name_width, self.escrows.get((job.role, job.job_id))))
             for job in ordered
@@ -202,7 +207,7 @@ class JobsScreen(FilteredTableScreen):
             f"{len(shown)} of {len(rows)} shown"
             if query
             else plural(len(rows), "job") + (f" · {running} active" if running else "")
-        )
+        ) + self.sort_label()
         table.display = bool(shown)
         note.display = not shown
         if self.problem is not None:
@@ -255,7 +260,22 @@ class JobsScreen(FilteredTableScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "open_job":
             return bool(self.jobs)
-        return True
+        return super().check_action(action, parameters)
+
+    def sort_value(self, item: Any, key: str) -> Any:
+        job: JobInfo = item
+        if key == "state":
+            return job.state
+        if key == "started":
+            return job.started_at
+        if key == "duration":
+            end = job.finished_at or self.nunet.clock()
+            return None if job.started_at is None else end - job.started_at
+        if key == "cost":
+            return metered_units(job) if job.metering is not None else job.lock_units
+        if key == "name":
+            return job.spec.name.lower()
+        return None
 
 
 def job_row(

@@ -238,8 +238,13 @@ class NotebooksScreen(CapabilityScreen):
             return
         self.jobs[job.job_id] = job
         self.show()
+        first = (
+            " (JupyterLab is installed into it first, from the package index: about a minute)"
+            if deps
+            else ""
+        )
         self.notify(
-            f"Notebook {job.job_id} on {peer_short(job.provider)}: o opens it once it runs",
+            f"Notebook {job.job_id} on {peer_short(job.provider)}: o opens it once it runs" + first,
             title="New notebook",
             markup=False,
         )

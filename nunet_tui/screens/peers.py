@@ -9,10 +9,10 @@ asks the DHT for the channel's providers first.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -35,6 +35,7 @@ from nunet_tui.format import (
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.table_columns import fit
 from nunet_tui.widgets.table_rows import refill, selected_key
 
 COLUMNS = (
@@ -48,10 +49,35 @@ COLUMNS = (
     ("gpu", "GPUs"),
     ("seen", "Last seen"),
 )
+# Each column's usual widest cell, and which go first when the terminal is narrow: what a
+# consumer picks a provider by (free CPU, RAM, GPUs) before where it is.
+WIDTHS = {
+    "peer": 13,
+    "addr": 21,
+    "route": 7,
+    "latency": 7,
+    "channel": 14,
+    "cpu": 11,
+    "ram": 11,
+    "gpu": 16,
+    "seen": 9,
+}
+KEPT_FIRST = ("peer", "cpu", "ram", "gpu", "latency", "seen", "route", "channel", "addr")
+# The panel's margin, border and padding around the table (peers.tcss), both sides together.
+PANEL_CHROME = 6
 
 
 class PeersScreen(FilteredTableScreen):
     TABLE_ID = "peers-table"
+    # Vast.ai's offer search: by price, free CPU, RAM, GPUs, latency (best first), last seen.
+    SORTS = (
+        ("price", "price (low tier)"),
+        ("cpu", "free CPU"),
+        ("ram", "free RAM"),
+        ("gpu", "free GPUs"),
+        ("latency", "latency"),
+        ("seen", "last seen"),
+    )
     CSS_PATH = "peers.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
@@ -67,6 +93,7 @@ class PeersScreen(FilteredTableScreen):
         self.channel: str | None = None
         self.problem: Content | None = None
         self.loaded = False
+        self.columns: tuple[str, ...] = ()  # shown now: those that fit (on_resize)
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -77,10 +104,21 @@ class PeersScreen(FilteredTableScreen):
             table: DataTable[Text] = DataTable(
                 id="peers-table", cursor_type="row", zebra_stripes=True
             )
-            for key, label in COLUMNS:
-                table.add_column(label, key=key)
             yield table
         yield Footer()
+
+    def on_resize(self, event: events.Resize) -> None:
+        columns = fit([k for k, _ in COLUMNS], WIDTHS, KEPT_FIRST, event.size.width - PANEL_CHROME)
+        if columns == self.columns:
+            return
+        self.columns = columns
+        table: DataTable[Text] = self.query_one("#peers-table", DataTable)
+        table.clear(columns=True)
+        labels = dict(COLUMNS)
+        for key in columns:
+            table.add_column(labels[key], key=key)
+        if self.loaded:
+            self.show()
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -120,20 +158,27 @@ class PeersScreen(FilteredTableScreen):
     # --- showing -------------------------------------------------------------------------
 
     def show(self) -> None:
+        if not self.columns:
+            return  # before the first layout: on_resize shows them
         table: DataTable[Text] = self.query_one("#peers-table", DataTable)
         note = self.query_one("#peers-note", Static)
         panel = self.query_one("#peers-panel")
         query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
-        rows = [(peer, _row(peer, now)) for peer in _ordered(self.peers.values())]
+        ordered = self.sort_rows(_ordered(self.peers.values()))
+        rows = [(peer, _row(peer, now)) for peer in ordered]
         shown = [(p, r) for p, r in rows if not query or query in _text(p, r).lower()]
 
-        refill(table, [(peer.peer_id, [table_cell(c) for c in row]) for peer, row in shown])
+        keys = [key for key, _ in COLUMNS]
+        at = [keys.index(key) for key in self.columns]
+        refill(table, [(p.peer_id, [table_cell(row[i]) for i in at]) for p, row in shown])
 
         panel.border_title = f"Peers · {safe(self.channel)}" if self.channel else "Peers"
         panel.border_subtitle = (
-            f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer")
-        ) + " · CPU, RAM, GPUs: free/offered"
+            (f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer"))
+            + " · CPU, RAM, GPUs: free/offered"
+            + self.sort_label()
+        )
         table.display = bool(shown)
         note.display = not shown
         if self.problem is not None:
@@ -158,7 +203,7 @@ class PeersScreen(FilteredTableScreen):
         table: DataTable[Text] = self.query_one("#peers-table", DataTable)
         now = self.nunet.clock()
         for peer_id, peer in self.peers.items():
-            if peer_id in table.rows:
+            if peer_id in table.rows and "seen" in self.columns:
                 table.update_cell(peer_id, "seen", table_cell(Content(ago(peer.last_seen, now))))
 
     # --- actions -------------------------------------------------------------------------
@@ -183,7 +228,24 @@ class PeersScreen(FilteredTableScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "chat":
             return bool(self.peers)
-        return True
+        return super().check_action(action, parameters)
+
+    def sort_value(self, item: Any, key: str) -> Any:
+        peer: Peer = item
+        res = peer.resources
+        if key == "latency":
+            return None if peer.latency_ms is None else -peer.latency_ms  # fastest first
+        if key == "seen":
+            return peer.last_seen
+        if key == "price":
+            low = res.prices.get("low") if res is not None else None
+            return None if low is None else -low  # cheapest first
+        if res is None:
+            return None
+        free = {"cpu": res.free_cpu_mhz, "ram": res.free_memory_mb, "gpu": res.free_gpus}
+        offered = {"cpu": res.cpu_mhz, "ram": res.memory_mb, "gpu": len(res.gpus)}
+        value = free.get(key)
+        return offered.get(key) if value is None else value
 
 
 def _ordered(peers: Iterable[Peer]) -> list[Peer]:

@@ -19,6 +19,7 @@ In the demo the example jobs are one key away (F1, F2, ...): the app's presets
 
 from __future__ import annotations
 
+import secrets
 from typing import ClassVar
 
 from textual import on, work
@@ -27,7 +28,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical, VerticalScroll
 from textual.widgets import Footer
 
-from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob
+from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
 from engine.errors import EngineError
 from engine.jobs.matching import Candidate, MatchResult
 from nunet_tui.format import safe, short_peer_id
@@ -62,6 +63,9 @@ class SubmitScreen(CapabilityScreen):
         self.submitting = False
         self.check = FormCheck({}, [])
         self.result: MatchResult | None = None
+        # The submit under way: its id (SubmitJob.submit_id) and the steps said so far.
+        self.submit_id = ""
+        self.progress: list[str] = []
 
     @property
     def presets(self) -> list[Preset]:
@@ -115,6 +119,15 @@ class SubmitScreen(CapabilityScreen):
 
     def on_engine_update(self, message: EngineUpdate) -> None:
         event = message.event
+        if isinstance(event, SubmitProgress):
+            if event.submit_id == self.submit_id:
+                self.progress.append(
+                    f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}"
+                )
+                self.form.show_progress(self.progress)
+                if self.submitting:
+                    self.form.submit_button.label = f"Submitting… {event.step}"
+            return
         if isinstance(event, PeerChanged):
             if event.peer is None:
                 self.peers.pop(event.peer_id, None)
@@ -205,10 +218,15 @@ class SubmitScreen(CapabilityScreen):
         spec, _ = read_spec(form.values())
         peer_id = form.peer_id or None
         self.submitting = True
+        self.submit_id = secrets.token_hex(8)
+        self.progress = []
+        form.show_progress([])
         form.submit_button.disabled = True
         self.refresh_form()
         try:
-            job: JobInfo = await self.nunet.client.call(SubmitJob(spec=spec, peer_id=peer_id))
+            job: JobInfo = await self.nunet.client.call(
+                SubmitJob(spec=spec, peer_id=peer_id, submit_id=self.submit_id)
+            )
         except EngineError as exc:
             message = safe(exc.message)
             self.check.general = [message]

@@ -140,6 +140,7 @@ class JobForm(Vertical):
         yield Static(id="general-problems", classes="problems", markup=False)
         with Horizontal(id="buttons"):
             yield Button("Submit to best match", id="submit", variant="primary", compact=True)
+        yield _hidden(Static(id="progress", classes="hint", markup=False))
 
     def _field(self, name: str, label: str, control: Widget) -> ComposeResult:
         with Horizontal(classes="field", id=f"{name}-field"):
@@ -238,6 +239,12 @@ class JobForm(Vertical):
         line = extra_line(self.extra)
         extra.display = bool(line)
         extra.update(safe(line + " (from the example)") if line else "")
+
+    def show_progress(self, lines: Sequence[str]) -> None:
+        """What the submit under way has done so far, one step a line (none: hidden)."""
+        progress = self.query_one("#progress", Static)
+        progress.display = bool(lines)
+        progress.update("\n".join(lines[-6:]))
 
     @property
     def submit_button(self) -> Button:

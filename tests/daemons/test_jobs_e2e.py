@@ -356,3 +356,27 @@ def test_a_process_provider_offers_only_the_frameworks_its_python_has(
     )
     assert refused.returncode == 1
     assert "framework scikit-learn not offered" in refused.stderr, refused.stderr
+
+
+def test_job_submit_says_each_step_as_it_happens(
+    daemons: Callable[..., Daemon], scripts: str
+) -> None:
+    """A submit could wait a minute with no word of what for: with --progress (the default
+    on a terminal) each step is a line on stderr, from the daemon's SubmitProgress events."""
+    provider, consumer = _pair(daemons, slots=2)
+    done = run_cli(
+        "job", "submit", "--url", f"{scripts}/iris.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--progress", "--json", home=consumer.home,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    steps = [line.split(":")[1].strip() for line in done.stderr.splitlines()]
+    assert steps == ["matching", "asking", "quoted", "confirming", "accepted"], done.stderr
+    short = f"{provider.peer_id[:8]}…{provider.peer_id[-4:]}"
+    assert f"provider {short}: job {job['job_id']} accepted" in done.stderr
+    assert all(line.endswith(" s)") for line in done.stderr.splitlines())
+    quiet = run_cli(
+        "job", "submit", "--url", f"{scripts}/iris.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1", "--json", home=consumer.home,
+    )  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stderr == ""  # not a terminal: no progress

@@ -241,6 +241,31 @@ async def test_question_mark_opens_help_and_escape_goes_back(provider_engine: En
         await on_screen(pilot, ProviderDashboard)
 
 
+async def test_help_lists_each_key_once_on_every_screen(provider_engine: Engine) -> None:
+    """A binding of several keys was a help line per key: the same line twice."""
+    app = NunetApp(client=provider_engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await on_screen(pilot, ProviderDashboard)
+        await until(pilot, lambda: app.node is not None)
+        for key in ("", "p", "j", "n", "c", "w", "e", "g"):
+            if key:
+                await pilot.press(key)
+                await settle(pilot)
+            under = type(app.screen).__name__
+            await pilot.press("question_mark")
+            help_screen = await on_screen(pilot, HelpScreen)
+            texts = [text for _, text in help_screen.under_keys]
+            assert len(texts) == len(set(texts)), (under, help_screen.under_keys)
+            here = {k for keys, _ in help_screen.under_keys for k in keys.split(" or ")}
+            there = {k for keys, _ in help_screen.everywhere_keys for k in keys.split(" or ")}
+            assert not here & there, (under, here & there)
+            await pilot.press("escape")
+            await settle(pilot)
+            if key:
+                await pilot.press("escape")
+                await on_screen(pilot, ProviderDashboard)
+
+
 async def test_command_palette_switches_mode(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:

@@ -19,6 +19,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, OptionList
 
 from engine.api import (
+    JobInfo,
     JobLogLine,
     ListPeers,
     Peer,
@@ -26,6 +27,7 @@ from engine.api import (
     PeerResources,
     SetMode,
     SubmitJob,
+    SubmitProgress,
 )
 from engine.control_client import DAEMON_GONE, ControlClient
 from engine.errors import EngineError
@@ -339,6 +341,48 @@ async def test_a_daemon_gone_at_submit_is_one_line_under_the_form(engine_client:
         assert isinstance(app.screen, SubmitScreen)
         assert [type(c) for c in client.calls].count(SubmitJob) == 1
         assert not form.query_one("#submit", Button).disabled
+
+
+async def test_the_submit_form_shows_each_step_of_the_submit(
+    engine_client: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "Submitting…" could last a minute with no word of what it waited for: each
+    SubmitProgress of this submit is a line under the button as it arrives."""
+    shown: list[list[str]] = []
+    original = JobForm.show_progress
+
+    def spy(form: JobForm, lines: Any) -> None:
+        shown.append(list(lines))
+        original(form, lines)
+
+    monkeypatch.setattr(JobForm, "show_progress", spy)
+
+    def submit(command: SubmitJob) -> JobInfo:
+        for step, detail in (("matching", "3 peers on this channel"), ("asking", "provider x")):
+            event = SubmitProgress(
+                at=0.0, submit_id=command.submit_id, step=step, detail=detail, elapsed_s=0.5
+            )
+            client.emit(event)
+        other = SubmitProgress(
+            at=0.0, submit_id="not-ours", step="locking", detail="x", elapsed_s=1
+        )
+        client.emit(other)
+        raise EngineError("no_match", "no provider can run this job")
+
+    client = FakeEngineClient({SubmitJob: submit}, delegate=engine_client)
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=client)
+    async with app.run_test(size=SIZE) as pilot:
+        form = await _submit_form(app, pilot)
+        await pilot.press(*"http://127.0.0.1:9/train.py")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "no provider" in text_of(form, "#general-problems"))
+        await until(pilot, lambda: any(len(lines) == 2 for lines in shown))
+        last = next(lines for lines in reversed(shown) if lines)
+        assert "matching: 3 peers on this channel" in last[0] and "asking" in last[1]
+        assert not any("locking" in line for lines in shown for line in lines)
+        submitted = [c for c in client.calls if isinstance(c, SubmitJob)]
+        assert submitted and submitted[0].submit_id
 
 
 async def test_enter_on_a_provider_picks_it_and_again_goes_back_to_the_best(
