@@ -14,6 +14,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
+from nunet_tui.format import short_peer_id
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 
 if TYPE_CHECKING:
@@ -195,18 +196,30 @@ def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
     # A submit waits on providers and the chain for up to a minute: each step is said as it
     # happens (the engine's SubmitProgress events for this submit's id), not a silent wait.
     submit_id = secrets.token_hex(8)
+    began = time.monotonic()
+
+    def say(step: str, detail: str, elapsed_s: float) -> None:
+        show(f"submit: {step}: {safe(detail)} ({elapsed_s:.1f} s)", file=sys.stderr)
 
     def said(event: api.Event) -> None:
-        if isinstance(event, api.SubmitProgress) and event.submit_id == submit_id:
-            show(f"submit: {event.step}: {safe(event.detail)} ({event.elapsed_s:.1f} s)",
-                 file=sys.stderr)  # fmt: skip
+        # The last step is said from the reply: its event may come after it (another
+        # message on the socket), when nobody listens any more.
+        if (
+            isinstance(event, api.SubmitProgress)
+            and event.submit_id == submit_id
+            and event.step != "accepted"
+        ):
+            say(event.step, event.detail, event.elapsed_s)
 
     unsubscribe = client.subscribe(said)
     try:
         command = api.SubmitJob(spec=_spec(args), peer_id=args.peer, submit_id=submit_id)
-        return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+        job: api.JobInfo = client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
     finally:
         unsubscribe()
+    who = f"provider {short_peer_id(job.provider)}"
+    say(job.state, f"{who}: job {job.job_id} {job.state}", time.monotonic() - began)
+    return job
 
 
 def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:

@@ -55,6 +55,14 @@ class CapabilityScreen(NodeScreen):
         """Read again from the engine; screens override this (usually a worker)."""
 
 
+# A sorting screen's keys, at the end of its own BINDINGS (the footer shows its screen's
+# keys first, and at 80 columns the last are cut).
+SORT_BINDINGS: list[BindingType] = [
+    Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (O reverses)"),
+    Binding("O", "sort_reverse", "Reverse", show=False),
+]
+
+
 class FilteredTableScreen(CapabilityScreen):
     """A capability screen with one table and a ``/`` filter box (ids ``#filter`` and
     ``TABLE_ID``): Esc first clears and hides the filter, then goes back.
@@ -65,10 +73,6 @@ class FilteredTableScreen(CapabilityScreen):
 
     TABLE_ID: ClassVar[str] = ""
     SORTS: ClassVar[tuple[tuple[str, str], ...]] = ()
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (O reverses)"),
-        Binding("O", "sort_reverse", "Reverse", show=False),
-    ]
     sort_by: str | None = None  # a key of SORTS; None: the screen's own order
     sort_descending = True
 

@@ -32,7 +32,7 @@ from engine.errors import EngineError
 from engine.jobs.metering import metered_units
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FilteredTableScreen
+from nunet_tui.screens.base import SORT_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.job_state import (
     cost,
     duration,
@@ -100,6 +100,7 @@ class JobsScreen(FilteredTableScreen):
         Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter by any column"),
         Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:

@@ -104,6 +104,12 @@ def test_a_home_that_is_not_a_folder_is_one_line(tmp_path: Path, victim: Daemon,
     home = {"file": plain, "below a file": plain / "home", "in /proc": Path("/proc/nunet")}[kind]
     for args in (("peer", "self"), ("daemon",), ("wallet", "show")):
         result = run_cli("--home", str(home), *args)
+        if kind == "file":
+            _one_line(result, "give --home (or NUNET_HOME) a folder you can write")
+        else:  # nothing there: only the commands that make a node try to (issue 22)
+            _one_line(result, f"there is no node at {home} (a mistyped --home?)")
+    if kind != "file":  # one that would make it says why it cannot
+        result = run_cli("--home", str(home), "daemon", "--init")
         _one_line(result, "give --home (or NUNET_HOME) a folder you can write")
     assert plain.read_text() == "mine\n"
     assert victim.cli("peer", "self")["peer_id"]

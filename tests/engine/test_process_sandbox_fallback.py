@@ -28,8 +28,15 @@ def no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_auto_runs_unsandboxed_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="nunet.jobs.process"):
-        status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec()), "print('ran')\n")
+    # Straight onto the "nunet" logger: a test before it in this worker may have configured
+    # logging (logsetup.configure: propagate off), and then nothing reaches caplog's root.
+    nunet = logging.getLogger("nunet")
+    nunet.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="nunet.jobs.process"):
+            status, lines = run_job(ProcessExecutor(), new_run(tmp_path, spec()), "print('ran')\n")
+    finally:
+        nunet.removeHandler(caplog.handler)
     assert status.outcome == "completed" and texts(lines) == ["ran"]
     assert "not sandboxed: it runs as the provider's own user" in texts(lines, "system")
     assert "runs UNSANDBOXED" in caplog.text and "bwrap not found" in caplog.text
