@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine import api
 from engine.client import EngineClient
+from engine.identity import short_peer_id
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
-from nunet_tui.format import short_peer_id
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 
 if TYPE_CHECKING:
