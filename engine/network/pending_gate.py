@@ -18,12 +18,16 @@ counted too, per address (``max_inbound_per_ip``) and per subnet (``max_inbound_
 an IPv4 /24, an IPv6 /56, as go-libp2p's resource manager counts them), and all strangers
 together may hold all but ``INBOUND_RESERVE`` of the node's inbound connections. A peer in
 good standing (a job, an escrow or an accepted chat with us) is admitted past every one of
-these quotas, so an attacker's identities cannot push it out. Loopback addresses are each
+these quotas, so an attacker's identities cannot push it out. When strangers hold their
+whole share, a newcomer from a subnet holding fewer takes the place of the oldest stranger of
+the subnet holding the most: many addresses, each within its quota, cannot keep every new
+node out, and a flood only displaces itself. Loopback addresses are each
 their own subnet: they are not routed, and in the demo and the tests each stands for a host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -80,6 +84,7 @@ class PendingGate:
         # Established inbound connections: (address key, subnet key) each; closed ones are
         # pruned at the next admission (at most a few hundred: the node's inbound limit).
         self._established: dict[Any, tuple[str, str]] = {}
+        self.evicted: list[Any] = []  # displaced by admit(), to be closed by its caller
         self._refused = ThrottledWarning(
             log,
             "refused %d inbound connection(s) in the last minute, the latest from %s: %s",
@@ -112,6 +117,10 @@ class PendingGate:
                     del self._pending[key]
             subnet = subnet_key(remote[0]) if remote else "?"
             refusal = self.admit(conn, key, subnet)
+            evicted, self.evicted = self.evicted, []
+            for old in evicted:
+                with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await old.close()
             if refusal:
                 self._refused.note(key, refusal)
                 with trio.CancelScope(shield=True):
@@ -122,7 +131,9 @@ class PendingGate:
         swarm.upgrade_inbound_raw_conn = gated
 
     def admit(self, conn: Any, key: str, subnet: str) -> str:
-        """Count an established inbound connection, or say why it may not stay ("": it may)."""
+        """Count an established inbound connection, or say why it may not stay ("": it may).
+        A stranger's connection it displaced to make room is left in ``evicted``, for the
+        caller to close."""
         self._established = {
             c: where for c, where in self._established.items() if not getattr(c, "is_closed", 0)
         }
@@ -137,6 +148,28 @@ class PendingGate:
             refusal = f"{len(self._established)} inbound connections: the rest are reserved"
         if refusal and self.in_good_standing(str(getattr(conn, "peer_id", ""))):
             refusal = ""  # a peer we deal with is never pushed out by strangers
+        elif refusal.endswith("reserved") and (old := self._displaceable(subnet)) is not None:
+            # Full of strangers from other subnets than the newcomer's: the heaviest one gives
+            # up its oldest connection. Many addresses, each within its quota, filled every
+            # place a stranger may take, and a newcomer from anywhere else never got in (the
+            # many-identity soak: 240 from nine addresses); a flood only displaces itself.
+            del self._established[old]
+            self.evicted.append(old)
+            refusal = ""
         if not refusal:
             self._established[conn] = (key, subnet)
         return refusal
+
+    def _displaceable(self, subnet: str) -> Any | None:
+        """The oldest stranger's connection of the subnet holding the most, if that subnet
+        holds at least two more than the newcomer's would (else None: no room is made)."""
+        counts: dict[str, int] = {}
+        for _, held in self._established.values():
+            counts[held] = counts.get(held, 0) + 1
+        heaviest = max(counts, key=lambda n: counts[n], default=None)
+        if heaviest is None or counts[heaviest] < counts.get(subnet, 0) + 2:
+            return None
+        for old, (_, held) in self._established.items():  # oldest first
+            if held == heaviest and not self.in_good_standing(str(getattr(old, "peer_id", ""))):
+                return old
+        return None

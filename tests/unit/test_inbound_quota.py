@@ -43,11 +43,31 @@ def test_quotas_per_address_subnet_and_in_all_and_a_peer_in_good_standing_passes
     assert "203.0.113.0/24 holds 3" in gate.admit(_conn("b2"), "203.0.113.2", "203.0.113.0/24")
     assert gate.admit(_conn("friend"), "203.0.113.1", "203.0.113.0/24") == ""  # past both
     assert gate.admit(_conn("c1"), "198.51.100.1", "198.51.100.0/24") == ""  # 5 held now
-    assert "reserved" in gate.admit(_conn("d1"), "192.0.2.1", "192.0.2.0/24")
+    # Full: a newcomer from a subnet holding less takes the place of the oldest stranger of
+    # the subnet holding the most (never a peer in good standing there).
+    assert gate.admit(_conn("d1"), "192.0.2.1", "192.0.2.0/24") == ""
+    assert [c.peer_id for c in gate.evicted] == ["a1"]
+    gate.evicted.clear()
+    assert gate.admit(_conn("d2"), "192.0.2.2", "192.0.2.0/24") == ""  # 203.0.113.0/24: 3
+    assert [c.peer_id for c in gate.evicted] == ["a2"]
+    gate.evicted.clear()
+    # Now no subnet holds two more than the newcomer's would: the rest is reserved.
+    assert "reserved" in gate.admit(_conn("d3"), "192.0.2.3", "192.0.2.0/24")
+    assert "reserved" in gate.admit(_conn("c2"), "198.51.100.2", "198.51.100.0/24")
+    assert gate.evicted == []
     # A closed connection frees its place at the next admission.
     closing = next(iter(gate._established))
     closing.is_closed = True
-    assert gate.admit(_conn("d2"), "192.0.2.1", "192.0.2.0/24") == ""
+    assert gate.admit(_conn("d3"), "192.0.2.3", "192.0.2.0/24") == ""
+
+
+def test_many_subnets_at_their_quota_make_room_for_a_newcomer_not_for_themselves() -> None:
+    gate = PendingGate(established_per_address=32, established_per_subnet=32, strangers_total=8)
+    for i in range(8):  # four attacker subnets, two each: every stranger's place taken
+        assert gate.admit(_conn(f"x{i}"), f"10.0.{i % 4}.1", f"10.0.{i % 4}.0/24") == ""
+    assert "reserved" in gate.admit(_conn("x8"), "10.0.0.1", "10.0.0.0/24")  # their own
+    assert gate.admit(_conn("honest"), "192.0.2.1", "192.0.2.0/24") == ""
+    assert len(gate.evicted) == 1 and gate.evicted[0].peer_id == "x0"
 
 
 def test_a_peer_we_deal_with_is_in_good_standing(tmp_path: Path) -> None:
