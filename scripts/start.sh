@@ -8,7 +8,8 @@
 # is still running, and a job needing a framework not yet installed fails with its import error.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-. "$root/scripts/setup_venv.sh"
+# No extras: the arguments are the app's (setup_venv.sh would read them as its own).
+. "$root/scripts/setup_venv.sh" ""
 log="$root/.venv/demo-extra.log"
 if ! "$root/.venv/bin/python" -c 'import sklearn, torch, tensorflow' >/dev/null 2>&1; then
   if ! { [ -f "$log.pid" ] && kill -0 "$(cat "$log.pid")" 2>/dev/null; }; then
