@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import Input, Static
@@ -89,13 +90,19 @@ async def test_onboard_entirely_from_the_keyboard(engine_client: Engine) -> None
         )
 
 
+async def _open_onboarding(app: NunetApp, pilot: Any) -> OnboardingScreen:
+    """From the provider dashboard, once the node is read: o, the onboarding form."""
+    await on_screen(pilot, ProviderDashboard)
+    await until(pilot, lambda: app.node is not None)
+    await pilot.press("o")
+    form: OnboardingScreen = await on_screen(pilot, OnboardingScreen)
+    return form
+
+
 async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await on_screen(pilot, ProviderDashboard)
-        await until(pilot, lambda: app.node is not None)
-        await pilot.press("o")
-        form = await on_screen(pilot, OnboardingScreen)
+        form = await _open_onboarding(app, pilot)
         # Nothing touched yet: no shouting.
         await settle(pilot)
         assert not form.query_one("#memory_mb-problems").has_class("-shown")
@@ -126,10 +133,7 @@ async def test_the_form_validates_as_you_type(provider_engine: Engine) -> None:
 async def test_the_placeholders_suggest_values_the_form_accepts(provider_engine: Engine) -> None:
     app = NunetApp(client=provider_engine)
     async with app.run_test(size=SIZE) as pilot:
-        await on_screen(pilot, ProviderDashboard)
-        await until(pilot, lambda: app.node is not None)
-        await pilot.press("o")
-        form = await on_screen(pilot, OnboardingScreen)
+        form = await _open_onboarding(app, pilot)
         # It said "e.g. 4000": below the 4,096 MB the form then asked for.
         for name in ("memory_mb", "cpu_mhz"):
             suggested = re.findall(r"\d+", form.query_one(f"#{name}", Input).placeholder)[0]
@@ -145,10 +149,7 @@ async def test_a_reconnect_clears_the_daemon_gone_problem(provider_engine: Engin
     client = FakeEngineClient({CheckOnboarding: gone}, delegate=provider_engine)
     app = NunetApp(client=client)
     async with app.run_test(size=SIZE) as pilot:
-        await on_screen(pilot, ProviderDashboard)
-        await until(pilot, lambda: app.node is not None)
-        await pilot.press("o")
-        form = await on_screen(pilot, OnboardingScreen)
+        form = await _open_onboarding(app, pilot)
         await until(pilot, lambda: "closed the connection" in text_of(form, "#general-problems"))
         app.engine_state = "offline"
         del client.replies[CheckOnboarding]  # the daemon is back
