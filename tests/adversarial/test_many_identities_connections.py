@@ -145,6 +145,8 @@ def test_idle_job_streams_of_many_identities_leave_room_for_an_honest_job(
         job = _submit(consumer, f"{scripts}/iris.py", name="honest")
         assert job["provider"] == provider.peer_id, job
         wait_for(lambda: _state(consumer, job["job_id"]) == "completed", "honest job failed", 90)
-        # The attacker counts a stream once negotiated, a moment before a refusal resets it:
-        # it settles at the address's cap (it wanted 512; before the fix it held 256).
-        wait_for(lambda: a.streams <= STREAMS_PER_ADDRESS, f"{a.streams} streams held", 10)
+        # The attacker counts a stream once negotiated, a moment before a refusal resets it,
+        # and re-opens each at once: on two loaded cores its count hovers above the cap for
+        # a while (56-58 seen in 10 s) and comes down to it whenever the refusals catch up
+        # (it wanted 512; before the fix it held 256).
+        wait_for(lambda: a.streams <= STREAMS_PER_ADDRESS, f"{a.streams} streams held", 40)
