@@ -28,7 +28,15 @@ from engine.jobs.spec import JobSpec
 from engine.jobs.tiers import estimate_resource
 from engine.resources.specs import may_use
 from oracle_client import billing
-from oracle_client.ntx import UNITS_PER_NTX, ntx_of, units_of
+from oracle_client.ntx import (
+    ESTIMATE,
+    LOCKED,
+    UNITS_PER_NTX,
+    format_ntx,
+    format_rate,
+    ntx_of,
+    units_of,
+)
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
 _CPU_ONLY_EXECUTORS = frozenset({"process"})
@@ -268,13 +276,15 @@ def judge(
         elif budget is not None and lock > budget:
             named = f"spec {resource.name}: " if res.specs else ""
             reasons.append(
-                f"price above budget: {named}{price:g} NTX/h x {max_minutes(spec):g} min = "
-                f"{lock / UNITS_PER_NTX:.3f} NTX > {spec.budget_ntx:g} NTX"
+                f"price above budget: {named}{format_rate(resource.price_units_hour)} x "
+                f"{max_minutes(spec):g} min = {format_ntx(lock, LOCKED)} > "
+                f"{format_ntx(budget)} budget"
             )
         elif takes_payments and lock <= 0:
             reasons.append(
-                f"a paid job is never quoted at 0 NTX: the {tier} tier costs {price:g} NTX/h "
-                f"here, {cost:g} NTX for {spec.expected_minutes:g} min"
+                f"a paid job is never quoted at 0 NTX: the {tier} tier costs "
+                f"{format_rate(resource.price_units_hour)} here, "
+                f"{format_ntx(estimate, ESTIMATE)} for {spec.expected_minutes:g} min"
             )
         if spec.shell and not res.shell:
             reasons.append("shells are turned off there (the job asks for shell = true)")

@@ -104,7 +104,7 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
             return 0, 0, "quoted a total that is not its lock"
     budget = budget_units(spec)
     if budget is not None and lock > budget:
-        return 0, 0, f"quote {lock / UNITS_PER_NTX:g} NTX locked is above the budget"
+        return 0, 0, f"quote {format_ntx(lock, LOCKED)} is above the budget of {format_ntx(budget)}"
     return estimate, lock, ""
 
 

@@ -265,9 +265,9 @@ class Escrows:
                 tx_id = await self.blocking(build_and_submit)
         except txs.TxError as exc:
             self.save(record, state="void", error=f"lock failed: {exc}")
-            raise EngineError("payment", f"could not lock {info.ntx:g} NTX: {exc}") from None
+            raise EngineError("payment", f"could not lock {_units(info.amount)}: {exc}") from None
         self.save(record, state="locked", lock_tx=tx_id, error="")
-        log.info("job %s: locked %s NTX in escrow (tx %s)", info.job_id, info.ntx, tx_id)
+        log.info("job %s: locked %s in escrow (tx %s)", info.job_id, _units(info.amount), tx_id)
         return tx_id
 
     async def ntx_unit(self) -> str:

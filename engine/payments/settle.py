@@ -43,6 +43,7 @@ from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
+from oracle_client.ntx import format_ntx
 
 if TYPE_CHECKING:
     from oracle_client.client import OracleClient
@@ -430,7 +431,8 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = Fal
         escrows.save(record, error=exc.message)
         raise
     if await _lock_utxo(escrows, record) is None:
-        log.info("job %s: %s %s NTX (tx %s)", record.info.job_id, done, record.info.ntx, tx.id)
+        amount = format_ntx(record.info.amount)
+        log.info("job %s: %s %s (tx %s)", record.info.job_id, done, amount, tx.id)
         return await _done(escrows, record, "submitted")
     # Accepted but not on chain yet (a mempool): the lock's absence will say it landed.
     record = escrows.save(record, error=f"the {_kind(record)} tx {tx.id} is waiting for a block")

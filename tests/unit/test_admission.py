@@ -99,7 +99,8 @@ def test_an_unpriced_tier_is_refused_and_a_paid_job_is_never_quoted_at_zero(
     free = JobSettings(executors=["process"], prices={"low": 0.0})
     paid = provider(tmp_path / "b", memory_mb=16384, cpu_mhz=5000, payments=True, jobs=free)
     assert paid._refusal_reason(job()) == (
-        "a paid job is never quoted at 0 NTX: the low tier costs 0 NTX/h here, 0 NTX for 10 min"
+        "a paid job is never quoted at 0 NTX: the low tier costs 0 NTX/h here, "
+        "0 NTX estimate for 10 min"
     )
     # Without payments a provider may work for free; an unpriced tier is still not offered.
     unpaid = provider(tmp_path / "c", memory_mb=16384, cpu_mhz=5000, jobs=free)

@@ -86,7 +86,9 @@ def test_every_exclusion_says_why() -> None:
     )
     assert reasons["noframework"] == "framework pytorch not offered"
     assert reasons["process-only"] == "executor missing: offers process, accepted docker"
-    assert reasons["pricey"] == "price above budget: 500 NTX/h x 10 min = 83.333 NTX > 5 NTX"
+    assert reasons["pricey"] == (
+        "price above budget: 500 NTX/h x 10 min = 83.333333 NTX locked > 5 NTX budget"
+    )
     assert reasons["notier"] == "offers no price for the moderate tier"
     assert reasons["busy"] == "busy: 1 job(s) running, 1 slot(s)"
 

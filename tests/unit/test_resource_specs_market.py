@@ -177,7 +177,7 @@ def test_estimate_and_lock_are_the_price_for_the_expected_and_the_maximum_time()
     assert quote_units(floor, spec) == (1_500_000, 3_000_000)
     verdict = judge(Needs.of(job(expected_minutes=30, max_minutes=90, budget_ntx=2.9)), resources())
     assert verdict.reason == (
-        "price above budget: spec big: 2 NTX/h x 90 min = 3.000 NTX > 2.9 NTX"
+        "price above budget: spec big: 2 NTX/h x 90 min = 3 NTX locked > 2.9 NTX budget"
     )
     assert validate_spec(job(expected_minutes=30, max_minutes=20)).for_field("max_minutes")
     assert offer_spec(job()) == offer_spec(job(max_minutes=None, resource_spec=None))
@@ -208,7 +208,7 @@ def test_the_consumer_checks_the_quote_against_its_price_and_budget() -> None:
     assert inflated[2].startswith("quoted 4000000 base units locked")
     dear = quoted_units(quote(price_units_hour=4_000_000, estimate_units=2_000_000,
                               lock_units=6_000_000, total_ntx=6.0), spec)  # fmt: skip
-    assert dear == (0, 0, "quote 6 NTX locked is above the budget")
+    assert dear == (0, 0, "quote 6 NTX locked is above the budget of 5 NTX")
     legacy = quote(price_units_hour=0, estimate_units=0, lock_units=0, spec_name="")
     assert quoted_units(legacy, spec) == (3_000_000, 3_000_000, "")
 
