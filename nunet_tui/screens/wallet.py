@@ -47,6 +47,7 @@ from nunet_tui.screens.wallet_dialogs import (
     call_unlocking,
     error_text,
 )
+from nunet_tui.viewmodels.money import settle_tx
 from nunet_tui.widgets.escrow_view import (
     ada,
     newest_first,
@@ -415,7 +416,9 @@ def tx_row(escrow: EscrowInfo, now: float, *, compact: bool) -> tuple[Content, .
         state_text(escrow),
         signed_amount(escrow),
         Content(short_hash(escrow.lock_tx, head, tail)),
-        Content(short_hash(escrow.claim_tx, head, tail)),
+        # The tx that spent the lock: ours, or the provider's claim or split (a paid job's
+        # consumer never made one: its claim_tx is empty).
+        Content(short_hash(settle_tx(escrow), head, tail)),
         when,
     ]
     if not compact:

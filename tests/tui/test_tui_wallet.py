@@ -36,7 +36,7 @@ from oracle_client.ntx import digits
 from tests.conftest import MACHINE_TOML, make_home
 from tests.daemons.test_wallet import PASSPHRASE, VECTOR, VECTOR_TESTNET, leaks, pycardano_address
 from tests.pilot import anyio_backend, on_screen, rows, text_of, until
-from tests.tui.test_snapshots_wallet import ESCROWS, escrow
+from tests.tui.test_snapshots_wallet import ESCROWS, NOW, escrow
 
 __all__ = ["anyio_backend"]
 
@@ -322,6 +322,26 @@ async def test_rewards_follow_escrow_events_and_show_claim_errors(
         await until(
             pilot, lambda: "Refund of job 7f3a90c1d2e3 failed" in text_of(rewards, "#status")
         )
+
+
+def test_the_wallet_names_the_tx_that_settled_a_paid_job_as_the_rewards_do() -> None:
+    """A consumer's job paid out by its provider's split: the provider's tx spent the lock,
+    so this node never made a claim or refund tx of its own (claim_tx ""); the wallet's row
+    names the settle tx the rewards list shows (issue 22)."""
+    from nunet_tui.screens.rewards import done_row
+    from nunet_tui.screens.wallet import tx_row
+
+    split = "5e" * 32
+    paid = escrow(
+        "9c1d2e3f4a5b", "consumer", "paid_out", 2_000_000, age_s=60,
+        settle_tx=split, reward_type="distribute", paid_units=1_234_567,
+        refunded_units=765_433,
+    )  # fmt: skip
+    assert paid.claim_tx == ""
+    for compact, head in ((False, 8), (True, 6)):
+        cells = [c.plain for c in tx_row(paid, NOW, compact=compact)]
+        assert short_hash(split, head, 0 if compact else 4) in cells
+    assert short_hash(split) in [c.plain for c in done_row(paid, NOW, "consumer")]
 
 
 def test_escrow_cells_never_read_markup() -> None:
