@@ -56,6 +56,7 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
     # engine/jobs/service.py NodeJobs
     "jobs": (
         api.SubmitJob,
+        api.ResubmitJob,
         api.ListJobs,
         api.GetJob,
         api.GetJobLogs,

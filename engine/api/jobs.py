@@ -165,6 +165,16 @@ class SubmitJob(Command, tag="job_submit", frozen=True):
     submit_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
 
 
+class ResubmitJob(Command, tag="job_resubmit", frozen=True):
+    """Submit a finished job's spec again as a new job (a new job id); the old one stays as
+    it ended. ``peer_id``: this provider (None: matching chooses, as for a new submit)."""
+
+    reply = JobInfo
+    job_id: str
+    peer_id: str | None = None
+    submit_id: Annotated[str, msgspec.Meta(max_length=64)] = ""  # as SubmitJob's
+
+
 SubmitStep = Literal["matching", "asking", "quoted", "locking", "confirming", "refused", "accepted"]
 
 

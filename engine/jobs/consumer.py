@@ -377,6 +377,31 @@ class ConsumerJobs:
             return job
         raise NoMatch(refusals)
 
+    async def resubmit(self, command: api.ResubmitJob) -> api.JobInfo:
+        """`job resubmit`: a finished job's stored spec submitted again as a new job (its own
+        id, quote and lock), on ``peer_id`` or wherever matching finds; the old job stays as
+        it ended. Refused while the old one still runs: two runs of one spec at once is a
+        second submit, which says so itself."""
+        job_id = command.job_id.strip()
+        job = self.ctx.store.get_job(job_id)
+        if job is None:
+            raise EngineError("not_found", f"no job {job_id!r}; `nunet-tui job list`")
+        if job.role != "consumer":
+            raise EngineError(
+                "invalid",
+                f"job {job.job_id} is one this node ran for {short_peer_id(job.consumer)}: "
+                "only its consumer can submit it again",
+            )
+        if job.state not in api.TERMINAL_STATES:
+            raise EngineError(
+                "not_finished",
+                f"job {job.job_id} is still {job.state}: wait for its end or "
+                f"`nunet-tui job cancel {job.job_id}`, then resubmit it",
+            )
+        return await self.submit(
+            api.SubmitJob(spec=job.spec, peer_id=command.peer_id, submit_id=command.submit_id)
+        )
+
     async def _ask(
         self,
         service: PeerLink,

@@ -161,6 +161,7 @@ class NodeJobs:
     def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:
         return {
             api.SubmitJob: self.consumer.submit,
+            api.ResubmitJob: self.consumer.resubmit,
             api.ListJobs: self._list,
             api.GetJob: self._show,
             api.GetJobLogs: self._logs,

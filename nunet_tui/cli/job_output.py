@@ -7,6 +7,7 @@ import itertools
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,13 @@ def framework(text: str) -> str:
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     job = sub.add_parser("job", help="ML jobs: submit, follow, fetch results")
     job_sub = job.add_subparsers(dest="job_command", metavar="JOB_COMMAND", required=True)
-    submit = job_sub.add_parser("submit", parents=[common], help="run a job on a matching peer")
+    submit = job_sub.add_parser(
+        "submit",
+        parents=[common],
+        help="run a job on a matching peer",
+        epilog=FOLLOW_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     submit.add_argument("-f", "--file", help="job.toml describing the job")
     submit.add_argument(
         "--base-url", metavar="URL", help="resolve a relative script_url in the file against URL"
@@ -82,13 +89,24 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     submit.add_argument("--name", default="")
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
-    submit.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="say each step on stderr as it happens: matching, quotes, the lock, the "
-        "provider's answer (default: when stderr is a terminal)",
+    _add_submit_flags(submit)
+    resubmit = job_sub.add_parser(
+        "resubmit",
+        parents=[common],
+        help="submit a finished job's spec again, as a new job",
+        description="Submit a finished job (completed, failed, cancelled...) again with the\n"
+        "same spec: a new job with its own id, quote and lock; the old one stays as it\n"
+        "ended. A job still running is refused: wait for its end or cancel it first.",
+        epilog=FOLLOW_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    resubmit.add_argument("job_id")
+    resubmit.add_argument(
+        "--provider",
+        metavar="PEER",
+        help="run it on this provider (default: matching chooses, as for a new job)",
+    )
+    _add_submit_flags(resubmit)
     job_sub.add_parser("list", parents=[common], help="jobs, both roles")
     job_sub.add_parser("show", parents=[common], help="one job").add_argument("job_id")
     logs = job_sub.add_parser("logs", parents=[common], help="a job's output")
@@ -114,6 +132,63 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     from nunet_tui.cli import job_tunnel  # forward, shell, stop
 
     job_tunnel.add_parsers(job_sub, common)
+
+
+# What `job submit --follow` and `job resubmit --follow` exit with: the job's own end, so a
+# script can branch on it (`nunet-tui job submit -f job.toml --follow && next-step`).
+EXIT_FAILED_NO_CODE = 70  # failed before its script returned a code (EX_SOFTWARE)
+EXIT_REFUSED = 69  # no provider ran it (EX_UNAVAILABLE)
+EXIT_TIMEOUT = 124  # as timeout(1)
+EXIT_CANCELLED = 75  # EX_TEMPFAIL: its consumer stopped it (130 stays Ctrl-C's, ours)
+EXIT_OOM = 137  # 128 + SIGKILL: killed at its memory limit
+EXIT_INTERRUPTED = 143  # 128 + SIGTERM: its provider went away or shut down
+END_EXIT_CODES = {
+    "refused": EXIT_REFUSED,
+    "timeout": EXIT_TIMEOUT,
+    "cancelled": EXIT_CANCELLED,
+    "oom": EXIT_OOM,
+    "interrupted": EXIT_INTERRUPTED,
+}
+FOLLOW_EPILOG = f"""\
+with --follow: the job's log on stdout as it comes (--json: one JSON object per line: the
+submitted job, each log line, then the ended job), its end on stderr, and its end as the
+exit status:
+  0      completed
+  1-255  failed: the job's own exit code (its script's)
+  {EXIT_FAILED_NO_CODE}     failed without an exit code (its script never returned one)
+  {EXIT_REFUSED}     refused (no provider ran it)
+  {EXIT_CANCELLED}     cancelled (`job cancel`, or x in the TUI's job view)
+  {EXIT_TIMEOUT}    timeout (it ran past its maximum time)
+  {EXIT_OOM}    oom (killed at its memory limit)
+  {EXIT_INTERRUPTED}    interrupted (its provider went away or shut down)
+Before the job exists the command's own statuses stand: 1 refused, 2 a wrong command line.
+Ctrl-C stops following (130); the job goes on."""
+
+
+def _add_submit_flags(parser: argparse.ArgumentParser) -> None:
+    """What `job submit` and `job resubmit` share: how the submit is said and followed."""
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="say each step on stderr as it happens: matching, quotes, the lock, the "
+        "provider's answer (default: when stderr is a terminal)",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print the job's log until it ends, and exit with its end (below)",
+    )
+
+
+def exit_code_of(job: api.JobInfo) -> int:
+    """The status `--follow` exits with for an ended job (FOLLOW_EPILOG)."""
+    if job.state == "completed":
+        return 0
+    if job.state == "failed":
+        code = job.exit_code
+        return code & 0xFF if code is not None and code & 0xFF else EXIT_FAILED_NO_CODE
+    return END_EXIT_CODES.get(job.state, EXIT_FAILED_NO_CODE)
 
 
 def check_usage(key: str, args: argparse.Namespace) -> None:
@@ -188,11 +263,72 @@ def _check_spec(spec: dict[str, Any]) -> JobSpec:
     return parsed
 
 
-def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
+def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo | None:
+    spec = _spec(args)
+    return _submit_and_follow(
+        args,
+        client,
+        lambda submit_id: api.SubmitJob(spec=spec, peer_id=args.peer, submit_id=submit_id),
+    )
+
+
+def _resubmit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo | None:
+    return _submit_and_follow(
+        args,
+        client,
+        lambda submit_id: api.ResubmitJob(
+            job_id=args.job_id, peer_id=args.provider, submit_id=submit_id
+        ),
+    )
+
+
+def _submit_and_follow(
+    args: argparse.Namespace,
+    client: EngineClient,
+    command: Callable[[str], api.SubmitJob | api.ResubmitJob],
+) -> api.JobInfo | None:
+    """Submit (saying each step with --progress), then with --follow print the job's log
+    until it ends and exit with its end (``exit_code_of``); None: printed already."""
+    job = _submitted(args, client, command)
+    if not getattr(args, "follow", False):
+        return job
+    as_json = getattr(args, "json", False)
+    if as_json:
+        show_json(api.to_builtins(job), indent=None, flush=True)
+    show(
+        f"job {job.job_id} {job.state} by provider {short_peer_id(job.provider)}: following "
+        "its log (Ctrl-C stops following; the job goes on)",
+        file=sys.stderr,
+        flush=True,
+    )
+    _print_log(client, job.job_id, follow=True, as_json=as_json)
+    ended: api.JobInfo = client.call_blocking(api.GetJob(job_id=job.job_id))
+    if as_json:
+        show_json(api.to_builtins(ended), indent=None, flush=True)
+    code = exit_code_of(ended)
+    show(_end_line(ended, code), file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def _end_line(job: api.JobInfo, code: int) -> str:
+    """``job 3f2a… failed: exit code 3 (exit status 3): ModuleNotFoundError …``."""
+    line = f"job {job.job_id} {job.state}"
+    if job.exit_code is not None and job.state != "completed":
+        line += f": exit code {job.exit_code}"
+    line += f" (exit status {code})"
+    if job.reason and job.state != "completed":
+        line += f": {safe(job.reason)}"
+    return line
+
+
+def _submitted(
+    args: argparse.Namespace,
+    client: EngineClient,
+    command: Callable[[str], api.SubmitJob | api.ResubmitJob],
+) -> api.JobInfo:
     progress = args.progress if args.progress is not None else sys.stderr.isatty()
     if not progress:
-        command = api.SubmitJob(spec=_spec(args), peer_id=args.peer)
-        return client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+        return client.call_blocking(command(""), timeout=api.SUBMIT_WAIT_S)
     # A submit waits on providers and the chain for up to a minute: each step is said as it
     # happens (the engine's SubmitProgress events for this submit's id), not a silent wait.
     submit_id = secrets.token_hex(8)
@@ -213,8 +349,7 @@ def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
 
     unsubscribe = client.subscribe(said)
     try:
-        command = api.SubmitJob(spec=_spec(args), peer_id=args.peer, submit_id=submit_id)
-        job: api.JobInfo = client.call_blocking(command, timeout=api.SUBMIT_WAIT_S)
+        job: api.JobInfo = client.call_blocking(command(submit_id), timeout=api.SUBMIT_WAIT_S)
     finally:
         unsubscribe()
     who = f"provider {short_peer_id(job.provider)}"
@@ -231,29 +366,44 @@ def _results(args: argparse.Namespace, client: EngineClient) -> api.JobResults:
 
 
 def _logs(args: argparse.Namespace, client: EngineClient) -> None:
+    _print_log(
+        client,
+        args.job_id,
+        follow=args.follow,
+        as_json=getattr(args, "json", False),
+        tail=getattr(args, "tail", None),
+    )
+    if args.follow:
+        _raise_unless_completed(client, args.job_id)
+
+
+def _print_log(
+    client: EngineClient, job_id: str, *, follow: bool, as_json: bool, tail: int | None = None
+) -> None:
+    """A job's log (its last ``tail`` lines); with ``follow``, until the job ended and every
+    line is out. Stdout, the stderr stream's lines on stderr (``as_json``: NDJSON)."""
     after = -1
-    tail: int | None = getattr(args, "tail", None)
+    newest = tail
     while True:
-        if tail is not None:
-            command = api.GetJobLogs(job_id=args.job_id, after_seq=after, limit=tail, newest=True)
-            tail = None
+        if newest is not None:
+            command = api.GetJobLogs(job_id=job_id, after_seq=after, limit=newest, newest=True)
+            newest = None
         else:
-            command = api.GetJobLogs(job_id=args.job_id, after_seq=after)
+            command = api.GetJobLogs(job_id=job_id, after_seq=after)
         chunk: api.JobLogs = client.call_blocking(command)
         for line in chunk.lines:
-            if getattr(args, "json", False):
+            if as_json:
                 show_json(api.to_builtins(line), indent=None)
             else:
                 show(safe(line.text), file=sys.stderr if line.stream == "stderr" else sys.stdout)
         sys.stdout.flush()
         after = chunk.next_seq
-        if not args.follow and not chunk.lines:
-            return None
-        if not args.follow and getattr(args, "tail", None) is not None:
-            return None  # the tail, not everything after it
-        if args.follow and chunk.done and not chunk.lines:
-            _raise_unless_completed(client, args.job_id)
-            return None
+        if not follow and not chunk.lines:
+            return
+        if not follow and tail is not None:
+            return  # the tail, not everything after it
+        if follow and chunk.done and not chunk.lines:
+            return
         if not chunk.lines:
             time.sleep(FOLLOW_POLL_S)
 
@@ -320,6 +470,7 @@ def _cancel(args: argparse.Namespace, client: EngineClient) -> api.JobInfo:
 
 RUNNERS = {
     "job submit": _submit,
+    "job resubmit": _resubmit,
     "job list": lambda a, c: c.call_blocking(api.ListJobs()),
     "job show": _show,
     "job logs": _logs,
