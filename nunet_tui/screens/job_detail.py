@@ -15,7 +15,8 @@ while the job runs and the node reads a GPU).
 Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
 first), ``o`` fetch the results into a folder and view them, ``t`` forward the job's ports to
 127.0.0.1 (their URLs in the facts, the first copied), ``e`` a shell in the job (the app is
-suspended until it exits; widgets/job_ports.py), Esc back.
+suspended until it exits; widgets/job_ports.py), ``ctrl+r`` resubmit a finished job (its
+spec again as a new job, whose view replaces this one; screens/job_resubmit.py), Esc back.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import safe, short_peer_id, thousands
 from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels.money import (
@@ -101,6 +103,7 @@ class JobDetailScreen(CapabilityScreen):
         # Not in the footer (it is full at 80 columns): the Ports fact names both keys.
         Binding("t", "forward_ports", "Ports", show=False),  # t: tunnel
         Binding("e", "shell", "Shell", show=False),  # e: enter the job
+        *job_resubmit.BINDINGS,  # ^r: a finished job's spec again, as a new job
     ]
 
     def __init__(self, job_id: str, *, job: JobInfo | None = None) -> None:
@@ -410,6 +413,8 @@ class JobDetailScreen(CapabilityScreen):
             return job_ports.can_forward(job)
         if action == "shell":
             return job_ports.can_shell(job)
+        if (resubmit := job_resubmit.check(action, job)) is not None:
+            return resubmit
         return True
 
     @work(group="job-op", exclusive=True)
@@ -443,6 +448,16 @@ class JobDetailScreen(CapabilityScreen):
             return
         shown = "broke off" if code is None else f"exited with status {code}"
         self.notify(f"The shell in {job.job_id} {shown}", title="Shell", markup=False)
+
+    @work(group="job-op", exclusive=True)
+    async def action_resubmit(self) -> None:
+        if self.job is None or (new := await job_resubmit.resubmit(self, self.job)) is None:
+            return
+        # The new job's view in place of this one (Esc goes back where this one came from).
+        self.app.call_later(self.app.switch_screen, JobDetailScreen(new.job_id, job=new))
+
+    def action_resubmit_refused(self) -> None:
+        job_resubmit.say_refusal(self, self.job)
 
     @work(group="job-op", exclusive=True)
     async def action_cancel_job(self) -> None:

@@ -3,7 +3,8 @@
 One row per job: id, role, state (coloured), the peer on the other side, name, when it
 started, how long it ran, what it cost; on a narrow terminal the columns that fit, Cost
 among the first kept. Rows change live as ``JobChanged`` events arrive;
-``/`` filters on any column; Enter opens the job.
+``/`` filters on any column; Enter opens the job; ``ctrl+r`` resubmits a finished one
+(screens/job_resubmit.py) and opens the new one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Footer, Input, Static
 
 from engine.api import (
@@ -32,6 +34,7 @@ from engine.errors import EngineError
 from engine.jobs.metering import metered_units
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
+from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import SORT_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.job_state import (
     cost,
@@ -101,6 +104,7 @@ class JobsScreen(FilteredTableScreen):
         Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
         *SORT_BINDINGS,
+        *job_resubmit.BINDINGS,  # ^r: the selected finished job's spec again
     ]
 
     def __init__(self) -> None:
@@ -112,6 +116,7 @@ class JobsScreen(FilteredTableScreen):
         self.show_scheduled = False
         self.columns: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
         self.name_width = NAME_WIDTH[1]
+        self.can_resubmit = False  # the selected job's, as the footer shows it
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -225,6 +230,7 @@ class JobsScreen(FilteredTableScreen):
             )
         elif not shown:
             note.update(Content.assemble("No job matches ", (repr(query), "bold"), "."))
+        self._refresh_resubmit()
 
     def _tick(self) -> None:
         """Running jobs' durations move on."""
@@ -258,9 +264,41 @@ class JobsScreen(FilteredTableScreen):
 
         self.app.push_screen(JobDetailScreen(job_id, job=self.jobs.get(job_id)))
 
+    def selected_job(self) -> JobInfo | None:
+        try:
+            table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
+        except NoMatches:  # bindings are checked before the table is there
+            return None
+        job_id = selected_key(table)
+        return self.jobs.get(job_id) if job_id is not None else None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._refresh_resubmit()
+
+    def _refresh_resubmit(self) -> None:
+        """The footer's ^r is for a finished job: redrawn when the selected one ends or the
+        selection moves to one that has (only then: rows change several times a second)."""
+        can = job_resubmit.can_resubmit(self.selected_job())
+        if can != self.can_resubmit:
+            self.can_resubmit = can
+            self.refresh_bindings()
+
+    @work(group="resubmit", exclusive=True)
+    async def action_resubmit(self) -> None:
+        job = self.selected_job()
+        if job is not None and (new := await job_resubmit.resubmit(self, job)) is not None:
+            self.jobs[new.job_id] = new
+            self.show()
+            self.open_job(new.job_id)
+
+    def action_resubmit_refused(self) -> None:
+        job_resubmit.say_refusal(self, self.selected_job())
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "open_job":
             return bool(self.jobs)
+        if (resubmit := job_resubmit.check(action, self.selected_job())) is not None:
+            return resubmit
         return super().check_action(action, parameters)
 
     def sort_value(self, item: Any, key: str) -> Any:
