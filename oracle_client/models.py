@@ -357,6 +357,9 @@ class RewardPending(msgspec.Struct, frozen=True, kw_only=True):
     job_id: JobId
     reason: Reason
     code: Literal[102] = 102
+    # When asking again can bring the decision (seconds from the answer): a provider's
+    # liveness grace running out (issue 22). None: no time is known (it waits on a peer).
+    retry_after_s: Annotated[float, Meta(ge=0, le=86_400)] | None = None
 
 
 class StatusReport(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -212,6 +212,11 @@ class EscrowInfo(Record, frozen=True):
     paid_units: int | None = None
     refunded_units: int | None = None
     settle_tx: str = ""
+    # Consumer, a refund asked on this node's word alone (its own receipt, issue 22): the job
+    # never ran (its provider refused or released it) or its provider vanished mid-job; and
+    # when the oracle said it can decide (POSIX s; 0: now, or not known).
+    refund_alone: Literal["", "never_ran", "provider_vanished"] = ""
+    decidable_at: float = 0.0
 
     def settled(self) -> tuple[int, int]:
         """(paid to the provider, refunded to the consumer) once settled; rows settled

@@ -61,6 +61,7 @@ LOCK_POLL_S = 1.0
 SETTLE_SOON_S = 2.0  # ... or this often while a consumer waits to see the provider's claim
 SETTLE_BACKOFF_S = 1.0  # a failing escrow is tried again after 1, 2, 4 ... s
 SETTLE_BACKOFF_MAX_S = 30.0
+DECIDABLE_SLACK_S = 0.5  # after the time the oracle named: its clock and ours differ a little
 Role = Literal["consumer", "provider"]
 
 
@@ -413,7 +414,9 @@ class Escrows:
         the settle loop asks again. False: nothing to do (unpaid, or a receipt is already
         under way)."""
         return self._refund_alone(
-            job, "the provider vanished mid-job: asking the oracle for the refund"
+            job,
+            "the provider vanished mid-job: asking the oracle for the refund",
+            "provider_vanished",
         )
 
     def never_ran(self, job: api.JobInfo) -> bool:
@@ -422,10 +425,12 @@ class Escrows:
         §1). The same lone receipt as a vanished provider's: the oracle refunds it because
         that provider never reported the job, and would not if it had."""
         return self._refund_alone(
-            job, "the provider refused the job: asking the oracle for the refund now"
+            job, "the provider refused the job: asking the oracle for the refund now", "never_ran"
         )
 
-    def _refund_alone(self, job: api.JobInfo, why: str) -> bool:
+    def _refund_alone(
+        self, job: api.JobInfo, why: str, kind: Literal["never_ran", "provider_vanished"]
+    ) -> bool:
         from oracle_client.escrow import receipt as rc
 
         record = self.get(job.job_id)
@@ -453,6 +458,7 @@ class Escrows:
             state="receipt",
             outcome="interrupted",
             error=why,
+            refund_alone=kind,
         )
         log.info("job %s (provider %s): %s", job.job_id, job.provider, why)
         self._wake.set()
@@ -717,6 +723,11 @@ class Escrows:
                         log.exception("escrow of job %s: settling failed", job_id)
                     continue
                 failures.pop(job_id, None)
+                if info.state == "receipt" and info.decidable_at:
+                    # The oracle said when it can decide (a vanished provider's grace): ask
+                    # then, not a settle interval later.
+                    left = info.decidable_at - time.time()
+                    due = min(due, trio.current_time() + max(0.0, left) + DECIDABLE_SLACK_S)
                 # The provider claims within seconds of the decision, and a submitted tx lands
                 # within a block or two: look again soon.
                 soon = soon or (

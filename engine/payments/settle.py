@@ -262,12 +262,18 @@ async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
         escrows.save(record, error=f"the oracle refused: {exc}")
         raise EngineError("oracle", f"the oracle refused: {exc}") from None
     if isinstance(answer, RewardPending):
-        return escrows.save(record, error=answer.reason)
+        # When the oracle can decide, where it says (issue 22): the views say when, and the
+        # loop asks again then.
+        decidable_at = (
+            time.time() + answer.retry_after_s if answer.retry_after_s is not None else 0.0
+        )
+        return escrows.save(record, error=answer.reason, decidable_at=decidable_at)
     assert isinstance(answer, RewardGrant)
     record = escrows.save(
         msgspec.structs.replace(record, grant=msgspec.json.encode(answer).decode()),
         reward_type=answer.reward_type,
         error="",
+        decidable_at=0.0,
     )
     if not _ours(info.role, answer):
         paid, refunded = answer.shares

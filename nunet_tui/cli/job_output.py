@@ -17,6 +17,7 @@ from engine.identity import short_peer_id
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
+from nunet_tui.viewmodels.refund import refund_now
 
 if TYPE_CHECKING:
     from engine.jobs.spec import JobSpec
@@ -539,6 +540,8 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
         )
         if escrow.error:
             lines.append(f"  escrow    {safe(escrow.error)}")
+        if (refund := refund_now(escrow, time.time())) is not None:
+            lines.append(f"  refund    {refund.text}")
     if len(job.runs) > 1:
         lines.append(f"  runs      {_runs_text(job)}")
     if job.reason:

@@ -12,7 +12,9 @@ from typing import Any
 
 from engine import api
 from engine.client import EngineClient
+from engine.safe_text import safe
 from nunet_tui.viewmodels.money import escrow_figures, escrow_totals
+from nunet_tui.viewmodels.refund import refund_now
 from oracle_client.ntx import format_ntx
 
 # Settling waits for the oracle (with retries) and the chain: well past the default timeout.
@@ -36,8 +38,26 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 RUNNERS: dict[str, Any] = {
     "reward list": lambda a, c: _list(a, c),
     "reward claim": lambda a, c: _settle(c, api.RewardClaim(job_id=a.job_id)),
-    "reward refund": lambda a, c: _settle(c, api.RewardRefund(job_id=a.job_id)),
+    "reward refund": lambda a, c: _refund(a, c),
 }
+
+
+def _refund(args: argparse.Namespace, client: EngineClient) -> api.EscrowInfo:
+    """The lock back now; one line on stderr and exit 1 when it cannot come back yet, saying
+    when and why as the job view does (viewmodels/refund.py)."""
+    from engine.errors import EngineError
+
+    info: api.EscrowInfo = _settle(client, api.RewardRefund(job_id=args.job_id))
+    if info.role != "consumer" or info.state in ("refunded", "refunding", "paid_out"):
+        return info
+    status = refund_now(info, time.time())
+    if status is not None and not status.ready:
+        why = status.text
+    elif status is not None:  # just asked: the oracle gave no time (an older oracle)
+        why = f"the oracle has not decided yet: {safe(info.error) or info.state}"
+    else:
+        why = safe(info.error) or f"its escrow is {info.state}"
+    raise EngineError("not_ready", f"job {info.job_id} is not refunded yet: {why}")
 
 
 def _settle(client: EngineClient, command: api.Command) -> Any:
@@ -88,6 +108,8 @@ def to_text(result: Any) -> str | None:
             lines.append(f"  {verb} {result.claim_tx}")
         deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.deadline_ms / 1000))
         lines.append(f"  deadline  {deadline}")
+        if (refund := refund_now(result, time.time())) is not None:
+            lines.append(f"  refund    {refund.text}")
         if result.error:
             lines.append(f"  last problem: {result.error}")
         return "\n".join(lines)

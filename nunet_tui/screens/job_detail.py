@@ -16,11 +16,14 @@ Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel
 first), ``o`` fetch the results into a folder and view them, ``t`` forward the job's ports to
 127.0.0.1 (their URLs in the facts, the first copied), ``e`` a shell in the job (the app is
 suspended until it exits; widgets/job_ports.py), ``ctrl+r`` resubmit a finished job (its
-spec again as a new job, whose view replaces this one; screens/job_resubmit.py), Esc back.
+spec again as a new job, whose view replaces this one; screens/job_resubmit.py), ``F`` refund
+now (a lock asked back on this node's word once the oracle can decide; until then the Refund
+fact says when and why), Esc back.
 """
 
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 from textual import on, work
@@ -45,6 +48,7 @@ from engine.api import (
     JobLogs,
     JobResults,
     RewardList,
+    RewardRefund,
     TunnelForward,
 )
 from engine.errors import EngineError
@@ -54,6 +58,7 @@ from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels.money import (
+    amount,
     cancel_split,
     job_figures,
     machine_time,
@@ -61,6 +66,7 @@ from nunet_tui.viewmodels.money import (
     settle_tx,
     summary,
 )
+from nunet_tui.viewmodels.refund import refund_now
 from nunet_tui.widgets import escrow_view, job_ports
 from nunet_tui.widgets.job_gpus import JobGpus
 from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
@@ -104,6 +110,9 @@ class JobDetailScreen(CapabilityScreen):
         Binding("t", "forward_ports", "Ports", show=False),  # t: tunnel
         Binding("e", "shell", "Shell", show=False),  # e: enter the job
         *job_resubmit.BINDINGS,  # ^r: a finished job's spec again, as a new job
+        # A lock asked back on this node's word, once the oracle can decide (viewmodels/
+        # refund.py): at once instead of at the engine's next settle.
+        Binding("F", "refund_now", "Refund now", tooltip="Take the locked NTX back now"),
     ]
 
     def __init__(self, job_id: str, *, job: JobInfo | None = None) -> None:
@@ -317,8 +326,8 @@ class JobDetailScreen(CapabilityScreen):
         self._show_log_state()
         onboarding = self.nunet.onboarding
         self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
-        # The footer is rebuilt on refresh_bindings: only when what x and o do changes.
-        bindings_for = (job.role, job.state, bool(job.results_dir))  # t and e: running
+        # The footer is rebuilt on refresh_bindings: only when what x, o and F do changes.
+        bindings_for = (job.role, job.state, bool(job.results_dir), self._refund_status())
         if bindings_for != self._bindings_for:
             self._bindings_for = bindings_for
             self.refresh_bindings()
@@ -355,7 +364,10 @@ class JobDetailScreen(CapabilityScreen):
             panel.border_subtitle += f" · /{safe(view.search)}"
 
     def _tick(self) -> None:
-        if self.job is not None and not is_terminal(self.job) and self.is_current:
+        # A refund's countdown runs on, and its time may come: then F is offered.
+        refund = self._refund_status()
+        moved = refund is False or (refund,) != self._bindings_for[-1:]
+        if self.job is not None and (moved or not is_terminal(self.job)) and self.is_current:
             self.show_job()
 
     # --- actions -------------------------------------------------------------------------
@@ -415,6 +427,8 @@ class JobDetailScreen(CapabilityScreen):
             return job_ports.can_shell(job)
         if (resubmit := job_resubmit.check(action, job)) is not None:
             return resubmit
+        if action == "refund_now":
+            return self._refund_status() is True
         return True
 
     @work(group="job-op", exclusive=True)
@@ -458,6 +472,30 @@ class JobDetailScreen(CapabilityScreen):
 
     def action_resubmit_refused(self) -> None:
         job_resubmit.say_refusal(self, self.job)
+
+    def _refund_status(self) -> bool | None:
+        """True: the lock can be asked back now; False: not yet (the view says when);
+        None: no refund on this node's word."""
+        status = refund_now(self.escrow, self.nunet.clock())
+        return None if status is None else status.ready
+
+    @work(group="job-op", exclusive=True)
+    async def action_refund_now(self) -> None:
+        try:
+            escrow: EscrowInfo = await self.nunet.client.call(RewardRefund(job_id=self.job_id))
+        except EngineError as exc:
+            self.notify(safe(exc.message), title="Refund", severity="error", markup=False)
+            return
+        self.escrow = escrow
+        self.show_job()
+        status = refund_now(escrow, self.nunet.clock())
+        if escrow.state == "refunded":
+            shown = f"{amount(escrow.refunded_units or escrow.amount, 'refunded')} to you"
+        elif status is not None:
+            shown = status.text if not status.ready else f"not decided yet: {escrow.error}"
+        else:
+            shown = escrow.state
+        self.notify(f"Job {self.job_id}: {shown}", title="Refund", markup=False)
 
     @work(group="job-op", exclusive=True)
     async def action_cancel_job(self) -> None:
@@ -569,6 +607,8 @@ def _facts(
         rows.append(("NTX", money))
     if escrow is not None:
         rows.append(("Escrow", _escrow_fact(escrow)))
+        if refund := escrow_view.refund_row(escrow, now or time.time(), "F"):
+            rows.append(refund)
     m = job.metering
     if m is not None:
         rows.append(

@@ -234,3 +234,18 @@ __all__ = [
     "state_text",
     "totals",
 ]
+
+
+def refund_row(escrow: EscrowInfo | None, now: float, key: str) -> tuple[str, Content] | None:
+    """The job view's "Refund" fact of a refund asked on this node's word: ``key`` refunds
+    it now when the oracle can decide, else when and why not yet (viewmodels/refund.py)."""
+    from nunet_tui.viewmodels.refund import refund_now
+
+    status = refund_now(escrow, now)
+    if status is None:
+        return None
+    if status.ready:
+        return "Refund", Content.assemble(
+            (key, "bold $text-accent"), " refunds it now · ", (status.text, "$text-success")
+        )
+    return "Refund", Content.styled(one_line(status.text), "$text-warning")

@@ -293,6 +293,7 @@ class Oracle:
             job_id=job_id,
             reason=f"job {job_id}: its provider said it was running the job {age:.0f} s ago; "
             f"it counts as vanished only after {self.liveness_grace_s:g} s of silence",
+            retry_after_s=round(min(86_400.0, max(0.0, self.liveness_grace_s - age)), 1),
         )
 
     def send_status(self, report: StatusReport) -> StatusAck:
