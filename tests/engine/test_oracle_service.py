@@ -694,8 +694,14 @@ def test_a_lone_receipt_waits_while_the_provider_is_alive_and_refunds_once_it_is
     )
     pending = _reward(server, lie)
     assert isinstance(pending, RewardPending) and "said it was running" in pending.reason
+    # ...and when asking again can bring the decision (issue 22): the grace left, over the
+    # wire (an older client ignores the field).
+    assert pending.retry_after_s is not None
+    assert LIVENESS_GRACE_S - 5 <= pending.retry_after_s <= LIVENESS_GRACE_S
     clock.offset = LIVENESS_GRACE_S - 1  # still within the grace: still nothing
-    assert isinstance(_reward(server, lie), RewardPending)
+    later = _reward(server, lie)
+    assert isinstance(later, RewardPending) and later.retry_after_s is not None
+    assert later.retry_after_s <= 1.5
     assert server.oracle.store.decision("job-live") is None
     clock.offset = LIVENESS_GRACE_S + 1  # silent past the grace: it vanished
     grant = _reward(server, lie)

@@ -172,6 +172,36 @@ def test_the_settle_loop_retries_an_unreachable_chain_with_backoff_until_it_sett
     assert isinstance(events[-1], api.EscrowChanged) and events[-1].escrow.state == "paid_out"
 
 
+def test_the_settle_loop_asks_again_when_the_oracle_said_it_can_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vanished provider's refund, "pending" with the oracle's time left (issue 22): the loop
+    asks again then, not a settle interval (15 s) later, and not before."""
+    escrows, _, _ = build(tmp_path, seed=9)
+    escrows.save(record("consumer", "receipt", refund_alone="provider_vanished"))
+    asked: list[float] = []
+
+    async def settle(job_id: str, *, automatic: bool = False) -> api.EscrowInfo:
+        asked.append(time.time())
+        current = escrows.get(job_id)
+        assert current is not None
+        return escrows.save(current, decidable_at=time.time() + 0.3).info
+
+    monkeypatch.setattr(escrows, "settle", settle)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(escrows.serve)
+            with trio.fail_after(10):  # well inside the settle interval
+                while len(asked) < 2:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert escrows.ctx.settings.payments.settle_interval_s >= 15
+    assert asked[1] - asked[0] >= 0.3
+
+
 # --- metered receipts (issue 12) -------------------------------------------------------------
 
 T0 = 1_800_000_000.0
