@@ -29,6 +29,7 @@ from engine.api import ResourceSpec
 from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.identity import short_peer_id
+from engine.jobs import notebooks
 from engine.jobs import protocol as p
 from engine.jobs.admission import budget_units, max_minutes, quote_units
 from engine.jobs.joblog import JobLog, JobLogs
@@ -398,8 +399,13 @@ class ConsumerJobs:
                 f"job {job.job_id} is still {job.state}: wait for its end or "
                 f"`nunet-tui job cancel {job.job_id}`, then resubmit it",
             )
+        spec = job.spec
+        if notebooks.TOKEN_ENV in spec.env:
+            # A notebook's token is one job's (its provider saw it): the new one gets its own.
+            env = {**spec.env, notebooks.TOKEN_ENV: notebooks.new_token()}
+            spec = msgspec.structs.replace(spec, env=env)
         return await self.submit(
-            api.SubmitJob(spec=job.spec, peer_id=command.peer_id, submit_id=command.submit_id)
+            api.SubmitJob(spec=spec, peer_id=command.peer_id, submit_id=command.submit_id)
         )
 
     async def _ask(

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
@@ -311,3 +312,38 @@ def test_a_start_and_an_end_are_timed_on_our_clock_only_when_seen_as_they_happen
     done = consumer._apply(watched, ended, log, live=True)
     assert done.seen_finished_at is not None and done.seen_finished_at >= watched.seen_started_at
     assert done.started_at is not None and done.started_at < before - 500  # theirs, kept apart
+
+
+def test_resubmit_runs_an_ended_jobs_spec_as_a_new_job_with_a_notebooks_own_token(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: the stored spec again, under a new id; a notebook's token (its provider saw
+    it) is made anew; a job still running is refused."""
+    from engine.jobs.notebooks import TOKEN_ENV
+
+    provider = FakeProviderPeer(identity(2), total_ntx=0.25)
+    consumer, link, _ = world(tmp_path, (provider, 1.0))
+    first = submit(consumer, link, env={TOKEN_ENV: "ab" * 24, "EPOCHS": "3"})
+
+    def resubmit(job_id: str) -> api.JobInfo | EngineError:
+        async def main() -> api.JobInfo | EngineError:
+            async with trio.open_nursery() as nursery:
+                link.nursery = nursery
+                try:
+                    return await consumer.resubmit(api.ResubmitJob(job_id=job_id))
+                except EngineError as exc:
+                    return exc
+
+        return trio.run(main)
+
+    running = resubmit(first.job_id)
+    assert isinstance(running, EngineError) and running.code == "not_finished"
+    assert f"job {first.job_id} is still accepted" in running.message
+    consumer.ctx.store.save_job(msgspec.structs.replace(first, state="failed"))
+    again = resubmit(first.job_id)
+    assert isinstance(again, api.JobInfo) and again.job_id != first.job_id
+    assert again.spec.env["EPOCHS"] == "3"
+    assert again.spec.env[TOKEN_ENV] not in ("", first.spec.env[TOKEN_ENV])
+    assert msgspec.structs.replace(again.spec, env=first.spec.env) == first.spec
+    missing = resubmit("0123456789ab")
+    assert isinstance(missing, EngineError) and missing.code == "not_found"
