@@ -89,6 +89,8 @@ def state_text(escrow: EscrowInfo) -> Content:
     state = escrow.state
     words = CONSUMER_WORDS if escrow.role == "consumer" else {}
     word = words.get(state) or STATE_WORDS.get(state, state)
+    if escrow.role == "consumer" and escrow.refund_alone and state == "receipt":
+        word = "refund asked"  # on this node's word alone: nothing is decided yet
     return Content.styled(f"{STATE_MARKS.get(state, '?')} {word}", STATE_STYLES.get(state, ""))
 
 
@@ -175,7 +177,7 @@ def detail_rows(escrow: EscrowInfo, now: float) -> list[tuple[str, Content]]:
         ("Job", Content.styled(safe(escrow.job_id), "bold")),
         ("Side", Content.assemble(escrow.role, (f" · {paid}", muted))),
         ("State", state_text(escrow)),
-        ("", Content(STATE_HELP.get((escrow.role, escrow.state), ""))),
+        ("", Content(_state_help(escrow, now))),
         *(
             [("Problem", Content.styled(one_line(escrow.error), "$text-error"))]
             if escrow.error
@@ -234,6 +236,15 @@ __all__ = [
     "state_text",
     "totals",
 ]
+
+
+def _state_help(escrow: EscrowInfo, now: float) -> str:
+    """What the state means; a refund asked on this node's word says when it can come back."""
+    from nunet_tui.viewmodels.refund import refund_now
+
+    if (refund := refund_now(escrow, now)) is not None:
+        return one_line(refund.text)
+    return STATE_HELP.get((escrow.role, escrow.state), "")
 
 
 def refund_row(escrow: EscrowInfo | None, now: float, key: str) -> tuple[str, Content] | None:

@@ -98,6 +98,7 @@ async def test_refund_now_is_offered_once_the_oracle_can_decide(engine_client: E
         facts = text_of(detail, "#job-facts")
         assert "its provider vanished mid-job; the oracle can decide in about 40 s" in facts
         assert "counts as vanished only after 100 s" in facts
+        assert "● refund asked" in facts  # not "decided": the oracle has not, yet
         assert "refund_now" not in enabled(detail)
         await pilot.press("F")  # not offered: nothing is asked
         await pilot.pause()
