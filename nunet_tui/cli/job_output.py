@@ -541,7 +541,7 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
         if escrow.error:
             lines.append(f"  escrow    {safe(escrow.error)}")
         if (refund := refund_now(escrow, time.time())) is not None:
-            lines.append(f"  refund    {refund.text}")
+            lines.append(f"  refund    {refund.short}")
     if len(job.runs) > 1:
         lines.append(f"  runs      {_runs_text(job)}")
     if job.reason:

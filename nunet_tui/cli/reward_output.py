@@ -109,7 +109,7 @@ def to_text(result: Any) -> str | None:
         deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.deadline_ms / 1000))
         lines.append(f"  deadline  {deadline}")
         if (refund := refund_now(result, time.time())) is not None:
-            lines.append(f"  refund    {refund.text}")
+            lines.append(f"  refund    {refund.short}")
         if result.error:
             lines.append(f"  last problem: {result.error}")
         return "\n".join(lines)

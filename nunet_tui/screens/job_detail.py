@@ -492,7 +492,7 @@ class JobDetailScreen(CapabilityScreen):
         if escrow.state == "refunded":
             shown = f"{amount(escrow.refunded_units or escrow.amount, 'refunded')} to you"
         elif status is not None:
-            shown = status.text if not status.ready else f"not decided yet: {escrow.error}"
+            shown = status.text if not status.ready else f"not decided yet: {safe(escrow.error)}"
         else:
             shown = escrow.state
         self.notify(f"Job {self.job_id}: {shown}", title="Refund", markup=False)

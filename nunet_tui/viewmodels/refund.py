@@ -25,7 +25,13 @@ WHY = {
 @dataclass(frozen=True)
 class RefundNow:
     ready: bool  # the oracle can decide now: asking refunds the lock
-    text: str  # one line: why the lock comes back, and when (or that it can now)
+    short: str  # one line: why the lock comes back, and when (or that it can now)
+    oracle: str = ""  # the oracle's own words, where they say why not yet
+
+    @property
+    def text(self) -> str:
+        """The line with the oracle's words (a view showing the escrow's error leaves them)."""
+        return f"{self.short} ({self.oracle})" if self.oracle else self.short
 
 
 def refund_now(escrow: EscrowInfo | None, now: float) -> RefundNow | None:
@@ -38,21 +44,21 @@ def refund_now(escrow: EscrowInfo | None, now: float) -> RefundNow | None:
         return RefundNow(False, f"{why}: its refund tx is on its way to the chain")
     if escrow.state == "undecided":
         deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(escrow.deadline_ms / 1000))
-        oracle = f" ({safe(escrow.error)})" if escrow.error else ""
         return RefundNow(
             False,
-            f"the oracle would not refund it on this node's word{oracle}: the lock comes "
-            f"back at its deadline, {deadline}",
+            "the oracle would not refund it on this node's word: the lock comes back at its "
+            f"deadline, {deadline}",
+            safe(escrow.error),
         )
     if escrow.state != "receipt":
         return None
     left = escrow.decidable_at - now
     if left > 0:
         at = time.strftime("%H:%M:%S", time.localtime(escrow.decidable_at))
-        oracle = f": {safe(escrow.error)}" if escrow.error else ""
         return RefundNow(
             False,
-            f"{why}; the oracle can decide in about {left:.0f} s (at {at}){oracle}; "
-            "this node asks again then by itself",
+            f"{why}; the oracle can decide in about {left:.0f} s (at {at}), and this node "
+            "asks again then by itself",
+            safe(escrow.error),
         )
     return RefundNow(True, f"{why}: its locked NTX can be refunded now")

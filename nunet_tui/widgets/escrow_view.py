@@ -243,7 +243,7 @@ def _state_help(escrow: EscrowInfo, now: float) -> str:
     from nunet_tui.viewmodels.refund import refund_now
 
     if (refund := refund_now(escrow, now)) is not None:
-        return one_line(refund.text)
+        return one_line(refund.short)  # the oracle's words: the Problem row
     return STATE_HELP.get((escrow.role, escrow.state), "")
 
 
@@ -255,8 +255,9 @@ def refund_row(escrow: EscrowInfo | None, now: float, key: str) -> tuple[str, Co
     status = refund_now(escrow, now)
     if status is None:
         return None
+    # The oracle's own words are the Escrow fact's (its error): not said twice.
     if status.ready:
         return "Refund", Content.assemble(
-            (key, "bold $text-accent"), " refunds it now · ", (status.text, "$text-success")
+            (key, "bold $text-accent"), " refunds it now · ", (status.short, "$text-success")
         )
-    return "Refund", Content.styled(one_line(status.text), "$text-warning")
+    return "Refund", Content.styled(one_line(status.short), "$text-warning")
