@@ -7,6 +7,7 @@ import itertools
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -337,18 +338,16 @@ def _tunnel_runners() -> dict[str, Any]:
 RUNNERS.update(_tunnel_runners())
 
 
-def to_text(result: Any) -> str | None:
-    if isinstance(result, api.JobList):
-        if not result.jobs:
-            return "no jobs yet: `nunet-tui job submit -f job.toml`"
-        return "\n".join(_row(job) for job in result.jobs)
-    if isinstance(result, api.JobInfo):
-        return _detail(result)
-    if isinstance(result, api.JobResults):
-        lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
-        lines += [f"  {safe(name)}" for name in result.files]
-        return "\n".join(lines)
-    return None
+def _list_text(result: api.JobList) -> str:
+    if not result.jobs:
+        return "no jobs yet: `nunet-tui job submit -f job.toml`"
+    return "\n".join(_row(job) for job in result.jobs)
+
+
+def _results_text(result: api.JobResults) -> str:
+    lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
+    lines += [f"  {safe(name)}" for name in result.files]
+    return "\n".join(lines)
 
 
 def _row(job: api.JobInfo) -> str:
@@ -408,3 +407,11 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     if job.results_sha256:
         lines.append(f"  results   {job.results_size:,} bytes, sha256 {job.results_sha256[:16]}…")
     return "\n".join(lines)
+
+
+# The job results this module formats (formatters.py merges every output module's TEXT).
+TEXT: dict[type, Callable[[Any], str]] = {
+    api.JobList: _list_text,
+    api.JobInfo: _detail,
+    api.JobResults: _results_text,
+}
