@@ -21,7 +21,7 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.metering import metered_units
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.tunnel import ConsumerTunnels
+from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
 from oracle_client.ntx import ntx_of
 
@@ -118,7 +118,7 @@ class NodeJobs:
     def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts: serve the job protocol on its host."""
         from engine.jobs.protocol import JOB_PROTOCOL
-        from engine.jobs.tunnel import TUNNEL_PROTOCOL
+        from engine.jobs.tunnel_frames import TUNNEL_PROTOCOL
 
         link.set_stream_handler(JOB_PROTOCOL, self.provider.handle)
         link.set_stream_handler(TUNNEL_PROTOCOL, self.provider.tunnels.handle)
