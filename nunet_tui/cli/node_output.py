@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine import api
+from engine.peer_names import peer_label
 from engine.safe_text import safe
 from oracle_client.ntx import format_ntx, units_of
 
@@ -104,7 +105,9 @@ def _peers(result: api.PeerList) -> str:
             if res.free_cpu_mhz is not None:
                 offer += f" (free {res.free_cpu_mhz:,} MHz, {res.free_memory_mb or 0:,} MB)"
         latency = f"{peer.latency_ms:.1f} ms" if peer.latency_ms is not None else "- ms"
-        lines.append(f"  {safe(peer.peer_id)}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}")
+        # The whole id (what `chat start` and `--peer` take), after the provider's name if any.
+        who = peer_label(peer.peer_id, peer.display_name, full_id=True)
+        lines.append(f"  {who}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}")
         for addr in peer.addrs[:2]:
             lines.append(f"      {safe(addr)}")
     return "\n".join(lines)

@@ -47,7 +47,7 @@ from engine.api import (
     TunnelForward,
 )
 from engine.errors import EngineError
-from nunet_tui.format import safe, short_peer_id, thousands
+from nunet_tui.format import named_peer, safe, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
@@ -298,7 +298,7 @@ class JobDetailScreen(CapabilityScreen):
             (job_name(job), "bold $text-accent"),
             " · ",
             state_text(job.state, mark=False),
-            f" {where} {short_peer_id(who)}",
+            f" {where} {named_peer(getattr(self.app, 'peer_names', None), who)}",
         ]
         if job.started_at is not None:
             parts.append(f" · {hms(duration(job, now))}")
