@@ -53,8 +53,14 @@ class FloodingProvider:
             return
         job_id, kind, me = message["job_id"], message["t"], self.peer.identity
         if kind == "offer":
-            quote = p.Quote(job_id=job_id, provider=self.peer.peer_id, price_ntx_hour=1.0,
-                            total_ntx=0.05, expires_at=time.time() + 60, executor="process")  # fmt: skip
+            quote = p.Quote(
+                job_id=job_id,
+                provider=self.peer.peer_id,
+                price_ntx_hour=1.0,
+                total_ntx=0.05,
+                expires_at=time.time() + 60,
+                executor="process",
+            )
             await p.send(stream, me, quote)
         elif kind == "confirm":
             await p.send(stream, me, p.Accepted(job_id=job_id))

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import trio
+import trio.testing
 from nacl.signing import SigningKey
 
 from engine import api
@@ -177,3 +178,37 @@ def test_samples_cross_the_wire_signed_and_older_peers_skip_them() -> None:
 def test_out_of_bound_samples_are_refused_at_the_boundary(usage: object) -> None:
     with pytest.raises(p.ProtocolError):
         p.decode(_sealed(_update(usage=usage)), IDENTITY.peer_id)
+
+
+def test_a_gpu_job_s_samples_carry_its_own_cards_from_the_gpu_sampler(tmp_path: Path) -> None:
+    from engine.resources.gpu.sampler import GpuSampler
+    from engine.resources.gpu.service import GpuService
+    from tests.doubles.fake_pynvml import FakeNvml
+
+    nvml = FakeNvml.with_gpus(2)
+    nvml.gpus[1].utilization_gpu, nvml.gpus[1].memory_used = 63, 5200 << 20
+    service = GpuService(
+        lambda: GpuSampler(nvml, sysfs_root=tmp_path / "sys", kfd=tmp_path / "kfd",
+                           proc_root=tmp_path, clock=trio.current_time),
+        to_thread=_inline,
+    )  # fmt: skip
+    mine = (api.GpuInfo(index=1, vendor="nvidia", name="A100", vram_mb=81920,
+                        uuid=nvml.gpus[1].uuid),)  # fmt: skip
+    readings = iter([(0.0, 0.0, 100.0), (5.0, 10.0, 300.0)])
+    ring = live_usage.UsageRing()
+
+    async def main() -> None:
+        with trio.move_on_after(30):
+            await live_usage.watch(
+                lambda: next(readings, None), ring, 5.0, ram_limit_mb=2048, gpus=mine,
+                gpu_status=service.status,
+            )  # fmt: skip
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    (only,) = ring.all()
+    assert (only.cpu_cores, only.ram_mb, only.ram_limit_mb) == (2.0, 300, 2048)
+    assert (only.gpus, only.gpu_percent, only.gpu_mem_mb) == (1, 63.0, 5200)
+
+
+async def _inline(fn: object) -> object:
+    return fn()  # type: ignore[operator]
