@@ -672,10 +672,9 @@ class ConsumerJobs:
         ended = job.state == "running" and update.state in api.TERMINAL_STATES
         if live and job.seen_finished_at is None and job.seen_started_at is not None and ended:
             seen["seen_finished_at"] = now
-        if newest := self._usage.ring(job.job_id).take(update.usage, now):
-            seen_usage: dict[str, api.UsageSample] = {"usage": newest}
-        else:
-            seen_usage = {}
+        seen_usage: dict[str, api.UsageSample] = {}
+        if update.usage and (newest := self._usage.ring(job.job_id).take(update.usage, now)):
+            seen_usage["usage"] = newest
         changed = msgspec.structs.replace(
             job, **update.progress(), log_lines=len(joblog), **seen, **seen_usage
         )
