@@ -230,6 +230,10 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     )
     # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
     checkpoint_interval_s: Seconds = 60.0
+    # A running job's live CPU, RAM and GPU use, sampled this often and sent to its consumer
+    # with its updates (the job view's sparklines; 0: none). At least 1 s (the executors read
+    # their figures about once a second).
+    usage_interval_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
     # A consumer's job whose provider stays unreachable (no heartbeat for three intervals)
     # this much longer ends "interrupted", and its escrow's refund is asked for at once.
     provider_grace_s: Seconds = 300.0

@@ -17,6 +17,7 @@ from engine.identity import short_peer_id
 from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
+from nunet_tui.viewmodels.usage import usage_line
 
 if TYPE_CHECKING:
     from engine.jobs.spec import JobSpec
@@ -403,6 +404,8 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
             f"  metering  {m.wall_s:.1f} s wall, {m.cpu_s:.1f} s CPU ({m.mticks:.0f} MTicks), "
             f"{m.ram_mb_s:.0f} MB·s, peak {m.peak_ram_mb:.0f} MB"
         )
+    if job.state == "running":  # the provider's latest live sample (issue 22 §3)
+        lines.append(f"  usage     {usage_line(job.usage)}")
     lines.append(f"  log       {job.log_lines} lines (`nunet-tui job logs {job.job_id} -f`)")
     if job.results_sha256:
         lines.append(f"  results   {job.results_size:,} bytes, sha256 {job.results_sha256[:16]}…")

@@ -10,7 +10,8 @@ engine, and nothing is shown twice. A provider's node gets no log events for the
 runs, so there the screen reads new lines twice a second instead.
 
 On the provider side a GPU job gets its GPUs' load beside the log (``JobGpus``: shown only
-while the job runs and the node reads a GPU).
+while the job runs and the node reads a GPU). On both sides a running job shows its live CPU,
+RAM and GPU use under the facts, from its provider's samples (``LiveUsage``: one line).
 
 Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
 first), ``o`` fetch the results into a folder and view them, ``t`` forward the job's ports to
@@ -72,6 +73,7 @@ from nunet_tui.widgets.job_state import (
     state_text,
     timeline,
 )
+from nunet_tui.widgets.job_usage import LiveUsage
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 from oracle_client.ntx import format_ntx
@@ -125,6 +127,7 @@ class JobDetailScreen(CapabilityScreen):
             yield Static(id="job-title", markup=False)
             yield Static(id="job-timeline", markup=False)
             yield KeyTable(id="job-facts")
+            yield LiveUsage(id="job-usage")  # CPU, RAM, GPU sparklines while it runs
             yield Static(id="job-failure", markup=False)
         with Horizontal(id="log-row"):
             with Vertical(id="log-panel") as panel:
@@ -314,6 +317,7 @@ class JobDetailScreen(CapabilityScreen):
         self._show_log_state()
         onboarding = self.nunet.onboarding
         self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
+        self.query_one(LiveUsage).follow(job)
         # The footer is rebuilt on refresh_bindings: only when what x and o do changes.
         bindings_for = (job.role, job.state, bool(job.results_dir))  # t and e: running
         if bindings_for != self._bindings_for:
