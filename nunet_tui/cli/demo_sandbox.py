@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import signal
 import socket
@@ -257,8 +258,10 @@ def node_config(
     prices: tuple[float, ...],
     sandbox: Sandbox | None = None,
     listen_port: int = 0,
+    display_name: str = "",
 ) -> str:
-    """A sandbox node's config.toml; with the sandbox's ledger and oracle, jobs are paid."""
+    """A sandbox node's config.toml; with the sandbox's ledger and oracle, jobs are paid. A
+    provider's ``display_name`` goes into its signed advert ([provider])."""
     low, moderate, high = prices
     peers = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap or ())
     lines = [
@@ -286,6 +289,8 @@ def node_config(
         # fetch from unless told (a consumer could read their local services otherwise).
         'fetch_allow_networks = ["127.0.0.1/32"]',
     ]
+    if display_name:
+        lines += ["[provider]", f"display_name = {json.dumps(display_name)}"]
     if sandbox is not None and sandbox.ledger_url:
         lines += [
             "[payments]",

@@ -191,9 +191,18 @@ def _plan(sandbox: Sandbox) -> _Plan:
         sandbox.bootstrap.append(f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id}")
     spec: tuple[Any, ...]
     for paths, port, spec in zip(homes, ports, PROVIDERS, strict=True):
-        _name, cores, mhz, memory, _onboard_mb, _onboard_mhz, prices = spec
+        name, cores, mhz, memory, _onboard_mb, _onboard_mhz, prices = spec
         paths.config_file.write_text(
-            node_config(cores, mhz, memory, sandbox.bootstrap, prices, sandbox, listen_port=port)
+            node_config(
+                cores,
+                mhz,
+                memory,
+                sandbox.bootstrap,
+                prices,
+                sandbox,
+                listen_port=port,
+                display_name=name,
+            )
         )
     sandbox.providers.extend(homes)
     consumer = sandbox.consumer
