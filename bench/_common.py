@@ -83,26 +83,34 @@ class DaemonPair:
 
         from engine import api
         from engine.config import Paths
-        from nunet_tui.cli.demo import DEMO_ADDRESS, _client, _config, _daemon, _listening
+        from nunet_tui.cli.demo_sandbox import (
+            DEMO_ADDRESS,
+            node_client,
+            node_config,
+            start_daemon,
+            wait_listening,
+        )
 
         self.provider_home = Paths.for_home(root / "provider")
         self.provider_home.ensure()
-        config = _config(4, 3000, 16_000, None, (1.0, 2.0, 4.0))
+        config = node_config(4, 3000, 16_000, None, (1.0, 2.0, 4.0))
         if docker:
             config = config.replace('executors = ["process"]', 'executors = ["docker"]')
         self.provider_home.config_file.write_text(config)
-        self.procs.append(_daemon(self.provider_home, root / "provider.log"))
-        self.provider = _client(self.provider_home, self.procs[-1])
-        self.boot = _listening(self.provider)
+        self.procs.append(start_daemon(self.provider_home, root / "provider.log"))
+        self.provider = node_client(self.provider_home, self.procs[-1])
+        self.boot = wait_listening(self.provider)
         self.provider.call_blocking(
             api.OnboardRequest(memory_mb=8000, cpu_mhz=6000, address=DEMO_ADDRESS, channel=channel)
         )
         consumer_home = Paths.for_home(root / "consumer")
         consumer_home.ensure()
-        consumer_home.config_file.write_text(_config(4, 3000, 16_000, self.boot, (1.0, 2.0, 4.0)))
-        self.procs.append(_daemon(consumer_home, root / "consumer.log"))
-        self.consumer = _client(consumer_home, self.procs[-1])
-        _listening(self.consumer)
+        consumer_home.config_file.write_text(
+            node_config(4, 3000, 16_000, self.boot, (1.0, 2.0, 4.0))
+        )
+        self.procs.append(start_daemon(consumer_home, root / "consumer.log"))
+        self.consumer = node_client(consumer_home, self.procs[-1])
+        wait_listening(self.consumer)
         while not self.consumer.call_blocking(api.ListPeers()).peers:
             time.sleep(0.1)
 

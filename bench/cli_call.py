@@ -29,7 +29,7 @@ from pathlib import Path
 from engine import api
 from engine.config import Paths
 from engine.control_client import ControlClient
-from nunet_tui.cli.demo import NODE_PRELOAD
+from nunet_tui.cli.demo_start import NODE_PRELOAD
 from nunet_tui.cli.zygote import ZygoteClient
 
 REPO = Path(__file__).resolve().parent.parent

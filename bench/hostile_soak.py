@@ -268,23 +268,23 @@ class ManyIdentities:
 def newcomer_lists(root: Path, boot: str, victim: str, timeout: float = 30.0) -> float | None:
     """Seconds from a fresh node's start (bootstrapped from the victim) until it lists the
     victim; None if it never did within ``timeout``."""
-    from nunet_tui.cli.demo import _client, _config, _daemon_argv, _daemon_env
+    from nunet_tui.cli.demo_sandbox import daemon_argv, daemon_env, node_client, node_config
 
     home = Paths.for_home(root / "newcomer")
     home.ensure()
-    home.config_file.write_text(_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
+    home.config_file.write_text(node_config(4, 3000, 16_000, boot, (1.0, 2.0, 4.0)))
     began = time.monotonic()
     proc = subprocess.Popen(
-        _daemon_argv(home),
+        daemon_argv(home),
         stdout=subprocess.DEVNULL,
         stderr=(root / "newcomer.log").open("ab"),
-        env=_daemon_env(),
+        env=daemon_env(),
         # An honest node: back to the normal priority the attackers here do not have.
         preexec_fn=lambda: os.setpriority(os.PRIO_PROCESS, 0, 0),
     )
     client = None
     try:
-        client = _client(home, proc)
+        client = node_client(home, proc)
         while time.monotonic() - began < timeout:
             with contextlib.suppress(EngineError):
                 if any(p.peer_id == victim for p in client.call_blocking(api.ListPeers()).peers):

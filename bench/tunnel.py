@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.jobs import tunnel as t
+from engine.jobs import tunnel_frames as t
 from engine.network import wire
 from tests.adversarial.hostile import HostilePeer
 from tests.adversarial.test_tunnel_owner import _own_job as own_job

@@ -60,6 +60,7 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.ListJobs,
         api.GetJob,
         api.GetJobLogs,
+        api.GetJobUsage,
         api.CancelJob,
         api.FetchJobResults,
         api.JobForward,

@@ -23,7 +23,9 @@ import platformdirs
 from engine import config_check
 from engine.errors import EngineError
 from engine.jobs.fetch_policy import parse_networks
+from engine.peer_names import MAX_DISPLAY_NAME, RULE, display_name_problem, normalise
 from engine.resources.ml_images import DEFAULT_ML_IMAGES
+from engine.safe_text import safe
 
 APP_NAME = "nunet-tui"
 ENV_PREFIX = "NUNET_"
@@ -228,6 +230,10 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     )
     # Snapshots of a running job's /workspace, for resuming after a restart (0: none).
     checkpoint_interval_s: Seconds = 60.0
+    # A running job's live CPU, RAM and GPU use, sampled this often and sent to its consumer
+    # with its updates (the job view's sparklines; 0: none). At least 1 s (the executors read
+    # their figures about once a second).
+    usage_interval_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5.0
     # A consumer's job whose provider stays unreachable (no heartbeat for three intervals)
     # this much longer ends "interrupted", and its escrow's refund is asked for at once.
     provider_grace_s: Seconds = 300.0
@@ -388,6 +394,14 @@ class NotifySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     desktop: bool = False
 
 
+class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[provider]: how this node presents itself to consumers in its signed advert."""
+
+    # Shown to consumers next to this node's short peer id (engine/peer_names.py has the
+    # rule, checked in load_settings after NFC normalisation). "" advertises no name.
+    display_name: Annotated[str, _text(4 * MAX_DISPLAY_NAME)] = ""
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: Annotated[str, _text(16)] = "info"
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
@@ -397,6 +411,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     payments: PaymentsSettings = msgspec.field(default_factory=PaymentsSettings)
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
+    provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -430,6 +445,7 @@ def load_settings(
         _check_multiaddrs(settings.network)
     parse_networks(settings.jobs.fetch_allow_networks)
     metrics_address(settings.metrics.listen)
+    _check_display_name(settings.provider, where, label)
     return settings
 
 
@@ -458,6 +474,19 @@ def metrics_address(listen: str) -> tuple[str, int] | None:
             'firewall guards it), or "" for off',
         )
     return host, port
+
+
+def _check_display_name(provider: ProviderSettings, where: dict[str, str], label: str) -> None:
+    """``[provider] display_name`` kept in its NFC form, or a one-line error with the rule."""
+    name = normalise(provider.display_name)
+    if problem := display_name_problem(name):
+        key = "provider.display_name"
+        source = f"from {where[key]}" if key in where else f"in {label}"
+        shown = safe(repr(name if len(name) <= 40 else name[:40] + "…"))
+        raise EngineError(
+            "config", f"bad setting {key} = {shown} ({source}): it must be {RULE} ({problem})"
+        )
+    provider.display_name = name
 
 
 def _read_config(file: Path) -> dict[str, Any]:

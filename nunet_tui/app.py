@@ -53,7 +53,7 @@ from engine.api import (
 from engine.client import EngineClient
 from engine.deferred import DeferredClient
 from engine.errors import EngineError
-from nunet_tui.format import mb, mhz, safe, short_peer_id
+from nunet_tui.format import mb, mhz, named_peer, safe
 from nunet_tui.messages import EngineEvent, EngineUpdate, OpenJob
 from nunet_tui.screens.base import CapabilityScreen, NodeScreen
 from nunet_tui.screens.start import StartScreen
@@ -169,6 +169,10 @@ class NunetApp(App[None]):
 
             self.presets = load_presets(examples)
         self._peer_ids: set[str] = set()
+        # Peer id -> the display name of its signed advert (only peers with one), for the
+        # screens that have a peer id alone (a job's provider, chat): ``format.named_peer``.
+        # Kept when a peer goes away, so its past jobs still show its name.
+        self.peer_names: dict[str, str] = {}
         self._unsubscribe: Any = None
         self.startup_error: str | None = None
         # A job ended, a reward paid (from now on): bell + toast. The filter is made on the
@@ -272,6 +276,7 @@ class NunetApp(App[None]):
                 if exc.code == "no_network":
                     state = "off"
         self._peer_ids = {peer.peer_id for peer in status.peers}
+        self.peer_names.update({p.peer_id: p.display_name for p in status.peers if p.display_name})
         self.network = NetworkView(state=state, channel=status.channel, peers=len(self._peer_ids))
 
     async def reload_node(self) -> NodeView:
@@ -336,6 +341,10 @@ class NunetApp(App[None]):
                 self._peer_ids.discard(event.peer_id)
             else:
                 self._peer_ids.add(event.peer_id)
+                if event.peer.display_name:
+                    self.peer_names[event.peer_id] = event.peer.display_name
+                else:
+                    self.peer_names.pop(event.peer_id, None)
             if self.network.peers != len(self._peer_ids):
                 self.network = NetworkView(
                     state=self.network.state,
@@ -345,7 +354,7 @@ class NunetApp(App[None]):
                 )
         elif isinstance(event, ChatRequestEvent):
             self.notify(
-                f"{short_peer_id(event.request.peer_id)} wants to chat. "
+                f"{named_peer(self.peer_names, event.request.peer_id)} wants to chat. "
                 f"Press c, then j to join (request {event.request.id}).",
                 title="Chat request",
                 markup=False,
@@ -360,7 +369,7 @@ class NunetApp(App[None]):
                 text = safe(event.message.text)
                 self.notify(
                     text if len(text) <= 120 else text[:119] + "…",
-                    title=f"Message from {short_peer_id(event.message.peer_id)}",
+                    title=f"Message from {named_peer(self.peer_names, event.message.peer_id)}",
                     markup=False,
                 )
         if self.screen_stack and isinstance(self.screen, NodeScreen):  # dashboards: job panels

@@ -9,12 +9,13 @@ a ``[bold]`` inside a hostname is shown literally, and control codes are shown a
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual.content import Content, Span
 
 from engine.api import Capacity, Check, GpuInfo, Onboarding
+from engine.peer_names import peer_label
 from engine.safe_text import safe as safe  # the one escaper, re-exported for the widgets
 
 ELLIPSIS = "…"
@@ -28,6 +29,12 @@ def short_peer_id(peer_id: str, head: int = 8, tail: int = 4) -> str:
     if len(peer_id) <= head + tail + 1:
         return peer_id
     return f"{peer_id[:head]}{ELLIPSIS}{peer_id[-tail:]}"
+
+
+def named_peer(names: Mapping[str, str] | None, peer_id: str, *, full_id: bool = False) -> str:
+    """``name · 12D3KooW…x9Fq`` from the names the app has seen in adverts (``peer_names``),
+    or the id alone: where a screen has only a peer id (a job's provider, a chat)."""
+    return peer_label(peer_id, (names or {}).get(peer_id, ""), full_id=full_id)
 
 
 def thousands(value: float) -> str:

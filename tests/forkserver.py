@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from nunet_tui.cli.demo import CHAIN_PRELOAD, NODE_PRELOAD
+from nunet_tui.cli.demo_start import CHAIN_PRELOAD, NODE_PRELOAD
 from nunet_tui.cli.zygote import ForkedChild, ZygoteClient
 
 REPO = Path(__file__).resolve().parent.parent

@@ -64,6 +64,29 @@ class JobMetering(Record, frozen=True):
     cost_ntx: float = 0.0
 
 
+# A live sample's bounds (issue 22 §3): checked wherever one is decoded, from a provider's
+# Update or from the store. Cores: the largest machines have a few hundred; MB: 16 TiB.
+MAX_SAMPLE_CORES = 4096.0
+MAX_SAMPLE_MB = 1 << 24
+MAX_SAMPLE_GPUS = 64
+Cores = Annotated[float, msgspec.Meta(ge=0, le=MAX_SAMPLE_CORES)]
+SampleMb = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAMPLE_MB)]
+
+
+class UsageSample(Record, frozen=True):
+    """What a running job uses at one moment, as its provider samples it every few seconds
+    (``[jobs] usage_interval_s``): CPU in cores (1.5: one and a half cores busy), resident
+    RAM and its limit in MB, and with GPUs their mean utilisation and summed memory."""
+
+    at: Annotated[float, msgspec.Meta(ge=0, le=1e11)]  # the provider's clock (POSIX)
+    cpu_cores: Cores = 0.0
+    ram_mb: SampleMb = 0
+    ram_limit_mb: SampleMb = 0  # 0: not known
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAMPLE_GPUS)] = 0  # the job's GPUs
+    gpu_percent: Annotated[float, msgspec.Meta(ge=0, le=100)] | None = None  # None: not read
+    gpu_mem_mb: SampleMb | None = None
+
+
 class JobInfo(Record, frozen=True):
     job_id: str
     role: Literal["consumer", "provider"]
@@ -110,6 +133,9 @@ class JobInfo(Record, frozen=True):
     results_error: str = ""
     # Paid jobs, once ended: the receipt (JSON) with the signatures gathered so far.
     receipt: str = ""
+    # Consumer: the provider's latest live sample while it ran (None: none came); its recent
+    # history is kept in memory only (``GetJobUsage``).
+    usage: UsageSample | None = None
 
     def run_spans(self) -> tuple[RunSpan, ...]:
         """Its runs (a record from before runs were kept: one, from its start)."""
@@ -202,6 +228,20 @@ class GetJobLogs(Command, tag="job_logs", frozen=True):
     after_seq: int = -1
     limit: int = 10_000
     newest: bool = False  # the last ``limit`` lines after ``after_seq`` (a live tail)
+
+
+class JobUsage(Record, frozen=True):
+    """A job's recent live samples, oldest first (at most the last few minutes': memory only,
+    so empty after a restart) and how often its provider samples."""
+
+    job_id: str
+    samples: tuple[UsageSample, ...] = ()
+    interval_s: float = 0.0
+
+
+class GetJobUsage(Command, tag="job_usage", frozen=True):
+    reply = JobUsage
+    job_id: str
 
 
 class CancelJob(Command, tag="job_cancel", frozen=True):

@@ -33,6 +33,7 @@ from engine.jobs import notebooks
 from engine.jobs import protocol as p
 from engine.jobs.admission import budget_units, max_minutes, quote_units
 from engine.jobs.joblog import JobLog, JobLogs
+from engine.jobs.live_usage import JobRings
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
 from engine.jobs.spec import JobSpec, validate_spec
@@ -73,6 +74,7 @@ CANCEL_END_S = 20.0
 assert CANCEL_RELEASE_S + ASK_TIMEOUT_S + CANCEL_END_S < api.CANCEL_WAIT_S
 # A job is "pending" until its Confirm goes out (then "confirming" until the final answer).
 UNDECIDED = ("pending", "confirming")
+USAGE_JOBS = 64  # jobs whose live samples are kept (in memory)
 
 
 def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
@@ -157,6 +159,10 @@ class ConsumerJobs:
         self._logs = logs if logs is not None else JobLogs(ctx.paths.state_dir / "jobs")
         self._nursery: trio.Nursery | None = None
         self._fetch_failures: dict[str, int] = {}  # results fetches failed in a row, by job
+        # The providers' live samples of our jobs, the last few minutes' of each of the jobs
+        # followed last (memory only: after a restart a job's history starts again; its
+        # latest sample stays in its record, JobInfo.usage).
+        self._usage = JobRings(jobs=USAGE_JOBS)
 
     def job_dir(self, job_id: str) -> Path:
         return safe_paths.job_dir(self.ctx.paths.state_dir / "jobs", job_id)
@@ -697,7 +703,12 @@ class ConsumerJobs:
         ended = job.state == "running" and update.state in api.TERMINAL_STATES
         if live and job.seen_finished_at is None and job.seen_started_at is not None and ended:
             seen["seen_finished_at"] = now
-        changed = msgspec.structs.replace(job, **update.progress(), log_lines=len(joblog), **seen)
+        seen_usage: dict[str, api.UsageSample] = {}
+        if update.usage and (newest := self._usage.ring(job.job_id).take(update.usage, now)):
+            seen_usage["usage"] = newest
+        changed = msgspec.structs.replace(
+            job, **update.progress(), log_lines=len(joblog), **seen, **seen_usage
+        )
         if changed == job:
             return job
         if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:
@@ -705,6 +716,10 @@ class ConsumerJobs:
             self.ctx.store.save_job(changed)
             return changed
         return self._save(changed)
+
+    def usage(self, job_id: str) -> tuple[api.UsageSample, ...]:
+        """A job's recent live samples from its provider, oldest first."""
+        return self._usage.samples(job_id)
 
     def _receipt_missing(self, job: api.JobInfo) -> bool:
         if self._escrows is None:

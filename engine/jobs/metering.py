@@ -100,6 +100,13 @@ class Meter:
             self.net_tx = max(self.net_tx or 0, net_tx)
         self.samples += 1
 
+    def reading(self) -> tuple[float, float, float] | None:
+        """The latest sample as (monotonic time, cumulative CPU seconds, RAM MB); None
+        before the first (live figures: engine/jobs/live_usage.py)."""
+        if self.samples == 0 or self._last_at is None:
+            return None
+        return self._last_at, self.cpu_s, self._last_ram
+
     def stop(self, now: float | None = None) -> None:
         if self.stopped is None:
             at = time.monotonic() if now is None else now

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 import trio
 
-from engine.api import JobLogLine, JobMetering, RunSpan
+from engine.api import JobLogLine, JobMetering, RunSpan, UsageSample
 from engine.identity import Identity
 from engine.jobs.spec import JobSpec, offer_spec
 from engine.network import wire
@@ -51,6 +51,10 @@ MAX_JOB_NAME_CHARS = 200
 MAX_SIGNED_JSON_CHARS = 32 * 1024  # escrow terms, receipts
 MAX_SPEC_FIELDS = 32
 MAX_RUNS = MAX_REPLICAS  # a job's runs: each bills as one replica of its receipt
+# Live samples in one Update (issue 22 §3): a new follow gets the provider's whole ring (its
+# last 120, live_usage.KEEP), then each new one; each sample's figures are bounded in its
+# schema (api.UsageSample). About 60 bytes each: at most ~7 KiB an Update.
+MAX_USAGE_SAMPLES = 120
 
 PeerIdText = Annotated[str, msgspec.Meta(max_length=128)]
 Reason = Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)]
@@ -182,6 +186,10 @@ class Update(JobMessage, tag="update", frozen=True):
     results_size: int = 0
     lines: tuple[JobLogLine, ...] = ()
     receipt: SignedJson = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
+    # The job's live use since the follow's last Update (all the provider keeps on a new
+    # follow), oldest first. Older peers neither send nor read it (unknown fields are
+    # skipped, a missing one is empty).
+    usage: Annotated[tuple[UsageSample, ...], msgspec.Meta(max_length=MAX_USAGE_SAMPLES)] = ()
 
     def progress(self) -> dict[str, Any]:
         """The running state it carries (PROGRESS_FIELDS), to apply to the consumer's job."""

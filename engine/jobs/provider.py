@@ -35,8 +35,8 @@ import trio
 from engine import api, safe_paths
 from engine.context import NodeContext
 from engine.errors import EngineError
+from engine.jobs import live_usage, runs
 from engine.jobs import protocol as p
-from engine.jobs import runs
 from engine.jobs import workspace_retention as wr
 from engine.jobs.admission import Needs, Verdict, judge, max_minutes
 from engine.jobs.checkpoints import latest
@@ -202,6 +202,10 @@ class ProviderJobs:
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
         self._resources = ResourceFile(ctx.paths.resources_file)  # what is sold (issue 12)
         self._machine: api.Machine | None = None
+        # Running jobs' live samples (live_usage.py), sent to their followers; the GPU
+        # sampler is built when a GPU job first runs.
+        self._usage: dict[str, live_usage.UsageRing] = {}
+        self._gpu_service: Any = None
 
     def running(self, job_id: str) -> tuple[Executor, JobRun] | None:
         """The executor and run of a job running here now (None otherwise)."""
@@ -876,6 +880,8 @@ class ProviderJobs:
             if self._escrows is not None:
                 # The oracle's own evidence that we are still here while a paid job runs.
                 alive.start_soon(self._escrows().report_liveness, job.job_id)
+            if self.ctx.settings.jobs.usage_interval_s > 0:
+                alive.start_soon(self._sample_usage, executor, run)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump_logs, executor, run)
                 status = await executor.wait(run)
@@ -921,6 +927,36 @@ class ProviderJobs:
                 ran = runs.frozen(ran, running[0].usage(running[1]).frozen_s)
             self._save(msgspec.structs.replace(job, checkpoint=number, runs=ran))
 
+    async def _sample_usage(self, executor: Executor, run: JobRun) -> None:
+        """The job's live use, every ``usage_interval_s`` while it runs (live_usage.py)."""
+        ring = self._usage.setdefault(run.job_id, live_usage.UsageRing())
+        gpu_status = None
+        if run.gpus:
+            if self._gpu_service is None:
+                from engine.resources.gpu.service import GpuService
+
+                self._gpu_service = GpuService(self.ctx.probes.gpu_sampler)
+            gpu_status = self._gpu_service.status
+        await live_usage.watch(
+            functools.partial(executor.reading, run),
+            ring,
+            self.ctx.settings.jobs.usage_interval_s,
+            ram_limit_mb=run.limits.memory_mb,
+            gpus=run.gpus,
+            gpu_status=gpu_status,
+            on_sample=lambda _: self._poke(run.job_id),
+        )
+
+    def usage(self, job_id: str) -> tuple[api.UsageSample, ...]:
+        """A job running here: its recent live samples, oldest first (none once it ended)."""
+        ring = self._usage.get(job_id)
+        return ring.all() if ring is not None else ()
+
+    def _poke(self, job_id: str) -> None:
+        """Wake the job's followers: something new to send."""
+        self._changed.setdefault(job_id, trio.Event()).set()
+        self._changed[job_id] = trio.Event()
+
     async def _pump_logs(self, executor: Executor, run: JobRun) -> None:
         """Executor lines to the job's log file, in batches of whatever arrived meanwhile."""
         joblog = self.job_log(run.job_id)
@@ -932,8 +968,7 @@ class ProviderJobs:
                 api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
                 for ln in batch
             )
-            self._changed.setdefault(run.job_id, trio.Event()).set()
-            self._changed[run.job_id] = trio.Event()
+            self._poke(run.job_id)
             await trio.sleep(0)  # a job that never stops printing must not starve the node
 
     def _finish(
@@ -1001,6 +1036,7 @@ class ProviderJobs:
             executor, run = running
             executor.release(run)
         self._logs.done(job_id)
+        self._usage.pop(job_id, None)
         self._changed.pop(job_id, None)  # followers still reading hold their own
 
     def _log_lines(self, job_id: str) -> int:
@@ -1075,19 +1111,24 @@ class ProviderJobs:
         after = follow.after_seq
         joblog = self.job_log(follow.job_id)
         last_state: tuple[Any, ...] = ()
+        sampled = -1.0  # the last live sample sent on this stream (a new follow: all kept)
         while True:
             changed = self._changed.setdefault(follow.job_id, trio.Event())
             job = self.ctx.store.get_job(follow.job_id) or job
             lines = _within_budget(joblog.read(after, p.MAX_LINES_PER_UPDATE))
             more = bool(lines) and bool(joblog.read(lines[-1].seq, 1))
+            ring = self._usage.get(follow.job_id)
+            usage = ring.since(sampled)[-p.MAX_USAGE_SAMPLES :] if ring is not None else ()
             # The end goes out with the last line: a consumer that sees "completed" has the
             # whole log, and it never follows a finished job again.
             shown = _before_the_end(job) if more and job.state in api.TERMINAL_STATES else job
             state = (shown.state, shown.checkpoint, shown.resumed_from, shown.reason)
-            if lines or state != last_state:
-                await p.send(stream, self.ctx.identity, _update(shown, lines))
+            if lines or usage or state != last_state:
+                await p.send(stream, self.ctx.identity, _update(shown, lines, usage))
                 if lines:
                     after = lines[-1].seq
+                if usage:
+                    sampled = usage[-1].at
                 last_state = state
                 if more:
                     continue  # more backlog waiting
@@ -1176,11 +1217,16 @@ def _before_the_end(job: api.JobInfo) -> api.JobInfo:
     )
 
 
-def _update(job: api.JobInfo, lines: list[api.JobLogLine]) -> p.Update:
+def _update(
+    job: api.JobInfo,
+    lines: list[api.JobLogLine],
+    usage: tuple[api.UsageSample, ...] = (),
+) -> p.Update:
     return p.Update(
         job_id=job.job_id,
         **{**p.progress_of(job), "reason": p.clip(job.reason)},
         receipt=job.receipt,
+        usage=usage,
         lines=tuple(
             ln
             if len(ln.text) <= p.MAX_LINE_CHARS

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import msgspec
 import trio
 
 from engine import api
@@ -21,7 +22,7 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.metering import metered_units
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.tunnel import ConsumerTunnels
+from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
 from oracle_client.ntx import ntx_of
 
@@ -118,7 +119,7 @@ class NodeJobs:
     def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts: serve the job protocol on its host."""
         from engine.jobs.protocol import JOB_PROTOCOL
-        from engine.jobs.tunnel import TUNNEL_PROTOCOL
+        from engine.jobs.tunnel_frames import TUNNEL_PROTOCOL
 
         link.set_stream_handler(JOB_PROTOCOL, self.provider.handle)
         link.set_stream_handler(TUNNEL_PROTOCOL, self.provider.tunnels.handle)
@@ -165,6 +166,7 @@ class NodeJobs:
             api.ListJobs: self._list,
             api.GetJob: self._show,
             api.GetJobLogs: self._logs,
+            api.GetJobUsage: self._usage,
             api.CancelJob: self.consumer.cancel,
             api.FetchJobResults: self.consumer.results,
             api.JobForward: self.tunnels.forward,
@@ -185,7 +187,21 @@ class NodeJobs:
         return job
 
     async def _show(self, command: api.GetJob) -> api.JobInfo:
-        return self._job(command.job_id)
+        job = self._job(command.job_id)
+        if job.role == "provider" and (samples := self.provider.usage(job.job_id)):
+            # A job running here: its latest live sample (not stored: it moves every few s).
+            job = msgspec.structs.replace(job, usage=samples[-1])
+        return job
+
+    async def _usage(self, command: api.GetJobUsage) -> api.JobUsage:
+        job = self._job(command.job_id)
+        if job.role == "provider":
+            samples = self.provider.usage(job.job_id)
+            interval = self.ctx.settings.jobs.usage_interval_s
+        else:  # the provider's own interval, as its last samples show it
+            samples = self.consumer.usage(job.job_id)
+            interval = round(samples[-1].at - samples[-2].at, 1) if len(samples) > 1 else 0.0
+        return api.JobUsage(job_id=job.job_id, samples=samples, interval_s=max(interval, 0.0))
 
     async def _logs(self, command: api.GetJobLogs) -> api.JobLogs:
         job = self._job(command.job_id)

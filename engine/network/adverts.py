@@ -18,6 +18,7 @@ from libp2p.records.validator import Validator
 from engine.network import wire
 from engine.network.addrs import is_usable
 from engine.network.wire import Advert
+from engine.peer_names import received_name
 
 log = logging.getLogger("nunet.network.adverts")
 
@@ -41,7 +42,16 @@ def provider_key(channel: str) -> str:
 
 
 def verify_advert(data: bytes) -> Advert:
-    return wire.open_envelope(data, "advert", Advert)
+    """A signed advert, checked; a display name against the rule is dropped, not the advert.
+
+    Why not refuse it: ``str.isprintable`` follows the receiver's Unicode tables, so a name
+    with a character newer than this Python's would otherwise hide an honest provider from
+    older peers. Dropped, the peer is shown by its id alone (engine/peer_names.py)."""
+    advert = wire.open_envelope(data, "advert", Advert)
+    if advert.display_name and not received_name(advert.display_name):
+        log.debug("advert of %s: display name dropped (against the rule)", advert.peer_id)
+        return msgspec.structs.replace(advert, display_name="")
+    return advert
 
 
 class AdvertValidator(Validator):  # libp2p's base class; untyped to mypy

@@ -254,6 +254,7 @@ class NodeNetwork:
             no_shell=not self.ctx.settings.jobs.shells_offered(),
             specs=tuple(msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in specs),
             pools=tuple(msgspec.convert(p, wire.AdvertPool, from_attributes=True) for p in pools),
+            display_name=self.ctx.settings.provider.display_name,
         )
 
     def _sold(
@@ -611,6 +612,7 @@ def to_api_peer(info: PeerInfo) -> api.Peer:
         last_seen=info.last_seen,
         last_heartbeat=beat.at if beat else None,
         verified=info.verified,
+        display_name=advert.display_name if advert else "",
     )
 
 

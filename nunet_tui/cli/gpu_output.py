@@ -71,7 +71,7 @@ def run_status(
         if as_json or not sys.stdout.isatty():
             while True:
                 if as_json:
-                    show_json(to_json("gpu status", reply), indent=None, flush=True)
+                    show_json(json_of(reply), indent=None, flush=True)
                 else:
                     show(status_text(reply) + "\n", flush=True)
                 sleep(WATCH_INTERVAL_S)
@@ -102,7 +102,7 @@ def run_doctor(
         # The report still goes to stdout; the status says there is work to do (scripts:
         # `nunet-tui gpu doctor && start-rig`).
         if getattr(args, "json", False):
-            show_json(to_json("gpu doctor", report))
+            show_json(json_of(report))
         else:
             show(doctor_text(report))
         problems = sum(not finding.ok for finding in report.findings)
@@ -139,7 +139,7 @@ def run_onboard_ml(args: argparse.Namespace, client: EngineClient) -> Any:
         failures = [r.detail for r in report.results if r.status == "failed"]
         unique = list(dict.fromkeys(failures))
         if as_json:
-            show_json(to_json("onboard-ml", report))
+            show_json(json_of(report))
         raise EngineError("pull_failed", "; ".join(unique))
     return report
 
@@ -225,29 +225,27 @@ def pull_line(event: api.ImagePullProgress) -> str:
 # --- JSON and text ---------------------------------------------------------------------------
 
 
-def to_json(key: str, result: Any) -> dict[str, Any]:
-    data = api.to_builtins(result)
-    if isinstance(result, api.GpuStatusReply):
-        for gpu, snapshot in zip(data["gpus"], result.gpus, strict=True):
-            gpu["memory_percent"] = snapshot.memory_percent
-    if isinstance(result, api.DoctorReport):
-        data["ok"] = result.ok
-        data["fixes"] = list(result.fixes)
-    if isinstance(result, api.MlImagesReport):
-        data["ok"] = result.ok
-    return data if isinstance(data, dict) else {"result": data}
+def json_of(result: Any) -> dict[str, Any]:
+    """What ``--json`` prints for a GPU result that this module prints as it goes (``--watch``,
+    ``--fix``): the same as formatters.py's ``to_json`` for it."""
+    data: dict[str, Any] = api.to_builtins(result)
+    if (extra := JSON.get(type(result))) is not None:
+        extra(result, data)
+    return data
 
 
-def to_text(key: str, result: Any) -> str:
-    if isinstance(result, api.GpuStatusReply):
-        return status_text(result)
-    if isinstance(result, api.DoctorReport):
-        return doctor_text(result)
-    if isinstance(result, api.CapabilityReport):
-        return capabilities_text(result)
-    if isinstance(result, api.MlImagesReport):
-        return images_text(result)
-    return str(result)
+def _status_json(result: api.GpuStatusReply, data: dict[str, Any]) -> None:
+    for gpu, snapshot in zip(data["gpus"], result.gpus, strict=True):
+        gpu["memory_percent"] = snapshot.memory_percent
+
+
+def _doctor_json(result: api.DoctorReport, data: dict[str, Any]) -> None:
+    data["ok"] = result.ok
+    data["fixes"] = list(result.fixes)
+
+
+def _images_json(result: api.MlImagesReport, data: dict[str, Any]) -> None:
+    data["ok"] = result.ok
 
 
 def _na(value: float | int | None, unit: str = "", digits: int = 0) -> str:
@@ -362,3 +360,18 @@ def images_text(report: api.MlImagesReport) -> str:
         f"{result.status:<8} {result.image}" + (f"  {result.detail}" if result.detail else "")
         for result in report.results
     )
+
+
+# The GPU results this module formats (formatters.py merges every output module's TEXT), and
+# the figures --json adds to their own fields.
+TEXT: dict[type, Callable[[Any], str]] = {
+    api.GpuStatusReply: status_text,
+    api.DoctorReport: doctor_text,
+    api.CapabilityReport: capabilities_text,
+    api.MlImagesReport: images_text,
+}
+JSON: dict[type, Callable[[Any, dict[str, Any]], None]] = {
+    api.GpuStatusReply: _status_json,
+    api.DoctorReport: _doctor_json,
+    api.MlImagesReport: _images_json,
+}

@@ -18,6 +18,7 @@ from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
+from nunet_tui.viewmodels.usage import usage_line
 
 if TYPE_CHECKING:
     from engine.jobs.spec import JobSpec
@@ -489,18 +490,16 @@ def _tunnel_runners() -> dict[str, Any]:
 RUNNERS.update(_tunnel_runners())
 
 
-def to_text(result: Any) -> str | None:
-    if isinstance(result, api.JobList):
-        if not result.jobs:
-            return "no jobs yet: `nunet-tui job submit -f job.toml`"
-        return "\n".join(_row(job) for job in result.jobs)
-    if isinstance(result, api.JobInfo):
-        return _detail(result)
-    if isinstance(result, api.JobResults):
-        lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
-        lines += [f"  {safe(name)}" for name in result.files]
-        return "\n".join(lines)
-    return None
+def _list_text(result: api.JobList) -> str:
+    if not result.jobs:
+        return "no jobs yet: `nunet-tui job submit -f job.toml`"
+    return "\n".join(_row(job) for job in result.jobs)
+
+
+def _results_text(result: api.JobResults) -> str:
+    lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
+    lines += [f"  {safe(name)}" for name in result.files]
+    return "\n".join(lines)
 
 
 def _row(job: api.JobInfo) -> str:
@@ -558,7 +557,17 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
             f"  metering  {m.wall_s:.1f} s wall, {m.cpu_s:.1f} s CPU ({m.mticks:.0f} MTicks), "
             f"{m.ram_mb_s:.0f} MB·s, peak {m.peak_ram_mb:.0f} MB"
         )
+    if job.state == "running":  # the provider's latest live sample (issue 22 §3)
+        lines.append(f"  usage     {usage_line(job.usage)}")
     lines.append(f"  log       {job.log_lines} lines (`nunet-tui job logs {job.job_id} -f`)")
     if job.results_sha256:
         lines.append(f"  results   {job.results_size:,} bytes, sha256 {job.results_sha256[:16]}…")
     return "\n".join(lines)
+
+
+# The job results this module formats (formatters.py merges every output module's TEXT).
+TEXT: dict[type, Callable[[Any], str]] = {
+    api.JobList: _list_text,
+    api.JobInfo: _detail,
+    api.JobResults: _results_text,
+}

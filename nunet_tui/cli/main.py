@@ -549,10 +549,12 @@ def _run_command(runner: Runner, args: argparse.Namespace, paths: Paths, key: st
         client.close()
     if result is None:  # the runner printed as it went (--watch, --fix)
         return 0
+    from nunet_tui.cli import formatters
+
     if getattr(args, "json", False):
-        output.show_json(output.to_json(key, result))
+        output.show_json(formatters.to_json(result))
     else:
-        output.show(output.to_text(key, result))
+        output.show(formatters.to_text(result))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 from engine import api
@@ -74,7 +75,7 @@ def _list(args: argparse.Namespace, client: EngineClient) -> Any:
     from nunet_tui.viewmodels.money import machine_time
 
     jobs: api.JobList = client.call_blocking(api.ListJobs())
-    lines = [to_text(listing) or ""]
+    lines = [_escrows_text(listing)]
     days = build(jobs.jobs, listing.escrows).per_spec_day
     if days:
         lines.append("earned per spec per day (UTC)")
@@ -87,33 +88,33 @@ def _list(args: argparse.Namespace, client: EngineClient) -> Any:
     return None
 
 
-def to_text(result: Any) -> str | None:
-    if isinstance(result, api.EscrowList):
-        if not result.escrows:
-            return "no paid jobs yet"
-        lines = [_row(escrow) for escrow in result.escrows]
-        sums = escrow_totals(result.escrows)
-        lines.append(
-            f"earned {format_ntx(sums.earned, 'paid')} · spent {format_ntx(sums.spent, 'paid')} · "
-            f"{format_ntx(sums.locked + sums.awaiting, 'locked')} · "
-            f"{format_ntx(sums.refunded, 'refunded')}"
-        )
-        return "\n".join(lines)
-    if isinstance(result, api.EscrowInfo):
-        lines = [_row(result)]
-        if result.lock_tx:
-            lines.append(f"  lock tx   {result.lock_tx}")
-        if result.claim_tx:
-            verb = "claim tx " if result.role == "provider" else "refund tx"
-            lines.append(f"  {verb} {result.claim_tx}")
-        deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.deadline_ms / 1000))
-        lines.append(f"  deadline  {deadline}")
-        if (refund := refund_now(result, time.time())) is not None:
-            lines.append(f"  refund    {refund.short}")
-        if result.error:
-            lines.append(f"  last problem: {result.error}")
-        return "\n".join(lines)
-    return None
+def _escrows_text(result: api.EscrowList) -> str:
+    if not result.escrows:
+        return "no paid jobs yet"
+    lines = [_row(escrow) for escrow in result.escrows]
+    sums = escrow_totals(result.escrows)
+    lines.append(
+        f"earned {format_ntx(sums.earned, 'paid')} · spent {format_ntx(sums.spent, 'paid')} · "
+        f"{format_ntx(sums.locked + sums.awaiting, 'locked')} · "
+        f"{format_ntx(sums.refunded, 'refunded')}"
+    )
+    return "\n".join(lines)
+
+
+def _escrow_text(result: api.EscrowInfo) -> str:
+    lines = [_row(result)]
+    if result.lock_tx:
+        lines.append(f"  lock tx   {result.lock_tx}")
+    if result.claim_tx:
+        verb = "claim tx " if result.role == "provider" else "refund tx"
+        lines.append(f"  {verb} {result.claim_tx}")
+    deadline = time.strftime("%Y-%m-%d %H:%M", time.localtime(result.deadline_ms / 1000))
+    lines.append(f"  deadline  {deadline}")
+    if (refund := refund_now(result, time.time())) is not None:
+        lines.append(f"  refund    {refund.short}")
+    if result.error:
+        lines.append(f"  last problem: {result.error}")
+    return "\n".join(lines)
 
 
 def _row(escrow: api.EscrowInfo) -> str:
@@ -125,3 +126,10 @@ def _row(escrow: api.EscrowInfo) -> str:
     return f"{escrow.job_id}  {escrow.role:<8}  {escrow.state:<9}  {money}" + (
         f"  {escrow.outcome}" if escrow.outcome else ""
     )
+
+
+# The escrow results this module formats (formatters.py merges every output module's TEXT).
+TEXT: dict[type, Callable[[Any], str]] = {
+    api.EscrowList: _escrows_text,
+    api.EscrowInfo: _escrow_text,
+}

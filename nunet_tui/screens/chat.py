@@ -39,7 +39,7 @@ from engine.api import (
     ChatStart,
 )
 from engine.errors import EngineError
-from nunet_tui.format import ELLIPSIS, chat_time, safe, short_peer_id
+from nunet_tui.format import ELLIPSIS, chat_time, named_peer, safe
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.widgets.node_header import NodeHeader
@@ -136,7 +136,9 @@ class ChatScreen(CapabilityScreen):
                 markup=False,
             )
         else:
-            self.notify(f"Chat request sent to {short_peer_id(peer_id)}", title="Chat")
+            self.notify(
+                f"Chat request sent to {self._peer_label(peer_id)}", title="Chat", markup=False
+            )
 
     def on_engine_update(self, message: EngineUpdate) -> None:
         event = message.event
@@ -157,6 +159,11 @@ class ChatScreen(CapabilityScreen):
 
     # --- showing -------------------------------------------------------------------------
 
+    def _peer_label(self, peer_id: str, *, full: bool = False) -> str:
+        """The peer's name from its advert (when the app has seen one) with its id: short,
+        or whole (``full``, in the conversation's title)."""
+        return named_peer(getattr(self.app, "peer_names", None), peer_id, full_id=full)
+
     def _show_list(self) -> None:
         options = self.query_one("#conversation-list", OptionList)
         now = self.nunet.clock()
@@ -167,7 +174,7 @@ class ChatScreen(CapabilityScreen):
                     Content.assemble(
                         ("● request ", "bold $text-warning"),
                         (f"#{request.id} ", "$text-muted"),
-                        short_peer_id(request.peer_id),
+                        self._peer_label(request.peer_id),
                         (f"\n  {chat_time(request.at, now)} · j to join", "$text-muted"),
                         *_snippet(request.preview),
                     ),
@@ -189,7 +196,7 @@ class ChatScreen(CapabilityScreen):
             entries.append(
                 Option(
                     Content.assemble(
-                        (short_peer_id(peer), "bold"), (f"\n  {detail}", "$text-muted")
+                        (self._peer_label(peer), "bold"), (f"\n  {detail}", "$text-muted")
                     ),
                     id=f"peer:{peer}",
                 )
@@ -220,7 +227,10 @@ class ChatScreen(CapabilityScreen):
         # Writing to a peer accepts its chat: not while its request is being looked at.
         field.disabled = self.peer_id is None or request is not None
         if request is not None:
-            talk.border_title = f"Chat request from {safe(request.peer_id)}"
+            # Content, not a str: a border title string is parsed as markup.
+            talk.border_title = Content(
+                f"Chat request from {self._peer_label(request.peer_id, full=True)}"
+            )
             body.update(_request_preview(request))
             return
         if self.peer_id is None:
@@ -234,12 +244,16 @@ class ChatScreen(CapabilityScreen):
                 )
             )
             return
-        talk.border_title = f"Chat with {safe(self.peer_id)}"
+        talk.border_title = Content(f"Chat with {self._peer_label(self.peer_id, full=True)}")
         now = self.nunet.clock()
         if not self.messages:
             body.update(Content.styled("No messages yet. Say hello below.", "$text-muted"))
         else:
-            body.update(Content("\n").join(_message(m, now) for m in self.messages))
+            body.update(
+                Content("\n").join(
+                    _message(m, now, self._peer_label(m.sender)) for m in self.messages
+                )
+            )
         self.query_one("#message-scroll", VerticalScroll).scroll_end(animate=False)
 
     # --- acting --------------------------------------------------------------------------
@@ -398,9 +412,10 @@ def _request_preview(request: ChatRequest) -> Content:
     return Content.assemble(*parts)
 
 
-def _message(message: ChatMessage, now: float) -> Content:
+def _message(message: ChatMessage, now: float, sender: str) -> Content:
+    """One message; ``sender``: the peer's label (name and short id), unless it is ours."""
     mine = message.direction == "out"
-    who = ("you", "bold $text-accent") if mine else (short_peer_id(message.sender), "bold")
+    who = ("you", "bold $text-accent") if mine else (sender, "bold")
     state = ""
     if mine and message.status == "queued":
         state = " · queued"

@@ -10,7 +10,8 @@ engine, and nothing is shown twice. A provider's node gets no log events for the
 runs, so there the screen reads new lines twice a second instead.
 
 On the provider side a GPU job gets its GPUs' load beside the log (``JobGpus``: shown only
-while the job runs and the node reads a GPU).
+while the job runs and the node reads a GPU). On both sides a running job shows its live CPU,
+RAM and GPU use under the facts, from its provider's samples (``LiveUsage``: one line).
 
 Keys: ``f`` follow/pause, ``/`` search (``n``/``N`` next/previous), ``x`` cancel (asks
 first), ``o`` fetch the results into a folder and view them, ``t`` forward the job's ports to
@@ -52,7 +53,7 @@ from engine.api import (
     TunnelForward,
 )
 from engine.errors import EngineError
-from nunet_tui.format import safe, short_peer_id, thousands
+from nunet_tui.format import named_peer, safe, thousands
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import CapabilityScreen
@@ -80,6 +81,7 @@ from nunet_tui.widgets.job_state import (
     state_text,
     timeline,
 )
+from nunet_tui.widgets.job_usage import LiveUsage
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
 from oracle_client.ntx import format_ntx
@@ -137,6 +139,7 @@ class JobDetailScreen(CapabilityScreen):
             yield Static(id="job-title", markup=False)
             yield Static(id="job-timeline", markup=False)
             yield KeyTable(id="job-facts")
+            yield LiveUsage(id="job-usage")  # CPU, RAM, GPU sparklines while it runs
             yield Static(id="job-failure", markup=False)
         with Horizontal(id="log-row"):
             with Vertical(id="log-panel") as panel:
@@ -310,7 +313,7 @@ class JobDetailScreen(CapabilityScreen):
             (job_name(job), "bold $text-accent"),
             " · ",
             state_text(job.state, mark=False),
-            f" {where} {short_peer_id(who)}",
+            f" {where} {named_peer(getattr(self.app, 'peer_names', None), who)}",
         ]
         if job.started_at is not None:
             parts.append(f" · {hms(duration(job, now))}")
@@ -326,6 +329,7 @@ class JobDetailScreen(CapabilityScreen):
         self._show_log_state()
         onboarding = self.nunet.onboarding
         self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
+        self.query_one(LiveUsage).follow(job)
         # The footer is rebuilt on refresh_bindings: only when what x, o and F do changes.
         bindings_for = (job.role, job.state, bool(job.results_dir), self._refund_status())
         if bindings_for != self._bindings_for:

@@ -18,13 +18,13 @@ from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
 from engine.api import GetNetworkStatus, NetworkStatus, Peer, PeerChanged
+from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     ago,
     plural,
     safe,
     short_addr,
-    short_peer_id,
     table_cell,
     thousands,
 )
@@ -207,7 +207,7 @@ def _beat_row(peer: Peer, now: float) -> tuple[Content, ...]:
     if res is None:
         blank = Content.styled(DASH, "$text-muted")
         return (
-            Content(short_peer_id(peer.peer_id)),
+            Content(peer_label(peer.peer_id, peer.display_name, name_width=TABLE_NAME_WIDTH)),
             blank,
             blank,
             blank,
@@ -223,7 +223,9 @@ def _beat_row(peer: Peer, now: float) -> tuple[Content, ...]:
 
     uptime = res.uptime_s
     return (
-        Content.styled(short_peer_id(peer.peer_id), "bold"),
+        Content.styled(
+            peer_label(peer.peer_id, peer.display_name, name_width=TABLE_NAME_WIDTH), "bold"
+        ),
         pair(res.free_cpu_mhz, res.cpu_mhz),
         pair(res.free_memory_mb, res.memory_mb),
         pair(res.free_gpus, len(res.gpus)),

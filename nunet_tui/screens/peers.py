@@ -1,9 +1,10 @@
 """``p``: the peers this node knows on its channel, with what they offer and how they are.
 
-One row per peer: short id, first address, direct or relayed, latency, channel, CPU/RAM/GPU
-offered (signed advert) and free (last heartbeat), last seen. ``/`` filters on any column's
-text; rows change live as PeerChanged events arrive; Enter opens a chat with the peer; ``d``
-asks the DHT for the channel's providers first.
+One row per peer: its short id (after its name, when its advert has one), first address,
+direct or relayed, latency, channel, CPU/RAM/GPU offered (signed advert) and free (last
+heartbeat), last seen. ``/`` filters on any column's text; rows change live as PeerChanged
+events arrive; Enter opens a chat with the peer; ``d`` asks the DHT for the channel's
+providers first.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from engine.api import ListPeers, Peer, PeerChanged, PeerList
 from engine.errors import EngineError
+from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     ago,
@@ -28,7 +30,6 @@ from nunet_tui.format import (
     plural,
     safe,
     short_addr,
-    short_peer_id,
     table_cell,
     thousands,
 )
@@ -269,7 +270,9 @@ def _row(peer: Peer, now: float) -> tuple[Content, ...]:
         else:
             gpus = Content.styled("none", muted)
     return (
-        Content.styled(short_peer_id(peer.peer_id), "bold"),
+        Content.styled(
+            peer_label(peer.peer_id, peer.display_name, name_width=TABLE_NAME_WIDTH), "bold"
+        ),
         Content(short_addr(peer.addrs[0]) if peer.addrs else DASH),
         Content.styled("relayed", "$text-warning") if peer.relayed else Content("direct"),
         Content(latency(peer.latency_ms)),
@@ -289,8 +292,8 @@ def _free_of(free: int | None, offered: int) -> Content:
 
 
 def _text(peer: Peer, row: tuple[Content, ...]) -> str:
-    """What ``/`` searches: every column as shown, plus the full peer id and addresses."""
-    return " ".join([peer.peer_id, *peer.addrs, *(cell.plain for cell in row)])
+    """What ``/`` searches: every column as shown, plus the full peer id, name and addresses."""
+    return " ".join([peer.peer_id, peer.display_name, *peer.addrs, *(cell.plain for cell in row)])
 
 
 def _explain(exc: EngineError) -> Content:

@@ -26,12 +26,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Vertical, VerticalScroll
+from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
 from engine.errors import EngineError
 from engine.jobs.matching import Candidate, MatchResult
-from nunet_tui.format import safe, short_peer_id
+from engine.peer_names import TABLE_NAME_WIDTH, peer_label
+from nunet_tui.format import safe
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.presets import MAX_PRESETS, Preset
 from nunet_tui.screens.base import CapabilityScreen
@@ -159,11 +161,18 @@ class SubmitScreen(CapabilityScreen):
         )
         self.query_one(JobEstimate).show(spec, self.candidate(peer_id))
         form.show_extra()
-        form.submit_button.label = (
+        # Content, not a str: a button parses a str label as markup, and names are peer text.
+        form.submit_button.label = Content(
             "Submitting…"
             if self.submitting
-            else (f"Submit to {short_peer_id(peer_id)}" if peer_id else "Submit to best match")
+            else (f"Submit to {self._provider(peer_id)}" if peer_id else "Submit to best match")
         )
+
+    def _provider(self, peer_id: str) -> str:
+        """A provider's name (from its advert, cut short) with its short id."""
+        peer = self.peers.get(peer_id)
+        name = peer.display_name if peer is not None else ""
+        return peer_label(peer_id, name, name_width=TABLE_NAME_WIDTH)
 
     def candidate(self, peer_id: str) -> Candidate | None:
         """The provider the job goes to: the one picked by hand, else the best match."""
@@ -244,7 +253,7 @@ class SubmitScreen(CapabilityScreen):
         from nunet_tui.screens.job_detail import JobDetailScreen
 
         self.notify(
-            f"Job {job.job_id} {job.state} by {short_peer_id(job.provider)}",
+            f"Job {job.job_id} {job.state} by {self._provider(job.provider)}",
             title="Submit",
             markup=False,
         )

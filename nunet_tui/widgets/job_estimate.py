@@ -14,7 +14,8 @@ from engine.jobs.admission import max_minutes
 from engine.jobs.matching import Candidate
 from engine.jobs.spec import TIERS, JobSpec
 from engine.jobs.tiers import estimate_resource, static_ntx
-from nunet_tui.format import DASH, safe, short_peer_id, span
+from engine.peer_names import TABLE_NAME_WIDTH, peer_label
+from nunet_tui.format import DASH, safe, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
 from oracle_client.ntx import digits, format_ntx, format_rate, units_of
 
@@ -82,7 +83,7 @@ def quote_lines(spec: JobSpec, candidate: Candidate | None) -> list[Content]:
         Content.assemble(
             ("Spec ", "bold"),
             (safe(resource.name), "bold $text-accent"),
-            f" on {short_peer_id(candidate.peer_id)} · {format_rate(resource.price_units_hour)}",
+            f" on {_provider(candidate)} · {format_rate(resource.price_units_hour)}",
             (minimum, "$text-muted"),
         ),
         Content.assemble(
@@ -125,3 +126,9 @@ def tier_table(device: str, selected: str) -> Content:
 
 
 __all__ = ["JobEstimate", "tier_table"]
+
+
+def _provider(candidate: Candidate) -> str:
+    """The provider's name (cut short) with its short id (engine/peer_names.py)."""
+    name = candidate.peer.display_name
+    return peer_label(candidate.peer_id, name, name_width=TABLE_NAME_WIDTH)

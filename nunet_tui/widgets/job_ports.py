@@ -1,7 +1,7 @@
 """A job's ports on its detail screen: forwarded to 127.0.0.1 with ``t``, a shell with ``e``.
 
 ``t`` asks the node to forward every declared port that is not forwarded yet (the node
-listens on 127.0.0.1, engine/jobs/tunnel.py; the forwards last as long as the job), lists
+listens on 127.0.0.1, engine/jobs/tunnel_consumer.py; the forwards last as long as the job), lists
 their local URLs in the job's facts and copies the first one to the clipboard. ``e`` suspends
 the app, runs the job's shell in the real terminal (engine's ``JobShell`` and the CLI's shell
 client) and comes back when it exits, saying its exit status.

@@ -17,13 +17,13 @@ from textual.widgets.option_list import Option
 from engine.api import Peer
 from engine.jobs.matching import Candidate, MatchResult, match
 from engine.jobs.spec import JobSpec
+from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     TIMES,
     latency,
     plural,
     safe,
-    short_peer_id,
     thousands,
 )
 from oracle_client.ntx import format_ntx, format_rate, units_of
@@ -78,7 +78,7 @@ class ProviderMatch(Vertical):
                 Option(
                     Content.assemble(
                         ("✓ ", "bold $text-success"),
-                        (short_peer_id(peer.peer_id), "bold"),
+                        (_label(peer.peer_id, peers), "bold"),
                         "  ",
                         _offer(peer),
                         f"  {latency(candidate.latency_ms)}  ",
@@ -95,7 +95,7 @@ class ProviderMatch(Vertical):
                 Option(
                     Content.assemble(
                         ("✗ ", "bold $text-error"),
-                        (short_peer_id(peer_id), "bold"),
+                        (_label(peer_id, peers), "bold"),
                         "  ",
                         (safe(reasons), "$text-muted"),
                         ("  ← picked" if peer_id == chosen else "", "bold $text-accent"),
@@ -151,6 +151,12 @@ def _offer(peer: Peer) -> Content:
             models[safe(gpu.model)] = models.get(safe(gpu.model), 0) + 1
         parts.append(", ".join(f"{n}{TIMES}{m}" if n > 1 else m for m, n in models.items()))
     return Content.styled(" · ".join(parts), "$text-muted")
+
+
+def _label(peer_id: str, peers: Mapping[str, Peer]) -> str:
+    """The provider column's text: its name (cut short) and always its short id."""
+    peer = peers.get(peer_id)
+    return peer_label(peer_id, peer.display_name if peer else "", name_width=TABLE_NAME_WIDTH)
 
 
 __all__ = ["ProviderMatch"]

@@ -12,7 +12,7 @@ from typing import Any
 from nacl.signing import SigningKey
 
 from engine.identity import Identity
-from engine.jobs import tunnel as t
+from engine.jobs import tunnel_frames as t
 from engine.network import wire
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli

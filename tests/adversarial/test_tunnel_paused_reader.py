@@ -1,5 +1,5 @@
 """A tunnel outlives a local client that pauses reading, and a client that never resumes is
-let go at the tunnel's idle deadline (engine/network/yamux_credit.py, engine/jobs/tunnel.py).
+let go at the tunnel's idle deadline (engine/network/yamux_credit.py, engine/jobs/tunnel_relay.py).
 
 py-libp2p 0.8.1's yamux write gave up after 5 s without window credit and the tunnel was
 reset: a `job forward` download whose client stopped reading for 5 s (a paused download,

@@ -117,8 +117,8 @@ def test_an_installed_wheel_finds_its_examples_and_says_its_version(
     # The target comes first on sys.path: the installed copy, not the checkout, is imported.
     env = {**os.environ, "PYTHONPATH": str(target)}
     code = (
-        "import nunet_tui.cli.demo as d, nunet_tui; "
-        "print(nunet_tui.__file__); print(d.EXAMPLES); print(sorted(d._example_names()))"
+        "import nunet_tui.cli.demo_sandbox as d, nunet_tui; "
+        "print(nunet_tui.__file__); print(d.EXAMPLES); print(sorted(d.example_names()))"
     )
     shown = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path

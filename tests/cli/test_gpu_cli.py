@@ -152,7 +152,7 @@ def test_doctor_and_images_text() -> None:
         results=(api.MlImageResult(key="k", image="a:1", status="failed", detail="offline"),)
     )
     assert gpu_output.images_text(images) == "failed   a:1  offline"
-    assert gpu_output.to_json("onboard-ml", images)["ok"] is False
+    assert gpu_output.json_of(images)["ok"] is False
 
 
 def test_a_process_only_node_is_not_told_to_install_docker(tmp_path: Path) -> None:

@@ -121,3 +121,25 @@ def test_chat_errors_are_clear(daemons: Callable[..., Daemon]) -> None:
     assert big.returncode == 1 and "4 KiB" in big.stderr
     refused = run_cli("chat", "send", peer, "hi", "--no-queue", home=node.home)
     assert refused.returncode == 1 and "not sent" in refused.stderr
+
+
+def test_a_providers_display_name_reaches_the_consumer_with_its_id(
+    daemons: Callable[..., Daemon],
+) -> None:
+    consumer = daemons("consumer", 4)
+    named = '[provider]\ndisplay_name = "Ana\'s rig"\n'
+    provider = daemons("named", 41, bootstrap=consumer.addrs()[0], extra_toml=named)
+    _onboard(provider, 5000)
+    pid = provider.peer_id
+
+    def seen() -> Any:
+        peer = _peers(consumer).get(pid)
+        return peer if peer and peer["resources"] else None
+
+    assert wait_for(seen, "the consumer never listed the named provider")["display_name"] == (
+        "Ana's rig"
+    )
+    # The text listing shows the name with the whole id (what `chat start` takes).
+    listing = run_cli("peer", "list", home=consumer.home)
+    assert listing.returncode == 0, listing.stderr
+    assert f"  Ana's rig · {pid}  " in listing.stdout

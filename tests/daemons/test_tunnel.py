@@ -1,4 +1,4 @@
-"""Tunnels into running jobs (engine/jobs/tunnel.py): the header and shell framing, the relay,
+"""Tunnels into running jobs (engine/jobs/tunnel*.py): the header and shell framing, the relay,
 the spec's new fields, the process executor's pipes, and a service job end to end with real
 daemons and the real CLI (process executor: its service listens on 127.0.0.1)."""
 
@@ -17,7 +17,8 @@ import trio.testing
 
 from engine import api
 from engine.identity import Identity
-from engine.jobs import tunnel as t
+from engine.jobs import tunnel_frames as t
+from engine.jobs import tunnel_relay
 from engine.jobs.spec import JobSpec, offer_spec, validate_spec
 from nunet_tui.cli.job_tunnel import LEASE_S
 from tests.conftest import FIXED_SEED, run_cli
@@ -176,12 +177,12 @@ def test_relay_moves_both_ways_passes_eof_and_counts() -> None:
 async def _relay_both_ways() -> None:
     left_user, left = _fake_pair()
     right, right_user = _fake_pair()
-    seen = t.Activity()
+    seen = tunnel_relay.Activity()
     async with trio.open_nursery() as nursery:
         result: list[str] = []
 
         async def run() -> None:
-            result.append(await t.relay(left, right, idle_s=30, activity=seen))
+            result.append(await tunnel_relay.relay(left, right, idle_s=30, activity=seen))
 
         nursery.start_soon(run)
         await left_user.send(b"request")
@@ -199,7 +200,7 @@ def test_relay_closes_an_idle_tunnel() -> None:
         _, left = _fake_pair()
         right, _ = _fake_pair()
         with trio.fail_after(100):
-            return await t.relay(left, right, idle_s=10)
+            return await tunnel_relay.relay(left, right, idle_s=10)
 
     assert trio.run(idle, clock=trio.testing.MockClock(autojump_threshold=0)) == "idle"
 

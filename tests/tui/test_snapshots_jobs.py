@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from engine.api import JobInfo, JobLogLine, JobMetering, SetMode
+from engine.api import JobInfo, JobLogLine, JobMetering, SetMode, UsageSample
 from engine.config import Paths
 from engine.jobs.joblog import JobLog
 from engine.jobs.spec import JobSpec
@@ -148,6 +148,8 @@ JOBS = [
             checkpoint=3,
             resumed_from=2,
             log_lines=len(TRAIN_LOG),
+            # The provider's latest live sample (the history is kept in memory only).
+            usage=UsageSample(at=T0 + 1_700, cpu_cores=1.4, ram_mb=812, ram_limit_mb=4096),
         ),
         TRAIN_LOG,
     ),

@@ -411,6 +411,31 @@ async def test_enter_on_a_provider_picks_it_and_again_goes_back_to_the_best(
         assert str(form.query_one("#submit", Button).label) == "Submit to best match"
 
 
+async def test_two_providers_with_one_name_are_told_apart_by_their_ids(
+    engine_client: Engine,
+) -> None:
+    """Issue 22: a name is the provider's own words (markup in it stays literal) and never
+    shown without the short id, so a hostile twin of a name is not the same row."""
+    name = "[b]Twin[/b]"
+    twin = msgspec.structs.replace(
+        FAKE_PROVIDER, peer_id="12D3KooWAnotherProviderWithTheNameab12", display_name=name
+    )
+    first = msgspec.structs.replace(FAKE_PROVIDER, display_name=name)
+    client = FakeEngineClient(
+        {ListPeers: PeerList(channel="nunet-test", peers=(first, twin))}, delegate=engine_client
+    )
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=client)
+    async with app.run_test(size=SIZE) as pilot:
+        form = await _submit_form(app, pilot)
+        await until(pilot, lambda: "ab12" in who(form) and "xyz9" in who(form))
+        rows = who(form)
+        assert f"{name} · 12D3KooW…xyz9" in rows and f"{name} · 12D3KooW…ab12" in rows
+        form.query_one("#peer_id", Input).value = twin.peer_id
+        button = form.query_one("#submit", Button)
+        await until(pilot, lambda: str(button.label) == f"Submit to {name} · 12D3KooW…ab12")
+
+
 # --- pieces, on real inputs ------------------------------------------------------------
 
 

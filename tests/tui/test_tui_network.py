@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.content import Content
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from engine.api import (
@@ -24,6 +25,7 @@ from engine.api import (
     SetMode,
 )
 from engine.facade import Engine
+from engine.identity import short_peer_id
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.chat import ChatScreen
 from nunet_tui.screens.consumer_dashboard import ConsumerDashboard
@@ -39,19 +41,24 @@ __all__ = ["anyio_backend"]
 
 SIZE = (140, 36)
 LITERAL = "[bold red]x[/] and \x1b[2J"
+# Bob's display name (issue 22): markup that must stay literal, always with his short id.
+BOB_NAME = "[b]bob[/b]"
 LONG_LINES = "line one\nline two \u202e " + "y" * 300  # past the preview's 200 characters
 pytestmark = pytest.mark.anyio
 
 
-def _network_toml(bootstrap: str | None = None) -> str:
+def _network_toml(bootstrap: str | None = None, name: str = "") -> str:
     toml = MACHINE_TOML + "heartbeat_interval_s = 1\n"
     if bootstrap:
         toml += f'bootstrap = ["{bootstrap}"]\n'
+    if name:
+        toml += f'[provider]\ndisplay_name = "{name}"\n'
     return toml
 
 
-def _start(root: Path, seed: int, bootstrap: str | None = None) -> Engine:
-    home = make_home(root / "home", seed=bytes([seed]) * 32, machine_toml=_network_toml(bootstrap))
+def _start(root: Path, seed: int, bootstrap: str | None = None, name: str = "") -> Engine:
+    toml = _network_toml(bootstrap, name)
+    home = make_home(root / "home", seed=bytes([seed]) * 32, machine_toml=toml)
     engine = Engine(home, probes=fixed_host(root / "host").probes).start()
     wait_for(lambda: engine.call_blocking(GetPeerSelf()).addrs, f"{root} never listened", 30)
     return engine
@@ -65,7 +72,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Eng
     bob: Engine | None = None
     try:
         alice.call_blocking(SetMode(mode="consumer"))
-        bob = _start(root / "bob", 32, bootstrap=alice.call_blocking(GetPeerSelf()).addrs[0])
+        boot = alice.call_blocking(GetPeerSelf()).addrs[0]
+        bob = _start(root / "bob", 32, bootstrap=boot, name=BOB_NAME)
         bob.call_blocking(SetMode(mode="provider"))
         bob.call_blocking(OnboardRequest(memory_mb=6000, cpu_mhz=2000, address=TEST_ADDRESS))
         bob_id = bob.call_blocking(GetPeerSelf()).peer_id
@@ -133,6 +141,36 @@ async def test_peers_lists_bob_filters_and_opens_a_chat(pair: tuple[Engine, Engi
         await pilot.press("enter")
         chat = await on_screen(pilot, ChatScreen)
         assert chat.peer_id == bob_id
+
+
+async def test_peers_show_bobs_name_with_his_short_id(pair: tuple[Engine, Engine]) -> None:
+    alice, bob = pair
+    bob_id = peer_id(bob)
+    label = f"{BOB_NAME} · {short_peer_id(bob_id)}"
+    app = NunetApp(client=alice)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await on_screen(pilot, ConsumerDashboard)
+        await pilot.press("p")
+        screen = await on_screen(pilot, PeersScreen)
+        table = screen.query_one("#peers-table", DataTable)
+        await until(pilot, lambda: bob_id in table.rows)
+        cell = table.get_row(bob_id)[0]
+        assert cell.plain == label  # the markup literal, never a style; the id always there
+        await pilot.press("slash", *"bob")  # the name is searchable too
+        await until(pilot, lambda: table.row_count == 1 and bob_id in table.rows)
+        await pilot.press("escape")
+        table.move_cursor(row=table.get_row_index(bob_id))
+        table.focus()
+        await pilot.press("enter")
+        chat = await on_screen(pilot, ChatScreen)
+        assert app.peer_names.get(bob_id) == BOB_NAME
+
+        # The getter gives the title as markup: the name's brackets come back escaped.
+        def title() -> str:
+            return Content.from_markup(chat.query_one("#talk").border_title or "").plain
+
+        await until(pilot, lambda: title().startswith("Chat with"))
+        assert title() == f"Chat with {BOB_NAME} · {bob_id}"
 
 
 async def test_chat_round_trip_shows_peer_text_literally(pair: tuple[Engine, Engine]) -> None:

@@ -11,8 +11,9 @@ from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.jobs.spec import JobSpec
 
-# What an Update carries besides the running state: the message's own and the log and receipt.
-NOT_PROGRESS = {"v", "job_id", "lines", "receipt"}
+# What an Update carries besides the running state: the message's own, the log, the receipt
+# and the live samples (kept apart: JobInfo.usage is the latest of them).
+NOT_PROGRESS = {"v", "job_id", "lines", "receipt", "usage"}
 
 
 def _fields(kind: type) -> set[str]:

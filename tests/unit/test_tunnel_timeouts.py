@@ -5,7 +5,7 @@ provider answered at 18 s."""
 
 from __future__ import annotations
 
-from engine.jobs import tunnel
+from engine.jobs import tunnel_frames as tunnel
 from engine.jobs.executors import docker_exec
 from engine.jobs.executors.base import JOB_CONNECT_S
 from nunet_tui.cli.job_tunnel import TUNNEL_WAIT_S

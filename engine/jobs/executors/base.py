@@ -73,7 +73,7 @@ class Limits:
 
 # The longest an executor takes to reach a job's port for a tunnel (the Docker executor's
 # forwarder, run by `docker exec` in the container): the consumer waits longer for the answer
-# (engine/jobs/tunnel.py ANSWER_S).
+# (engine/jobs/tunnel_frames.py ANSWER_S).
 JOB_CONNECT_S = 15.0
 UNFREEZE_S = 60.0  # the longest a resume after a checkpoint may take (dockerd under load)
 # Ends a provider's jobs when the provider dies (SIGKILL included): run by path, with -I.
@@ -144,6 +144,7 @@ class Executor(Protocol):
     async def restore(self, run: JobRun, checkpoint: Checkpoint) -> None: ...
     async def collect_results(self, run: JobRun, dest_dir: Path) -> ResultArchive: ...
     def usage(self, run: JobRun) -> Usage: ...
+    def reading(self, run: JobRun) -> tuple[float, float, float] | None: ...
     def release(self, run: JobRun) -> None: ...
     def frameworks(self) -> tuple[str, ...]: ...
 
@@ -468,6 +469,11 @@ class BaseExecutor:
 
     def usage(self, run: JobRun) -> Usage:
         return self.state(run).meter.usage()
+
+    def reading(self, run: JobRun) -> tuple[float, float, float] | None:
+        """The run's latest sample (Meter.reading); None before one, or once forgotten."""
+        state = self._runs.get(run.job_id)
+        return state.meter.reading() if state is not None else None
 
     # --- shared by the subclasses --------------------------------------------------------
 

@@ -92,7 +92,7 @@ def _take_socket(hijacked: Any) -> tuple[socket.socket, bytes]:
 
 
 class ExecPipe:
-    """One ``docker exec`` session: its stdin and stdout as a Pipe (engine/jobs/tunnel.py);
+    """One ``docker exec`` session: its stdin and stdout as a Pipe (engine/jobs/tunnel_relay.py);
     resize and exit status for shells."""
 
     def __init__(

@@ -3,7 +3,7 @@ with nsenter where it has one: sandbox.py ``shell_argv``; off unless jobs.allow_
 
 The command runs in its own session with the PTY as its controlling terminal (so Ctrl-C,
 sent as a byte, reaches it as SIGINT), in the job's workspace with the job's environment and
-limits. The PTY's master side is the Pipe (engine/jobs/tunnel.py).
+limits. The PTY's master side is the Pipe (engine/jobs/tunnel_relay.py).
 """
 
 from __future__ import annotations
