@@ -202,6 +202,37 @@ def test_the_settle_loop_asks_again_when_the_oracle_said_it_can_decide(
     assert asked[1] - asked[0] >= 0.3
 
 
+def test_an_oracle_saying_a_day_does_not_hold_the_settle_loop_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An oracle's "pending" may say a day (retry_after_s's bound): the loop still asks again
+    within its settle interval, so a lying or confused oracle only changes what the views
+    say, never how soon the refund is asked for (docs/security.md)."""
+    escrows, _, _ = build(tmp_path, seed=10)
+    escrows.save(record("consumer", "receipt", refund_alone="provider_vanished"))
+    monkeypatch.setattr(escrows.ctx.settings.payments, "settle_interval_s", 1.0)
+    asked: list[float] = []
+
+    async def settle(job_id: str, *, automatic: bool = False) -> api.EscrowInfo:
+        asked.append(time.time())
+        current = escrows.get(job_id)
+        assert current is not None
+        return escrows.save(current, decidable_at=time.time() + 86_400).info
+
+    monkeypatch.setattr(escrows, "settle", settle)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(escrows.serve)
+            with trio.fail_after(10):
+                while len(asked) < 2:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert asked[1] - asked[0] < 5
+
+
 # --- metered receipts (issue 12) -------------------------------------------------------------
 
 T0 = 1_800_000_000.0
