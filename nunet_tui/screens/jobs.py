@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Static
 
 from engine.api import (
     EscrowChanged,
@@ -32,10 +32,10 @@ from engine.api import (
 )
 from engine.errors import EngineError
 from engine.jobs.metering import metered_units
-from nunet_tui.format import ago, plural, safe, table_cell
+from nunet_tui.format import ago, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens import job_resubmit
-from nunet_tui.screens.base import SORT_BINDINGS, FilteredTableScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.job_state import (
     cost,
     duration,
@@ -47,8 +47,9 @@ from nunet_tui.widgets.job_state import (
     state_text,
 )
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.sortable_table import AUTO, Row
 from nunet_tui.widgets.table_columns import fit, used_width
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.table_rows import selected_key
 
 COLUMNS = (
     ("job", "Job"),
@@ -100,9 +101,9 @@ class JobsScreen(FilteredTableScreen):
     CSS_PATH = "jobs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter by any column"),
         Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        FILTER_BINDING,
         *SORT_BINDINGS,
         *job_resubmit.BINDINGS,  # ^r: the selected finished job's spec again
     ]
@@ -122,7 +123,7 @@ class JobsScreen(FilteredTableScreen):
         yield NodeHeader(getattr(self.app, "mode", None))
         with Vertical(id="jobs-panel") as panel:
             panel.border_title = "Jobs"
-            yield Input(placeholder="filter: any text in a row (Esc clears)", id="filter")
+            yield self.filter_box()
             yield Static(id="jobs-note", markup=False)
             table: DataTable[Text] = DataTable(
                 id="jobs-table", cursor_type="row", zebra_stripes=True
@@ -148,7 +149,6 @@ class JobsScreen(FilteredTableScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#filter", Input).display = False
         self.query_one("#jobs-table", DataTable).focus()
         self.set_interval(1.0, self._tick)
 
@@ -195,25 +195,29 @@ class JobsScreen(FilteredTableScreen):
         table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
         note = self.query_one("#jobs-note", Static)
         panel = self.query_one("#jobs-panel", Vertical)
-        query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
-        ordered = self.sort_rows(
-            sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
-        )
-        rows = [
-            (job, job_row(job, now, self.name_width, self.escrows.get((job.role, job.job_id))))
-            for job in ordered
-        ]
-        shown = [(j, r) for j, r in rows if not query or query in _text(j, r).lower()]
         keys = [key for key, _ in COLUMNS]
         at = [keys.index(key) for key in self.columns]
-        refill(table, [(job.job_id, [table_cell(row[i]) for i in at]) for job, row in shown])
+        rows = [
+            Row(
+                job.job_id,
+                [
+                    table_cell(cell)
+                    for i, cell in enumerate(job_row(job, now, self.name_width, escrow))
+                    if i in at
+                ],
+                job,
+                f"{job.job_id} {job.provider} {job.consumer}",
+            )
+            for job in sorted(self.jobs.values(), key=lambda j: (-j.created_at, j.job_id))
+            for escrow in [self.escrows.get((job.role, job.job_id))]
+        ]
+        shown = self.sorter.fill(table, rows)
+        query = self.sorter.query.strip()
         running = sum(1 for job in self.jobs.values() if not is_terminal(job))
-        panel.border_subtitle = (
-            f"{len(shown)} of {len(rows)} shown"
-            if query
-            else plural(len(rows), "job") + (f" · {running} active" if running else "")
-        ) + self.sort_label()
+        panel.border_subtitle = self.sorter.caption(len(shown), len(rows), "job") + (
+            f" · {running} active" if running and not query else ""
+        )
         table.display = bool(shown)
         note.display = not shown
         if self.problem is not None:
@@ -314,7 +318,7 @@ class JobsScreen(FilteredTableScreen):
             return metered_units(job) if job.metering is not None else job.lock_units
         if key == "name":
             return job.spec.name.lower()
-        return None
+        return AUTO
 
 
 def job_row(
@@ -332,10 +336,6 @@ def job_row(
         Content(hms(duration(job, now))),
         cost(job, escrow, unit=False),
     )
-
-
-def _text(job: JobInfo, row: tuple[Content, ...]) -> str:
-    return " ".join([job.job_id, job.provider, job.consumer, *(cell.plain for cell in row)])
 
 
 __all__ = ["JobsScreen", "job_row"]

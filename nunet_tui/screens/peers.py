@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Static
 
 from engine.api import ListPeers, Peer, PeerChanged, PeerList
 from engine.errors import EngineError
@@ -27,17 +27,17 @@ from nunet_tui.format import (
     DASH,
     ago,
     latency,
-    plural,
     safe,
     short_addr,
     table_cell,
     thousands,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import SORT_BINDINGS, FilteredTableScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.sortable_table import AUTO, Row
 from nunet_tui.widgets.table_columns import fit
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.table_rows import selected_key
 
 COLUMNS = (
     ("peer", "Peer"),
@@ -82,10 +82,10 @@ class PeersScreen(FilteredTableScreen):
     CSS_PATH = "peers.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter by any column"),
         Binding("enter", "chat", "Chat", tooltip="Chat with the selected peer"),
         Binding("d", "lookup", "DHT lookup", tooltip="Ask the DHT for the channel's providers"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        FILTER_BINDING,
         *SORT_BINDINGS,
     ]
 
@@ -101,7 +101,7 @@ class PeersScreen(FilteredTableScreen):
         yield NodeHeader(getattr(self.app, "mode", None))
         with Vertical(id="peers-panel", classes="panel") as panel:
             panel.border_title = "Peers"
-            yield Input(placeholder="filter: any text in a row (Esc clears)", id="filter")
+            yield self.filter_box()
             yield Static(id="peers-note", markup=False)
             table: DataTable[Text] = DataTable(
                 id="peers-table", cursor_type="row", zebra_stripes=True
@@ -124,7 +124,6 @@ class PeersScreen(FilteredTableScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#filter", Input).display = False
         self.query_one("#peers-table", DataTable).focus()
         self.set_interval(1.0, self._tick_ages)
 
@@ -165,21 +164,24 @@ class PeersScreen(FilteredTableScreen):
         table: DataTable[Text] = self.query_one("#peers-table", DataTable)
         note = self.query_one("#peers-note", Static)
         panel = self.query_one("#peers-panel")
-        query = self.query_one("#filter", Input).value.strip().lower()
         now = self.nunet.clock()
-        ordered = self.sort_rows(_ordered(self.peers.values()))
-        rows = [(peer, _row(peer, now)) for peer in ordered]
-        shown = [(p, r) for p, r in rows if not query or query in _text(p, r).lower()]
-
         keys = [key for key, _ in COLUMNS]
         at = [keys.index(key) for key in self.columns]
-        refill(table, [(p.peer_id, [table_cell(row[i]) for i in at]) for p, row in shown])
+        rows = [
+            Row(
+                peer.peer_id,
+                [table_cell(cell) for i, cell in enumerate(_row(peer, now)) if i in at],
+                peer,
+                " ".join([peer.peer_id, peer.display_name, *peer.addrs]),
+            )
+            for peer in _ordered(self.peers.values())
+        ]
+        shown = self.sorter.fill(table, rows)
+        query = self.sorter.query.strip()
 
         panel.border_title = f"Peers · {safe(self.channel)}" if self.channel else "Peers"
         panel.border_subtitle = (
-            (f"{len(shown)} of {len(rows)} shown" if query else plural(len(rows), "peer"))
-            + " · CPU, RAM, GPUs: free/offered"
-            + self.sort_label()
+            self.sorter.caption(len(shown), len(rows), "peer") + " · CPU, RAM, GPUs: free/offered"
         )
         table.display = bool(shown)
         note.display = not shown
@@ -242,6 +244,8 @@ class PeersScreen(FilteredTableScreen):
         if key == "price":
             low = res.prices.get("low") if res is not None else None
             return None if low is None else -low  # cheapest first
+        if key not in ("cpu", "ram", "gpu"):
+            return AUTO
         if res is None:
             return None
         free = {"cpu": res.free_cpu_mhz, "ram": res.free_memory_mb, "gpu": res.free_gpus}
@@ -289,11 +293,6 @@ def _free_of(free: int | None, offered: int) -> Content:
         return Content.styled(DASH, "$text-muted")
     left = "?" if free is None else thousands(free)
     return Content.assemble(left, ("/", "$text-muted"), thousands(offered))
-
-
-def _text(peer: Peer, row: tuple[Content, ...]) -> str:
-    """What ``/`` searches: every column as shown, plus the full peer id, name and addresses."""
-    return " ".join([peer.peer_id, peer.display_name, *peer.addrs, *(cell.plain for cell in row)])
 
 
 def _explain(exc: EngineError) -> Content:

@@ -146,7 +146,7 @@ async def test_peers_sort_by_free_ram_and_the_order_survives_a_refresh(
         await pilot.press("o")  # price, cheapest first
         assert order() == ["bbbb", "cccc", "aaaa"]
         await pilot.press("o", "o")  # free CPU, then free RAM: most first
-        assert order() == ["bbbb", "cccc", "aaaa"] and screen.sort_by == "ram"
+        assert order() == ["bbbb", "cccc", "aaaa"] and screen.sorter.sort_by == "ram"
         await pilot.press("O")
         assert order() == ["aaaa", "cccc", "bbbb"]
         assert "sorted by free RAM ↑" in str(screen.query_one("#peers-panel").border_subtitle)
