@@ -9,7 +9,7 @@ Escrow events read the account again; Enter opens the job.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -33,13 +33,14 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import DASH, ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.viewmodels.account import Account, Consumption, RechargeRow, build
 from nunet_tui.viewmodels.money import amount, machine_time
 from nunet_tui.widgets.escrow_view import short_hash
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
+from nunet_tui.widgets.table_rows import selected_key
 from oracle_client.ntx import digits, format_ntx
 
 WIDE_FROM = 120
@@ -60,14 +61,16 @@ SHOWN_RECHARGES = 3  # the newest, in the summary; the CLI lists every one
 STATE_WORDS = {"paid_out": "paid", "receipt": "decided", "verified": "locked"}
 
 
-class AccountScreen(CapabilityScreen):
+class AccountScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "account.tcss"
     TITLE_TEXT = "account"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the records and the balance again"),
         Binding("w", "app.open('wallet')", "Wallet", tooltip="Address, balance, transactions"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -76,6 +79,8 @@ class AccountScreen(CapabilityScreen):
         self.problem: str | None = None
         self.loaded = False
         self._wide: bool | None = None
+        sorts = (("paid", "paid"), ("time", "machine time"), ("when", "time"))
+        self.sorters = {"jobs-table": TableSort(sorts, _sort_value)}
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -83,6 +88,7 @@ class AccountScreen(CapabilityScreen):
             yield Static(id="account-summary", markup=False)
         with Horizontal(id="account-body"):
             with Vertical(id="jobs-panel", classes="panel"):
+                yield self.filter_box()
                 yield Static(id="jobs-note", markup=False)
                 yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
                 yield Static(id="row-note", markup=False)
@@ -165,21 +171,24 @@ class AccountScreen(CapabilityScreen):
         table: DataTable[Text] = self.query_one("#jobs-table", DataTable)
         now = self.nunet.clock()
         keys = [key for key, _ in COLUMNS if self.wide or key in NARROW]
-        refill(
+        sorter = self.sorters["jobs-table"]
+        shown = sorter.fill(
             table,
             [
-                (c.job_id, [table_cell(cells[k]) for k in keys])
+                Row(c.job_id, [table_cell(cells[k]) for k in keys], c)
                 for c in rows
                 for cells in [dict(zip((k for k, _ in COLUMNS), row_cells(c, now), strict=True))]
             ],
         )
         note = self.query_one("#jobs-note", Static)
-        table.display = bool(rows)
-        note.display = not rows
+        table.display = bool(shown)
+        note.display = not shown
         if self.problem is not None:
             note.update(Content.styled(self.problem, "$text-error"))
         elif not self.loaded:
             note.update(Content.styled("Reading the records…", "$text-muted"))
+        elif rows:
+            note.update(Content.assemble("No job matches ", (repr(sorter.query.strip()), "bold")))
         else:
             note.update(
                 Content.assemble(
@@ -191,7 +200,7 @@ class AccountScreen(CapabilityScreen):
                 )
             )
         self.query_one("#jobs-panel").border_subtitle = (
-            f"{plural(len(rows), 'job')} · enter job" if rows else ""
+            sorter.caption(len(shown), len(rows), "job") + " · enter job" if rows else ""
         )
         self.show_current()
 
@@ -291,6 +300,19 @@ def recharge_line(r: RechargeRow, now: float, *, wide: bool) -> Content:
             "$text-muted",
         ),
     )
+
+
+def _sort_value(c: Consumption, key: str) -> Any:
+    """Amounts by their base units, machine time in ms, the time as a time."""
+    figures = {
+        "time": c.machine_ms,
+        "locked": c.locked_units,
+        "metered": c.metered_units,
+        "paid": c.paid_units,
+        "refunded": c.refunded_units,
+        "when": c.at or None,
+    }
+    return figures.get(key, AUTO)
 
 
 def row_cells(c: Consumption, now: float) -> tuple[Content, ...]:

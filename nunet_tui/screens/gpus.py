@@ -18,22 +18,25 @@ from textual.containers import Grid, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
-from engine.api import GetGpuStatus, GpuStatusReply
+from engine.api import GetGpuStatus, GpuSnapshot, GpuStatusReply
 from engine.errors import EngineError
 from nunet_tui.format import safe, table_cell, thousands
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.screens.gpu_doctor import GpuDoctorScreen
 from nunet_tui.screens.ml_images import MlImagesScreen
 from nunet_tui.widgets.gpu_card import GpuCard, GpuFeed
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.sortable_table import Row, SortableTables, TableSort
 
 
-class GpuScreen(CapabilityScreen):
+class GpuScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "gpus.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("d", "doctor", "Doctor", tooltip="GPU doctor: what is missing and how to fix it"),
         Binding("i", "ml_images", "ML images", tooltip="Pre-pull the ML framework images"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -42,6 +45,9 @@ class GpuScreen(CapabilityScreen):
         self.problem: str | None = None
         self._has_history = False
         self._timer_started = False
+        self.gpus: tuple[GpuSnapshot, ...] = ()  # the last sample's, for the process table
+        # The processes by the GPU memory they hold (the cell's MB), most first.
+        self.sorters = {"process-table": TableSort((("memory", "GPU memory"),))}
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -53,6 +59,7 @@ class GpuScreen(CapabilityScreen):
                 yield Static(id="no-gpu-text", markup=False)
             with Vertical(id="processes", classes="panel") as panel:
                 panel.border_title = "Processes on the GPUs"
+                yield self.filter_box()
                 table: DataTable[Text] = DataTable(
                     id="process-table", cursor_type="row", zebra_stripes=True
                 )
@@ -147,27 +154,36 @@ class GpuScreen(CapabilityScreen):
             for gpu in gpus:
                 existing[gpu.uuid].update_gpu(gpu)
 
+        self.gpus = gpus
+        self.show_processes()
+
+    def redraw_table(self, table_id: str) -> None:
+        self.show_processes()
+
+    def show_processes(self) -> None:
+        processes = self.query_one("#processes")
         table: DataTable[Text] = self.query_one("#process-table", DataTable)
-        table.clear()
-        count = 0
-        for gpu in gpus:
+        rows = []
+        for gpu in self.gpus:
             for proc in gpu.processes:
-                count += 1
                 memory = (
                     "n/a" if proc.used_memory_mb is None else f"{thousands(proc.used_memory_mb)} MB"
                 )
-                table.add_row(
-                    table_cell(Content.styled(str(gpu.index), "bold")),
-                    table_cell(Content(str(proc.pid))),
-                    table_cell(Content(safe(proc.name))),
-                    table_cell(Content(memory)),
-                )
-        processes.border_subtitle = f"{count} running"
-        if not count:
-            table.display = False
-            processes.border_subtitle = "none running"
-        else:
-            table.display = True
+                cells = [
+                    Content.styled(str(gpu.index), "bold"),
+                    Content(str(proc.pid)),
+                    Content(safe(proc.name)),
+                    Content(memory),
+                ]
+                rows.append(Row(f"{gpu.index}:{proc.pid}", [table_cell(c) for c in cells]))
+        sorter = self.sorters["process-table"]
+        shown = sorter.fill(table, rows)
+        processes.border_subtitle = (
+            sorter.caption(len(shown), len(rows), "process") + " running"
+            if rows
+            else "none running"
+        )
+        table.display = bool(shown)
 
 
 def _no_gpu(reason: str) -> Content:

@@ -26,6 +26,13 @@ from textual.widgets.option_list import Option
 from engine.api import JobResults
 from nunet_tui.format import safe, thousands
 from nunet_tui.widgets.node_header import NodeHeader
+from nunet_tui.widgets.sortable_table import (
+    FILTER_BINDING,
+    SORT_BINDINGS,
+    Row,
+    SortableTables,
+    TableSort,
+)
 
 DEFAULT_RESULTS_DIR = "~/nunet-results"
 MAX_VIEW_BYTES = 2 << 20
@@ -90,13 +97,16 @@ class ResultsDirScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ResultsScreen(Screen[None]):
-    """The unpacked files: Enter (or moving through them) shows one."""
+class ResultsScreen(SortableTables, Screen[None]):
+    """The unpacked files: Enter (or moving through them) shows one; a CSV file as a table
+    that sorts and filters like every list."""
 
     ALLOW_MODE_SWITCH = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the job"),
+        Binding("escape", "back", "Back", tooltip="Back to the job"),
         Binding("tab", "app.focus_next", "Next pane", show=False),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
     DEFAULT_CSS = """
     ResultsScreen {
@@ -122,6 +132,9 @@ class ResultsScreen(Screen[None]):
         super().__init__()
         self.results = results
         self.shown: str | None = None
+        self.sorters = {"view-table": TableSort()}
+        self.csv_rows: list[Row] = []
+        self.csv_caption = ""  # the panel's subtitle while neither filtered nor sorted
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -136,6 +149,7 @@ class ResultsScreen(Screen[None]):
                 )
             with Vertical(id="view-panel", classes="panel") as panel:
                 panel.border_title = safe(self.results.directory)
+                yield self.filter_box()
                 yield Static(id="view-note", markup=False)
                 with VerticalScroll(id="view-text-scroll"):
                     yield Static(id="view-text", markup=False)
@@ -231,13 +245,27 @@ class ResultsScreen(Screen[None]):
         header = header + [""] * (width - len(header))
         for index, name in enumerate(header):
             table.add_column(Text(safe(name), style="bold"), key=str(index))
-        for row in body[:MAX_CSV_ROWS]:
-            cells = [Text(safe(cell)) for cell in row] + [Text("")] * (width - len(row))
-            table.add_row(*cells)
+        self.csv_rows = [
+            Row(str(at), [Text(safe(cell)) for cell in row] + [Text("")] * (width - len(row)))
+            for at, row in enumerate(body[:MAX_CSV_ROWS])
+        ]
+        self.csv_caption = str(self.query_one("#view-panel", Vertical).border_subtitle or "")
         if len(body) > MAX_CSV_ROWS:
-            self.query_one(
-                "#view-panel", Vertical
-            ).border_subtitle = f"first {thousands(MAX_CSV_ROWS)} of {thousands(len(body))} rows"
+            self.csv_caption = f"first {thousands(MAX_CSV_ROWS)} of {thousands(len(body))} rows"
+        self.show_csv_rows()
+
+    def redraw_table(self, table_id: str) -> None:
+        self.show_csv_rows()
+
+    def show_csv_rows(self) -> None:
+        table: DataTable[Text] = self.query_one("#view-table", DataTable)
+        sorter = self.sorters["view-table"]
+        shown = sorter.fill(table, self.csv_rows)
+        panel = self.query_one("#view-panel", Vertical)
+        if sorter.query.strip() or sorter.sort_by is not None:
+            panel.border_subtitle = sorter.caption(len(shown), len(self.csv_rows), "row")
+        else:
+            panel.border_subtitle = self.csv_caption
 
 
 def pretty_json(data: bytes) -> str:

@@ -7,7 +7,7 @@ per peer with its latest heartbeat. Refreshed every few seconds and when a peer 
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -22,33 +22,42 @@ from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     ago,
-    plural,
     safe,
     short_addr,
     table_cell,
     thousands,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill
+from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
 from oracle_client.ntx import format_ntx, units_of
 
 REFRESH_S = 3.0
 
 
-class NetworkScreen(CapabilityScreen):
+class NetworkScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "network.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("r", "reload", "Refresh", tooltip="Read the network status again"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.status: NetworkStatus | None = None
+        sorts = (
+            ("cpu", "free CPU"),
+            ("ram", "free RAM"),
+            ("gpu", "free GPUs"),
+            ("vram", "free VRAM"),
+            ("beat", "heartbeat"),
+        )
+        self.sorters = {"beats-table": TableSort(sorts, _sort_value)}
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -63,6 +72,7 @@ class NetworkScreen(CapabilityScreen):
                 yield Static(id="network-note", markup=False)
             with Vertical(id="beats", classes="panel") as panel:
                 panel.border_title = "Recent heartbeats"
+                yield self.filter_box()
                 table: DataTable[Text] = DataTable(
                     id="beats-table", cursor_type="row", zebra_stripes=True
                 )
@@ -107,8 +117,8 @@ class NetworkScreen(CapabilityScreen):
             self.load()
 
     def show(self, status: NetworkStatus) -> None:
+        self.status = status
         totals = status.totals
-        now = self.nunet.clock()
         self.query_one("#totals").border_title = (
             f"Channel · {safe(status.channel)}" if status.channel else "Channel"
         )
@@ -187,19 +197,53 @@ class NetworkScreen(CapabilityScreen):
                 )
             )
 
+        self.show_beats()
+
+    def redraw_table(self, table_id: str) -> None:
+        self.show_beats()
+
+    def show_beats(self) -> None:
+        if self.status is None:
+            return
+        now = self.nunet.clock()
         table: DataTable[Text] = self.query_one("#beats-table", DataTable)
-        beating = [p for p in status.peers if p.last_heartbeat is not None]
-        refill(
-            table,
-            [(peer.peer_id, [table_cell(c) for c in _beat_row(peer, now)]) for peer in beating],
-        )
-        table.display = bool(beating)
+        beating = [p for p in self.status.peers if p.last_heartbeat is not None]
+        rows = [
+            Row(peer.peer_id, [table_cell(c) for c in _beat_row(peer, now)], peer, peer.peer_id)
+            for peer in beating
+        ]
+        sorter = self.sorters["beats-table"]
+        shown = sorter.fill(table, rows)
+        table.display = bool(shown)
         beats_note = self.query_one("#beats-note", Static)
-        beats_note.display = not beating
-        beats_note.update(
-            Content.styled("No heartbeats heard yet.", "$text-muted") if not beating else ""
+        beats_note.display = not shown
+        if not beating:
+            beats_note.update(Content.styled("No heartbeats heard yet.", "$text-muted"))
+        elif not shown:
+            beats_note.update(
+                Content.assemble("No peer matches ", (repr(sorter.query.strip()), "bold"))
+            )
+        self.query_one("#beats").border_subtitle = (
+            sorter.caption(len(shown), len(rows), "peer") if beating else ""
         )
-        self.query_one("#beats").border_subtitle = plural(len(beating), "peer") if beating else ""
+
+
+def _sort_value(peer: Peer, key: str) -> Any:
+    """Free resources, most first; the newest heartbeat first; else the cell's text."""
+    res = peer.resources
+    if key == "beat":
+        return peer.last_heartbeat
+    if key not in ("cpu", "ram", "gpu", "vram"):
+        return AUTO
+    if res is None:
+        return None
+    free = {
+        "cpu": res.free_cpu_mhz,
+        "ram": res.free_memory_mb,
+        "gpu": res.free_gpus,
+        "vram": res.free_vram_mb,
+    }
+    return free[key]
 
 
 def _beat_row(peer: Peer, now: float) -> tuple[Content, ...]:

@@ -23,13 +23,14 @@ from textual.widgets import Button, DataTable, Footer, Input, Static
 from engine import api
 from engine.errors import EngineError
 from engine.jobs import notebooks as nb
-from nunet_tui.format import plural, safe, table_cell
+from nunet_tui.format import safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, FilteredTableScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.widgets.job_state import peer_short, state_text
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.sortable_table import Row
+from nunet_tui.widgets.table_rows import selected_key
 
 COLUMNS = (
     ("job", "Notebook"),
@@ -85,7 +86,8 @@ class LauncherUrlScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class NotebooksScreen(CapabilityScreen):
+class NotebooksScreen(FilteredTableScreen):
+    TABLE_ID = "notebooks-table"
     TITLE_TEXT = "the notebooks"
     CSS_PATH = "jobs.tcss"  # the jobs list's panel and table
     DEFAULT_CSS = """
@@ -95,12 +97,15 @@ class NotebooksScreen(CapabilityScreen):
     }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("n", "new", "New", tooltip="Start a notebook (JupyterLab) on a provider"),
         Binding("o", "open_notebook", "Open", tooltip="Forward it, copy and open its URL"),
         Binding("s", "stop", "Stop", tooltip="Stop it: its notebooks come back as results"),
         Binding("d", "delete", "Delete", tooltip="Delete its files on the provider (asks)"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        FILTER_BINDING,
+        # o opens a notebook here, so O is the next sort; a click on a header sorts too.
+        Binding("O", "sort_next", "Sort", tooltip="Sort by the next column (click a header)"),
     ]
 
     def __init__(self) -> None:
@@ -114,6 +119,7 @@ class NotebooksScreen(CapabilityScreen):
         yield NodeHeader(getattr(self.app, "mode", None))
         with Vertical(id="jobs-panel") as panel:
             panel.border_title = "Notebooks"
+            yield self.filter_box()
             yield Static(id="jobs-note", markup=False)
             table: DataTable[Text] = DataTable(
                 id="notebooks-table", cursor_type="row", zebra_stripes=True
@@ -165,13 +171,14 @@ class NotebooksScreen(CapabilityScreen):
         note = self.query_one("#jobs-note", Static)
         panel = self.query_one("#jobs-panel", Vertical)
         found = self.notebooks
-        refill(table, [(n.job_id, [table_cell(c) for c in notebook_row(n)]) for n in found])
+        rows = [Row(n.job_id, [table_cell(c) for c in notebook_row(n)], n) for n in found]
+        shown = self.sorter.fill(table, rows)
         running = sum(1 for n in found if n.state == "running")
-        panel.border_subtitle = plural(len(found), "notebook") + (
+        panel.border_subtitle = self.sorter.caption(len(shown), len(found), "notebook") + (
             f" · {running} running" if running else ""
         )
-        table.display = bool(found)
-        note.display = not found
+        table.display = bool(shown)
+        note.display = not shown
         self.refresh_bindings()  # o, s and d need a notebook
         self._detail()
         if self.problem is not None:
@@ -183,6 +190,8 @@ class NotebooksScreen(CapabilityScreen):
                     "Press n to start JupyterLab on a provider; o opens it here.",
                 )
             )
+        elif not shown:
+            note.update(Content.assemble("No notebook matches ", (repr(self.sorter.query), "bold")))
 
     def _detail(self) -> None:
         """What the selected notebook is doing, in words (the provider's reason as it is)."""
@@ -323,7 +332,7 @@ class NotebooksScreen(CapabilityScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("open_notebook", "stop", "delete"):
             return bool(self.notebooks)
-        return True
+        return super().check_action(action, parameters)
 
 
 def notebook_row(notebook: nb.Notebook) -> tuple[Content, ...]:

@@ -15,7 +15,7 @@ open; on a wide one it stands beside the table.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -29,12 +29,13 @@ from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged, 
 from engine.errors import EngineError
 from nunet_tui.format import DASH, mb, plural, problem_lines, safe, short_peer_id, table_cell, tilde
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels import resources as vm
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
+from nunet_tui.widgets.table_rows import selected_key
 from oracle_client.ntx import format_ntx, format_rate
 
 WIDE_FROM = 120  # columns: from here the form stands beside its table
@@ -152,7 +153,7 @@ class Editor(Vertical):
         return self.query_one(Input)
 
 
-class ResourcesScreen(CapabilityScreen):
+class ResourcesScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "resources.tcss"
     TITLE_TEXT = "resources"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -167,6 +168,8 @@ class ResourcesScreen(CapabilityScreen):
         Binding("2", "tab('custom')", "Custom", show=False),
         Binding("3", "tab('specs')", "Specs", show=False),
         Binding("4", "tab('pools')", "Pools", show=False),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -176,9 +179,15 @@ class ResourcesScreen(CapabilityScreen):
         self.loaded = False
         self.open_kind: vm.Kind | None = None  # the form shown, if any
         self.saving = False
+        sorts: dict[vm.Kind, tuple[tuple[str, str], ...]] = {"spec": (("price", "price"),)}
+        self.sorters = {
+            table_id: TableSort(sorts.get(kind, ()), _sort_value)
+            for kind, table_id in TABLES.items()
+        }
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
+        yield self.filter_box()
         with TabbedContent(id="tabs", initial="specs"):
             with (
                 TabPane("1 System", id="system"),
@@ -330,17 +339,26 @@ class ResourcesScreen(CapabilityScreen):
         rows = []
         for item in items:
             cells = dict(zip((k for k, _ in COLUMNS[kind]), row_cells(item), strict=True))
-            rows.append((item.name, [table_cell(cells[key]) for key in keys]))
-        refill(table, rows)
-        table.display = bool(items)
+            rows.append(Row(item.name, [table_cell(cells[key]) for key in keys], item))
+        sorter = self.sorters[TABLES[kind]]
+        shown = sorter.fill(table, rows)
+        table.display = bool(shown)
         note.display = not items or (kind == "spec" and listing is not None and listing.defaults)
         note.update(_note(kind, listing, self.problem, self.loaded))
+        if items and not shown:
+            note.display = True
+            note.update(Content.assemble("Nothing matches ", (repr(sorter.query.strip()), "bold")))
         panel = self.query_one(f"#{kind}-list", Vertical)
         panel.border_subtitle = (
-            f"{plural(len(items), TITLES_SHORT[kind])} · n new · e edit · d delete"
+            f"{sorter.caption(len(shown), len(items), TITLES_SHORT[kind])} · n new · e edit"
+            " · d delete"
             if items
             else "n new"
         )
+
+    def redraw_table(self, table_id: str) -> None:
+        kind = next(kind for kind, tid in TABLES.items() if tid == table_id)
+        self._show_table(kind, self.listing)
 
     def _layout(self) -> None:
         """The form beside the table when wide; in its place when narrow."""
@@ -420,12 +438,12 @@ class ResourcesScreen(CapabilityScreen):
         editor.show_problems(problems, general)
         return record, not any(problems.values()) and not general
 
-    @on(Input.Changed)
+    @on(Input.Changed, "Editor Input")
     def _typed(self, event: Input.Changed) -> None:
         event.stop()
         self.validate_form()
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "Editor Input")
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
         self.action_save()
@@ -543,8 +561,8 @@ class ResourcesScreen(CapabilityScreen):
     def action_back(self) -> None:
         if self.open_kind is not None:
             self.close_editor()
-            return
-        self.app.pop_screen()
+        elif not self.clear_filter():
+            self.app.pop_screen()
 
     def action_reload(self) -> None:
         self.load()
@@ -568,9 +586,9 @@ class ResourcesScreen(CapabilityScreen):
             return not editing and self._tab_kind() is not None and self.listing is not None
         if action in ("edit", "delete"):
             return not editing and self._tab_kind() is not None
-        if action == "tab":
-            return not editing
-        return True
+        if action in ("tab", "filter", "sort_next", "sort_reverse"):
+            return not editing and (action == "tab" or self._tab_kind() is not None)
+        return super().check_action(action, parameters)
 
 
 TITLES_SHORT: dict[vm.Kind, str] = {
@@ -579,6 +597,16 @@ TITLES_SHORT: dict[vm.Kind, str] = {
     "pool": "pool",
     "group": "group",
 }
+
+
+def _sort_value(record: vm.Record, key: str) -> Any:
+    """A spec's price (cheapest first: ``o`` shows the largest value first) and minimum
+    charge (ascending) by their base units."""
+    if isinstance(record, ResourceSpec) and key == "price":
+        return -record.price_units_hour
+    if isinstance(record, ResourceSpec) and key == "min":
+        return record.min_charge_units or None
+    return AUTO
 
 
 def row_cells(record: vm.Record) -> tuple[Content, ...]:

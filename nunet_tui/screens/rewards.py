@@ -10,7 +10,7 @@ as ``EscrowChanged`` events arrive, and a claim's or refund's outcome is written
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.text import Text
 from textual import work
@@ -34,7 +34,7 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.screens.wallet_dialogs import error_text
 from nunet_tui.viewmodels.account import SpecDay, build
 from nunet_tui.viewmodels.money import machine_time, settle_tx, settlement
@@ -48,12 +48,14 @@ from nunet_tui.widgets.escrow_view import (
     refunded_cell,
     short_hash,
     signed_amount,
+    signed_units,
     state_text,
     totals,
 )
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill, selected_key
+from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
+from nunet_tui.widgets.table_rows import selected_key
 from oracle_client.ntx import digits, format_ntx
 
 View = Literal["provider", "consumer"]
@@ -99,16 +101,18 @@ OPEN_TITLES: dict[View, str] = {"provider": "Awaiting claim", "consumer": "Locke
 DONE_TITLES: dict[View, str] = {"provider": "Claimed", "consumer": "Settled"}
 
 
-class RewardsScreen(CapabilityScreen):
+class RewardsScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "rewards.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("c", "claim", "Claim", tooltip="Claim the selected job's NTX (oracle, then chain)"),
         Binding("f", "refund", "Refund", tooltip="Take the selected job's locked NTX back"),
         Binding("v", "switch_view", "Other side", tooltip="Provider or consumer escrows"),
         Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the escrows again"),
         Binding("w", "app.open('wallet')", "Wallet", tooltip="Address, balance, transactions"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self, view: View | None = None) -> None:
@@ -121,6 +125,10 @@ class RewardsScreen(CapabilityScreen):
         self.loaded = False
         self.busy: set[str] = set()  # jobs with a claim or refund in flight
         self.current: str | None = None  # the job whose row is highlighted (detail, note)
+        self.sorters = {
+            "open-table": TableSort((("ntx", "NTX"), ("deadline", "deadline")), _sort_value),
+            "done-table": TableSort((("ntx", "NTX"), ("when", "time")), _sort_value),
+        }
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -129,6 +137,7 @@ class RewardsScreen(CapabilityScreen):
             yield Static(id="per-spec", markup=False)
         with Horizontal(id="rewards-body"):
             with Vertical(id="rewards-lists"):
+                yield self.filter_box()
                 with Vertical(id="open-panel", classes="panel"):
                     yield Static(id="open-note", markup=False)
                     yield DataTable(id="open-table", cursor_type="row", zebra_stripes=True)
@@ -204,8 +213,8 @@ class RewardsScreen(CapabilityScreen):
         rows = self.mine()
         open_rows = [e for e in rows if is_open(e)]
         done_rows = [e for e in rows if not is_open(e)]
-        self._fill("#open-table", [open_row(e, now, self.view) for e in open_rows], open_rows)
-        self._fill("#done-table", [done_row(e, now, self.view) for e in done_rows], done_rows)
+        open_shown = self._fill("open-table", [(e, open_row(e, now, self.view)) for e in open_rows])
+        done_shown = self._fill("done-table", [(e, done_row(e, now, self.view)) for e in done_rows])
         self._show_totals()
 
         open_panel = self.query_one("#open-panel", Vertical)
@@ -214,24 +223,35 @@ class RewardsScreen(CapabilityScreen):
         done_panel.border_title = DONE_TITLES[self.view]
         key = "c claim" if self.view == "provider" else "f refund"
         open_panel.border_subtitle = (
-            f"{plural(len(open_rows), 'job')} · {key} · enter job" if open_rows else ""
+            self.sorters["open-table"].caption(open_shown, len(open_rows), "job")
+            + f" · {key} · enter job"
+            if open_rows
+            else ""
         )
-        done_panel.border_subtitle = plural(len(done_rows), "job") if done_rows else ""
+        done_panel.border_subtitle = (
+            self.sorters["done-table"].caption(done_shown, len(done_rows), "job")
+            if done_rows
+            else ""
+        )
 
         open_note = self.query_one("#open-note", Static)
         done_note = self.query_one("#done-note", Static)
-        open_note.display = not open_rows
-        done_note.display = not done_rows
-        self.query_one("#open-table").display = bool(open_rows)
-        self.query_one("#done-table").display = bool(done_rows)
+        open_note.display = not open_shown
+        done_note.display = not done_shown
+        self.query_one("#open-table").display = bool(open_shown)
+        self.query_one("#done-table").display = bool(done_shown)
         if self.problem is not None:
             open_note.update(Content.styled(self.problem, "$text-error"))
         elif not self.loaded:
             open_note.update(Content.styled("Reading the escrows…", "$text-muted"))
+        elif open_rows:
+            open_note.update(_no_match(self.sorters["open-table"].query))
         else:
             open_note.update(_empty_open(self.view, has_any=bool(self.escrows)))
         done_note.update(
-            Content.styled(
+            _no_match(self.sorters["done-table"].query)
+            if done_rows
+            else Content.styled(
                 "Nothing claimed yet." if self.view == "provider" else "Nothing settled yet.",
                 "$text-muted",
             )
@@ -265,17 +285,11 @@ class RewardsScreen(CapabilityScreen):
         if shows_note and escrow is not None:
             note.update(Content.assemble((f"{safe(escrow.job_id)}: ", "bold"), note_text(escrow)))
 
-    def _fill(
-        self, table_id: str, rows: list[tuple[Content, ...]], escrows: list[EscrowInfo]
-    ) -> None:
-        table: DataTable[Text] = self.query_one(table_id, DataTable)
-        refill(
-            table,
-            [
-                (escrow.job_id, [table_cell(c) for c in cells])
-                for escrow, cells in zip(escrows, rows, strict=True)
-            ],
-        )
+    def _fill(self, table_id: str, rows: list[tuple[EscrowInfo, tuple[Content, ...]]]) -> int:
+        """Fill one table (its filter and sort); how many rows it shows."""
+        table: DataTable[Text] = self.query_one(f"#{table_id}", DataTable)
+        cells = [Row(e.job_id, [table_cell(c) for c in row], e) for e, row in rows]
+        return len(self.sorters[table_id].fill(table, cells))
 
     def _show_totals(self) -> None:
         sums = totals(self.escrows.values())
@@ -425,7 +439,25 @@ class RewardsScreen(CapabilityScreen):
             return self.view == "consumer"
         if action == "open_job":
             return bool(self.mine())
-        return True
+        return super().check_action(action, parameters)
+
+
+def _sort_value(escrow: EscrowInfo, key: str) -> Any:
+    """Amounts by their base units (the cell's sign: paid to us or by us), times as times;
+    the deadline soonest first."""
+    if key == "ntx":
+        return escrow.amount if is_open(escrow) else signed_units(escrow)
+    if key == "back":
+        return settlement(escrow)[1]
+    if key == "deadline":
+        return -escrow.deadline_ms if escrow.deadline_ms else None
+    if key == "when":
+        return escrow.updated_at or escrow.created_at
+    return AUTO
+
+
+def _no_match(query: str) -> Content:
+    return Content.assemble("No job matches ", (repr(query.strip()), "bold"), ".")
 
 
 def open_row(escrow: EscrowInfo, now: float, view: View) -> tuple[Content, ...]:

@@ -11,7 +11,7 @@ imports one. A locked keystore asks for its passphrase when an action needs it (
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -35,9 +35,9 @@ from engine.api import (
     WalletShow,
 )
 from engine.errors import EngineError
-from nunet_tui.format import DASH, ago, plural, safe, table_cell, tilde
+from nunet_tui.format import DASH, ago, safe, table_cell, tilde
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import CapabilityScreen
+from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.wallet_dialogs import (
     Cancelled,
@@ -53,12 +53,13 @@ from nunet_tui.widgets.escrow_view import (
     newest_first,
     short_hash,
     signed_amount,
+    signed_units,
     state_text,
     totals,
 )
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.table_rows import refill
+from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
 from oracle_client.ntx import digits
 
 TICK_S = 15.0  # relative times ("5 min ago", "in 3 h") are redrawn this often
@@ -87,10 +88,10 @@ BACKENDS = {
 }
 
 
-class WalletScreen(CapabilityScreen):
+class WalletScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "wallet.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("r", "refresh", "Refresh", tooltip="Read the wallet, balance and escrows again"),
         Binding("n", "new_wallet", "New wallet", tooltip="Make a wallet: 24 words, shown once"),
         Binding("i", "import_wallet", "Import", tooltip="Restore a wallet from its words"),
@@ -103,6 +104,8 @@ class WalletScreen(CapabilityScreen):
             key_display="$",
             tooltip="Claims, locks and refunds of paid jobs",
         ),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -116,6 +119,8 @@ class WalletScreen(CapabilityScreen):
         self.escrows: dict[str, EscrowInfo] = {}
         self.escrow_problem: str | None = None
         self.compact: bool | None = None  # the table's columns are built for this width
+        sorts = (("ntx", "NTX"), ("when", "time"))
+        self.sorters = {"tx-table": TableSort(sorts, _tx_sort_value)}
 
     def compose(self) -> ComposeResult:
         yield NodeHeader(getattr(self.app, "mode", None))
@@ -130,6 +135,7 @@ class WalletScreen(CapabilityScreen):
                 yield Static(id="balance", markup=False)
         with Vertical(id="tx-panel", classes="panel") as panel:
             panel.border_title = "Transactions"
+            yield self.filter_box()
             yield Static(id="tx-note", markup=False)
             yield DataTable(id="tx-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
@@ -305,18 +311,17 @@ class WalletScreen(CapabilityScreen):
         note = self.query_one("#tx-note", Static)
         panel = self.query_one("#tx-panel", Vertical)
         now = self.nunet.clock()
-        rows = newest_first(self.escrows.values())
+        escrows = newest_first(self.escrows.values())
         compact = bool(self.compact)
-        refill(
-            table,
-            [
-                (escrow.job_id, [table_cell(c) for c in tx_row(escrow, now, compact=compact)])
-                for escrow in rows
-            ],
-        )
-        panel.border_subtitle = plural(len(rows), "escrow") if rows else ""
-        table.display = bool(rows)
-        note.display = not rows
+        rows = [
+            Row(e.job_id, [table_cell(c) for c in tx_row(e, now, compact=compact)], e)
+            for e in escrows
+        ]
+        sorter = self.sorters["tx-table"]
+        shown = sorter.fill(table, rows)
+        panel.border_subtitle = sorter.caption(len(shown), len(rows), "escrow") if rows else ""
+        table.display = bool(shown)
+        note.display = not shown
         if self.escrow_problem is not None:
             note.update(Content.styled(self.escrow_problem, "$text-error"))
         elif not rows:
@@ -330,6 +335,8 @@ class WalletScreen(CapabilityScreen):
                     " opens the rewards.",
                 )
             )
+        elif not shown:
+            note.update(Content.assemble("No escrow matches ", (repr(sorter.query), "bold")))
 
     def _build_columns(self, compact: bool) -> None:
         self.compact = compact
@@ -403,7 +410,19 @@ class WalletScreen(CapabilityScreen):
         if action == "unlock":
             keystore = self.wallet.keystore if self.wallet is not None else None
             return keystore is not None and keystore.locked
-        return True
+        return super().check_action(action, parameters)
+
+    def redraw_table(self, table_id: str) -> None:
+        self.show_transactions()
+
+
+def _tx_sort_value(escrow: EscrowInfo, key: str) -> Any:
+    """The NTX column by its base units (signed: paid to us, or by us), when by the time."""
+    if key == "ntx":
+        return signed_units(escrow)
+    if key == "when":
+        return escrow.updated_at or escrow.created_at
+    return AUTO
 
 
 def tx_row(escrow: EscrowInfo, now: float, *, compact: bool) -> tuple[Content, ...]:

@@ -117,6 +117,16 @@ def signed_amount(escrow: EscrowInfo) -> Content:
     return Content.styled(digits(refunded or 0), "dim")
 
 
+def signed_units(escrow: EscrowInfo) -> int:
+    """``signed_amount`` as base units, what the NTX column sorts by."""
+    paid, refunded = settlement(escrow)
+    if paid is None:
+        return escrow.amount
+    if paid and escrow.role in ("provider", "consumer"):
+        return paid if escrow.role == "provider" else -paid
+    return refunded or 0
+
+
 def refunded_cell(escrow: EscrowInfo) -> Content:
     """What came back to the consumer (a dash while open)."""
     _, refunded = settlement(escrow)
@@ -232,6 +242,7 @@ __all__ = [
     "refunded_cell",
     "short_hash",
     "signed_amount",
+    "signed_units",
     "span",
     "state_text",
     "totals",

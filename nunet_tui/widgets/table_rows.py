@@ -33,7 +33,7 @@ def refill(table: DataTable[Text], rows: Sequence[tuple[str, Sequence[Text]]]) -
     idle, so a frame drawn in between shows the columns collapsed, and the cursor flickers.
     """
     signature = tuple((key, repr(cells)) for key, cells in rows)
-    if _shown.get(table) == signature:
+    if _shown.get(table) == signature and table.row_count == len(rows):
         return False
     _shown[table] = signature
     selected = selected_key(table)
