@@ -1,17 +1,24 @@
 """The "Who can run it" panel of the submit form: every known provider with ✓ and its price
 for this job, or ✗ and every reason it cannot (``engine.jobs.matching.match``, the engine's
-own pure function). Enter on one posts ``ProviderMatch.Picked``; the screen decides."""
+own pure function). Enter on one posts ``ProviderMatch.Picked``; the screen decides.
+
+Like every list it sorts and filters (``sortable_table.TableSort``), as Vast.ai's offer
+search: ``o`` by price (cheapest first), free RAM, free GPUs, latency (fastest first), ``O``
+reverses, ``/`` filters by any text of a row; the providers that cannot run the job stay
+after those that can. Picking follows the provider, not its place in the list."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.api import Peer
@@ -26,11 +33,27 @@ from nunet_tui.format import (
     safe,
     thousands,
 )
+from nunet_tui.widgets.sortable_table import (
+    FILTER_BINDING,
+    FILTER_PLACEHOLDER,
+    SORT_BINDINGS,
+    Row,
+    TableSort,
+)
 from oracle_client.ntx import format_ntx, format_rate, units_of
+
+# Vast.ai's offer search: what a consumer picks a provider by, best first.
+SORTS = (("price", "price"), ("ram", "free RAM"), ("gpu", "free GPUs"), ("latency", "latency"))
 
 
 class ProviderMatch(Vertical):
     """``#who``: the providers ranked for the spec (``show``)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "clear_filter", "Clear filter", tooltip="Clear the providers' filter"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
+    ]
 
     class Picked(Message):
         """Enter on a provider: pick it by hand (again: back to the best match)."""
@@ -42,8 +65,15 @@ class ProviderMatch(Vertical):
     def __init__(self, *, id: str, classes: str = "") -> None:
         super().__init__(id=id, classes=classes)
         self.border_title = "Who can run it"
+        self.sorter = TableSort(SORTS, _sort_value)
+        self.result: MatchResult | None = None
+        self.peers: Mapping[str, Peer] = {}
+        self.chosen = ""
 
     def compose(self) -> ComposeResult:
+        box = Input(placeholder=FILTER_PLACEHOLDER, id="who-filter", compact=True)
+        box.display = False
+        yield box
         yield Static(id="who-note", markup=False)
         yield OptionList(id="who-list", compact=True)
 
@@ -59,6 +89,7 @@ class ProviderMatch(Vertical):
         why there is nobody to rank (``problem``, else no adverts yet)."""
         note = self.query_one("#who-note", Static)
         options = self.query_one("#who-list", OptionList)
+        self.result = None
         if problem is not None or not peers:
             note.update(
                 problem or "No providers known yet: they appear as their adverts reach this node."
@@ -67,51 +98,139 @@ class ProviderMatch(Vertical):
             options.display = False
             self.border_subtitle = ""
             return None
-        note.display = False
-        options.display = True
-        result = match(spec, list(peers.values()), consumer=consumer)
-        highlighted = options.highlighted
-        options.clear_options()
+        self.result = match(spec, list(peers.values()), consumer=consumer)
+        self.peers, self.chosen = peers, chosen
+        self.redraw()
+        return self.result
+
+    def rows(self) -> list[Row]:
+        """Every provider as a row (``TableSort``'s): those that can run the job, then not."""
+        result = self.result
+        if result is None:
+            return []
+        chosen = self.chosen
+        rows = []
         for rank, candidate in enumerate(result.candidates):
             peer = candidate.peer
-            options.add_option(
-                Option(
-                    Content.assemble(
-                        ("✓ ", "bold $text-success"),
-                        (_label(peer.peer_id, peers), "bold"),
-                        "  ",
-                        _offer(peer),
-                        f"  {latency(candidate.latency_ms)}  ",
-                        *_price(candidate),
-                        ("  ← picked" if peer.peer_id == chosen else "", "bold $text-accent"),
-                        ("  best" if rank == 0 and not chosen else "", "$text-success"),
-                        *_reserved(candidate),
-                    ),
-                    id=peer.peer_id,
-                )
+            prompt = Content.assemble(
+                ("✓ ", "bold $text-success"),
+                (_label(peer.peer_id, self.peers), "bold"),
+                "  ",
+                _offer(peer),
+                f"  {latency(candidate.latency_ms)}  ",
+                *_price(candidate),
+                ("  ← picked" if peer.peer_id == chosen else "", "bold $text-accent"),
+                ("  best" if rank == 0 and not chosen else "", "$text-success"),
+                *_reserved(candidate),
             )
+            rows.append(Row(peer.peer_id, [prompt], candidate, peer.peer_id))
         for peer_id, reasons in result.excluded:
-            options.add_option(
-                Option(
-                    Content.assemble(
-                        ("✗ ", "bold $text-error"),
-                        (_label(peer_id, peers), "bold"),
-                        "  ",
-                        (safe(reasons), "$text-muted"),
-                        ("  ← picked" if peer_id == chosen else "", "bold $text-accent"),
-                    ),
-                    id=peer_id,
-                )
+            prompt = Content.assemble(
+                ("✗ ", "bold $text-error"),
+                (_label(peer_id, self.peers), "bold"),
+                "  ",
+                (safe(reasons), "$text-muted"),
+                ("  ← picked" if peer_id == chosen else "", "bold $text-accent"),
             )
-        if highlighted is not None and highlighted < options.option_count:
-            options.highlighted = highlighted
-        self.border_subtitle = f"{len(result.candidates)} of {plural(len(peers), 'provider')} match"
-        return result
+            rows.append(Row(peer_id, [prompt], None, peer_id))
+        return rows
+
+    def redraw(self) -> None:
+        """Show the last ranking, filtered and sorted; the highlight stays on its provider."""
+        if self.result is None:
+            return
+        note = self.query_one("#who-note", Static)
+        options = self.query_one("#who-list", OptionList)
+        rows = self.rows()
+        shown = self.sorter.arrange(rows)
+        highlighted = options.highlighted
+        was = (
+            options.get_option_at_index(highlighted).id
+            if highlighted is not None and highlighted < options.option_count
+            else None
+        )
+        options.clear_options()
+        options.add_options(Option(row.cells[0], id=row.key) for row in shown)
+        keys = [row.key for row in shown]
+        if was in keys:
+            options.highlighted = keys.index(was)
+        elif highlighted is not None and shown:
+            options.highlighted = min(highlighted, len(shown) - 1)
+        note.display = not shown
+        options.display = bool(shown)
+        if not shown:
+            note.update(Content.assemble("No provider matches ", (repr(self.sorter.query), "bold")))
+        matching = len(self.result.candidates)
+        count = f"{matching} of {plural(len(self.peers), 'provider')} match"
+        if self.sorter.query.strip():
+            count += f" · {len(shown)} shown"
+        self.border_subtitle = count + self.sorter.sort_label()
+
+    # --- keys ----------------------------------------------------------------------------
+
+    def action_sort_next(self) -> None:
+        self.sorter.next()
+        self.redraw()
+
+    def action_sort_reverse(self) -> None:
+        if self.sorter.reverse():
+            self.redraw()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#who-filter", Input)
+        box.display = True
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#who-filter", Input)
+        box.value = ""
+        box.display = False
+        self.sorter.query = ""
+        self.query_one("#who-list", OptionList).focus()
+        self.redraw()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear_filter":  # else Esc is the screen's (leave the form)
+            return self.query_one("#who-filter", Input).display
+        if action in ("filter", "sort_next", "sort_reverse"):
+            return self.result is not None
+        return True
+
+    @on(Input.Changed, "#who-filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.sorter.query = event.value
+        self.redraw()
+
+    @on(Input.Submitted, "#who-filter")
+    def _filter_kept(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.query_one("#who-list", OptionList).focus()
 
     @on(OptionList.OptionSelected, "#who-list")
     def _pick(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.post_message(self.Picked(event.option.id or ""))
+
+
+def _sort_value(candidate: Candidate | None, key: str) -> Any:
+    """What a provider sorts by (larger first on the first press); a provider that cannot
+    run the job has nothing to sort by and stays last."""
+    if candidate is None:
+        return None
+    if key == "price":  # base units: the spec's estimate, or the tier's price for the time
+        units = candidate.estimate_units if candidate.resource else units_of(candidate.cost_ntx)
+        return -units
+    if key == "ram":
+        return candidate.free_memory_mb
+    if key == "gpu":
+        res = candidate.peer.resources
+        if res is None:
+            return None
+        return len(res.gpus) if res.free_gpus is None else res.free_gpus
+    if key == "latency":
+        return None if candidate.latency_ms is None else -candidate.latency_ms
+    return None
 
 
 def _price(candidate: Candidate) -> tuple[tuple[str, str], ...]:
