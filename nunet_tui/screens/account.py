@@ -33,7 +33,7 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import DASH, ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.viewmodels.account import Account, Consumption, RechargeRow, build
 from nunet_tui.viewmodels.money import amount, machine_time
 from nunet_tui.widgets.escrow_view import short_hash
@@ -69,8 +69,7 @@ class AccountScreen(SortableTables, CapabilityScreen):
         Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the records and the balance again"),
         Binding("w", "app.open('wallet')", "Wallet", tooltip="Address, balance, transactions"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

@@ -13,7 +13,9 @@ from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.sortable_table import (
     AUTO,
     FILTER_BINDING,
+    HELP_BINDING,
     SORT_BINDINGS,
+    TABLE_BINDINGS,
     SortableTables,
     TableSort,
 )
@@ -88,7 +90,9 @@ class FilteredTableScreen(SortableTables, CapabilityScreen):
 
 __all__ = [
     "FILTER_BINDING",
+    "HELP_BINDING",
     "SORT_BINDINGS",
+    "TABLE_BINDINGS",
     "CapabilityScreen",
     "FilteredTableScreen",
     "NodeScreen",

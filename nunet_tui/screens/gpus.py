@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from engine.api import GetGpuStatus, GpuSnapshot, GpuStatusReply
 from engine.errors import EngineError
 from nunet_tui.format import safe, table_cell, thousands
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.gpu_doctor import GpuDoctorScreen
 from nunet_tui.screens.ml_images import MlImagesScreen
 from nunet_tui.widgets.gpu_card import GpuCard, GpuFeed
@@ -35,8 +35,7 @@ class GpuScreen(SortableTables, CapabilityScreen):
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("d", "doctor", "Doctor", tooltip="GPU doctor: what is missing and how to fix it"),
         Binding("i", "ml_images", "ML images", tooltip="Pre-pull the ML framework images"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

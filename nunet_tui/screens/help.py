@@ -104,14 +104,15 @@ def _screen_title(screen: Screen[Any]) -> str:
 
 
 def _screen_keys(screen: Screen[Any]) -> list[tuple[str, str]]:
-    """The screen's own shown bindings that are enabled now (not the app-wide ones)."""
+    """The screen's own bindings that are enabled now (not the app-wide ones): those in the
+    footer, and those kept out of it (a full footer at 80 columns) that say what they do."""
     app = screen.app
     # One line per action: a binding of several keys ("left,h") is one binding per key here,
     # and each was a line of its own (the same help line twice).
     lines: dict[tuple[str, str], list[str]] = {}
     for active in screen.active_bindings.values():
         binding = active.binding
-        if active.node is app or not binding.show or not active.enabled:
+        if active.node is app or not active.enabled or not (binding.show or binding.tooltip):
             continue
         display = binding.key_display or app.get_key_display(binding)
         shown = lines.setdefault((binding.action, binding.tooltip or binding.description), [])

@@ -27,8 +27,7 @@ from engine.api import JobResults
 from nunet_tui.format import safe, thousands
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.sortable_table import (
-    FILTER_BINDING,
-    SORT_BINDINGS,
+    TABLE_BINDINGS,
     Row,
     SortableTables,
     TableSort,
@@ -105,8 +104,7 @@ class ResultsScreen(SortableTables, Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the job"),
         Binding("tab", "app.focus_next", "Next pane", show=False),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
     DEFAULT_CSS = """
     ResultsScreen {

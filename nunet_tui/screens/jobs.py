@@ -35,7 +35,7 @@ from engine.jobs.metering import metered_units
 from nunet_tui.format import ago, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens import job_resubmit
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, FilteredTableScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.job_state import (
     cost,
     duration,
@@ -103,9 +103,8 @@ class JobsScreen(FilteredTableScreen):
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
         *job_resubmit.BINDINGS,  # ^r: the selected finished job's spec again
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

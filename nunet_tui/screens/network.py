@@ -28,7 +28,7 @@ from nunet_tui.format import (
     thousands,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
@@ -43,8 +43,7 @@ class NetworkScreen(SortableTables, CapabilityScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
         Binding("r", "reload", "Refresh", tooltip="Read the network status again"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

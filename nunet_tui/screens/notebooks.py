@@ -25,7 +25,7 @@ from engine.errors import EngineError
 from engine.jobs import notebooks as nb
 from nunet_tui.format import safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, FilteredTableScreen
+from nunet_tui.screens.base import FILTER_BINDING, HELP_BINDING, FilteredTableScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.widgets.job_state import peer_short, state_text
 from nunet_tui.widgets.node_header import NodeHeader
@@ -103,6 +103,7 @@ class NotebooksScreen(FilteredTableScreen):
         Binding("s", "stop", "Stop", tooltip="Stop it: its notebooks come back as results"),
         Binding("d", "delete", "Delete", tooltip="Delete its files on the provider (asks)"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        HELP_BINDING,
         FILTER_BINDING,
         # o opens a notebook here, so O is the next sort; a click on a header sorts too.
         Binding("O", "sort_next", "Sort", tooltip="Sort by the next column (click a header)"),

@@ -33,7 +33,7 @@ from nunet_tui.format import (
     thousands,
 )
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, FilteredTableScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.sortable_table import AUTO, Row
 from nunet_tui.widgets.table_columns import fit
@@ -85,8 +85,7 @@ class PeersScreen(FilteredTableScreen):
         Binding("enter", "chat", "Chat", tooltip="Chat with the selected peer"),
         Binding("d", "lookup", "DHT lookup", tooltip="Ask the DHT for the channel's providers"),
         Binding("r", "reload", "Refresh", tooltip="Read the list again"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

@@ -29,7 +29,7 @@ from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged, 
 from engine.errors import EngineError
 from nunet_tui.format import DASH, mb, plural, problem_lines, safe, short_peer_id, table_cell, tilde
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels import resources as vm
 from nunet_tui.widgets.key_table import KeyTable
@@ -168,8 +168,7 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
         Binding("2", "tab('custom')", "Custom", show=False),
         Binding("3", "tab('specs')", "Specs", show=False),
         Binding("4", "tab('pools')", "Pools", show=False),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

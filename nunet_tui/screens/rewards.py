@@ -34,7 +34,7 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import ago, plural, safe, table_cell
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.wallet_dialogs import error_text
 from nunet_tui.viewmodels.account import SpecDay, build
 from nunet_tui.viewmodels.money import machine_time, settle_tx, settlement
@@ -110,9 +110,15 @@ class RewardsScreen(SortableTables, CapabilityScreen):
         Binding("v", "switch_view", "Other side", tooltip="Provider or consumer escrows"),
         Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
         Binding("r", "reload", "Refresh", tooltip="Read the escrows again"),
-        Binding("w", "app.open('wallet')", "Wallet", tooltip="Address, balance, transactions"),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        # Out of the footer (full at 80 columns with the claim keys); the help lists it.
+        Binding(
+            "w",
+            "app.open('wallet')",
+            "Wallet",
+            show=False,
+            tooltip="Address, balance, transactions",
+        ),
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self, view: View | None = None) -> None:

@@ -37,7 +37,7 @@ from engine.api import (
 from engine.errors import EngineError
 from nunet_tui.format import DASH, ago, safe, table_cell, tilde
 from nunet_tui.messages import EngineUpdate
-from nunet_tui.screens.base import FILTER_BINDING, SORT_BINDINGS, CapabilityScreen
+from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.wallet_dialogs import (
     Cancelled,
@@ -104,8 +104,7 @@ class WalletScreen(SortableTables, CapabilityScreen):
             key_display="$",
             tooltip="Claims, locks and refunds of paid jobs",
         ),
-        FILTER_BINDING,
-        *SORT_BINDINGS,
+        *TABLE_BINDINGS,
     ]
 
     def __init__(self) -> None:

@@ -72,7 +72,7 @@ class ProviderMatch(Vertical):
 
     def compose(self) -> ComposeResult:
         box = Input(placeholder=FILTER_PLACEHOLDER, id="who-filter", compact=True)
-        box.display = False
+        box.display = box.can_focus = False  # tab skips it while hidden
         yield box
         yield Static(id="who-note", markup=False)
         yield OptionList(id="who-list", compact=True)
@@ -178,13 +178,13 @@ class ProviderMatch(Vertical):
 
     def action_filter(self) -> None:
         box = self.query_one("#who-filter", Input)
-        box.display = True
+        box.display = box.can_focus = True
         box.focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#who-filter", Input)
         box.value = ""
-        box.display = False
+        box.display = box.can_focus = False
         self.sorter.query = ""
         self.query_one("#who-list", OptionList).focus()
         self.redraw()

@@ -11,7 +11,7 @@ empty cells sort last either way.
 
 ``SortableTables`` is the keys for an owner of one or more DataTables: ``o`` the next column,
 ``O`` reverse, a click on a header sorts by it, ``/`` opens the owner's ``#filter`` box; with
-several tables they act on the focused one.
+several tables they act on the focused one. ``TABLE_BINDINGS`` lists them for a footer.
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ if TYPE_CHECKING:
     from textual.dom import DOMNode
     from textual.widgets import DataTable
 
-# The keys, at the end of the owner's own BINDINGS: the footer shows them in order, and at
-# 80 columns its last keys are cut.
+# The keys, at the end of the owner's own BINDINGS (``TABLE_BINDINGS``): the footer shows a
+# screen's keys in order, then the app's, and cuts the last at 80 columns. ``?`` comes first
+# so that it is never cut: the help it opens lists the rest.
+HELP_BINDING = Binding(
+    "question_mark", "app.help", "Help", key_display="?", tooltip="Every key of this screen"
+)
 FILTER_BINDING = Binding(
     "slash", "filter", "Filter", key_display="/", tooltip="Filter the list by any text in a row"
 )
@@ -41,6 +45,7 @@ SORT_BINDINGS: list[BindingType] = [
     Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (O reverses)"),
     Binding("O", "sort_reverse", "Reverse", show=False, tooltip="Reverse the sort"),
 ]
+TABLE_BINDINGS: list[BindingType] = [HELP_BINDING, FILTER_BINDING, *SORT_BINDINGS]
 FILTER_PLACEHOLDER = "filter: any text in a row (Enter keeps it, Esc clears)"
 
 
@@ -191,7 +196,7 @@ class TableSort:
 
 class SortableTables:
     """The sort and filter keys for a screen or widget owning DataTables (a mixin; list
-    ``FILTER_BINDING`` and ``SORT_BINDINGS`` at the end of the owner's BINDINGS).
+    ``TABLE_BINDINGS`` at the end of the owner's BINDINGS).
 
     ``sorters`` maps each table's id to its ``TableSort``; the owner yields an ``Input``
     with id ``filter`` (``filter_box``), hidden until ``/``, and redraws a table in
@@ -210,8 +215,11 @@ class SortableTables:
 
     @staticmethod
     def filter_box() -> Input:
+        """The ``/`` box, hidden; not focusable while hidden (a screen's first focus, and
+        tab, would land in it: Textual's focus skips hidden widgets by visibility only)."""
         box = Input(placeholder=FILTER_PLACEHOLDER, id="filter")
         box.display = False
+        box.can_focus = False
         return box
 
     # --- which table ---------------------------------------------------------------------
@@ -263,7 +271,7 @@ class SortableTables:
         self.filter_target = table_id
         box = self._node().query_one("#filter", Input)
         box.value = self.sorters[table_id].query
-        box.display = True
+        box.display = box.can_focus = True
         box.focus()
 
     def clear_filter(self) -> bool:
@@ -272,7 +280,7 @@ class SortableTables:
         if not box.display:
             return False
         box.value = ""
-        box.display = False
+        box.display = box.can_focus = False
         if self.filter_target is not None:
             self.sorters[self.filter_target].query = ""
             self._table_widget(self.filter_target).focus()
@@ -308,7 +316,9 @@ class SortableTables:
 __all__ = [
     "AUTO",
     "FILTER_BINDING",
+    "HELP_BINDING",
     "SORT_BINDINGS",
+    "TABLE_BINDINGS",
     "Row",
     "SortableTables",
     "TableSort",

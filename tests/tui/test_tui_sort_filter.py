@@ -23,6 +23,7 @@ from engine.api import (
 from engine.facade import Engine
 from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
+from nunet_tui.format import DASH
 from nunet_tui.widgets.sortable_table import Row, TableSort, cell_value
 from nunet_tui.widgets.table_rows import selected_key
 from tests.pilot import FakeEngineClient, anyio_backend, on_screen, until
@@ -70,13 +71,13 @@ def test_cells_sort_as_numbers_times_and_text_and_empty_ones_last() -> None:
     assert cell_value("2d 00:00:01") == (0, 172801.0)
     assert cell_value("5 min ago") == (0, 300.0)
     assert cell_value("Beta") == (1, "beta")
-    assert cell_value("–") is None and cell_value("") is None
+    assert cell_value(DASH) is None and cell_value("") is None
 
     sort = TableSort()
     sort.columns = {"name": "Name", "ram": "RAM"}
     rows = [
         Row(key, [Text(name), Text(ram)])
-        for key, name, ram in (("a", "x", "900"), ("b", "y", "10,000"), ("c", "z", "–"))
+        for key, name, ram in (("a", "x", "900"), ("b", "y", "10,000"), ("c", "z", DASH))
     ]
     sort.click("ram")  # ascending: a column of the table, not one of the owner's sorts
     assert [r.key for r in sort.arrange(rows)] == ["a", "b", "c"]  # 900 < 10,000, not text
