@@ -24,7 +24,6 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Input
 
 from nunet_tui.format import DASH, plural
-from nunet_tui.widgets.table_rows import refill
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -175,6 +174,8 @@ class TableSort:
     def fill(self, table: DataTable[Text], rows: Iterable[Row]) -> list[Row]:
         """Show ``rows`` in ``table``, filtered and sorted (the cursor stays on its key);
         the rows shown."""
+        from nunet_tui.widgets.table_rows import refill  # DataTable: not before the first frame
+
         self.columns = {str(key.value): column.label.plain for key, column in table.columns.items()}
         shown = self.arrange(rows)
         refill(table, [(row.key, cast("Sequence[Text]", row.cells)) for row in shown])

@@ -3,7 +3,7 @@ screen's main actions and ``?`` (whose help lists the rest); issue 22 said they 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from textual.widgets import Footer
@@ -54,7 +54,7 @@ def readable_keys(app: Any) -> set[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["provider", "consumer"])
 async def test_every_main_screen_shows_its_main_keys_and_help_at_80x24(
-    engine_client: Engine, mode: str
+    engine_client: Engine, mode: Literal["provider", "consumer"]
 ) -> None:
     engine_client.call_blocking(SetMode(mode=mode))
     app = NunetApp(client=engine_client)
