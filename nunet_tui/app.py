@@ -123,10 +123,8 @@ class NunetApp(App[None]):
     COMMANDS = App.COMMANDS | {_node_commands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
-        # ? first: a screen's footer shows its own keys, then these, and cuts the last at 80
-        # columns; the help lists every key, q included.
-        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("m", "toggle_mode", "Mode"),
         Binding("g", "open('gpus')", "GPUs", tooltip="Live GPU status: load, memory, heat, power"),
         Binding("p", "open('peers')", "Peers", tooltip="Peers on this channel and their offers"),
