@@ -177,11 +177,9 @@ class GpuScreen(SortableTables, CapabilityScreen):
                 rows.append(Row(f"{gpu.index}:{proc.pid}", [table_cell(c) for c in cells]))
         sorter = self.sorters["process-table"]
         shown = sorter.fill(table, rows)
-        processes.border_subtitle = (
-            sorter.caption(len(shown), len(rows), "process") + " running"
-            if rows
-            else "none running"
-        )
+        filtered = sorter.query.strip()
+        count = f"{len(shown)} of {len(rows)} shown" if filtered else f"{len(rows)} running"
+        processes.border_subtitle = count + sorter.sort_label() if rows else "none running"
         table.display = bool(shown)
 
 
