@@ -78,3 +78,24 @@ async def test_every_main_screen_shows_its_main_keys_and_help_at_80x24(
                 raise AssertionError(f"{name} ({mode}): {sorted(missing)} not readable") from None
             app.pop_screen()
             await until(pilot, lambda: app.screen is dashboard)
+
+
+@pytest.mark.anyio
+async def test_the_keys_a_full_footer_cuts_are_in_the_help(engine_client: Engine) -> None:
+    """The wallet's footer ends at ? at 80 columns: / and o are cut, and the help lists them
+    (with O, which no footer shows)."""
+    from nunet_tui.widgets.key_table import KeyTable
+
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=engine_client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__.endswith("Dashboard"))
+        app.open_screen("wallet")
+        await until(pilot, lambda: type(app.screen).__name__ == "WalletScreen")
+        await until(pilot, lambda: "question_mark" in readable_keys(app))
+        assert "slash" not in readable_keys(app)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: type(app.screen).__name__ == "HelpScreen")
+        here = app.screen.query_one("#here KeyTable", KeyTable).rows
+        keys = {str(key) for key, _ in here}
+        assert {"/", "o", "O", "$"} <= keys, keys
