@@ -238,3 +238,48 @@ async def test_who_can_run_it_filters_sorts_by_price_ram_latency_and_picks_the_r
         await pilot.press("escape")  # clears the filter; the form stays
         assert isinstance(app.screen, SubmitScreen) and options.option_count == 4
         assert not form.query_one("#who-filter", Input).display
+
+
+@pytest.mark.anyio
+async def test_rewards_keys_act_on_the_focused_table(engine_client: Engine) -> None:
+    """Two tables on one screen: o, O and / act on the one with the focus; NTX by base units."""
+    from engine.api import EscrowList, RewardList
+    from tests.tui.test_snapshots_wallet import escrow
+
+    def held(job_id: str, state: str, units: int, age_s: float) -> Any:
+        return escrow(job_id, "provider", state, units, age_s=age_s, settled=state == "claimed")
+
+    escrows = (
+        held("open0000000a", "verified", 5_000_000, 10),
+        held("open0000000b", "verified", 900_000, 20),
+        held("open0000000c", "verified", 30_000_000, 30),
+        held("done0000000d", "claimed", 2_000_000, 40),
+        held("done0000000e", "claimed", 11_000_000, 50),
+    )
+    engine_client.call_blocking(SetMode(mode="provider"))
+    client = FakeEngineClient({RewardList: EscrowList(escrows=escrows)}, delegate=engine_client)
+    app = NunetApp(client=client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
+        await pilot.press("dollar_sign")
+        await until(pilot, lambda: type(app.screen).__name__ == "RewardsScreen")
+        screen: Any = app.screen
+        open_table = screen.query_one("#open-table", DataTable)
+        done_table = screen.query_one("#done-table", DataTable)
+        await until(pilot, lambda: open_table.row_count == 3 and done_table.row_count == 2)
+        assert open_table.has_focus
+
+        await pilot.press("o")  # the open table by locked NTX, most first: 30 > 5 > 0.9
+        assert [k[-1] for k in _order(open_table)] == ["c", "a", "b"]
+        assert [k[-1] for k in _order(done_table)] == ["d", "e"]  # newest first, untouched
+
+        done_table.focus()
+        await pilot.press("o", "O")  # the done table by paid NTX, least first
+        assert [k[-1] for k in _order(done_table)] == ["d", "e"]
+        await pilot.press("O")
+        assert [k[-1] for k in _order(done_table)] == ["e", "d"]
+        await pilot.press("slash", *"0000d", "enter")
+        assert _order(done_table) == ["done0000000d"] and done_table.has_focus
+        assert open_table.row_count == 3  # the other table keeps all its rows
+        await pilot.press("escape")  # clears the done table's filter
+        assert done_table.row_count == 2 and type(app.screen).__name__ == "RewardsScreen"
