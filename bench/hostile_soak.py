@@ -44,9 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import DaemonPair
 from engine import api
 from engine.config import Paths
+from engine.domain import wire
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec
-from engine.network import adverts, wire
+from engine.network import adverts
 from engine.network.discovery import topic_name
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, provider_advert, seal_job
 from tests.adversarial.test_chat_identities import Swarm

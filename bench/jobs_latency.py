@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import DaemonPair
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec
 
 HELLO = 'print("hello", flush=True)\n'
 FLOOD = "import sys\nw = sys.stdout.write\nfor i in range(200_000):\n    w(f'line {i}\\n')\n"

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import DaemonPair, rss_mb, serve_directory
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec
 
 WARMUP = 10
 GOAL_MB = 20.0

@@ -25,8 +25,8 @@ from _common import fresh_home
 
 from engine.api import JobInfo, JobLogEvent, JobLogLine, SetMode
 from engine.config import Paths
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen

@@ -21,11 +21,11 @@ import msgspec
 import platformdirs
 
 from engine import config_check
+from engine.domain.fetch_policy import parse_networks
+from engine.domain.ml_images import DEFAULT_ML_IMAGES
+from engine.domain.peer_names import MAX_DISPLAY_NAME, RULE, display_name_problem, normalise
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
-from engine.jobs.fetch_policy import parse_networks
-from engine.peer_names import MAX_DISPLAY_NAME, RULE, display_name_problem, normalise
-from engine.resources.ml_images import DEFAULT_ML_IMAGES
-from engine.safe_text import safe
 
 APP_NAME = "nunet-tui"
 ENV_PREFIX = "NUNET_"
@@ -397,7 +397,7 @@ class NotifySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """[provider]: how this node presents itself to consumers in its signed advert."""
 
-    # Shown to consumers next to this node's short peer id (engine/peer_names.py has the
+    # Shown to consumers next to this node's short peer id (engine/domain/peer_names.py has the
     # rule, checked in load_settings after NFC normalisation). "" advertises no name.
     display_name: Annotated[str, _text(4 * MAX_DISPLAY_NAME)] = ""
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from engine.safe_text import safe
+from engine.domain.safe_text import safe
 
 # Deeper than any settings table ever is; deeper still is a typo or an attack.
 MAX_DEPTH = 16

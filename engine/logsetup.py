@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from engine.config import Paths
-from engine.safe_text import safe
+from engine.domain.safe_text import safe
 
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 _MARK = "_nunet_handler"

@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 import trio
 
 from engine import api
+from engine.domain.safe_text import safe
 from engine.jobs.metering import metered_units
-from engine.safe_text import safe
 from oracle_client.ntx import LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key, ntx_of
 
 if TYPE_CHECKING:

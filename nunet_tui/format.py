@@ -3,7 +3,7 @@
 Everything that comes from the engine or a peer is untrusted text. These helpers only ever
 build ``Content`` from plain strings plus a style (``Content.assemble``), never from markup, so
 a ``[bold]`` inside a hostname is shown literally, and control codes are shown as escapes by
-``safe`` (engine/safe_text.py, the one escaper the CLI shares).
+``safe`` (engine/domain/safe_text.py, the one escaper the CLI shares).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rich.text import Text
 from textual.content import Content, Span
 
 from engine.api import Capacity, Check, GpuInfo, Onboarding
-from engine.peer_names import peer_label
-from engine.safe_text import safe as safe  # the one escaper, re-exported for the widgets
+from engine.domain.peer_names import peer_label
+from engine.domain.safe_text import safe as safe  # the one escaper, re-exported for the widgets
 
 ELLIPSIS = "…"
 DASH = "\u2013"  # an en dash: "no value" in tables

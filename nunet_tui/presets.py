@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from engine.domain.spec import JobSpec, load_job_file
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec, load_job_file
 
 MAX_PRESETS = 9  # F1 to F9
 

@@ -1,6 +1,6 @@
 """A token bucket per key (a peer id, a network address): a flooding key is cut off without
 slowing anyone else. The bottom layer's, so that the oracle's HTTP server and the node's
-network (engine/network/ratelimit.py) share one."""
+network (engine/domain/ratelimit.py) share one."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import pytest
 from nacl.signing import SigningKey
 
 from engine.config import Paths
+from engine.domain.fetch_policy import FetchPolicy
 from engine.identity import Identity, save
-from engine.jobs.fetch_policy import FetchPolicy
 
 if TYPE_CHECKING:
     from engine.facade import Engine

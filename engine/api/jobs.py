@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from engine.api.base import Command, Done, Event, Record
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 
 JobState = Literal[
     "pending",  # consumer: created, looking for a provider

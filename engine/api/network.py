@@ -57,7 +57,7 @@ class Peer(Record, frozen=True):
     # We talked to it directly (a connection proved its key); False: known from relayed
     # adverts only, which anyone can forward (issue 21; engine/network/peers.py).
     verified: bool = False
-    # The provider's name from its signed advert ("" without one; engine/peer_names.py):
+    # The provider's name from its signed advert ("" without one; engine/domain/peer_names.py):
     # never shown alone, always with the peer id (``peer_label``).
     display_name: str = ""
 

@@ -24,8 +24,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from engine.api import PeerResources, ResourceSpec
-from engine.jobs.spec import JobSpec
-from engine.jobs.tiers import estimate_resource
+from engine.domain.spec import JobSpec
+from engine.domain.tiers import estimate_resource
 from engine.resources.specs import may_use
 from oracle_client import billing
 from oracle_client.ntx import (

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import safe_paths
+from engine.domain import safe_paths
 from engine.errors import EngineError
 from engine.jobs.results import pack, sha256_file, unpack_into
 

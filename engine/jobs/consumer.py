@@ -24,9 +24,12 @@ from typing import Any
 import msgspec
 import trio
 
-from engine import api, safe_paths
+from engine import api
 from engine.api import ResourceSpec
 from engine.context import NodeContext
+from engine.domain import safe_paths
+from engine.domain.ratelimit import PeerRateLimiter
+from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.identity import short_peer_id
 from engine.jobs import notebooks
@@ -36,9 +39,7 @@ from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.live_usage import JobRings
 from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
-from engine.jobs.spec import JobSpec, validate_spec
 from engine.network.peers import MISSED_HEARTBEATS
-from engine.network.ratelimit import PeerRateLimiter
 from engine.ports import EscrowPort, NetworkPort, PeerLink
 from oracle_client.ntx import ESTIMATE, LOCKED, UNITS_PER_NTX, format_ntx, ntx_of
 

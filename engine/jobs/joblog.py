@@ -28,7 +28,8 @@ from typing import IO
 
 import msgspec
 
-from engine import api, safe_paths
+from engine import api
+from engine.domain import safe_paths
 
 log = logging.getLogger("nunet.jobs")
 

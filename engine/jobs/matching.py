@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from engine.api import Peer, ResourceSpec
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.jobs.admission import Needs, SpecOffer, busy_reason, judge
-from engine.jobs.spec import JobSpec
 
 NO_ADVERT = "no advert yet (resources unknown)"
 BusyCheck = Callable[[Peer], str | None]  # a reason when the peer cannot take a job now

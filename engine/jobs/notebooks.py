@@ -27,9 +27,10 @@ from typing import Any
 
 import msgspec
 
-from engine import api, safe_paths
+from engine import api
+from engine.domain import safe_paths
+from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec, validate_spec
 
 TOKEN_ENV = "JUPYTER_TOKEN"
 PORT_ENV = "NOTEBOOK_PORT"

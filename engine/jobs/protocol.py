@@ -24,10 +24,10 @@ import msgspec
 import trio
 
 from engine.api import JobLogLine, JobMetering, RunSpan, UsageSample
+from engine.domain import wire
+from engine.domain.safe_paths import JobId, is_job_id
+from engine.domain.spec import JobSpec, offer_spec
 from engine.identity import Identity
-from engine.jobs.spec import JobSpec, offer_spec
-from engine.network import wire
-from engine.safe_paths import JobId, is_job_id
 from oracle_client.billing import MAX_REPLICAS
 
 JOB_PROTOCOL = "/nunet/job/1.0.0"

@@ -32,8 +32,13 @@ from typing import Any
 import msgspec
 import trio
 
-from engine import api, safe_paths
+from engine import api
 from engine.context import NodeContext
+from engine.domain import safe_paths
+from engine.domain.fetch_policy import FetchPolicy
+from engine.domain.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
+from engine.domain.spec import FRAMEWORKS, JobSpec, validate_spec
+from engine.domain.tiers import estimate_resource
 from engine.errors import EngineError
 from engine.jobs import live_usage, runs
 from engine.jobs import protocol as p
@@ -47,13 +52,10 @@ from engine.jobs.executors.base import (
     Limits,
     limits_for,
 )
-from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.metering import metered_units
-from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
-from engine.jobs.tiers import estimate_resource
+from engine.jobs.script_fetch import fetch_script
 from engine.jobs.tunnel import TunnelServer
-from engine.network.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
 from engine.ports import Committed, EscrowPort, NetworkPort
 from engine.resources.capacity import detect_machine, onboarded_capacity
 from engine.resources.specs import ResourceFile, sold
@@ -1246,7 +1248,7 @@ async def _reset(stream: Any) -> None:
 
 
 def _frame(raw: bytes) -> bytes:
-    from engine.network.wire import frame
+    from engine.domain.wire import frame
 
     return frame(raw)
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
+from engine.domain.fetch_policy import DEFAULT_PORTS, FetchPolicy, IPAddress
+from engine.domain.spec import GitSource
 from engine.errors import EngineError
 from engine.jobs.executors.disk_quota import MAX_DEPTH, workspace_use
-from engine.jobs.fetch_policy import DEFAULT_PORTS, FetchPolicy, IPAddress
-from engine.jobs.spec import GitSource
 
 CLONE_TIMEOUT_S = 300.0
 MAX_REPO_BYTES = 2 << 30  # the checkout and its .git together

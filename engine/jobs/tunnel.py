@@ -39,6 +39,9 @@ from typing import Any
 import trio
 
 from engine.context import NodeContext
+from engine.domain import wire
+from engine.domain.ratelimit import ScopedStreamLimiter, remote_host
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
 from engine.jobs.tunnel_frames import (
     CHUNK,
@@ -68,9 +71,6 @@ from engine.jobs.tunnel_relay import (
     relay,
     reset,
 )
-from engine.network import wire
-from engine.network.ratelimit import ScopedStreamLimiter, remote_host
-from engine.safe_text import safe
 
 # One logger for the tunnels, whichever of their modules writes the line.
 log = logging.getLogger("nunet.jobs.tunnel")

@@ -29,6 +29,8 @@ import trio
 
 from engine import api
 from engine.context import NodeContext
+from engine.domain import wire
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs.executors.base import JOB_CONNECT_S
@@ -45,8 +47,6 @@ from engine.jobs.tunnel_frames import (
     seal,
 )
 from engine.jobs.tunnel_relay import StreamPipe, TrioPipe, relay, reset
-from engine.network import wire
-from engine.safe_text import safe
 
 if TYPE_CHECKING:
     from engine.ports import NetworkPort

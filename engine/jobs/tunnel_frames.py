@@ -15,10 +15,10 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from engine.domain import wire
+from engine.domain.safe_paths import JobId
 from engine.identity import Identity
 from engine.jobs.executors.base import JOB_CONNECT_S
-from engine.network import wire
-from engine.safe_paths import JobId
 
 TUNNEL_PROTOCOL = "/nunet/tunnel/1.0.0"
 KIND = "tunnel"

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
+from engine.domain.fetch_policy import FetchPolicy, odd_ipv4_problem
 from engine.errors import EngineError
-from engine.jobs.fetch_policy import FetchPolicy, odd_ipv4_problem
 
 FETCH_SCHEMES = ("http", "https")
 MAX_REDIRECTS = 5

@@ -28,7 +28,8 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import api, safe_paths
+from engine import api
+from engine.domain import safe_paths
 from engine.errors import EngineError
 from engine.jobs.notebooks import JOB_FILES, is_notebook, remove_job_paths
 

@@ -43,10 +43,9 @@ class PackError(Exception):
 
 def control_character(text: str) -> str | None:
     """The first character of ``text`` a terminal or a file manager would obey or hide, or
-    None: Cc (C0, DEL and C1 such as U+009B, a one-byte CSI), Cf (bidi overrides such as
-    U+202E, which shows "txt.exe" as "exe.txt", and other invisible formatting) and Cs (lone
-    surrogates, which no file system name holds). The one rule for names from a peer: here,
-    for results (the packing child imports nothing of ours), and in ``engine.safe_paths``."""
+    None. The same rule as ``engine.domain.safe_text.control_character``, written out again
+    because this file runs as a standard-library-only child (module docstring);
+    tests/unit/test_jobs_results.py checks the two agree on every code point."""
     for char in text:
         if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
             return char

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import multiaddr
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from engine.network.wire import Advert
+from engine.domain.wire import Advert
 
 # Only the first few addresses of an advert are looked at: each one costs a parse.
 MAX_ADDRS = 8

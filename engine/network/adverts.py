@@ -15,10 +15,10 @@ import base58
 import msgspec
 from libp2p.records.validator import Validator
 
-from engine.network import wire
+from engine.domain import wire
+from engine.domain.peer_names import received_name
+from engine.domain.wire import Advert
 from engine.network.addrs import is_usable
-from engine.network.wire import Advert
-from engine.peer_names import received_name
 
 log = logging.getLogger("nunet.network.adverts")
 
@@ -46,7 +46,7 @@ def verify_advert(data: bytes) -> Advert:
 
     Why not refuse it: ``str.isprintable`` follows the receiver's Unicode tables, so a name
     with a character newer than this Python's would otherwise hide an honest provider from
-    older peers. Dropped, the peer is shown by its id alone (engine/peer_names.py)."""
+    older peers. Dropped, the peer is shown by its id alone (engine/domain/peer_names.py)."""
     advert = wire.open_envelope(data, "advert", Advert)
     if advert.display_name and not received_name(advert.display_name):
         log.debug("advert of %s: display name dropped (against the rule)", advert.peer_id)

@@ -19,15 +19,15 @@ from typing import Any, Protocol
 import trio
 from libp2p.custom_types import TProtocol
 
-from engine.network import wire
-from engine.network.host import peer_id_of
-from engine.network.ratelimit import (
+from engine.domain import wire
+from engine.domain.ratelimit import (
     ScopedRateLimiter,
     ScopedStreamLimiter,
     ThrottledWarning,
     address_scopes,
     remote_host,
 )
+from engine.network.host import peer_id_of
 
 log = logging.getLogger("nunet.network.chat")
 

@@ -30,10 +30,10 @@ import multiaddr
 import trio
 from libp2p.custom_types import TProtocol
 
-from engine.network import wire
+from engine.domain import wire
+from engine.domain.ratelimit import PeerRateLimiter
 from engine.network.addrs import dialable
 from engine.network.one_request import serve_one_request
-from engine.network.ratelimit import PeerRateLimiter
 
 log = logging.getLogger("nunet.network.confirmed")
 

@@ -45,10 +45,10 @@ from libp2p.kad_dht.provider_store import (
 from libp2p.kad_dht.value_store import ValueStore
 from libp2p.peer.peerinfo import PeerInfo
 
+from engine.domain.ratelimit import ScopedRateLimiter, ThrottledWarning, remote_host
 from engine.network import supervise
 from engine.network.addrs import MAX_ADDRS
 from engine.network.libp2p_guards import KAD_REQUEST_GATE
-from engine.network.ratelimit import ScopedRateLimiter, ThrottledWarning, remote_host
 from engine.network.record_book import FETCHED, OURS, Owner, RecordBook, StoreBounds
 
 log = logging.getLogger("nunet.network.dht")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from engine.domain.ratelimit import PeerRateLimiter
 from engine.network.addrs import subnet_of
-from engine.network.ratelimit import PeerRateLimiter
 
 # The whole node: a burst for a newcomer meeting a channel, then 2 dials a second.
 GLOBAL_RATE_PER_S = 2.0

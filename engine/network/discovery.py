@@ -19,15 +19,16 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.peerinfo import PeerInfo as Libp2pPeerInfo
 
+from engine.domain import wire
+from engine.domain.ratelimit import PeerRateLimiter
 from engine.identity import Identity
-from engine.network import adverts, supervise, wire
+from engine.network import adverts, supervise
 from engine.network.addrs import is_usable
 from engine.network.confirmed import MAX_ASKED, ConfirmedAddrs, ConfirmService
 from engine.network.dialbudget import DialBudget
 from engine.network.host import connect, is_connected, observed_addr, peer_id_of
 from engine.network.one_request import serve_one_request
 from engine.network.peers import PeerTable
-from engine.network.ratelimit import PeerRateLimiter
 
 log = logging.getLogger("nunet.network.discovery")
 

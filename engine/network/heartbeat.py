@@ -15,11 +15,11 @@ from typing import Any
 import libp2p.pubsub.pubsub as _libp2p_pubsub
 import trio
 
+from engine.domain import wire
+from engine.domain.ratelimit import PeerRateLimiter
 from engine.identity import Identity
-from engine.network import wire
 from engine.network.discovery import envelope_validator, topic_name
 from engine.network.peers import PeerTable
-from engine.network.ratelimit import PeerRateLimiter
 
 log = logging.getLogger("nunet.network.heartbeat")
 

@@ -18,8 +18,9 @@ import trio
 
 from engine import api
 from engine.context import NodeContext
+from engine.domain import wire
 from engine.errors import EngineError
-from engine.network import supervise, wire
+from engine.network import supervise
 from engine.network.chat import (
     ChatFailure,
     MessageTooLarge,

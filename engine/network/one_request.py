@@ -10,7 +10,7 @@ from typing import Any
 
 import trio
 
-from engine.network import wire
+from engine.domain import wire
 
 log = logging.getLogger("nunet.network")
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import msgspec
 
+from engine.domain.wire import Advert, Heartbeat
 from engine.network.addrs import subnet_of
-from engine.network.wire import Advert, Heartbeat
 
 MISSED_HEARTBEATS = 3
 MAX_PEERS = 512

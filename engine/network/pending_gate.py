@@ -36,7 +36,7 @@ import trio
 from libp2p.network.exceptions import SwarmException
 
 from engine.config import NetworkSettings
-from engine.network.ratelimit import ThrottledWarning, address_scopes
+from engine.domain.ratelimit import ThrottledWarning, address_scopes
 
 log = logging.getLogger("nunet.network.pending")
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from engine.network.ratelimit import address_scopes
+from engine.domain.ratelimit import address_scopes
 
 
 @dataclass(frozen=True)

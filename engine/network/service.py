@@ -24,8 +24,9 @@ from libp2p.records.validator import NamespacedValidator
 from libp2p.tools.anyio_service import background_trio_service
 
 from engine.config import NetworkSettings
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import adverts, supervise, wire
+from engine.network import adverts, supervise
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
 from engine.network.dht_bounds import BoundedKadDHT

@@ -20,8 +20,8 @@ import trio
 from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.peers import PeerInfo
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from engine.safe_text import safe
+from engine.domain.safe_text import safe
 
 log = logging.getLogger("nunet.supervise")
 

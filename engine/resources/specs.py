@@ -25,9 +25,9 @@ import msgspec
 
 from engine import api
 from engine.api import DEFAULT_POOL, CustomResource, Group, Pool, ResourceSpec
+from engine.domain.spec import TIERS
+from engine.domain.tiers import estimate_resource
 from engine.errors import EngineError, FieldProblem
-from engine.jobs.spec import TIERS
-from engine.jobs.tiers import estimate_resource
 from oracle_client.ntx import UNITS_PER_NTX, units_of
 
 log = logging.getLogger("nunet.resources.specs")
@@ -72,7 +72,7 @@ def name_problem(name: str, what: str) -> str | None:
 
 def peer_id_problem(peer_id: str) -> str | None:
     """Why ``peer_id`` is not a peer id we can check a signature against (None: it is)."""
-    from engine.network.wire import WireError, public_key_of
+    from engine.domain.wire import WireError, public_key_of
 
     if len(peer_id) > 128:
         return f"{peer_id[:20]!r}... is not a peer id (too long)"

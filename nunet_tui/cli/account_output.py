@@ -14,8 +14,8 @@ from typing import Any
 
 from engine import api
 from engine.client import EngineClient
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
-from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.account import Account, build
 from nunet_tui.viewmodels.money import amount, machine_time

@@ -17,8 +17,8 @@ from typing import Any
 
 from engine import api
 from engine.client import EngineClient
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
-from engine.safe_text import safe
 from nunet_tui.cli.output import safe_lines, show, show_json
 
 WATCH_INTERVAL_S = 1.0

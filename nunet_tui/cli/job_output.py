@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from engine import api
 from engine.client import EngineClient
+from engine.domain.safe_text import safe
 from engine.identity import short_peer_id
-from engine.safe_text import safe
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
 from nunet_tui.viewmodels.usage import usage_line
 
 if TYPE_CHECKING:
-    from engine.jobs.spec import JobSpec
+    from engine.domain.spec import JobSpec
 
 FOLLOW_POLL_S = 0.2
 MAX_TAIL = 50_000  # what the engine hands out in one reply
@@ -213,7 +213,7 @@ def _spec(args: argparse.Namespace) -> JobSpec:
     if args.file:
         import msgspec
 
-        from engine.jobs.spec import load_job_file
+        from engine.domain.spec import load_job_file
 
         loaded = load_job_file(args.file, base_url=args.base_url)
         # What a run asks for beyond the file's own job: these flags, when given, win.
@@ -254,8 +254,8 @@ def _check_spec(spec: dict[str, Any]) -> JobSpec:
     but a huge one (a 10 MB name) would not even fit in a control-socket line."""
     import msgspec
 
+    from engine.domain.spec import JobSpec, validate_spec
     from engine.errors import EngineError
-    from engine.jobs.spec import JobSpec, validate_spec
 
     try:
         parsed = msgspec.convert(spec, JobSpec)

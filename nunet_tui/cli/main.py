@@ -18,8 +18,8 @@ from typing import Any
 from engine import api
 from engine.client import EngineClient
 from engine.config import Paths
+from engine.domain.safe_text import safe
 from engine.errors import EngineError
-from engine.safe_text import safe
 from nunet_tui.cli import output
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]

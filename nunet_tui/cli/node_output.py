@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from engine import api
-from engine.peer_names import peer_label
-from engine.safe_text import safe
+from engine.domain.peer_names import peer_label
+from engine.domain.safe_text import safe
 from oracle_client.ntx import format_ntx, units_of
 
 

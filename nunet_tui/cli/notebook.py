@@ -86,7 +86,7 @@ def _script_url(args: argparse.Namespace, base: Any) -> str:
 
 
 def _create(args: argparse.Namespace, client: EngineClient) -> None:
-    from engine.jobs.spec import load_job_file
+    from engine.domain.spec import load_job_file
 
     base = load_job_file(args.spec, base_url=args.base_url) if args.spec else None
     spec = nb.notebook_spec(

@@ -3,7 +3,7 @@
 What a command's result looks like is decided in formatters.py (one registry by result
 type); this module only writes. Every line the CLI writes goes through ``show``,
 ``show_json`` or ``show_error``: a peer's words and the user's own input reach the terminal
-escaped (engine/safe_text.py), never as escape sequences, bidi overrides or extra lines.
+escaped (engine/domain/safe_text.py), never as escape sequences, bidi overrides or extra lines.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from engine.safe_text import safe, safe_json
+from engine.domain.safe_text import safe, safe_json
 
 
 def safe_lines(text: str) -> str:

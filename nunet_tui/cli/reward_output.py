@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import api
 from engine.client import EngineClient
-from engine.safe_text import safe
+from engine.domain.safe_text import safe
 from nunet_tui.viewmodels.money import escrow_figures, escrow_totals
 from nunet_tui.viewmodels.refund import refund_now
 from oracle_client.ntx import format_ntx

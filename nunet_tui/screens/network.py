@@ -18,7 +18,7 @@ from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
 from engine.api import GetNetworkStatus, NetworkStatus, Peer, PeerChanged
-from engine.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     ago,

@@ -21,8 +21,8 @@ from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
 from engine.api import ListPeers, Peer, PeerChanged, PeerList
+from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.errors import EngineError
-from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     ago,

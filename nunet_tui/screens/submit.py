@@ -1,7 +1,7 @@
 """``s`` (consumer mode): describe a job, see what it costs and who can run it, submit it.
 
 Everything on the right explains itself as you type: the tier's resources (``estimate_resource``,
-the one tier table of engine/jobs/tiers.py, shown whole), NuNet's static NTX estimate
+the one tier table of engine/domain/tiers.py, shown whole), NuNet's static NTX estimate
 (``static_ntx``), and "Who can run it": every known provider with ✓ and its price for this job,
 or ✗ and every reason it cannot (``engine.jobs.matching.match``, the engine's own pure
 function, on the peers of ``ListPeers``). Each field shows ``validate_spec``'s problems once it
@@ -30,9 +30,9 @@ from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
+from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.errors import EngineError
 from engine.jobs.matching import Candidate, MatchResult
-from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import safe
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.presets import MAX_PRESETS, Preset

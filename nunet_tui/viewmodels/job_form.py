@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from engine.jobs.spec import JobSpec, validate_spec
+from engine.domain.spec import JobSpec, validate_spec
 from oracle_client.ntx import UNITS_PER_NTX, digits, parse_ntx, units_of
 
 FRAMEWORK_LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "scikit-learn": "sklearn"}

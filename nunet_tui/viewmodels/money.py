@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.api import ESCROW_OPEN_STATES, TERMINAL_STATES, EscrowInfo, JobInfo
+from engine.domain.safe_text import safe
 from engine.jobs.metering import charge_units, metered_units
 from engine.jobs.metering import machine_ms as run_machine_ms
-from engine.safe_text import safe
 from oracle_client import billing
 from oracle_client.ntx import format_ntx, format_rate, units_of
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from engine.api import EscrowInfo
-from engine.safe_text import safe
+from engine.domain.safe_text import safe
 
 WHY = {
     "never_ran": "its provider never ran it",

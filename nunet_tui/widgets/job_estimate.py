@@ -1,6 +1,6 @@
 """The "Estimate" panel of the submit form: with a provider to run it, its spec, price, the
 estimate (price x expected time) and what is locked (price x maximum time, the budget cap);
-then NuNet's static NTX estimate for the job and the tier table (engine/jobs/tiers.py, the
+then NuNet's static NTX estimate for the job and the tier table (engine/domain/tiers.py, the
 one tier table), the chosen tier highlighted."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.domain.spec import TIERS, JobSpec
+from engine.domain.tiers import estimate_resource, static_ntx
 from engine.jobs.admission import max_minutes
 from engine.jobs.matching import Candidate
-from engine.jobs.spec import TIERS, JobSpec
-from engine.jobs.tiers import estimate_resource, static_ntx
-from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import DASH, safe, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
 from oracle_client.ntx import digits, format_ntx, format_rate, units_of
@@ -103,7 +103,7 @@ def quote_lines(spec: JobSpec, candidate: Candidate | None) -> list[Content]:
 
 
 def tier_table(device: str, selected: str) -> Content:
-    """The tier table (engine/jobs/tiers.py), the chosen tier highlighted."""
+    """The tier table (engine/domain/tiers.py), the chosen tier highlighted."""
     gpu = device == "gpu"
     head = f"{'Tier':<9}{'Cores':<6}{'RAM GB':<8}" + (f"{'VRAM GB':<9}" if gpu else "") + "NTX/h"
     rows = [Content.styled(head, "bold $text-muted")]
@@ -129,6 +129,6 @@ __all__ = ["JobEstimate", "tier_table"]
 
 
 def _provider(candidate: Candidate) -> str:
-    """The provider's name (cut short) with its short id (engine/peer_names.py)."""
+    """The provider's name (cut short) with its short id (engine/domain/peer_names.py)."""
     name = candidate.peer.display_name
     return peer_label(candidate.peer_id, name, name_width=TABLE_NAME_WIDTH)

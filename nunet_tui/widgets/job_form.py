@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Static
 
-from engine.jobs.spec import CPU_ONLY_FRAMEWORKS, DEVICES, FRAMEWORKS, TIERS, JobSpec
+from engine.domain.spec import CPU_ONLY_FRAMEWORKS, DEVICES, FRAMEWORKS, TIERS, JobSpec
 from nunet_tui.format import problem_lines, safe
 from nunet_tui.presets import Preset
 from nunet_tui.viewmodels.job_form import (

@@ -22,9 +22,9 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.api import Peer
+from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.domain.spec import JobSpec
 from engine.jobs.matching import Candidate, MatchResult, match
-from engine.jobs.spec import JobSpec
-from engine.peer_names import TABLE_NAME_WIDTH, peer_label
 from nunet_tui.format import (
     DASH,
     TIMES,

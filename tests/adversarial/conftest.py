@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from engine.network import wire
+from engine.domain import wire
 from tests.adversarial.hostile import HostilePeer, provider_advert
 from tests.daemon_harness import daemons
 

@@ -31,8 +31,9 @@ from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 from multiaddr import Multiaddr
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import adverts, wire
+from engine.network import adverts
 from engine.network.host import build_host, parse_peer_addr
 
 SAMPLE = 200

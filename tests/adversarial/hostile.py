@@ -22,9 +22,9 @@ import trio
 from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
+from engine.domain import wire
+from engine.domain.spec import FRAMEWORKS
 from engine.identity import Identity
-from engine.jobs.spec import FRAMEWORKS
-from engine.network import wire
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.peers import PeerInfo
 

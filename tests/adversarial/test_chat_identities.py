@@ -29,8 +29,8 @@ from typing import Any
 import trio
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 from engine.network.chat import CHAT_PROTOCOL, STREAMS_PER_ADDRESS, direct_conversation
 from tests.adversarial.test_stream_exhaustion import RssWatch
 from tests.daemon_harness import Daemon, wait_for

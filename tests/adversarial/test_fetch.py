@@ -24,8 +24,8 @@ import pytest
 
 from engine import api
 from engine.control_client import ControlClient
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.daemon_harness import Daemon, wait_for
 from tests.daemons.test_jobs_e2e import TERMINAL, _pair

@@ -21,12 +21,12 @@ from nacl.signing import SigningKey
 from engine import api
 from engine.config import Paths, Settings
 from engine.context import NodeContext
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs.executors.base import JobRun, limits_for
 from engine.jobs.executors.docker import DockerExecutor
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.spec import JobSpec
 from engine.probes import HostProbes
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.readiness import DockerStatus

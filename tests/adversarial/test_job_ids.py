@@ -17,8 +17,8 @@ import msgspec
 import pytest
 import trio
 
-from engine.network import wire
-from engine.safe_paths import is_job_id
+from engine.domain import wire
+from engine.domain.safe_paths import is_job_id
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, wait_for

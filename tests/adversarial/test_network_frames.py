@@ -23,8 +23,9 @@ from libp2p.records.validator import NamespacedValidator, Validator
 from libp2p.utils import encode_varint_prefixed
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import adverts, wire
+from engine.network import adverts
 from engine.network.discovery import EXCHANGE_PROTOCOL, topic_name
 from engine.network.link import NETWORK_RESTART
 from tests.adversarial.hostile import HostilePeer

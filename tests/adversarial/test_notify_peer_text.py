@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.domain.spec import FRAMEWORKS
 from engine.jobs import protocol as p
-from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import HostilePeer, provider_advert, read_job_message
 from tests.daemon_harness import Daemon, wait_for
 

@@ -22,8 +22,8 @@ import msgspec
 import pytest
 import trio
 
+from engine.domain import wire
 from engine.jobs.provider import OFFER_BURST, OFFERS_PER_S, QUOTES_PER_PEER
-from engine.network import wire
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, provider_advert, seal_job
 from tests.adversarial.test_stream_exhaustion import attacked
 from tests.conftest import run_cli

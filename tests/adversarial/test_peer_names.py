@@ -5,7 +5,7 @@ screen, reverse what follows (U+202E), paint the row (Rich markup), overflow the
 copy an honest provider's name. None is shown as such: a name against the rule is dropped
 (the provider still listed, by its id), one over the wire bound makes its advert malformed,
 markup stays literal text, and two providers with one name are told apart by their ids,
-which every listing shows with the name (engine/peer_names.py).
+which every listing shows with the name (engine/domain/peer_names.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 from tests.adversarial.hostile import HostilePeer
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, wait_for

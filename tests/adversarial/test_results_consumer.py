@@ -21,8 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from engine.domain.spec import FRAMEWORKS
 from engine.jobs import protocol as p
-from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import HostilePeer, provider_advert, read_job_message
 from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, wait_for

@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
+from engine.domain import wire
 from engine.jobs import protocol as p
 from engine.jobs.provider import FIRST_FRAME_S, STREAMS_PER_PEER
-from engine.network import wire
 from engine.network.host import MAX_INBOUND_STREAMS_PER_PEER
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer
 from tests.daemon_harness import Daemon, wait_for

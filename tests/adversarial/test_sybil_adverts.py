@@ -30,8 +30,8 @@ import msgspec
 import pytest
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 from engine.network.peers import SUBNET_QUOTA
 from tests.adversarial.hostile import HostilePeer, provider_advert
 from tests.adversarial.test_stream_exhaustion import rss_mb

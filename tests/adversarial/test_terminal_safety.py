@@ -3,7 +3,7 @@
 A provider's refusal reason and a chat partner's messages are free text chosen by a
 stranger. Printed raw they clear the screen (ESC[2J), write the clipboard (OSC 52), ring the
 bell, or reorder what the user reads (bidi overrides). Every line the CLI writes, errors and
-``--json`` included, goes through one escaper (engine/safe_text.py).
+``--json`` included, goes through one escaper (engine/domain/safe_text.py).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import msgspec
 import trio
 
 from engine import api
+from engine.domain.spec import FRAMEWORKS
 from engine.jobs import live_usage
 from engine.jobs import protocol as p
-from engine.jobs.spec import FRAMEWORKS
 from tests.adversarial.hostile import (
     HostilePeer,
     provider_advert,

@@ -136,7 +136,7 @@ def test_secret_text_and_its_bound() -> None:
 
 
 def test_the_one_escaper() -> None:
-    from engine.safe_text import safe, safe_json
+    from engine.domain.safe_text import safe, safe_json
     from nunet_tui.format import safe as tui_safe
 
     assert tui_safe is safe  # the TUI and the CLI share it

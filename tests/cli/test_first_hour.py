@@ -382,7 +382,7 @@ def test_a_late_heartbeat_brings_a_dropped_peer_back_with_its_offer() -> None:
     advert is not restored, and a withdrawal leaves nothing to restore."""
     import msgspec
 
-    from engine.network import wire
+    from engine.domain import wire
     from engine.network.peers import PeerTable
     from tests.unit.test_network_wire import ALICE, advert
 

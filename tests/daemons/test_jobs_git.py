@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from engine.domain.spec import GitSource, JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.jobs import sources
 from engine.jobs.executors.base import BaseExecutor, ExitStatus, LogLine, running
 from engine.jobs.executors.process import ProcessExecutor
-from engine.jobs.spec import GitSource, JobSpec, validate_spec
 from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import TERMINAL, _pair, _state

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from engine import api
 from engine.config import Paths
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from engine.store import Store
 from nunet_tui.cli.log_archive import members
 from tests.conftest import MACHINE_TOML, make_home, run_cli

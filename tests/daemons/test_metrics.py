@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from engine.metrics import Figures, metric_families
 from engine.store import Store
 from tests.conftest import MACHINE_TOML, REPO, TEST_ADDRESS, make_home, run_cli

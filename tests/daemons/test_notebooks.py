@@ -18,9 +18,9 @@ import pytest
 
 from engine import api
 from engine.config import Paths
+from engine.domain.spec import JobSpec, load_job_file, validate_spec
 from engine.errors import EngineError
 from engine.jobs import notebooks as nb
-from engine.jobs.spec import JobSpec, load_job_file, validate_spec
 from engine.store import Store
 from tests.conftest import REPO, run_cli
 

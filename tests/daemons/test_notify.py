@@ -20,8 +20,8 @@ import trio
 
 from engine import api
 from engine.config import NotifySettings
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from engine.notify import NoticeFilter, Notifier, redact_url
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
 from tests.daemon_harness import Daemon, daemons, wait_for

@@ -16,10 +16,10 @@ import trio
 import trio.testing
 
 from engine import api
+from engine.domain.spec import JobSpec, offer_spec, validate_spec
 from engine.identity import Identity
 from engine.jobs import tunnel_frames as t
 from engine.jobs import tunnel_relay
-from engine.jobs.spec import JobSpec, offer_spec, validate_spec
 from nunet_tui.cli.job_tunnel import LEASE_S
 from tests.conftest import FIXED_SEED, run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
@@ -77,7 +77,7 @@ def _identity(seed: bytes = FIXED_SEED) -> Identity:
 
 
 def _body(framed: bytes) -> bytes:
-    from engine.network.wire import decode_varint
+    from engine.domain.wire import decode_varint
 
     size, used = decode_varint(framed)
     return framed[used : used + size]
@@ -106,7 +106,7 @@ def test_headers_are_signed_by_the_peer_at_the_other_end() -> None:
     ],
 )
 def test_bad_headers_are_refused(fields: dict[str, object]) -> None:
-    from engine.network import wire
+    from engine.domain import wire
 
     me = _identity()
     payload = msgspec.msgpack.encode({"v": 1, **fields})
@@ -386,7 +386,7 @@ def test_job_stop_refuses_a_batch_job(daemons: Callable[..., Daemon], tmp_path: 
 def test_an_advert_names_shells_only_when_they_are_off() -> None:
     """Older peers refuse adverts with unknown fields: a provider that allows shells (the
     default) must send exactly the fields they know."""
-    from engine.network.wire import Advert
+    from engine.domain.wire import Advert
 
     class OldAdvert(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
         v: int = 1

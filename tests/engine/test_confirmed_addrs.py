@@ -10,8 +10,8 @@ import time
 import trio
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 from engine.network.confirmed import ConfirmedAddrs
 from tests.engine.test_network_service import Hooks, service, wait_until
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from engine.domain.spec import JobSpec
 from engine.jobs.executors.base import (
     BaseExecutor,
     ExitStatus,
@@ -29,7 +30,6 @@ from engine.jobs.executors.base import (
 )
 from engine.jobs.executors.process import ProcessExecutor
 from engine.jobs.results import safe_unpack
-from engine.jobs.spec import JobSpec
 from tests.conftest import LOOPBACK_FETCH, REPO
 
 EXAMPLES = REPO / "examples" / "jobs"

@@ -133,7 +133,7 @@ def _update(**fields: object) -> dict[str, object]:
 
 
 def _sealed(payload: dict[str, object]) -> bytes:
-    from engine.network import wire
+    from engine.domain import wire
 
     return wire.seal_payload(IDENTITY, p.KIND, msgspec.msgpack.encode(payload))
 
@@ -151,7 +151,7 @@ def test_samples_cross_the_wire_signed_and_older_peers_skip_them() -> None:
     class OlderUpdate(p.JobMessage, tag="update", frozen=True):  # a peer before issue 22
         state: str
 
-    from engine.network import wire
+    from engine.domain import wire
 
     old = msgspec.msgpack.decode(
         wire.open_payload(sent, p.MAX_MESSAGE_BYTES).payload, type=OlderUpdate

@@ -16,8 +16,9 @@ from libp2p.host.exceptions import StreamFailure
 
 from engine import api
 from engine.config import Paths
+from engine.domain import wire
 from engine.facade import Engine
-from engine.network import adverts, supervise, wire
+from engine.network import adverts, supervise
 from engine.network.addrs import dialable, is_usable
 from engine.network.chat import PeerUnreachable
 from engine.network.discovery import topic_name

@@ -37,9 +37,9 @@ from libp2p.tools.anyio_service import background_trio_service
 from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
+from engine.domain import wire
 from engine.identity import Identity
 from engine.network import host as hostmod
-from engine.network import wire
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.peers import PeerInfo, PeerTable
 from engine.network.service import NetworkService

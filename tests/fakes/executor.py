@@ -3,7 +3,7 @@ quotes and confirms): only what it offers is read."""
 
 from __future__ import annotations
 
-from engine.jobs.spec import FRAMEWORKS
+from engine.domain.spec import FRAMEWORKS
 
 
 class FakeIdleExecutor:

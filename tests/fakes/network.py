@@ -13,12 +13,12 @@ from typing import Any
 import trio
 
 from engine import api
+from engine.domain import wire
+from engine.domain.ratelimit import PeerRateLimiter
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.network import wire
 from engine.network.peers import PeerInfo
-from engine.network.ratelimit import PeerRateLimiter
 from engine.ports import StreamHandler
 
 

@@ -17,8 +17,8 @@ from textual.pilot import Pilot
 
 from engine.api import JobInfo, JobLogLine, JobMetering, SetMode, UsageSample
 from engine.config import Paths
+from engine.domain.spec import JobSpec
 from engine.jobs.joblog import JobLog
-from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.tui.test_snapshots import (

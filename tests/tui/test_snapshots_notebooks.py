@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 
 from engine.api import JobInfo, JobMetering, SetMode
 from engine.config import Paths
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.tui.test_snapshots import EngineFactory, _until, host_engine, settled

@@ -21,9 +21,9 @@ from textual.pilot import Pilot
 
 from engine.api import JobInfo, JobLogLine, JobMetering, OnboardRequest, SetMode
 from engine.config import Paths
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
 from engine.jobs.joblog import JobLog
-from engine.jobs.spec import JobSpec
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.conftest import TEST_ADDRESS, make_home

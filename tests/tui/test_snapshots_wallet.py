@@ -21,7 +21,7 @@ from textual.pilot import Pilot
 
 from engine.api import EscrowInfo, JobInfo, SetMode, WalletImport
 from engine.config import Paths
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from engine.payments.escrow import EscrowRecord
 from engine.payments.keystore import PASSPHRASE_ENV
 from engine.store import Store

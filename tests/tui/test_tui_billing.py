@@ -29,8 +29,8 @@ from engine.api import (
     RewardList,
     SetMode,
 )
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.job_detail import JobDetailScreen

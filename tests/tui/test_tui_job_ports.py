@@ -13,7 +13,7 @@ import pytest
 
 from engine.api import JobInfo, SetMode, TunnelForward
 from engine.control_client import ControlClient
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.widgets import job_ports

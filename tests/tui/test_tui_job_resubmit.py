@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from engine.api import CancelJob, JobInfo, SubmitJob
 from engine.control_client import ControlClient
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.job_detail import JobDetailScreen

@@ -20,8 +20,8 @@ from engine.api import (
     SetMode,
     UsageSample,
 )
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.viewmodels.usage import usage_line

@@ -30,9 +30,9 @@ from engine.api import (
     SubmitProgress,
 )
 from engine.control_client import DAEMON_GONE, ControlClient
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.format import DASH
 from nunet_tui.presets import EXAMPLES, load_presets

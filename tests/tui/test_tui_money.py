@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from engine.api import EscrowInfo, JobInfo
-from engine.jobs.spec import JobSpec
+from engine.domain.spec import JobSpec
 from nunet_tui.viewmodels.money import (
     cancel_split,
     escrow_figures,

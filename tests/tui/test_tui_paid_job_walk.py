@@ -34,8 +34,8 @@ from engine.api import (
     WalletBalance,
     WalletRecharges,
 )
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.cli import account_output, job_output, reward_output
 from nunet_tui.screens.account import AccountScreen

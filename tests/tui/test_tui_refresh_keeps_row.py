@@ -8,8 +8,8 @@ import pytest
 from textual.widgets import DataTable
 
 from engine.api import JobInfo, JobList, ListJobs, SetMode
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.widgets.table_rows import selected_key
 from tests.pilot import FakeEngineClient, anyio_backend, until

@@ -20,8 +20,8 @@ from engine.api import (
     RewardList,
     RewardRefund,
 )
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.job_detail import JobDetailScreen
 from tests.pilot import anyio_backend, on_screen, text_of, until

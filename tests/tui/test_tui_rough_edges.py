@@ -13,8 +13,8 @@ from textual.widgets import Button, Input
 from engine import api
 from engine.api import SetMode, WalletNew
 from engine.config import Paths
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from engine.payments.keystore import PASSPHRASE_ENV
 from nunet_tui import app_guards
 from nunet_tui.app import NunetApp

@@ -20,8 +20,8 @@ from engine.api import (
     PeerList,
     SetMode,
 )
+from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.jobs.spec import JobSpec
 from nunet_tui.app import NunetApp
 from nunet_tui.format import DASH
 from nunet_tui.widgets.sortable_table import Row, TableSort, cell_value

@@ -13,6 +13,9 @@ from nacl.signing import SigningKey
 
 from engine import api
 from engine.config import JobSettings
+from engine.domain import wire
+from engine.domain.ratelimit import StreamLimiter
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
@@ -21,10 +24,7 @@ from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.matching import match
 from engine.jobs.metering import Usage
 from engine.jobs.provider import ProviderJobs, QuoteBook
-from engine.jobs.spec import JobSpec
-from engine.network import wire
 from engine.network.peers import PeerInfo
-from engine.network.ratelimit import StreamLimiter
 from tests.fakes.context import make_context, onboard
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.executor import FakeIdleExecutor

@@ -3,8 +3,8 @@ reserve for peers in good standing, and the chat quarantine's bounds."""
 
 from __future__ import annotations
 
+from engine.domain.ratelimit import ScopedRateLimiter, ScopedStreamLimiter, address_scopes
 from engine.network.chat_quarantine import ChatQuarantine
-from engine.network.ratelimit import ScopedRateLimiter, ScopedStreamLimiter, address_scopes
 
 
 def test_address_scopes() -> None:

@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 
 from engine.config import Paths, load_settings
+from engine.domain.fetch_policy import FetchPolicy, IPAddress, parse_networks
+from engine.domain.spec import GitSource
 from engine.errors import EngineError
 from engine.jobs import sources
-from engine.jobs.fetch_policy import FetchPolicy, IPAddress, parse_networks
-from engine.jobs.spec import GitSource, fetch_script
+from engine.jobs.script_fetch import fetch_script
 from tests.git_server import _Backend, git
 
 LOOPBACK_ONLY_2 = FetchPolicy.from_settings(["127.0.0.2/32"])
@@ -590,7 +591,7 @@ def test_ssh_and_git_protocol_are_held_to_the_checked_address(
 
 @pytest.mark.parametrize("host", ["0177.0.0.1", "0x7f.1", "2130706433", "127.1", "1.2.3.04"])
 def test_odd_ipv4_spellings_are_refused_before_any_lookup(host: str) -> None:
-    from engine.jobs.fetch_policy import odd_ipv4_problem
+    from engine.domain.fetch_policy import odd_ipv4_problem
     from engine.jobs.vetted_http import check_url
 
     why = odd_ipv4_problem(host)

@@ -10,6 +10,7 @@ from docker.types import DeviceRequest
 
 from engine import api
 from engine.config import Paths, load_settings
+from engine.domain.ml_images import DEFAULT_ML_IMAGES
 from engine.errors import EngineError
 from engine.resources.gpu.capabilities import (
     host_capabilities,
@@ -24,7 +25,6 @@ from engine.resources.gpu.containers import (
     preflight_gpu_runtime,
 )
 from engine.resources.ml_images import (
-    DEFAULT_ML_IMAGES,
     PullProgress,
     explain_pull_error,
     registry_of,
@@ -313,8 +313,8 @@ def test_scikit_learn_jobs_run_in_the_image_ml_images_names() -> None:
     """[ml_images] had no key for scikit-learn: a Docker provider always used the locally
     built test image. sklearn_cpu names it; onboard-ml pulls no local build."""
     from engine.config import MlImagesSettings
+    from engine.domain.ml_images import LOCAL_SKLEARN_IMAGE
     from engine.jobs.executors.docker import images_from_settings
-    from engine.resources.ml_images import LOCAL_SKLEARN_IMAGE
 
     chosen = MlImagesSettings(sklearn_cpu="example.org/ml/sklearn:1.5")
     assert images_from_settings(chosen.as_map())["scikit-learn_cpu"] == "example.org/ml/sklearn:1.5"

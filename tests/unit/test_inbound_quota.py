@@ -72,7 +72,7 @@ def test_many_subnets_at_their_quota_make_room_for_a_newcomer_not_for_themselves
 
 def test_a_peer_we_deal_with_is_in_good_standing(tmp_path: Path) -> None:
     from engine import api
-    from engine.jobs.spec import JobSpec
+    from engine.domain.spec import JobSpec
 
     ctx, _ = make_context(tmp_path)
     assert "12D3KooWstranger" not in ctx.store.job_peers()

@@ -7,9 +7,9 @@ import msgspec
 from nacl.signing import SigningKey
 
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.jobs.spec import JobSpec
 
 # What an Update carries besides the running state: the message's own, the log, the receipt
 # and the live samples (kept apart: JobInfo.usage is the latest of them).

@@ -7,8 +7,8 @@ import msgspec
 import pytest
 
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.jobs import runs
-from engine.jobs.spec import JobSpec
 from engine.payments.escrow import billing_fields
 from oracle_client import billing
 from oracle_client.billing import machine_time_ms

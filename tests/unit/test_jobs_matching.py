@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from engine.api import Peer, PeerGpu, PeerResources
+from engine.domain.spec import JobSpec
+from engine.domain.tiers import TABLE, estimate_resource, static_ntx
 from engine.errors import EngineError
 from engine.jobs.admission import job_cost, price_of
 from engine.jobs.executors.base import limits_for
 from engine.jobs.matching import NoMatch, match
-from engine.jobs.spec import JobSpec
-from engine.jobs.tiers import TABLE, estimate_resource, static_ntx
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
 PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}

@@ -446,3 +446,16 @@ def test_a_sparse_result_stays_sparse_on_the_consumer(tmp_path: Path) -> None:
     with got.open("rb") as handle:
         handle.seek((32 << 20) - 2)
         assert handle.read(10) == b"\0\0middle\0\0"
+
+
+def test_the_packing_childs_name_rule_is_the_domains() -> None:
+    """workspace_tar carries its own copy of the control-character rule (it runs without the
+    engine on its path): both refuse exactly the same code points."""
+    import sys
+
+    from engine.domain.safe_text import control_character as domain_rule
+    from engine.jobs.workspace_tar import control_character as child_rule
+
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        assert child_rule(char) == domain_rule(char), hex(code)

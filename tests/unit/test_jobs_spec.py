@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.domain.spec import GitSource, JobSpec, load_job_file, validate_spec
 from engine.errors import EngineError
-from engine.jobs.spec import GitSource, JobSpec, fetch_script, load_job_file, validate_spec
+from engine.jobs.script_fetch import fetch_script
 from tests.conftest import LOOPBACK_FETCH, REPO
 
 URL = "https://example.org/train.py"

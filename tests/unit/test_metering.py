@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.jobs.metering import Meter, metered_units
-from engine.jobs.spec import JobSpec
 from engine.notify import NoticeFilter
 from engine.payments.escrow import billing_fields
 from nunet_tui.viewmodels.money import job_figures

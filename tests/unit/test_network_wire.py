@@ -6,8 +6,9 @@ import msgspec
 import pytest
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import adverts, wire
+from engine.network import adverts
 from engine.network.peers import PeerTable
 
 ALICE = Identity(SigningKey(b"\x01" * 32))

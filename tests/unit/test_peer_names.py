@@ -9,16 +9,17 @@ import pytest
 from nacl.signing import SigningKey
 
 from engine.config import Paths, load_settings
-from engine.errors import EngineError
-from engine.identity import Identity
-from engine.network import adverts, wire
-from engine.peer_names import (
+from engine.domain import wire
+from engine.domain.peer_names import (
     MAX_DISPLAY_NAME,
     display_name_problem,
     normalise,
     peer_label,
     received_name,
 )
+from engine.errors import EngineError
+from engine.identity import Identity
+from engine.network import adverts
 
 ALICE = Identity(SigningKey(b"\x01" * 32))
 PEER = "12D3KooWK99VoVxNE7XzyBwXEzW7xhK7Gpv85r9F3V3fyKSUKPH5"

@@ -7,10 +7,10 @@ import time
 
 from nacl.signing import SigningKey
 
+from engine.domain.wire import Advert
 from engine.identity import Identity
 from engine.network.dialbudget import DialBudget
 from engine.network.peers import PeerTable
-from engine.network.wire import Advert
 
 
 def _advert(ip: str, at: float) -> Advert:

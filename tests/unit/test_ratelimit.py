@@ -1,8 +1,8 @@
-"""The per-peer token bucket (engine/network/ratelimit.py), on a clock the test moves."""
+"""The per-peer token bucket (engine/domain/ratelimit.py), on a clock the test moves."""
 
 from __future__ import annotations
 
-from engine.network.ratelimit import PeerRateLimiter
+from engine.domain.ratelimit import PeerRateLimiter
 
 
 class FakeClock:

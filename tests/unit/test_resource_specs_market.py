@@ -15,14 +15,14 @@ from nacl.signing import SigningKey
 
 from engine import api
 from engine.config import MachineSettings
+from engine.domain import wire
+from engine.domain.spec import JobSpec, offer_spec, validate_spec
 from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.jobs.admission import Needs, judge, quote_units
 from engine.jobs.consumer import quoted_units
 from engine.jobs.matching import match
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.spec import JobSpec, offer_spec, validate_spec
-from engine.network import wire
 from engine.network.link import to_api_peer
 from engine.network.peers import PeerInfo
 from engine.resources import specs as rs

@@ -1,4 +1,4 @@
-"""engine/safe_paths.py: every path built from a peer's name stays under its root."""
+"""engine/domain/safe_paths.py: every path built from a peer's name stays under its root."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from engine.errors import EngineError
-from engine.safe_paths import (
+from engine.domain.safe_paths import (
     JobId,
     check_job_id,
     child,
@@ -20,6 +19,7 @@ from engine.safe_paths import (
     real_dir,
     relative_problem,
 )
+from engine.errors import EngineError
 
 BAD_IDS = [
     "",
@@ -139,9 +139,9 @@ def test_real_dir(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.getuid() != 0, reason="the executor chowns only when the provider is root")
 @pytest.mark.docker  # DockerExecutor() connects to the engine of DOCKER_HOST
 def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) -> None:
+    from engine.domain.spec import JobSpec
     from engine.jobs.executors.base import JobRun, limits_for
     from engine.jobs.executors.docker import DockerExecutor
-    from engine.jobs.spec import JobSpec
 
     outside = tmp_path / "keys"
     outside.mkdir()

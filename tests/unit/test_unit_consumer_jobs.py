@@ -13,11 +13,11 @@ import pytest
 import trio
 
 from engine import api
+from engine.domain.ratelimit import PeerRateLimiter
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
-from engine.jobs.spec import JobSpec
-from engine.network.ratelimit import PeerRateLimiter
 from tests.fakes.context import identity, make_context
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.network import FakeNetwork, FakePeerLink, FakeProviderPeer, provider_info

@@ -14,8 +14,8 @@ import pytest
 import trio
 
 from engine import api
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.spec import JobSpec
 from engine.payments import escrow as escrow_module
 from engine.payments.escrow import EscrowRecord, Escrows
 from oracle_client.escrow import receipt as rc

@@ -15,12 +15,12 @@ import trio
 import trio.testing
 
 from engine import api
+from engine.domain import wire
+from engine.domain.spec import GitSource, JobSpec, offer_spec
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.matching import NoMatch
 from engine.jobs.provider import ProviderJobs
-from engine.jobs.spec import GitSource, JobSpec, offer_spec
-from engine.network import wire
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.executor import FakeIdleExecutor

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
+from engine.domain import wire
 from engine.identity import Identity
-from engine.network import wire
 
 ALICE = Identity(SigningKey(b"\x01" * 32))
 

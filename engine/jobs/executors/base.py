@@ -28,16 +28,16 @@ from urllib.parse import urlsplit
 
 import trio
 
-from engine import safe_paths
 from engine.api import GpuInfo
+from engine.domain import safe_paths
+from engine.domain.fetch_policy import FetchPolicy
+from engine.domain.spec import FRAMEWORKS, JobSpec
+from engine.domain.tiers import estimate_resource
 from engine.errors import EngineError
 from engine.jobs.checkpoints import Checkpoint
-from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.logbuffer import LogBuffer, LogLine
 from engine.jobs.metering import Meter, Usage
 from engine.jobs.results import ResultArchive
-from engine.jobs.spec import FRAMEWORKS, JobSpec
-from engine.jobs.tiers import estimate_resource
 
 __all__ = [
     "Checkpoint",
@@ -312,7 +312,7 @@ class BaseExecutor:
             state.entry = f"src/{spec.git.entry}"
         else:
             if script is None:
-                from engine.jobs.spec import fetch_script
+                from engine.jobs.script_fetch import fetch_script
 
                 assert spec.script_url is not None
                 script = await trio.to_thread.run_sync(

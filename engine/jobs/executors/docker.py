@@ -29,8 +29,9 @@ from typing import Any
 
 import trio
 
-from engine import safe_paths
 from engine.api import GpuVendor
+from engine.domain import safe_paths
+from engine.domain.ml_images import DEFAULT_ML_IMAGES, LOCAL_SKLEARN_IMAGE
 from engine.errors import EngineError
 from engine.jobs.executors.base import (
     ORPHAN_GUARD,
@@ -46,7 +47,6 @@ from engine.jobs.executors.base import (
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 from engine.jobs.executors.dockerlogs import LogReader
 from engine.resources.container_engine import EngineFacts, probe_facts
-from engine.resources.ml_images import DEFAULT_ML_IMAGES, LOCAL_SKLEARN_IMAGE
 
 LABEL_JOB = "nunet.job"
 LABEL_NODE = "nunet.node"

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import trio
 
-from engine import safe_paths
+from engine.domain import safe_paths
 from engine.errors import EngineError
 from engine.jobs.executors import sandbox
 from engine.jobs.executors.base import (

@@ -15,6 +15,7 @@ import trio
 
 from engine import api
 from engine.context import NodeContext
+from engine.domain.ml_images import DEFAULT_ML_IMAGES
 from engine.errors import EngineError
 from engine.resources.gpu.capabilities import (
     container_capabilities,
@@ -24,7 +25,7 @@ from engine.resources.gpu.capabilities import (
 from engine.resources.gpu.containers import preflight_gpu_runtime
 from engine.resources.gpu.doctor import run_doctor
 from engine.resources.gpu.service import GpuService
-from engine.resources.ml_images import DEFAULT_ML_IMAGES, prepare_images, select_images
+from engine.resources.ml_images import prepare_images, select_images
 from engine.resources.readiness import DockerStatus, probe_docker
 
 Handler = Callable[[Any], Awaitable[Any]]

@@ -1,6 +1,6 @@
 """A provider's display name: the rule it must meet, and the one way a peer is labelled.
 
-A name is the provider's own words, signed in its advert (engine/network/wire.py), so a relay
+A name is the provider's own words, signed in its advert (engine/domain/wire.py), so a relay
 cannot change it, but the provider itself may be hostile: a name is never shown alone (two
 peers may pick the same one), always with the peer id it came with, as ``name · 12D3…abcd``.
 The rule is the same for ``[provider] display_name`` and for a name received on the wire:
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import unicodedata
 
+from engine.domain.safe_text import safe
 from engine.identity import short_peer_id
-from engine.safe_text import safe
 
 MAX_DISPLAY_NAME = 32
 # In a table or list (``peer_label(name_width=...)``): a name is cut to this, its id kept.

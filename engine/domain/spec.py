@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-import time
 import tomllib
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
 
+from engine.domain.safe_paths import relative_problem, shown
 from engine.errors import EngineError, FieldProblem, ValidationReport
-from engine.safe_paths import relative_problem, shown
-
-if TYPE_CHECKING:
-    from engine.jobs.fetch_policy import FetchPolicy
 
 FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
 DEVICES = ("cpu", "gpu")
@@ -100,13 +96,13 @@ def check_script_url(url: str) -> str | None:
         return f"unsupported URL scheme {shown!r}: the script URL must be http:// or https://"
     if not parts.hostname:
         return f"{url!r} has no host"
-    from engine.jobs.fetch_policy import odd_ipv4_problem
+    from engine.domain.fetch_policy import odd_ipv4_problem
 
     return odd_ipv4_problem(parts.hostname)
 
 
 def _git_host_problem(url: str) -> str | None:
-    from engine.jobs.fetch_policy import odd_ipv4_problem
+    from engine.domain.fetch_policy import odd_ipv4_problem
 
     try:
         host = urlsplit(url).hostname
@@ -306,7 +302,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                 _problem(problems, "ports", f"port {port} is not a TCP port (1 to 65535)")
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
-    # A budget is not checked against the static estimate (engine/jobs/tiers.py static_ntx, a
+    # A budget is not checked against the static estimate (engine/domain/tiers.py static_ntx, a
     # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
     # estimate says 0.375. The matcher and the provider check it against each provider's real
     # price (admission.judge: "price above budget"), the one price model (issue 20 §7).
@@ -376,69 +372,3 @@ def load_job_file(path: str | Path, *, base_url: str | None = None) -> JobSpec:
         raise EngineError("job_file", f"{file}: {exc}") from exc
     validate_spec(spec).raise_if_failed("invalid_job")
     return spec
-
-
-def fetch_script(
-    url: str,
-    max_bytes: int = MAX_SCRIPT_BYTES,
-    *,
-    timeout: float = 15.0,
-    policy: FetchPolicy | None = None,
-    total_s: float = FETCH_TOTAL_S,
-) -> bytes:
-    """Download a job script: only from hosts ``policy`` allows (default: public addresses),
-    bounded in size and in time (``timeout`` per step, ``total_s`` for the whole), and a
-    clear error for each way it can fail."""
-    import httpx
-
-    from engine.jobs.fetch_policy import FetchPolicy
-    from engine.jobs.vetted_http import get, vetted_client
-
-    if why := check_script_url(url):
-        raise EngineError("script_url", why)
-    deadline = time.monotonic() + total_s
-    try:
-        with (
-            vetted_client(policy or FetchPolicy(), timeout) as client,
-            get(client, url, deadline=deadline) as response,
-        ):
-            if response.status_code == 404:
-                raise EngineError("script_fetch", f"no script at {url} (404 not found)")
-            if response.status_code >= 400:
-                raise EngineError(
-                    "script_fetch",
-                    f"{url} answered {response.status_code} {response.reason_phrase}",
-                )
-            declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-                raise EngineError("script_fetch", _too_big(url, int(declared), max_bytes))
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > max_bytes:
-                    raise EngineError("script_fetch", _too_big(url, len(body), max_bytes))
-                if time.monotonic() > deadline:  # a server that drips a byte at a time
-                    raise EngineError(
-                        "script_fetch", f"{url} took over {total_s:g} s to send: stopped"
-                    )
-    except httpx.TimeoutException as exc:
-        raise EngineError("script_fetch", f"{url} did not answer within {timeout:g} s") from exc
-    except httpx.HTTPError as exc:
-        raise EngineError("script_fetch", f"cannot reach {url}: {exc}") from exc
-    except httpx.InvalidURL as exc:  # not an HTTPError: unanswered, it ended the stream
-        raise EngineError("script_url", f"{url!r} is not a valid URL: {exc}") from exc
-    if not body.strip():
-        raise EngineError("script_fetch", f"the script at {url} is empty")
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise EngineError(
-            "script_fetch", f"{url} is not a text (UTF-8) Python script: binary content"
-        ) from exc
-    if "\x00" in text:
-        raise EngineError("script_fetch", f"{url} is not a text Python script: NUL bytes")
-    return bytes(body)
-
-
-def _too_big(url: str, size: int, limit: int) -> str:
-    return f"the script at {url} is too big ({size} bytes; the limit is {limit})"

@@ -17,8 +17,8 @@ import msgspec
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
+from engine.domain.peer_names import MAX_DISPLAY_NAME
 from engine.identity import Identity
-from engine.peer_names import MAX_DISPLAY_NAME
 
 WIRE_VERSION = 1
 # libp2p crypto.proto, Ed25519 public key: KeyType=1, 32 bytes of data.
@@ -247,7 +247,7 @@ class Advert(Schema, frozen=True, omit_defaults=True):
     # a provider selling NuNet's default tiers says so by ``prices`` alone, as before).
     specs: Annotated[tuple[AdvertSpec, ...], msgspec.Meta(max_length=MAX_ADVERT_SPECS)] = ()
     pools: Annotated[tuple[AdvertPool, ...], msgspec.Meta(max_length=MAX_ADVERT_POOLS)] = ()
-    # Issue 22: ``[provider] display_name``, shown with the peer id (engine/peer_names.py).
+    # Issue 22: ``[provider] display_name``, shown with the peer id (engine/domain/peer_names.py).
     # Longer than the bound: the whole advert is malformed, as with any field out of bounds;
     # within it but against the rule: ``adverts.verify_advert`` keeps the advert, name dropped.
     display_name: Annotated[str, msgspec.Meta(max_length=MAX_DISPLAY_NAME)] = ""

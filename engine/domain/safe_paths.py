@@ -21,8 +21,8 @@ from typing import Annotated
 
 import msgspec
 
+from engine.domain.safe_text import control_character
 from engine.errors import EngineError
-from engine.jobs.workspace_tar import control_character
 
 # \A and \Z, not ^ and $: "$" also matches before a trailing newline.
 JOB_ID_PATTERN = r"\A[0-9a-f]{12}\Z"

@@ -11,6 +11,7 @@ import it and it imports nothing heavy (the CLI stays free of Textual).
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 
@@ -50,3 +51,15 @@ def safe_json(data: Any, *, indent: int | None = None) -> str:
     if text.replace("\n", "").isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch == "\n" else _json_escape(ch) for ch in text)
+
+
+def control_character(text: str) -> str | None:
+    """The first character of ``text`` a terminal or a file manager would obey or hide, or
+    None: Cc (C0, DEL and C1 such as U+009B, a one-byte CSI), Cf (bidi overrides such as
+    U+202E, which shows "txt.exe" as "exe.txt", and other invisible formatting) and Cs (lone
+    surrogates, which no file system name holds). The one rule for names from a peer: here,
+    for results (the packing child imports nothing of ours), and in ``engine.domain.safe_paths``."""
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs"):
+            return char
+    return None
