@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import summary
 from engine.api import Peer, PeerGpu, PeerResources
+from engine.domain.matching import match
 from engine.domain.spec import JobSpec
-from engine.jobs.matching import match
 
 VENDORS = ("nvidia", "amd", "intel")
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.domain import tunnel_frames as t
 from engine.domain import wire
-from engine.jobs import tunnel_frames as t
 from tests.adversarial.hostile import HostilePeer
 from tests.adversarial.test_tunnel_owner import _own_job as own_job
 from tests.conftest import FETCH_LOOPBACK_ENV, MACHINE_TOML, TEST_ADDRESS, make_home

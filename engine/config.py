@@ -66,7 +66,7 @@ class Paths:
 
     @property
     def resources_file(self) -> Path:
-        """What the provider sells (engine/resources/specs.py): specs, custom resources, pools."""
+        """What the provider sells (engine/domain/specs.py): specs, custom resources, pools."""
         return self.config_dir / "resources.json"
 
     @property

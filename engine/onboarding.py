@@ -12,31 +12,13 @@ RAM and 10 GB of free disk; a GPU machine 3,000 MHz, 8 GB of RAM, 4 GB of VRAM p
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from engine.api import Capacity, GpuInfo
+from engine.domain.machines import CPU_ONLY, GPU_MACHINE, Minimums
 from engine.errors import FieldProblem, ValidationReport
 from oracle_client.cardano.address import check_address, network_for_channel
 
 MINUS = "\u2212"
-
-
-@dataclass(frozen=True)
-class Minimums:
-    """The least a machine of one kind must offer; the jobs tiers extend this table."""
-
-    label: str
-    cpu_mhz: int
-    memory_mb: int
-    disk_mb: int
-    vram_mb_per_gpu: int = 0
-
-
-CPU_ONLY = Minimums("a CPU-only machine", cpu_mhz=2_000, memory_mb=4_096, disk_mb=10_240)
-GPU_MACHINE = Minimums(
-    "a GPU machine", cpu_mhz=3_000, memory_mb=8_192, disk_mb=51_200, vram_mb_per_gpu=4_096
-)
-MACHINE_MINIMUMS: dict[str, Minimums] = {"cpu": CPU_ONLY, "gpu": GPU_MACHINE}
 
 CARDANO_NODE_MEMORY_MB = 10_000
 CARDANO_NODE_CPU_MHZ = 6_000

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine import api
 
 if TYPE_CHECKING:
-    from engine.network.peers import PeerInfo
+    from engine.domain.peer_info import PeerInfo
 
 StreamHandler = Callable[[Any], Awaitable[None]]
 

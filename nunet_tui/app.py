@@ -62,7 +62,7 @@ from nunet_tui.viewmodels.node import NetworkState, NetworkView, NodeView
 if TYPE_CHECKING:
     from textual.command import Provider
 
-    from engine.notify import Notice, NoticeFilter
+    from engine.notices import Notice, NoticeFilter
     from nunet_tui.presets import Preset
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
@@ -377,7 +377,7 @@ class NunetApp(App[None]):
 
     def _notice(self, event: Event) -> Notice | None:
         if self._notices is None:
-            from engine.notify import NoticeFilter
+            from engine.notices import NoticeFilter
 
             self._notices = NoticeFilter(since=self._notices_since)
         return self._notices.observe(event)

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from engine.jobs.tunnel_frames import (
+from engine.domain.tunnel_frames import (
     SHELL_DATA,
     SHELL_EOF,
     SHELL_EXIT,

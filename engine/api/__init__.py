@@ -83,11 +83,8 @@ from engine.api.network import (
     ListPeers,
     NetworkChanged,
     NetworkStatus,
-    Peer,
     PeerChanged,
-    PeerGpu,
     PeerList,
-    PeerResources,
 )
 from engine.api.node import (
     DEFAULT_CHANNEL,
@@ -147,21 +144,16 @@ from engine.api.payments import (
     WalletShow,
 )
 from engine.api.resources import (
-    DEFAULT_POOL,
     CheckSpec,
     CustomAdd,
     CustomRemove,
-    CustomResource,
-    Group,
     GroupAdd,
     GroupRemove,
-    Pool,
     PoolAdd,
     PoolRemove,
     ResourceList,
     Resources,
     ResourcesChanged,
-    ResourceSpec,
     SpecAdd,
     SpecRemove,
 )
@@ -179,6 +171,16 @@ from engine.api.wire import (
     decode_event,
     decode_reply,
     to_builtins,
+)
+from engine.domain.offers import (
+    DEFAULT_POOL,
+    CustomResource,
+    Group,
+    Peer,
+    PeerGpu,
+    PeerResources,
+    Pool,
+    ResourceSpec,
 )
 
 __all__ = [

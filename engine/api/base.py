@@ -10,9 +10,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-
-class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Base of every plain data object the facade hands out."""
+from engine.domain.record import Record
 
 
 class Done(Record, frozen=True):

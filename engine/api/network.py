@@ -10,56 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from engine.api.base import Command, Done, Event, Record
-from engine.api.resources import Pool, ResourceSpec
-
-
-class PeerGpu(Record, frozen=True):
-    vendor: str
-    model: str
-    vram_mb: int
-
-
-class PeerResources(Record, frozen=True):
-    """A provider's offer (from its signed advert) and load (from its heartbeats)."""
-
-    cpu_mhz: int = 0
-    memory_mb: int = 0
-    disk_mb: int = 0
-    gpus: tuple[PeerGpu, ...] = ()
-    prices: dict[str, float] = msgspec.field(default_factory=dict)  # tier -> NTX per hour
-    executors: tuple[str, ...] = ()
-    frameworks: tuple[str, ...] = ()
-    version: str = ""
-    slots: int = 1
-    shell: bool = True  # the provider lets consumers open `job shell` into their jobs
-    free_cpu_mhz: int | None = None
-    free_memory_mb: int | None = None
-    free_gpus: int | None = None
-    free_vram_mb: int | None = None
-    running_jobs: int | None = None
-    ntx_claimed: float | None = None  # NTX the provider has claimed from escrows (heartbeat)
-    uptime_s: float | None = None
-    # Issue 12: the resource specs it sells (empty: none defined, its tiers' prices stand for
-    # NuNet's default specs) and the pools that reserve some of them (members: peer ids).
-    specs: tuple[ResourceSpec, ...] = ()
-    pools: tuple[Pool, ...] = ()
-
-
-class Peer(Record, frozen=True):
-    peer_id: str
-    addrs: tuple[str, ...] = ()
-    relayed: bool = False
-    latency_ms: float | None = None
-    channel: str = ""
-    resources: PeerResources | None = None
-    last_seen: float = 0.0
-    last_heartbeat: float | None = None
-    # We talked to it directly (a connection proved its key); False: known from relayed
-    # adverts only, which anyone can forward (issue 21; engine/network/peers.py).
-    verified: bool = False
-    # The provider's name from its signed advert ("" without one; engine/domain/peer_names.py):
-    # never shown alone, always with the peer id (``peer_label``).
-    display_name: str = ""
+from engine.domain.offers import Peer
 
 
 class PeerList(Record, frozen=True):

@@ -2,61 +2,16 @@
 pools of consumers who may use them, and the commands that edit them.
 
 Data here; the rules (``check_spec`` and friends) and the file they live in are in
-engine/resources/specs.py; the handlers in engine/resources/commands.py. Every amount is an
+engine/domain/specs.py (the file: engine/resources/spec_file.py); the records themselves in
+engine/domain/offers.py; the handlers in engine/resources/commands.py. Every amount is an
 ``int`` in NTX base units (1 NTX = 1_000_000).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from engine.api.base import Command, Event, Record
 from engine.api.node import Capacity, Validation
-
-DEFAULT_POOL = "default"  # open to everyone; never defined, never removed
-
-CustomKind = Literal["gpu", "accelerator"]
-
-
-class CustomResource(Record, frozen=True):
-    """A provider's name for resources: detected GPUs regrouped (``from_gpus``: their
-    indexes) or an accelerator detection does not know (``from_gpus`` None: declared)."""
-
-    name: str
-    kind: CustomKind = "gpu"
-    count: int = 1
-    from_gpus: tuple[int, ...] | None = None
-    vram_mb: int = 0
-    model: str = ""
-
-
-class ResourceSpec(Record, frozen=True):
-    """What a consumer picks: resources and a price per machine-hour, in one pool."""
-
-    name: str
-    cpu_cores: int
-    ram_mb: int
-    price_units_hour: int
-    disk_mb: int = 0
-    gpus: int = 0
-    gpu_resource: str | None = None  # a custom resource's name (None: any onboarded GPU)
-    min_charge_units: int = 0
-    pool: str = DEFAULT_POOL
-
-
-class Group(Record, frozen=True):
-    """A named set of consumers' peer ids, filled by the provider."""
-
-    name: str
-    members: tuple[str, ...] = ()
-
-
-class Pool(Record, frozen=True):
-    """Who may use the specs in this pool: peer ids, and the members of named groups."""
-
-    name: str
-    members: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
+from engine.domain.offers import CustomResource, Group, Pool, ResourceSpec
 
 
 class Resources(Record, frozen=True):

@@ -6,7 +6,7 @@ each tier a minimum and maximum CPU, RAM and GPU VRAM plus a GPU power and usage
 price range. The document gives the structure; its figures are not reproduced in anything we
 can check, so the figures below are ours, chosen to match common machines (a Low job fits a
 2-core laptop, a High GPU job a 24 GB card) and documented here as the single source: the TUI
-shows this table, admission (engine/jobs/admission.py) uses the minimums, executors enforce
+shows this table, admission (engine/domain/admission.py) uses the minimums, executors enforce
 the maximums. What a provider charges is its own price per tier (admission.units_for).
 """
 

@@ -25,21 +25,20 @@ import msgspec
 import trio
 
 from engine import api
-from engine.api import ResourceSpec
+from engine.api import ResourceSpec, notebooks
 from engine.context import NodeContext
 from engine.domain import safe_paths
+from engine.domain.admission import budget_units, max_minutes, quote_units
+from engine.domain.matching import NoMatch, match
+from engine.domain.peer_info import MISSED_HEARTBEATS
 from engine.domain.ratelimit import PeerRateLimiter
 from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.identity import short_peer_id
-from engine.jobs import notebooks
 from engine.jobs import protocol as p
-from engine.jobs.admission import budget_units, max_minutes, quote_units
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.live_usage import JobRings
-from engine.jobs.matching import NoMatch, match
 from engine.jobs.results import safe_unpack, sha256_file, verify
-from engine.network.peers import MISSED_HEARTBEATS
 from engine.ports import EscrowPort, NetworkPort, PeerLink
 from oracle_client.ntx import ESTIMATE, LOCKED, UNITS_PER_NTX, format_ntx, ntx_of
 
@@ -222,7 +221,7 @@ class ConsumerJobs:
                 f"job name of {len(spec.name)} characters: give at most {p.MAX_JOB_NAME_CHARS}",
             )
         service = self._service()
-        from engine.network.link import to_api_peer
+        from engine.domain.peer_info import to_api_peer
 
         peers = [to_api_peer(info) for info in service.peers()]
         self._progress(

@@ -1,7 +1,7 @@
 """The provider's side of the job protocol: quote, accept, run, stream, resume.
 
 Admission (what a job needs, what it costs) follows the rules the consumer's matcher uses
-(engine/jobs/admission.py), judged on the figures this provider advertises about itself.
+(engine/domain/admission.py), judged on the figures this provider advertises about itself.
 
 Strangers are bounded: a stream must bring its request within ``FIRST_FRAME_S`` and within
 ``p.MAX_REQUEST_BYTES``; a peer holds at most ``STREAMS_PER_PEER`` job streams; offers are
@@ -35,15 +35,17 @@ import trio
 from engine import api
 from engine.context import NodeContext
 from engine.domain import safe_paths
+from engine.domain.admission import Needs, Verdict, judge, max_minutes
+from engine.domain.charges import metered_units
 from engine.domain.fetch_policy import FetchPolicy
 from engine.domain.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
 from engine.domain.spec import FRAMEWORKS, JobSpec, validate_spec
+from engine.domain.specs import sold
 from engine.domain.tiers import estimate_resource
 from engine.errors import EngineError
 from engine.jobs import live_usage, runs
 from engine.jobs import protocol as p
 from engine.jobs import workspace_retention as wr
-from engine.jobs.admission import Needs, Verdict, judge, max_minutes
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import (
     Executor,
@@ -53,12 +55,11 @@ from engine.jobs.executors.base import (
     limits_for,
 )
 from engine.jobs.joblog import JobLog, JobLogs
-from engine.jobs.metering import metered_units
 from engine.jobs.script_fetch import fetch_script
 from engine.jobs.tunnel import TunnelServer
 from engine.ports import Committed, EscrowPort, NetworkPort
 from engine.resources.capacity import detect_machine, onboarded_capacity
-from engine.resources.specs import ResourceFile, sold
+from engine.resources.spec_file import ResourceFile
 from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs.provider")

@@ -16,11 +16,11 @@ import trio
 
 from engine import api
 from engine.context import NodeContext
+from engine.domain.charges import metered_units
 from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
-from engine.jobs.metering import metered_units
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
@@ -118,8 +118,8 @@ class NodeJobs:
 
     def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts: serve the job protocol on its host."""
+        from engine.domain.tunnel_frames import TUNNEL_PROTOCOL
         from engine.jobs.protocol import JOB_PROTOCOL
-        from engine.jobs.tunnel_frames import TUNNEL_PROTOCOL
 
         link.set_stream_handler(JOB_PROTOCOL, self.provider.handle)
         link.set_stream_handler(TUNNEL_PROTOCOL, self.provider.tunnels.handle)
@@ -134,7 +134,7 @@ class NodeJobs:
         """What this node ran and bought, and the metered NTX of its ended jobs: the figure
         each job's own views show (issue 20 §9), its escrow's (the signed receipt's charge,
         ``escrowed`` by role and job id) where it has one, else its own record's
-        (metering.metered_units)."""
+        (domain/charges.py ``metered_units``)."""
         escrowed = escrowed or {}
         totals: dict[str, Any] = {"jobs_run": 0, "cpu_mticks_run": 0.0, "jobs_bought": 0}
         run = bought = 0

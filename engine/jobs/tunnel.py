@@ -42,8 +42,7 @@ from engine.context import NodeContext
 from engine.domain import wire
 from engine.domain.ratelimit import ScopedStreamLimiter, remote_host
 from engine.domain.safe_text import safe
-from engine.errors import EngineError
-from engine.jobs.tunnel_frames import (
+from engine.domain.tunnel_frames import (
     CHUNK,
     HEADER_S,
     MAX_HEADER_BYTES,
@@ -61,6 +60,7 @@ from engine.jobs.tunnel_frames import (
     seal,
     shell_frame,
 )
+from engine.errors import EngineError
 from engine.jobs.tunnel_relay import (
     Activity,
     Pipe,

@@ -31,12 +31,10 @@ from engine import api
 from engine.context import NodeContext
 from engine.domain import wire
 from engine.domain.safe_text import safe
-from engine.errors import EngineError
-from engine.identity import Identity
-from engine.jobs.executors.base import JOB_CONNECT_S
-from engine.jobs.tunnel_frames import (
+from engine.domain.tunnel_frames import (
     ANSWER_S,
     HEADER_S,
+    JOB_CONNECT_S,
     MAX_HEADER_BYTES,
     SHELL_IDLE_S,
     STREAMS_PER_JOB,
@@ -46,6 +44,8 @@ from engine.jobs.tunnel_frames import (
     decode_answer,
     seal,
 )
+from engine.errors import EngineError
+from engine.identity import Identity
 from engine.jobs.tunnel_relay import StreamPipe, TrioPipe, relay, reset
 
 if TYPE_CHECKING:

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import api
+from engine.api.notebooks import is_notebook
 from engine.domain import safe_paths
 from engine.errors import EngineError
-from engine.jobs.notebooks import JOB_FILES, is_notebook, remove_job_paths
+from engine.jobs.notebooks import JOB_FILES, remove_job_paths
 
 log = logging.getLogger("nunet.jobs")
 

@@ -19,6 +19,7 @@ import trio
 from engine import api
 from engine.context import NodeContext
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo, to_api_peer
 from engine.errors import EngineError
 from engine.network import supervise
 from engine.network.chat import (
@@ -31,7 +32,6 @@ from engine.network.chat import (
 from engine.network.chat_quarantine import ChatQuarantine
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
-from engine.network.peers import PeerInfo
 from engine.network.service import NetworkService
 from engine.ports import JobsPort, NodeFacts, TotalsPort
 
@@ -263,8 +263,9 @@ class NodeNetwork:
     ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
         """The specs this provider sells (issue 12); none when its resources file does not
         read: its own admission then refuses every offer, so nothing is sold by mistake."""
+        from engine.domain.specs import sold
         from engine.resources.capacity import onboarded_capacity
-        from engine.resources.specs import ResourceFile, sold
+        from engine.resources.spec_file import ResourceFile
 
         try:
             book = ResourceFile(self.ctx.paths.resources_file).load()
@@ -573,53 +574,6 @@ class NodeNetwork:
             contained_failures=supervise.FAILURES.snapshot(),
             **jobs,
         )
-
-
-def to_api_peer(info: PeerInfo) -> api.Peer:
-    advert, beat = info.advert, info.heartbeat
-    resources: api.PeerResources | None = None
-    if advert is not None or beat is not None:
-        resources = api.PeerResources(
-            cpu_mhz=advert.cpu_mhz if advert else (beat.cpu_mhz if beat else 0),
-            memory_mb=advert.ram_mb if advert else (beat.ram_mb if beat else 0),
-            disk_mb=advert.disk_mb if advert else 0,
-            gpus=tuple(
-                api.PeerGpu(vendor=g.vendor, model=g.model, vram_mb=g.vram_mb)
-                for g in (advert.gpus if advert else ())
-            ),
-            prices=dict(advert.prices) if advert else {},
-            executors=tuple(advert.executors) if advert else (),
-            frameworks=tuple(advert.frameworks) if advert else (),
-            version=advert.version if advert else "",
-            slots=advert.slots if advert else 1,
-            shell=not advert.no_shell if advert else True,
-            free_cpu_mhz=beat.free_cpu_mhz if beat else None,
-            free_memory_mb=beat.free_ram_mb if beat else None,
-            free_gpus=beat.free_gpus if beat else None,
-            free_vram_mb=beat.free_vram_mb if beat else None,
-            running_jobs=beat.running_jobs if beat else None,
-            ntx_claimed=beat.ntx_claimed / 1_000_000 if beat else None,
-            uptime_s=beat.uptime_s if beat else None,
-            specs=_convert(advert.specs, tuple[api.ResourceSpec, ...]) if advert else (),
-            pools=_convert(advert.pools, tuple[api.Pool, ...]) if advert else (),
-        )
-    return api.Peer(
-        peer_id=info.peer_id,
-        addrs=tuple(info.addrs),
-        relayed=info.relayed,
-        latency_ms=info.latency_ms,
-        channel=info.channel,
-        resources=resources,
-        last_seen=info.last_seen,
-        last_heartbeat=beat.at if beat else None,
-        verified=info.verified,
-        display_name=advert.display_name if advert else "",
-    )
-
-
-def _convert(items: Any, into: Any) -> Any:
-    """An advert's specs or pools as the facade's records (same fields, checked on decode)."""
-    return msgspec.convert(items, into, from_attributes=True)
 
 
 def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:

@@ -22,31 +22,15 @@ from collections.abc import Callable
 
 import msgspec
 
+from engine.domain.peer_info import MISSED_HEARTBEATS, PeerInfo
 from engine.domain.wire import Advert, Heartbeat
 from engine.network.addrs import subnet_of
 
-MISSED_HEARTBEATS = 3
 MAX_PEERS = 512
 SUBNET_QUOTA = 32
 # Remembered drops (peer id -> advert seq, and kept adverts): bounded too, oldest forgotten
 # first, or a flood of fresh identities would grow them instead of the table.
 MAX_FORGOTTEN = 4096
-
-
-class PeerInfo(msgspec.Struct, frozen=True, kw_only=True):
-    peer_id: str
-    addrs: tuple[str, ...] = ()
-    relayed: bool = False
-    latency_ms: float | None = None
-    channel: str = ""
-    advert: Advert | None = None
-    heartbeat: Heartbeat | None = None
-    last_seen: float = 0.0
-    verified: bool = False  # we talked to it directly (see the module docstring)
-
-    @property
-    def direct(self) -> bool:
-        return not self.relayed
 
 
 PeerChange = Callable[[str, PeerInfo | None], None]  # (peer id, new info or None when gone)

@@ -25,6 +25,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from engine.config import NetworkSettings
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo
 from engine.identity import Identity
 from engine.network import adverts, supervise
 from engine.network import host as hostmod
@@ -34,7 +35,7 @@ from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
-from engine.network.peers import PeerInfo, PeerTable
+from engine.network.peers import PeerTable
 from engine.network.record_book import StoreBounds
 
 log = logging.getLogger("nunet.network")

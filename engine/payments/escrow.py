@@ -41,8 +41,8 @@ import trio
 
 from engine import api
 from engine.context import NodeContext
+from engine.domain.charges import charge_units
 from engine.errors import EngineError
-from engine.jobs.metering import charge_units
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
 from oracle_client import billing
@@ -792,7 +792,7 @@ def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
     # resume, and the work redone after the checkpoint, are in none of them.
     spans = job.run_spans_ms(time.time())
     subtasks = billing.runs(spans)
-    # The one charge every figure of the job shows (engine/jobs/metering.py, issue 20 §9).
+    # The one charge every figure of the job shows (engine/domain/charges.py, issue 20 §9).
     charge = charge_units(job, billing.machine_time_ms(subtasks), cap=amount)
     if charge is None or not spans:  # no price: the whole lock; never started: nothing
         charge = billing.charge(price, 0, min_charge=min_charge, cap=amount, started=bool(spans))

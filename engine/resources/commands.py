@@ -1,5 +1,5 @@
 """The resources room (issue 12): ``resource list`` and the commands that define what a
-provider sells. Every change is checked by engine/resources/specs.py (the validator the CLI
+provider sells. Every change is checked by engine/domain/specs.py (the validator the CLI
 and the TUI use too), saved atomically, and then re-advertised (``changed``)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import msgspec
 from engine import api
 from engine.commands import Handlers
 from engine.context import NodeContext
+from engine.domain import specs as rs
 from engine.errors import EngineError, FieldProblem
-from engine.resources import specs as rs
 from engine.resources.capacity import onboarded_capacity
+from engine.resources.spec_file import ResourceFile
 
 T = TypeVar("T", api.ResourceSpec, api.CustomResource, api.Pool, api.Group)
 
@@ -30,7 +31,7 @@ class ResourceRoom:
         self.ctx = ctx
         self._full = full
         self._changed = changed
-        self.file = rs.ResourceFile(ctx.paths.resources_file)
+        self.file = ResourceFile(ctx.paths.resources_file)
 
     def commands(self) -> Handlers:
         return {

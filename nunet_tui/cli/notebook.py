@@ -1,6 +1,6 @@
 """``nunet-tui notebook create | list | open | stop | delete``: JupyterLab on a provider.
 
-A notebook is a service job (engine/jobs/notebooks.py): ``create`` submits it with a token
+A notebook is a service job (engine/api/notebooks.py): ``create`` submits it with a token
 made here, ``open`` forwards its JupyterLab port through the node's tunnel (until the job
 ends) and prints the local URL with the token, waiting until JupyterLab answers; ``stop``
 ends it (its notebooks/ come back as results: ``job results ID -o DIR``); ``delete`` removes
@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from engine import api
+from engine.api import notebooks as nb
 from engine.client import EngineClient
 from engine.errors import EngineError
-from engine.jobs import notebooks as nb
 from nunet_tui.cli.job_output import UsageError, framework
 from nunet_tui.cli.job_tunnel import TUNNEL_WAIT_S
 from nunet_tui.cli.output import show, show_json

@@ -2,7 +2,7 @@
 what this provider sells (issue 12).
 
 Each command asks the engine (engine/resources/commands.py), which checks it with the same
-validator as the TUI's form (engine/resources/specs.py) and answers with the whole listing:
+validator as the TUI's form (engine/domain/specs.py) and answers with the whole listing:
 printed as a table, or as one JSON object with ``--json`` (amounts in base units,
 ``price_units_hour`` and ``min_charge_units``). Prices are typed in NTX ("2.4"), exactly.
 """

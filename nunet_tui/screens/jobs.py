@@ -30,8 +30,8 @@ from engine.api import (
     ListJobs,
     RewardList,
 )
+from engine.domain.charges import metered_units
 from engine.errors import EngineError
-from engine.jobs.metering import metered_units
 from nunet_tui.format import ago, safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens import job_resubmit

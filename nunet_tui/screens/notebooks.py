@@ -1,6 +1,6 @@
 """``b``: your JupyterLab notebooks (consumer mode): create, open, stop, delete.
 
-One row per notebook (engine/jobs/notebooks.py: a service job running JupyterLab): its id,
+One row per notebook (engine/api/notebooks.py: a service job running JupyterLab): its id,
 state, name, local URL (while forwarded) and provider. ``n`` starts one (the demo's
 launcher, or a URL you give), ``o`` forwards it to 127.0.0.1, copies the URL with its token
 and opens it in the browser, ``s`` stops it (its notebooks/ come back as results), ``d``
@@ -21,8 +21,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Static
 
 from engine import api
+from engine.api import notebooks as nb
 from engine.errors import EngineError
-from engine.jobs import notebooks as nb
 from nunet_tui.format import safe, table_cell
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import FILTER_BINDING, HELP_BINDING, FilteredTableScreen

@@ -28,8 +28,8 @@ from engine.api import (
     WalletInfo,
     WalletShow,
 )
+from engine.domain.machines import CPU_ONLY  # the placeholders suggest values the form accepts
 from engine.errors import EngineError
-from engine.onboarding import CPU_ONLY  # the placeholders suggest values the form accepts
 from nunet_tui.format import TIMES, mb, mhz, problem_lines, safe
 from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.node_header import NodeHeader

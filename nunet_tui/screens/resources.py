@@ -8,7 +8,7 @@ groups.
 
 ``n`` new, ``e``/Enter edit, ``d`` delete (asks first), ``ctrl+s`` save, Esc cancel. Every
 field is checked as it is typed by the engine's own rules (viewmodels/resources.py on
-engine/resources/specs.py); the engine checks again when it saves, and its problems land
+engine/domain/specs.py); the engine checks again when it saves, and its problems land
 under the same fields. On a narrow terminal the form takes the table's place while it is
 open; on a wide one it stands beside the table.
 """

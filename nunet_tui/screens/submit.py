@@ -3,7 +3,7 @@
 Everything on the right explains itself as you type: the tier's resources (``estimate_resource``,
 the one tier table of engine/domain/tiers.py, shown whole), NuNet's static NTX estimate
 (``static_ntx``), and "Who can run it": every known provider with ✓ and its price for this job,
-or ✗ and every reason it cannot (``engine.jobs.matching.match``, the engine's own pure
+or ✗ and every reason it cannot (``engine.domain.matching.match``, the engine's own pure
 function, on the peers of ``ListPeers``). Each field shows ``validate_spec``'s problems once it
 has been touched. Enter on a provider picks it by hand (again: back to the best match).
 
@@ -30,9 +30,9 @@ from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
+from engine.domain.matching import Candidate, MatchResult
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.errors import EngineError
-from engine.jobs.matching import Candidate, MatchResult
 from nunet_tui.format import safe
 from nunet_tui.messages import EngineUpdate
 from nunet_tui.presets import MAX_PRESETS, Preset

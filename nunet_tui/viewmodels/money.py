@@ -8,7 +8,7 @@ lock), and, once settled, what was ``paid`` to the provider and ``refunded`` to 
 Where they come from, best first: the escrow record (the provider's signed machine time and
 the settlement on the chain: ``metered_units``, ``paid_units``, ``refunded_units``,
 ``settle_tx``), then the job's own billing fields (``estimate_units``, ``lock_units``, and the
-metered charge: engine/jobs/metering.py ``metered_units``, the receipt's charge from its start
+metered charge: engine/domain/charges.py ``metered_units``, the receipt's charge from its start
 and end, which the engine's totals and notices read too), then the older float figures
 (``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
 Escrow records older than billing settled all or nothing: a claim paid the whole lock, a
@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.api import ESCROW_OPEN_STATES, TERMINAL_STATES, EscrowInfo, JobInfo
+from engine.domain.charges import charge_units, metered_units
+from engine.domain.charges import machine_ms as run_machine_ms
 from engine.domain.safe_text import safe
-from engine.jobs.metering import charge_units, metered_units
-from engine.jobs.metering import machine_ms as run_machine_ms
 from oracle_client import billing
 from oracle_client.ntx import format_ntx, format_rate, units_of
 

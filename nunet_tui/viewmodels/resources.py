@@ -1,7 +1,7 @@
 """The Resources screen's forms as data: what each tab edits, how its fields read as a record,
 and which problems each field shows as you type. No Textual here.
 
-The rules are the engine's own (engine/resources/specs.py ``check_spec``, ``check_custom``,
+The rules are the engine's own (engine/domain/specs.py ``check_spec``, ``check_custom``,
 ``check_pool``, ``check_group``: the same the CLI and the engine command apply), run here on
 the last ``Resources`` listing so a field says what is wrong while it is typed; the engine
 checks again when the record is saved. Prices are typed in NTX and read exactly
@@ -162,7 +162,7 @@ def check(
     kind: Kind, record: Record, listing: Resources, *, replace: bool
 ) -> tuple[Problems, list[str]]:
     """Each field's problems by the engine's rules, and those of no field."""
-    from engine.resources import specs as rules
+    from engine.domain import specs as rules
 
     if isinstance(record, ResourceSpec):
         found = rules.check_spec(

@@ -10,11 +10,11 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
+from engine.domain.admission import max_minutes
+from engine.domain.matching import Candidate
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.domain.spec import TIERS, JobSpec
 from engine.domain.tiers import estimate_resource, static_ntx
-from engine.jobs.admission import max_minutes
-from engine.jobs.matching import Candidate
 from nunet_tui.format import DASH, safe, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
 from oracle_client.ntx import digits, format_ntx, format_rate, units_of

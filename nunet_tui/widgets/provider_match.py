@@ -1,5 +1,5 @@
 """The "Who can run it" panel of the submit form: every known provider with ✓ and its price
-for this job, or ✗ and every reason it cannot (``engine.jobs.matching.match``, the engine's
+for this job, or ✗ and every reason it cannot (``engine.domain.matching.match``, the engine's
 own pure function). Enter on one posts ``ProviderMatch.Picked``; the screen decides.
 
 Like every list it sorts and filters (``sortable_table.TableSort``), as Vast.ai's offer
@@ -22,9 +22,9 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.api import Peer
+from engine.domain.matching import Candidate, MatchResult, match
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.domain.spec import JobSpec
-from engine.jobs.matching import Candidate, MatchResult, match
 from nunet_tui.format import (
     DASH,
     TIMES,

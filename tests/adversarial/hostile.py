@@ -23,10 +23,10 @@ from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo
 from engine.domain.spec import FRAMEWORKS
 from engine.identity import Identity
 from engine.network.heartbeat import HeartbeatFigures
-from engine.network.peers import PeerInfo
 
 T = TypeVar("T")
 JOB_PROTOCOL = "/nunet/job/1.0.0"

@@ -11,9 +11,9 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
+from engine.domain import tunnel_frames as t
 from engine.domain import wire
 from engine.identity import Identity
-from engine.jobs import tunnel_frames as t
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import run_cli
 from tests.daemon_harness import Daemon, wait_for

@@ -1,4 +1,4 @@
-"""Notebooks without a network: their specs, records and URLs (engine/jobs/notebooks.py), the
+"""Notebooks without a network: their specs, records and URLs (engine/api/notebooks.py), the
 provider's deletion of a finished job's files on a real folder tree (links planted by the job,
 a stored path that points elsewhere), the launcher's token redaction, and the Gradio chat
 example's memory (its functions; gradio itself is never imported here)."""
@@ -17,10 +17,10 @@ import msgspec
 import pytest
 
 from engine import api
+from engine.api import notebooks as nb
 from engine.config import Paths
 from engine.domain.spec import JobSpec, load_job_file, validate_spec
 from engine.errors import EngineError
-from engine.jobs import notebooks as nb
 from engine.store import Store
 from tests.conftest import REPO, run_cli
 

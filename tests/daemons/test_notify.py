@@ -22,7 +22,8 @@ from engine import api
 from engine.config import NotifySettings
 from engine.domain.spec import JobSpec
 from engine.facade import Engine
-from engine.notify import NoticeFilter, Notifier, redact_url
+from engine.notices import NoticeFilter
+from engine.notify import Notifier, redact_url
 from tests.conftest import MACHINE_TOML, TEST_ADDRESS, make_home
 from tests.daemon_harness import Daemon, daemons, wait_for
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from engine import api
-from engine.jobs import metering
+from engine.domain import charges
 from oracle_client import billing
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.daemons.test_jobs_e2e import _pair, _state, scripts
@@ -72,7 +72,7 @@ def test_two_specs_quote_and_bill_at_their_own_prices(
         # would sign, the same on both sides and in the metering record (issue 20 §9).
         # Its runs, less the time checkpoints held them frozen (issue 20 §7).
         record = {f.name: job[f.name] for f in msgspec.structs.fields(api.JobInfo) if f.name in job}
-        machine_ms = metering.machine_ms(msgspec.convert(record, api.JobInfo)) or 0
+        machine_ms = charges.machine_ms(msgspec.convert(record, api.JobInfo)) or 0
         charge = billing.charge(
             job["price_units_hour"],
             machine_ms,

@@ -16,9 +16,9 @@ import trio
 import trio.testing
 
 from engine import api
+from engine.domain import tunnel_frames as t
 from engine.domain.spec import JobSpec, offer_spec, validate_spec
 from engine.identity import Identity
-from engine.jobs import tunnel_frames as t
 from engine.jobs import tunnel_relay
 from nunet_tui.cli.job_tunnel import LEASE_S
 from tests.conftest import FIXED_SEED, run_cli
@@ -416,7 +416,7 @@ def test_an_advert_names_shells_only_when_they_are_off() -> None:
 
 
 def test_matching_keeps_jobs_that_want_a_shell_off_providers_that_refuse_them() -> None:
-    from engine.jobs.admission import Needs, judge
+    from engine.domain.admission import Needs, judge
 
     res = api.PeerResources(
         cpu_mhz=8000,

@@ -38,10 +38,11 @@ from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo
 from engine.identity import Identity
 from engine.network import host as hostmod
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
-from engine.network.peers import PeerInfo, PeerTable
+from engine.network.peers import PeerTable
 from engine.network.service import NetworkService
 from tests.engine.test_network_service import Hooks, wait_until
 

@@ -12,10 +12,10 @@ from nacl.signing import SigningKey
 
 from engine.config import NetworkSettings
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo
 from engine.identity import Identity
 from engine.network import adverts
 from engine.network.heartbeat import HeartbeatFigures
-from engine.network.peers import PeerInfo
 from engine.network.service import NetworkService
 
 

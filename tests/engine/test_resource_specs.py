@@ -1,4 +1,4 @@
-"""What a provider sells (engine/resources/specs.py): the one validator, bounded by the
+"""What a provider sells (engine/domain/specs.py): the one validator, bounded by the
 onboarded capacity, the file it is kept in, and NuNet's tiers as the default specs."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 from nacl.signing import SigningKey
 
 from engine import api
+from engine.domain import specs as rs
 from engine.errors import EngineError
 from engine.facade import Engine
 from engine.identity import Identity
-from engine.resources import specs as rs
+from engine.resources.spec_file import ResourceFile
 from oracle_client.ntx import units_of
 from tests.conftest import TEST_ADDRESS
 
@@ -167,7 +168,7 @@ def test_default_specs_are_the_tiers_at_the_configured_prices_in_exact_units() -
 
 
 def test_the_file_round_trips_atomically(tmp_path: Path) -> None:
-    file = rs.ResourceFile(tmp_path / "config" / "resources.json")
+    file = ResourceFile(tmp_path / "config" / "resources.json")
     assert file.load() == rs.ResourceBook()
     book = rs.ResourceBook(
         specs=(spec(pool="p"),),
@@ -175,7 +176,7 @@ def test_the_file_round_trips_atomically(tmp_path: Path) -> None:
     )
     file.save(book)
     assert file.load() == book
-    assert rs.ResourceFile(file.path).load() == book  # read afresh from disk
+    assert ResourceFile(file.path).load() == book  # read afresh from disk
     assert os.stat(file.path).st_mode & 0o777 == 0o600
     assert [p.name for p in file.path.parent.iterdir()] == ["resources.json"]  # no temporary
 
@@ -183,7 +184,7 @@ def test_the_file_round_trips_atomically(tmp_path: Path) -> None:
 def test_a_bad_file_is_a_clear_error_and_is_never_written_over(tmp_path: Path) -> None:
     path = tmp_path / "resources.json"
     path.write_text('{"specs": [{"name": "x"}]}', encoding="utf-8")
-    file = rs.ResourceFile(path)
+    file = ResourceFile(path)
     with pytest.raises(EngineError) as info:
         file.load()
     assert info.value.code == "resources_file" and str(path) in info.value.message
@@ -194,7 +195,7 @@ def test_a_bad_file_is_a_clear_error_and_is_never_written_over(tmp_path: Path) -
     # A hand edit that no door would let in (a spec in a pool never defined) is refused too.
     path.write_text(json.dumps({"specs": [api.to_builtins(spec(pool="ghost"))]}), "utf-8")
     with pytest.raises(EngineError) as info:
-        rs.ResourceFile(path).load()
+        ResourceFile(path).load()
     assert "no pool named 'ghost'" in info.value.message
 
 

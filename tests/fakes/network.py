@@ -14,11 +14,11 @@ import trio
 
 from engine import api
 from engine.domain import wire
+from engine.domain.peer_info import PeerInfo
 from engine.domain.ratelimit import PeerRateLimiter
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.network.peers import PeerInfo
 from engine.ports import StreamHandler
 
 

@@ -14,9 +14,9 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from engine import api
+from engine.api import notebooks as nb
 from engine.config import Paths
 from engine.facade import Engine
-from engine.jobs import notebooks as nb
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen

@@ -1,6 +1,6 @@
 """The provider's Resources screen (``e``) on a real embedded engine: specs, custom resources
 and pools created, edited and deleted, each field checked as it is typed by the engine's own
-rules (engine/resources/specs.py), at 80x24 and 160x48."""
+rules (engine/domain/specs.py), at 80x24 and 160x48."""
 
 from __future__ import annotations
 

@@ -14,17 +14,17 @@ from nacl.signing import SigningKey
 from engine import api
 from engine.config import JobSettings
 from engine.domain import wire
+from engine.domain.admission import Needs, job_cost, judge, price_of
+from engine.domain.matching import match
+from engine.domain.peer_info import PeerInfo
 from engine.domain.ratelimit import StreamLimiter
 from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.jobs.admission import Needs, job_cost, judge, price_of
 from engine.jobs.consumer import ConsumerJobs
-from engine.jobs.matching import match
 from engine.jobs.metering import Usage
 from engine.jobs.provider import ProviderJobs, QuoteBook
-from engine.network.peers import PeerInfo
 from tests.fakes.context import make_context, onboard
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.executor import FakeIdleExecutor

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from engine.api import Peer, PeerGpu, PeerResources
+from engine.domain.admission import job_cost, price_of
+from engine.domain.matching import NoMatch, match
 from engine.domain.spec import JobSpec
 from engine.domain.tiers import TABLE, estimate_resource, static_ntx
 from engine.errors import EngineError
-from engine.jobs.admission import job_cost, price_of
 from engine.jobs.executors.base import limits_for
-from engine.jobs.matching import NoMatch, match
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
 PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
@@ -158,7 +158,7 @@ def test_no_match_lists_the_reasons() -> None:
 def test_ten_thousand_adverts_are_each_judged_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Behaviour, not a timing (bench/jobs_matching.py prints the time: goal 50 ms): every
     advert is judged exactly once, and what a job needs is worked out once, not per peer."""
-    import engine.jobs.matching as matching
+    import engine.domain.matching as matching
 
     judged: list[str] = []
     needs: list[object] = []

@@ -6,9 +6,10 @@ from __future__ import annotations
 import msgspec
 
 from engine import api
+from engine.domain.charges import metered_units
 from engine.domain.spec import JobSpec
-from engine.jobs.metering import Meter, metered_units
-from engine.notify import NoticeFilter
+from engine.jobs.metering import Meter
+from engine.notices import NoticeFilter
 from engine.payments.escrow import billing_fields
 from nunet_tui.viewmodels.money import job_figures
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine.api import Capacity, GpuInfo
+from engine.domain.machines import CPU_ONLY, GPU_MACHINE
 from engine.errors import EngineError, ValidationReport
 from engine.onboarding import (
-    CPU_ONLY,
-    GPU_MACHINE,
     check_channel,
     format_mb,
     format_mhz,

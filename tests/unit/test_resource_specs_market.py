@@ -15,17 +15,17 @@ from nacl.signing import SigningKey
 
 from engine import api
 from engine.config import MachineSettings
+from engine.domain import specs as rs
 from engine.domain import wire
+from engine.domain.admission import Needs, judge, quote_units
+from engine.domain.matching import match
+from engine.domain.peer_info import PeerInfo, to_api_peer
 from engine.domain.spec import JobSpec, offer_spec, validate_spec
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.jobs.admission import Needs, judge, quote_units
 from engine.jobs.consumer import quoted_units
-from engine.jobs.matching import match
 from engine.jobs.provider import ProviderJobs
-from engine.network.link import to_api_peer
-from engine.network.peers import PeerInfo
-from engine.resources import specs as rs
+from engine.resources.spec_file import ResourceFile
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork
@@ -219,7 +219,7 @@ def _provider(tmp_path: Path, book: rs.ResourceBook) -> ProviderJobs:
     machine = MachineSettings(cpu_cores=8, cpu_mhz_per_core=2500)
     ctx.settings = msgspec.structs.replace(ctx.settings, machine=machine)
     onboard(ctx, memory_mb=16384, cpu_mhz=20000)
-    rs.ResourceFile(ctx.paths.resources_file).save(book)
+    ResourceFile(ctx.paths.resources_file).save(book)
     return ProviderJobs(ctx, {"process": FakeIdleExecutor()}, network=FakeNetwork)  # type: ignore[dict-item]
 
 

@@ -9,11 +9,11 @@ import re
 from typing import Any
 
 from engine import api
+from engine.domain.admission import Needs, judge, quote_units
 from engine.domain.spec import JobSpec
 from engine.jobs import protocol as p
-from engine.jobs.admission import Needs, judge, quote_units
 from engine.jobs.consumer import quoted_units
-from engine.notify import NoticeFilter
+from engine.notices import NoticeFilter
 from nunet_tui.screens.job_detail import _facts
 from oracle_client.ntx import format_ntx
 

@@ -5,9 +5,9 @@ provider answered at 18 s."""
 
 from __future__ import annotations
 
-from engine.jobs import tunnel_frames as tunnel
+from engine.domain import tunnel_frames as tunnel
+from engine.domain.tunnel_frames import JOB_CONNECT_S
 from engine.jobs.executors import docker_exec
-from engine.jobs.executors.base import JOB_CONNECT_S
 from nunet_tui.cli.job_tunnel import TUNNEL_WAIT_S
 
 

@@ -319,7 +319,7 @@ def test_resubmit_runs_an_ended_jobs_spec_as_a_new_job_with_a_notebooks_own_toke
 ) -> None:
     """Issue 22: the stored spec again, under a new id; a notebook's token (its provider saw
     it) is made anew; a job still running is refused."""
-    from engine.jobs.notebooks import TOKEN_ENV
+    from engine.api.notebooks import TOKEN_ENV
 
     provider = FakeProviderPeer(identity(2), total_ntx=0.25)
     consumer, link, _ = world(tmp_path, (provider, 1.0))

@@ -16,10 +16,10 @@ import trio.testing
 
 from engine import api
 from engine.domain import wire
+from engine.domain.matching import NoMatch
 from engine.domain.spec import GitSource, JobSpec, offer_spec
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
-from engine.jobs.matching import NoMatch
 from engine.jobs.provider import ProviderJobs
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.escrows import FakeEscrows

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import api
+from engine.api.notebooks import PORT_ENV, TOKEN_ENV
 from engine.domain.spec import JobSpec
 from engine.jobs import workspace_retention as wr
-from engine.jobs.notebooks import PORT_ENV, TOKEN_ENV
 from engine.store import Store
 from tests.engine.test_disk_quota import nest
 

@@ -71,10 +71,6 @@ class Limits:
     max_files: int | None = DEFAULT_MAX_FILES
 
 
-# The longest an executor takes to reach a job's port for a tunnel (the Docker executor's
-# forwarder, run by `docker exec` in the container): the consumer waits longer for the answer
-# (engine/jobs/tunnel_frames.py ANSWER_S).
-JOB_CONNECT_S = 15.0
 UNFREEZE_S = 60.0  # the longest a resume after a checkpoint may take (dockerd under load)
 # Ends a provider's jobs when the provider dies (SIGKILL included): run by path, with -I.
 ORPHAN_GUARD = Path(__file__).with_name("orphan_guard.py")

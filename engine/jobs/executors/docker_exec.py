@@ -22,8 +22,8 @@ from typing import Any
 
 import trio
 
+from engine.domain.tunnel_frames import JOB_CONNECT_S
 from engine.errors import EngineError
-from engine.jobs.executors.base import JOB_CONNECT_S
 
 # Runs as `python3 -c FORWARDER PORT` in the job's container. One byte 0 says "connected";
 # on failure it writes the reason to stderr and exits 1. Blocking I/O, one thread a way.

@@ -37,10 +37,10 @@ from typing import Any, Literal
 import trio
 
 from engine.domain import safe_paths
+from engine.domain.tunnel_frames import JOB_CONNECT_S
 from engine.errors import EngineError
 from engine.jobs.executors import sandbox
 from engine.jobs.executors.base import (
-    JOB_CONNECT_S,
     ORPHAN_GUARD,
     BaseExecutor,
     ExitStatus,

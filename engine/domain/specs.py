@@ -1,14 +1,15 @@
 """What a provider sells (issue 12): the rules for custom resources, resource specs, pools and
-groups, the file they are kept in, and NuNet's tiers as the default specs.
+groups, what the file they are kept in may hold, and NuNet's tiers as the default specs.
 
 One validator for every door: the CLI (``resource spec add``), the engine command
 (engine/resources/commands.py) and the TUI's form as you type all call ``check_spec`` and its
 siblings, which return every problem, one clear line per field (``FieldProblem``). The
 onboarded capacity bounds every spec. Amounts are ``int`` NTX base units.
 
-The definitions live in ``<config dir>/resources.json`` (``Paths.resources_file``), written
-atomically (a temporary file, fsync, rename). A file that does not read is an error that names
-it, and nothing is ever written over it: a hand edit gone wrong is fixed, never lost.
+The definitions live in ``<config dir>/resources.json`` (``Paths.resources_file``;
+engine/resources/spec_file.py ``ResourceFile``), written atomically (a temporary file,
+fsync, rename). A file that does not read is an error that names it, and nothing is ever
+written over it: a hand edit gone wrong is fixed, never lost.
 
 Peers are hostile: a pool's members go into the signed advert, so the counts are bounded here
 to what an advert can carry (wire.py bounds them again on the way in).
@@ -17,20 +18,38 @@ to what an advert can carry (wire.py bounds them again on the way in).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
-from engine import api
-from engine.api import DEFAULT_POOL, CustomResource, Group, Pool, ResourceSpec
+from engine.domain.offers import DEFAULT_POOL, CustomResource, Group, Pool, ResourceSpec
 from engine.domain.spec import TIERS
 from engine.domain.tiers import estimate_resource
-from engine.errors import EngineError, FieldProblem
+from engine.errors import FieldProblem
 from oracle_client.ntx import UNITS_PER_NTX, units_of
 
 log = logging.getLogger("nunet.resources.specs")
+
+
+class Gpu(Protocol):
+    @property
+    def index(self) -> int: ...
+
+
+class Machine(Protocol):
+    """What the rules read of a capacity (``api.Capacity`` has all of it: the domain does not
+    import the API)."""
+
+    @property
+    def cpu_cores(self) -> int: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def disk_mb(self) -> int: ...
+    @property
+    def gpus(self) -> Sequence[Gpu]: ...
+
 
 FieldError = FieldProblem  # one field, one line: the TUI shows it under that field
 
@@ -99,7 +118,7 @@ def _existing(
 
 def check_spec(
     spec: ResourceSpec,
-    capacity: api.Capacity,
+    capacity: Machine,
     customs: Sequence[CustomResource],
     pools: Sequence[Pool],
     *,
@@ -156,7 +175,7 @@ def check_spec(
 
 def _check_spec_gpus(
     spec: ResourceSpec,
-    capacity: api.Capacity,
+    capacity: Machine,
     customs: Sequence[CustomResource],
     report: Callable[[str, str], None],
 ) -> None:
@@ -185,7 +204,7 @@ def _check_spec_gpus(
 
 def check_custom(
     custom: CustomResource,
-    system: api.Capacity,
+    system: Machine,
     customs: Sequence[CustomResource] = (),
     *,
     replace: bool = False,
@@ -422,73 +441,6 @@ def book_problems(book: ResourceBook) -> list[str]:
     return out
 
 
-class ResourceFile:
-    """The node's ``resources.json``: read (cached by size and mtime: adverts and every
-    offer read it) and written atomically."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._cached: tuple[tuple[int, int], ResourceBook] | None = None
-
-    def load(self) -> ResourceBook:
-        """The book (empty when there is no file); EngineError naming the file when it does
-        not read or holds what no door would have let in."""
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return ResourceBook()
-        except OSError as exc:
-            raise self._bad(exc.strerror or str(exc)) from None
-        key = (stat.st_size, stat.st_mtime_ns)
-        if self._cached is not None and self._cached[0] == key:
-            return self._cached[1]
-        if stat.st_size > MAX_FILE_BYTES:
-            raise self._bad(f"{stat.st_size} bytes: at most {MAX_FILE_BYTES}")
-        try:
-            book = msgspec.json.decode(self.path.read_bytes(), type=ResourceBook)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self._bad(str(exc)) from None
-        except OSError as exc:
-            raise self._bad(exc.strerror or str(exc)) from None
-        if problems := book_problems(book):
-            raise self._bad("; ".join(problems[:5]))
-        self._cached = (key, book)
-        return book
-
-    def _bad(self, why: str) -> EngineError:
-        return EngineError(
-            "resources_file",
-            f"{self.path} does not read ({why}); fix it or move it away (nothing is written "
-            "over it meanwhile)",
-        )
-
-    def save(self, book: ResourceBook) -> None:
-        """Written whole or not at all: a crash leaves the old file or the new one."""
-        self.load()  # a bad file stays untouched: raise before writing over it
-        folder = self.path.parent
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = folder / f".{self.path.name}.{os.getpid()}.tmp"
-        data = msgspec.json.format(msgspec.json.encode(book), indent=2) + b"\n"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, self.path)
-        try:
-            dir_fd = os.open(folder, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
-        self._cached = None
-
-
 def in_force(
     book: ResourceBook, prices: Mapping[str, float], gpus: int
 ) -> tuple[tuple[ResourceSpec, ...], bool]:
@@ -498,7 +450,7 @@ def in_force(
     return default_specs(prices, gpus), True
 
 
-def within(spec: ResourceSpec, capacity: api.Capacity) -> bool:
+def within(spec: ResourceSpec, capacity: Machine) -> bool:
     """Whether a defined spec still fits the onboarded capacity (it may have shrunk since)."""
     return (
         spec.cpu_cores <= capacity.cpu_cores
@@ -508,7 +460,7 @@ def within(spec: ResourceSpec, capacity: api.Capacity) -> bool:
 
 
 def sold(
-    book: ResourceBook, onboarded: api.Capacity
+    book: ResourceBook, onboarded: Machine
 ) -> tuple[tuple[ResourceSpec, ...], tuple[Pool, ...]]:
     """What the advert carries and the provider's admission judges by: the defined specs
     that still fit the onboarded capacity (it may have shrunk since), and the pools they use

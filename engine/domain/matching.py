@@ -1,7 +1,7 @@
 """Which providers can run a job, and why the others cannot.
 
 ``match`` checks every known peer against the job's needs with the admission rules the
-provider applies to itself (engine/jobs/admission.py: the tier's minimum resources, the GPU
+provider applies to itself (engine/domain/admission.py: the tier's minimum resources, the GPU
 and vendor, the framework, the executors, the price against the budget, whether the peer is
 busy, the resource spec: named, or the cheapest that fits the tier among those the consumer
 may use) and keeps every reason a peer fails, not only the first: a consumer looking at "no
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from engine.api import Peer, ResourceSpec
+from engine.domain.admission import Needs, SpecOffer, busy_reason, judge
+from engine.domain.offers import Peer, ResourceSpec
 from engine.domain.spec import JobSpec
 from engine.errors import EngineError
-from engine.jobs.admission import Needs, SpecOffer, busy_reason, judge
 
 NO_ADVERT = "no advert yet (resources unknown)"
 BusyCheck = Callable[[Peer], str | None]  # a reason when the peer cannot take a job now
@@ -93,7 +93,7 @@ def match(
     consumer: str | None = None,
     standing: StandingOf | None = verified_first,
 ) -> MatchResult:
-    """Filter and rank ``peers`` for ``spec`` by the admission rules (engine/jobs/admission.py).
+    """Filter and rank ``peers`` for ``spec`` by the admission rules (engine/domain/admission.py).
     ``executors``: the ones the consumer accepts (None: any); ``busy`` and ``latency`` default
     to what heartbeats and pings reported; ``consumer``: who asks (this node's peer id: the
     specs a pool reserves for others are shown as such and never picked)."""

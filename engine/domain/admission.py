@@ -7,7 +7,7 @@ it excludes refuses with the same reasons. ``billing.metered`` is the one price 
 ``units_for`` gives the quote's estimate and lock from it, the receipt's charge is it, and
 ``job_cost`` is the same figure in NTX for the float fields (the metered cost of an unpaid job).
 
-What is sold is a provider's resource specs (issue 12, engine/resources/specs.py): a job
+What is sold is a provider's resource specs (issue 12, engine/domain/specs.py): a job
 names one, or its tier maps to the cheapest spec that fits it and that the consumer may use
 (a spec in a pool is for the pool's members). A provider that defines none sells NuNet's
 tiers at its ``[jobs] prices``. The quote is the spec's price: ``quote_units`` gives the
@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from engine.api import PeerResources, ResourceSpec
+from engine.domain.offers import PeerResources, ResourceSpec
 from engine.domain.spec import JobSpec
+from engine.domain.specs import may_use
 from engine.domain.tiers import estimate_resource
-from engine.resources.specs import may_use
 from oracle_client import billing
 from oracle_client.ntx import (
     ESTIMATE,

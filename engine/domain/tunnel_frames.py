@@ -18,7 +18,11 @@ import msgspec
 from engine.domain import wire
 from engine.domain.safe_paths import JobId
 from engine.identity import Identity
-from engine.jobs.executors.base import JOB_CONNECT_S
+
+# The longest an executor takes to reach a job's port for a tunnel (the Docker executor's
+# forwarder, run by `docker exec` in the container): the executors' limit; the consumer waits
+# longer for the answer (ANSWER_S).
+JOB_CONNECT_S = 15.0
 
 TUNNEL_PROTOCOL = "/nunet/tunnel/1.0.0"
 KIND = "tunnel"
