@@ -123,22 +123,83 @@ class NunetApp(App[None]):
     COMMANDS = App.COMMANDS | {_node_commands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("m", "toggle_mode", "Mode"),
-        Binding("g", "open('gpus')", "GPUs", tooltip="Live GPU status: load, memory, heat, power"),
-        Binding("p", "open('peers')", "Peers", tooltip="Peers on this channel and their offers"),
-        Binding("c", "open('chat')", "Chat", tooltip="Chat with peers"),
-        Binding("n", "open('network')", "Network", tooltip="The channel's resources and load"),
-        Binding("j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run"),
-        Binding("s", "open('submit')", "Submit", tooltip="Submit an ML job (consumer mode)"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+        Binding("m", "toggle_mode", "Mode", id="app.mode"),
+        Binding(
+            "g",
+            "open('gpus')",
+            "GPUs",
+            tooltip="Live GPU status: load, memory, heat, power",
+            id="app.gpus",
+        ),
+        Binding(
+            "p",
+            "open('peers')",
+            "Peers",
+            tooltip="Peers on this channel and their offers",
+            id="app.peers",
+        ),
+        Binding("c", "open('chat')", "Chat", tooltip="Chat with peers", id="app.chat"),
+        Binding(
+            "n",
+            "open('network')",
+            "Network",
+            tooltip="The channel's resources and load",
+            id="app.network",
+        ),
+        Binding(
+            "j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run", id="app.jobs"
+        ),
+        Binding(
+            "s",
+            "open('submit')",
+            "Submit",
+            tooltip="Submit an ML job (consumer mode)",
+            id="app.submit",
+        ),
         # Not in the footer (it is full at 80 columns); the help, the palette and the screens'
         # own footers name them.
-        Binding("w", "open('wallet')", "Wallet", show=False, tooltip="Address, NTX, transactions"),
-        Binding("dollar_sign,R", "open('rewards')", "Rewards", show=False, key_display="$"),
-        Binding("b", "open('notebooks')", "Notebooks", show=False, tooltip="JupyterLab notebooks"),
-        Binding("e", "open('resources')", "Resources", show=False, tooltip="Specs, pools, prices"),
-        Binding("a", "open('account')", "Account", show=False, tooltip="Recharges, jobs paid"),
+        Binding(
+            "w",
+            "open('wallet')",
+            "Wallet",
+            show=False,
+            tooltip="Address, NTX, transactions",
+            id="app.wallet",
+        ),
+        Binding(
+            "dollar_sign,R",
+            "open('rewards')",
+            "Rewards",
+            show=False,
+            key_display="$",
+            id="app.rewards",
+        ),
+        Binding(
+            "b",
+            "open('notebooks')",
+            "Notebooks",
+            show=False,
+            tooltip="JupyterLab notebooks",
+            id="app.notebooks",
+        ),
+        Binding(
+            "e",
+            "open('resources')",
+            "Resources",
+            show=False,
+            tooltip="Specs, pools, prices",
+            id="app.resources",
+        ),
+        Binding(
+            "a",
+            "open('account')",
+            "Account",
+            show=False,
+            tooltip="Recharges, jobs paid",
+            id="app.account",
+        ),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)

@@ -39,7 +39,9 @@ class HelpScreen(Screen[None]):
 
     ALLOW_MODE_SWITCH = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark", "app.pop_screen", "Back", key_display="esc"),
+        Binding(
+            "escape,question_mark", "app.pop_screen", "Back", key_display="esc", id="help.back"
+        ),
     ]
     DEFAULT_CSS = """
     HelpScreen {
