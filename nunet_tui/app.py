@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 
     from engine.notify import Notice, NoticeFilter
     from nunet_tui.presets import Preset
+
+log = logging.getLogger("nunet.tui")
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key (module, class); GPUs only in provider mode. Each
@@ -216,8 +219,11 @@ class NunetApp(App[None]):
         ansi_color: bool = False,
         clock: Callable[[], float] = time.time,
         examples: dict[str, Any] | None = None,
+        keys: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(ansi_color=ansi_color)
+        self.keys: dict[str, str] = dict(keys or {})
+        """config.toml's ``[keys]`` (binding id -> key), the good entries once mounted."""
         self.client = client
         self.clock = clock
         """What "now" is for "3 s ago" (tests may pin it)."""
@@ -247,8 +253,21 @@ class NunetApp(App[None]):
         return StartScreen()
 
     def on_mount(self) -> None:
+        if self.keys:
+            self._apply_keys()
         self._unsubscribe = self.client.subscribe(self._deliver_event)
         self.start_up()
+
+    def _apply_keys(self) -> None:
+        """``[keys]``: each good remap applies; a bad one is one line and its default key
+        (only with entries: checking them imports every screen)."""
+        from nunet_tui.keymap import check_remaps
+
+        self.keys, problems = check_remaps(self.keys)
+        self.set_keymap(self.keys)
+        for problem in problems:
+            log.warning("config: %s", problem)
+            self.notify(problem, title="Config", severity="error", markup=False, timeout=30)
 
     def on_ready(self) -> None:
         # First frame is up: now open the engine (a DeferredClient: trio, the node, the

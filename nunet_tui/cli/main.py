@@ -566,8 +566,10 @@ def _run_tui(paths: Paths, attach: bool) -> int:
 
     paths.ensure()
     # The log level now; a bad address in the config is the engine's error as it opens (on
-    # the start screen, then here as one line and exit 1).
-    configure(paths, load_settings(paths, addresses=False).log_level)
+    # the start screen, then here as one line and exit 1). [keys] goes to the app, which
+    # checks its ids and keys (a bad one is a line in the app, not a refusal to start).
+    settings = load_settings(paths, addresses=False)
+    configure(paths, settings.log_level)
     # Which engine is decided now (a busy home or --attach without a daemon: one line, no
     # app); starting it waits for the app's first frame (DeferredClient.start).
     client = DeferredClient(
@@ -576,7 +578,7 @@ def _run_tui(paths: Paths, attach: bool) -> int:
     try:
         from nunet_tui.app import NunetApp
 
-        NunetApp(client=client).run()
+        NunetApp(client=client, keys=settings.keys).run()
     finally:
         client.close()
     if (error := client.open_error) is not None:  # the app said so too; scripts see it here
