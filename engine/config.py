@@ -412,7 +412,6 @@ KeyRemaps = Annotated[
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: Annotated[str, _text(16)] = "info"
-    keys: KeyRemaps = msgspec.field(default_factory=dict)
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
     machine: MachineSettings = msgspec.field(default_factory=MachineSettings)
     network: NetworkSettings = msgspec.field(default_factory=NetworkSettings)
@@ -421,6 +420,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    keys: KeyRemaps = msgspec.field(default_factory=dict)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
