@@ -60,7 +60,7 @@ class HelpScreen(Screen[None]):
 
     def __init__(self, under: Screen[Any]) -> None:
         super().__init__()
-        # (keys as mapped now, text); ``ids``: the binding id of a line, for `[keys]`.
+        # (keys as mapped now, text) -> the binding id of that line: its name in `[keys]`.
         self.key_ids: dict[tuple[str, str], str] = {}
         self.under_keys = _screen_keys(under, self.key_ids)
         self.under_title = _screen_title(under)

@@ -102,6 +102,12 @@ async def test_a_remapped_key_works_and_the_old_one_does_not(provider_engine: En
         await settle(pilot)
         actions = {key: active.binding.action for key, active in peers.active_bindings.items()}
         assert actions.get("ctrl+f") == "filter" and actions.get("slash") != "filter"
+        # ... and its help says so, with the id.
+        await pilot.press("question_mark")
+        help_screen = await on_screen(pilot, HelpScreen)
+        here = {text: keys for keys, text in help_screen.under_keys}
+        assert here["Filter the list by any text in a row"] == "^f", here
+        assert "table.filter" in text_of(help_screen, "#here KeyTable")
 
 
 @pytest.mark.anyio
