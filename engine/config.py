@@ -402,6 +402,14 @@ class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     display_name: Annotated[str, _text(4 * MAX_DISPLAY_NAME)] = ""
 
 
+# [keys]: the TUI's key remaps, binding id -> key(s), e.g. "jobs.open" = "space". Only the
+# shape is checked here (the engine knows nothing of keys); the TUI checks ids and keys as it
+# starts (nunet_tui/keymap.py), and a bad entry there is one line and the default key.
+KeyRemaps = Annotated[
+    dict[Annotated[str, _text(64, 1)], Annotated[str, _text(64, 1)]], msgspec.Meta(max_length=256)
+]
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: Annotated[str, _text(16)] = "info"
     ml_images: MlImagesSettings = msgspec.field(default_factory=MlImagesSettings)
@@ -412,6 +420,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    keys: KeyRemaps = msgspec.field(default_factory=dict)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -427,6 +436,7 @@ def load_settings(
     environ = dict(os.environ) if environ is None else environ
     raw = _read_config(paths.config_file)
     where = _apply_env(raw, environ)
+    _flatten_keys(raw)
     label = str(paths.config_file)
     if problem := config_check.raw_problem(Settings, raw, where, label):
         raise EngineError("config", problem)
@@ -487,6 +497,24 @@ def _check_display_name(provider: ProviderSettings, where: dict[str, str], label
             "config", f"bad setting {key} = {shown} ({source}): it must be {RULE} ({problem})"
         )
     provider.display_name = name
+
+
+def _flatten_keys(raw: dict[str, Any]) -> None:
+    """``[keys]`` with its ids as TOML reads them: ``jobs.open = "space"`` unquoted is a table
+    ``jobs`` with ``open`` in it; the id is ``jobs.open`` either way."""
+    keys = raw.get("keys")
+    if not isinstance(keys, dict):
+        return
+    flat: dict[str, Any] = {}
+    pending: list[tuple[str, dict[str, Any]]] = [("", keys)]
+    while pending:
+        prefix, table = pending.pop()
+        for name, value in table.items():
+            if isinstance(value, dict):
+                pending.append((f"{prefix}{name}.", value))
+            else:
+                flat[f"{prefix}{name}"] = value
+    raw["keys"] = flat
 
 
 def _read_config(file: Path) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -64,6 +65,8 @@ if TYPE_CHECKING:
 
     from engine.notices import Notice, NoticeFilter
     from nunet_tui.presets import Preset
+
+log = logging.getLogger("nunet.tui")
 
 MODES_IN_ORDER: tuple[Mode, ...] = ("provider", "consumer")
 # The screens a dashboard opens by key (module, class); GPUs only in provider mode. Each
@@ -123,22 +126,83 @@ class NunetApp(App[None]):
     COMMANDS = App.COMMANDS | {_node_commands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("m", "toggle_mode", "Mode"),
-        Binding("g", "open('gpus')", "GPUs", tooltip="Live GPU status: load, memory, heat, power"),
-        Binding("p", "open('peers')", "Peers", tooltip="Peers on this channel and their offers"),
-        Binding("c", "open('chat')", "Chat", tooltip="Chat with peers"),
-        Binding("n", "open('network')", "Network", tooltip="The channel's resources and load"),
-        Binding("j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run"),
-        Binding("s", "open('submit')", "Submit", tooltip="Submit an ML job (consumer mode)"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+        Binding("m", "toggle_mode", "Mode", id="app.mode"),
+        Binding(
+            "g",
+            "open('gpus')",
+            "GPUs",
+            tooltip="Live GPU status: load, memory, heat, power",
+            id="app.gpus",
+        ),
+        Binding(
+            "p",
+            "open('peers')",
+            "Peers",
+            tooltip="Peers on this channel and their offers",
+            id="app.peers",
+        ),
+        Binding("c", "open('chat')", "Chat", tooltip="Chat with peers", id="app.chat"),
+        Binding(
+            "n",
+            "open('network')",
+            "Network",
+            tooltip="The channel's resources and load",
+            id="app.network",
+        ),
+        Binding(
+            "j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run", id="app.jobs"
+        ),
+        Binding(
+            "s",
+            "open('submit')",
+            "Submit",
+            tooltip="Submit an ML job (consumer mode)",
+            id="app.submit",
+        ),
         # Not in the footer (it is full at 80 columns); the help, the palette and the screens'
         # own footers name them.
-        Binding("w", "open('wallet')", "Wallet", show=False, tooltip="Address, NTX, transactions"),
-        Binding("dollar_sign,R", "open('rewards')", "Rewards", show=False, key_display="$"),
-        Binding("b", "open('notebooks')", "Notebooks", show=False, tooltip="JupyterLab notebooks"),
-        Binding("e", "open('resources')", "Resources", show=False, tooltip="Specs, pools, prices"),
-        Binding("a", "open('account')", "Account", show=False, tooltip="Recharges, jobs paid"),
+        Binding(
+            "w",
+            "open('wallet')",
+            "Wallet",
+            show=False,
+            tooltip="Address, NTX, transactions",
+            id="app.wallet",
+        ),
+        Binding(
+            "dollar_sign,R",
+            "open('rewards')",
+            "Rewards",
+            show=False,
+            key_display="$",
+            id="app.rewards",
+        ),
+        Binding(
+            "b",
+            "open('notebooks')",
+            "Notebooks",
+            show=False,
+            tooltip="JupyterLab notebooks",
+            id="app.notebooks",
+        ),
+        Binding(
+            "e",
+            "open('resources')",
+            "Resources",
+            show=False,
+            tooltip="Specs, pools, prices",
+            id="app.resources",
+        ),
+        Binding(
+            "a",
+            "open('account')",
+            "Account",
+            show=False,
+            tooltip="Recharges, jobs paid",
+            id="app.account",
+        ),
     ]
 
     node: reactive[NodeView | None] = reactive(None, init=False)
@@ -155,8 +219,11 @@ class NunetApp(App[None]):
         ansi_color: bool = False,
         clock: Callable[[], float] = time.time,
         examples: dict[str, Any] | None = None,
+        keys: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(ansi_color=ansi_color)
+        self.keys: dict[str, str] = dict(keys or {})
+        """config.toml's ``[keys]`` (binding id -> key), the good entries once mounted."""
         self.client = client
         self.clock = clock
         """What "now" is for "3 s ago" (tests may pin it)."""
@@ -186,8 +253,21 @@ class NunetApp(App[None]):
         return StartScreen()
 
     def on_mount(self) -> None:
+        if self.keys:
+            self._apply_keys()
         self._unsubscribe = self.client.subscribe(self._deliver_event)
         self.start_up()
+
+    def _apply_keys(self) -> None:
+        """``[keys]``: each good remap applies; a bad one is one line and its default key
+        (only with entries: checking them imports every screen)."""
+        from nunet_tui.keymap import check_remaps
+
+        self.keys, problems = check_remaps(self.keys)
+        self.set_keymap(self.keys)
+        for problem in problems:
+            log.warning("config: %s", problem)
+            self.notify(problem, title="Config", severity="error", markup=False, timeout=30)
 
     def on_ready(self) -> None:
         # First frame is up: now open the engine (a DeferredClient: trio, the node, the

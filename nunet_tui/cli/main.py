@@ -218,6 +218,7 @@ OWN_COMMANDS = (
     "chat",
     "network",
     "mode",
+    "keys",
 )
 
 
@@ -358,6 +359,11 @@ def build_parser(
         mode = sub.add_parser("mode", parents=[common], help="show or set the TUI's mode")
         mode.add_argument("mode", nargs="?", choices=("provider", "consumer"))
 
+    if want("keys"):
+        sub.add_parser(
+            "keys", parents=[common], help="the TUI's keys by id, for [keys] in config.toml"
+        )
+
     if want("completion"):
         from nunet_tui.cli.completion import SHELLS
 
@@ -478,6 +484,10 @@ def _run(args: argparse.Namespace) -> int:
             from nunet_tui.cli.demo import run_demo
 
             return run_demo(tui=not args.no_tui, root=Path(args.root) if args.root else None)
+        if args.command == "keys":  # no engine: the config's [keys] and the TUI's bindings
+            from nunet_tui.cli.keys import run_keys
+
+            return run_keys(paths, as_json=getattr(args, "json", False))
         if args.command == "daemon" and args.executor:
             os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
         if args.command == "log":  # no engine: it must work on a node that will not start
@@ -566,8 +576,10 @@ def _run_tui(paths: Paths, attach: bool) -> int:
 
     paths.ensure()
     # The log level now; a bad address in the config is the engine's error as it opens (on
-    # the start screen, then here as one line and exit 1).
-    configure(paths, load_settings(paths, addresses=False).log_level)
+    # the start screen, then here as one line and exit 1). [keys] goes to the app, which
+    # checks its ids and keys (a bad one is a line in the app, not a refusal to start).
+    settings = load_settings(paths, addresses=False)
+    configure(paths, settings.log_level)
     # Which engine is decided now (a busy home or --attach without a daemon: one line, no
     # app); starting it waits for the app's first frame (DeferredClient.start).
     client = DeferredClient(
@@ -576,7 +588,7 @@ def _run_tui(paths: Paths, attach: bool) -> int:
     try:
         from nunet_tui.app import NunetApp
 
-        NunetApp(client=client).run()
+        NunetApp(client=client, keys=settings.keys).run()
     finally:
         client.close()
     if (error := client.open_error) is not None:  # the app said so too; scripts see it here

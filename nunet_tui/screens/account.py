@@ -65,10 +65,22 @@ class AccountScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "account.tcss"
     TITLE_TEXT = "account"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
-        Binding("r", "reload", "Refresh", tooltip="Read the records and the balance again"),
-        Binding("w", "app.open('wallet')", "Wallet", tooltip="Address, balance, transactions"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="account.back"),
+        Binding("enter", "open_job", "Job", tooltip="Open the selected job", id="account.open_job"),
+        Binding(
+            "r",
+            "reload",
+            "Refresh",
+            tooltip="Read the records and the balance again",
+            id="account.reload",
+        ),
+        Binding(
+            "w",
+            "app.open('wallet')",
+            "Wallet",
+            tooltip="Address, balance, transactions",
+            id="account.wallet",
+        ),
         *TABLE_BINDINGS,
     ]
 

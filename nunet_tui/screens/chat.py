@@ -54,10 +54,18 @@ SNIPPET_CHARS = 17  # the list's line of it: with its indent and quotes, one lin
 class ChatScreen(CapabilityScreen):
     CSS_PATH = "chat.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the dashboard"),
-        Binding("j", "join", "Join", tooltip="Join the selected chat request"),
-        Binding("x", "clear_requests", "Clear requests", tooltip="Drop every open request"),
-        Binding("tab", "app.focus_next", "Next pane", show=False),
+        Binding(
+            "escape", "app.pop_screen", "Back", tooltip="Back to the dashboard", id="chat.back"
+        ),
+        Binding("j", "join", "Join", tooltip="Join the selected chat request", id="chat.join"),
+        Binding(
+            "x",
+            "clear_requests",
+            "Clear requests",
+            tooltip="Drop every open request",
+            id="chat.clear_requests",
+        ),
+        Binding("tab", "app.focus_next", "Next pane", show=False, id="chat.next_pane"),
     ]
 
     def __init__(self, peer_id: str | None = None) -> None:

@@ -17,10 +17,16 @@ class ConfirmScreen(ModalScreen[bool]):
 
     ALLOW_MODE_SWITCH = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n", "answer(False)", "No"),
-        Binding("escape", "answer(False)", "Cancel"),
-        Binding("left,right", "app.focus_previous", show=False),
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n", "answer(False)", "No", id="confirm.no"),
+        Binding("escape", "answer(False)", "Cancel", id="confirm.cancel"),
+        Binding(
+            "left,right",
+            "app.focus_previous",
+            "Other button",
+            show=False,
+            id="confirm.other_button",
+        ),
     ]
     DEFAULT_CSS = """
     ConfirmScreen {

@@ -32,9 +32,23 @@ class GpuDoctorScreen(CapabilityScreen):
     CSS_PATH = "gpu_doctor.tcss"
     TITLE_TEXT = "the GPU doctor"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the GPU view"),
-        Binding("r", "recheck", "Check again", tooltip="Run the GPU doctor again"),
-        Binding("y", "copy_fixes", "Copy fixes", tooltip="Copy the fix commands"),
+        Binding(
+            "escape", "app.pop_screen", "Back", tooltip="Back to the GPU view", id="gpu_doctor.back"
+        ),
+        Binding(
+            "r",
+            "recheck",
+            "Check again",
+            tooltip="Run the GPU doctor again",
+            id="gpu_doctor.recheck",
+        ),
+        Binding(
+            "y",
+            "copy_fixes",
+            "Copy fixes",
+            tooltip="Copy the fix commands",
+            id="gpu_doctor.copy_fixes",
+        ),
     ]
 
     def __init__(self) -> None:

@@ -32,9 +32,21 @@ from nunet_tui.widgets.sortable_table import Row, SortableTables, TableSort
 class GpuScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "gpus.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("d", "doctor", "Doctor", tooltip="GPU doctor: what is missing and how to fix it"),
-        Binding("i", "ml_images", "ML images", tooltip="Pre-pull the ML framework images"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="gpus.back"),
+        Binding(
+            "d",
+            "doctor",
+            "Doctor",
+            tooltip="GPU doctor: what is missing and how to fix it",
+            id="gpus.doctor",
+        ),
+        Binding(
+            "i",
+            "ml_images",
+            "ML images",
+            tooltip="Pre-pull the ML framework images",
+            id="gpus.ml_images",
+        ),
         *TABLE_BINDINGS,
     ]
 

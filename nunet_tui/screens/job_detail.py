@@ -101,20 +101,43 @@ def log_text(line: JobLogLine) -> str:
 class JobDetailScreen(CapabilityScreen):
     CSS_PATH = "job_detail.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the list"),
-        Binding("f", "follow", "Follow/pause", tooltip="Follow new lines, or hold the view"),
-        Binding("slash", "search", "Search", key_display="/", tooltip="Find text in the log"),
-        Binding("n", "find(False)", "Next", show=False),
-        Binding("N", "find(True)", "Previous", show=False),
-        Binding("x", "cancel_job", "Cancel job", tooltip="Stop the job (asks first)"),
-        Binding("o", "results", "Results", tooltip="Fetch the results into a folder"),
+        Binding("escape", "back", "Back", tooltip="Back to the list", id="job.back"),
+        Binding(
+            "f",
+            "follow",
+            "Follow/pause",
+            tooltip="Follow new lines, or hold the view",
+            id="job.follow",
+        ),
+        Binding(
+            "slash",
+            "search",
+            "Search",
+            key_display="/",
+            tooltip="Find text in the log",
+            id="job.search",
+        ),
+        Binding("n", "find(False)", "Next", show=False, id="job.find_next"),
+        Binding("N", "find(True)", "Previous", show=False, id="job.find_previous"),
+        Binding(
+            "x", "cancel_job", "Cancel job", tooltip="Stop the job (asks first)", id="job.cancel"
+        ),
+        Binding(
+            "o", "results", "Results", tooltip="Fetch the results into a folder", id="job.results"
+        ),
         # Not in the footer (it is full at 80 columns): the Ports fact names both keys.
-        Binding("t", "forward_ports", "Ports", show=False),  # t: tunnel
-        Binding("e", "shell", "Shell", show=False),  # e: enter the job
+        Binding("t", "forward_ports", "Ports", show=False, id="job.ports"),  # t: tunnel
+        Binding("e", "shell", "Shell", show=False, id="job.shell"),  # e: enter the job
         *job_resubmit.BINDINGS,  # ^r: a finished job's spec again, as a new job
         # A lock asked back on this node's word, once the oracle can decide (viewmodels/
         # refund.py): at once instead of at the engine's next settle.
-        Binding("F", "refund_now", "Refund now", tooltip="Take the locked NTX back now"),
+        Binding(
+            "F",
+            "refund_now",
+            "Refund now",
+            tooltip="Take the locked NTX back now",
+            id="job.refund_now",
+        ),
     ]
 
     def __init__(self, job_id: str, *, job: JobInfo | None = None) -> None:

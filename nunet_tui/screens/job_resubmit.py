@@ -24,9 +24,17 @@ if TYPE_CHECKING:
     from nunet_tui.screens.base import CapabilityScreen
 
 KEY = "ctrl+r"
+# One key, one of the two enabled at a time: one id, so that `[keys]` moves both.
 BINDINGS = [
-    Binding(KEY, "resubmit", "Resubmit", key_display="^r", tooltip="Run this job again"),
-    Binding(KEY, "resubmit_refused", "Resubmit", show=False),
+    Binding(
+        KEY,
+        "resubmit",
+        "Resubmit",
+        key_display="^r",
+        tooltip="Run this job again",
+        id="job.resubmit",
+    ),
+    Binding(KEY, "resubmit_refused", "Resubmit", show=False, id="job.resubmit"),
 ]
 
 

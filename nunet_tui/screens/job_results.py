@@ -42,7 +42,9 @@ class ResultsDirScreen(ModalScreen[str | None]):
     """Where to unpack the results: dismissed with the folder, or None."""
 
     ALLOW_MODE_SWITCH = False
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="results_folder.cancel")
+    ]
     DEFAULT_CSS = """
     ResultsDirScreen {
         align: center middle;
@@ -102,8 +104,8 @@ class ResultsScreen(SortableTables, Screen[None]):
 
     ALLOW_MODE_SWITCH = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the job"),
-        Binding("tab", "app.focus_next", "Next pane", show=False),
+        Binding("escape", "back", "Back", tooltip="Back to the job", id="results.back"),
+        Binding("tab", "app.focus_next", "Next pane", show=False, id="results.next_pane"),
         *TABLE_BINDINGS,
     ]
     DEFAULT_CSS = """

@@ -100,9 +100,9 @@ class JobsScreen(FilteredTableScreen):
     )
     CSS_PATH = "jobs.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("enter", "open_job", "Open", tooltip="Open the selected job"),
-        Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="jobs.back"),
+        Binding("enter", "open_job", "Open", tooltip="Open the selected job", id="jobs.open"),
+        Binding("r", "reload", "Refresh", tooltip="Read the list again", id="jobs.reload"),
         *job_resubmit.BINDINGS,  # ^r: the selected finished job's spec again
         *TABLE_BINDINGS,
     ]

@@ -130,8 +130,16 @@ class MlImagesScreen(CapabilityScreen):
     CSS_PATH = "ml_images.tcss"
     TITLE_TEXT = "the ML images"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "app.pop_screen", "Back", tooltip="Back to the GPU view"),
-        Binding("r", "again", "Pull again", tooltip="Run onboard-ml again (after `docker load`)"),
+        Binding(
+            "escape", "app.pop_screen", "Back", tooltip="Back to the GPU view", id="ml_images.back"
+        ),
+        Binding(
+            "r",
+            "again",
+            "Pull again",
+            tooltip="Run onboard-ml again (after `docker load`)",
+            id="ml_images.pull_again",
+        ),
     ]
 
     def __init__(self) -> None:

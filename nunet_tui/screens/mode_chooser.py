@@ -36,8 +36,8 @@ class ModeChooserScreen(Screen[Mode]):
     ALLOW_MODE_SWITCH = False
     AUTO_FOCUS = "#choices"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "choose('provider')", "Provider"),
-        Binding("c", "choose('consumer')", "Consumer"),
+        Binding("p", "choose('provider')", "Provider", id="mode_chooser.provider"),
+        Binding("c", "choose('consumer')", "Consumer", id="mode_chooser.consumer"),
     ]
     DEFAULT_CSS = """
     ModeChooserScreen {

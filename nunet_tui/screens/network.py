@@ -41,8 +41,10 @@ REFRESH_S = 3.0
 class NetworkScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "network.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("r", "reload", "Refresh", tooltip="Read the network status again"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="network.back"),
+        Binding(
+            "r", "reload", "Refresh", tooltip="Read the network status again", id="network.reload"
+        ),
         *TABLE_BINDINGS,
     ]
 

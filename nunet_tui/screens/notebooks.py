@@ -45,7 +45,9 @@ class LauncherUrlScreen(ModalScreen[str | None]):
     """Where the notebook launcher (examples/jobs/notebook/notebook.py) is served from."""
 
     ALLOW_MODE_SWITCH = False
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss_none", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss_none", "Cancel", id="notebook_url.cancel")
+    ]
     DEFAULT_CSS = """
     LauncherUrlScreen {
         align: center middle;
@@ -97,16 +99,46 @@ class NotebooksScreen(FilteredTableScreen):
     }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("n", "new", "New", tooltip="Start a notebook (JupyterLab) on a provider"),
-        Binding("o", "open_notebook", "Open", tooltip="Forward it, copy and open its URL"),
-        Binding("s", "stop", "Stop", tooltip="Stop it: its notebooks come back as results"),
-        Binding("d", "delete", "Delete", tooltip="Delete its files on the provider (asks)"),
-        Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="notebooks.back"),
+        Binding(
+            "n",
+            "new",
+            "New",
+            tooltip="Start a notebook (JupyterLab) on a provider",
+            id="notebooks.new",
+        ),
+        Binding(
+            "o",
+            "open_notebook",
+            "Open",
+            tooltip="Forward it, copy and open its URL",
+            id="notebooks.open",
+        ),
+        Binding(
+            "s",
+            "stop",
+            "Stop",
+            tooltip="Stop it: its notebooks come back as results",
+            id="notebooks.stop",
+        ),
+        Binding(
+            "d",
+            "delete",
+            "Delete",
+            tooltip="Delete its files on the provider (asks)",
+            id="notebooks.delete",
+        ),
+        Binding("r", "reload", "Refresh", tooltip="Read the list again", id="notebooks.reload"),
         HELP_BINDING,
         FILTER_BINDING,
         # o opens a notebook here, so O is the next sort; a click on a header sorts too.
-        Binding("O", "sort_next", "Sort", tooltip="Sort by the next column (click a header)"),
+        Binding(
+            "O",
+            "sort_next",
+            "Sort",
+            tooltip="Sort by the next column (click a header)",
+            id="notebooks.sort_next",
+        ),
     ]
 
     def __init__(self) -> None:

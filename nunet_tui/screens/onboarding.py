@@ -57,8 +57,15 @@ class OnboardingScreen(Screen[bool]):
     AUTO_FOCUS = "#memory_mb"
     CSS_PATH = "onboarding.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "submit", "Submit", priority=True, tooltip="Send the form"),
-        Binding("escape", "cancel", "Back", tooltip="Leave without changes"),
+        Binding(
+            "ctrl+s",
+            "submit",
+            "Submit",
+            priority=True,
+            tooltip="Send the form",
+            id="onboarding.submit",
+        ),
+        Binding("escape", "cancel", "Back", tooltip="Leave without changes", id="onboarding.back"),
     ]
 
     def __init__(self, node: NodeView) -> None:

@@ -81,10 +81,16 @@ class PeersScreen(FilteredTableScreen):
     )
     CSS_PATH = "peers.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("enter", "chat", "Chat", tooltip="Chat with the selected peer"),
-        Binding("d", "lookup", "DHT lookup", tooltip="Ask the DHT for the channel's providers"),
-        Binding("r", "reload", "Refresh", tooltip="Read the list again"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="peers.back"),
+        Binding("enter", "chat", "Chat", tooltip="Chat with the selected peer", id="peers.chat"),
+        Binding(
+            "d",
+            "lookup",
+            "DHT lookup",
+            tooltip="Ask the DHT for the channel's providers",
+            id="peers.lookup",
+        ),
+        Binding("r", "reload", "Refresh", tooltip="Read the list again", id="peers.reload"),
         *TABLE_BINDINGS,
     ]
 

@@ -40,12 +40,34 @@ from nunet_tui.widgets.provider_jobs import ProviderJobs
 
 class ProviderDashboard(NodeScreen):
     CSS_PATH = "dashboard.tcss"
+    # Each pair is one key, one of the two enabled at a time (check_action): one id, so
+    # that `[keys]` moves both (Textual drops a key's other bindings when it moves one).
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("o", "app.onboard", "Onboard", tooltip="Onboard this machine: offer RAM, CPU"),
-        Binding("o", "app.resources", "Resources", tooltip="Change the onboarded RAM and CPU"),
-        Binding("space", "app.pause", "Pause", tooltip="Stop accepting jobs, keep onboarding"),
-        Binding("space", "app.resume", "Resume", tooltip="Accept jobs again"),
-        Binding("x", "app.offboard", "Offboard", tooltip="Remove the onboarding"),
+        Binding(
+            "o",
+            "app.onboard",
+            "Onboard",
+            tooltip="Onboard this machine: offer RAM, CPU",
+            id="provider.onboard",
+        ),
+        Binding(
+            "o",
+            "app.resources",
+            "Resources",
+            tooltip="Change the onboarded RAM and CPU",
+            id="provider.onboard",
+        ),
+        Binding(
+            "space",
+            "app.pause",
+            "Pause",
+            tooltip="Stop accepting jobs, keep onboarding",
+            id="provider.pause",
+        ),
+        Binding("space", "app.resume", "Resume", tooltip="Accept jobs again", id="provider.pause"),
+        Binding(
+            "x", "app.offboard", "Offboard", tooltip="Remove the onboarding", id="provider.offboard"
+        ),
     ]
 
     def compose(self) -> ComposeResult:

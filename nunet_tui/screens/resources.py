@@ -157,17 +157,50 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "resources.tcss"
     TITLE_TEXT = "resources"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Close the form, else back to the dashboard"),
-        Binding("n", "new", "New", tooltip="A new record in this tab"),
-        Binding("N", "new_group", "New group", tooltip="A new group of peer ids (pools tab)"),
-        Binding("e,enter", "edit", "Edit", key_display="e", tooltip="Edit the selected record"),
-        Binding("d", "delete", "Delete", tooltip="Delete the selected record (asks first)"),
-        Binding("ctrl+s", "save", "Save", tooltip="Save the form (the engine checks it again)"),
-        Binding("r", "reload", "Refresh", tooltip="Read the resources again"),
-        Binding("1", "tab('system')", "System", show=False),
-        Binding("2", "tab('custom')", "Custom", show=False),
-        Binding("3", "tab('specs')", "Specs", show=False),
-        Binding("4", "tab('pools')", "Pools", show=False),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            tooltip="Close the form, else back to the dashboard",
+            id="resources.back",
+        ),
+        Binding("n", "new", "New", tooltip="A new record in this tab", id="resources.new"),
+        Binding(
+            "N",
+            "new_group",
+            "New group",
+            tooltip="A new group of peer ids (pools tab)",
+            id="resources.new_group",
+        ),
+        Binding(
+            "e,enter",
+            "edit",
+            "Edit",
+            key_display="e",
+            tooltip="Edit the selected record",
+            id="resources.edit",
+        ),
+        Binding(
+            "d",
+            "delete",
+            "Delete",
+            tooltip="Delete the selected record (asks first)",
+            id="resources.delete",
+        ),
+        Binding(
+            "ctrl+s",
+            "save",
+            "Save",
+            tooltip="Save the form (the engine checks it again)",
+            id="resources.save",
+        ),
+        Binding(
+            "r", "reload", "Refresh", tooltip="Read the resources again", id="resources.reload"
+        ),
+        Binding("1", "tab('system')", "System", show=False, id="resources.tab_system"),
+        Binding("2", "tab('custom')", "Custom", show=False, id="resources.tab_custom"),
+        Binding("3", "tab('specs')", "Specs", show=False, id="resources.tab_specs"),
+        Binding("4", "tab('pools')", "Pools", show=False, id="resources.tab_pools"),
         *TABLE_BINDINGS,
     ]
 

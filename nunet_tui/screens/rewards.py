@@ -104,12 +104,30 @@ DONE_TITLES: dict[View, str] = {"provider": "Claimed", "consumer": "Settled"}
 class RewardsScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "rewards.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("c", "claim", "Claim", tooltip="Claim the selected job's NTX (oracle, then chain)"),
-        Binding("f", "refund", "Refund", tooltip="Take the selected job's locked NTX back"),
-        Binding("v", "switch_view", "Other side", tooltip="Provider or consumer escrows"),
-        Binding("enter", "open_job", "Job", tooltip="Open the selected job"),
-        Binding("r", "reload", "Refresh", tooltip="Read the escrows again"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="rewards.back"),
+        Binding(
+            "c",
+            "claim",
+            "Claim",
+            tooltip="Claim the selected job's NTX (oracle, then chain)",
+            id="rewards.claim",
+        ),
+        Binding(
+            "f",
+            "refund",
+            "Refund",
+            tooltip="Take the selected job's locked NTX back",
+            id="rewards.refund",
+        ),
+        Binding(
+            "v",
+            "switch_view",
+            "Other side",
+            tooltip="Provider or consumer escrows",
+            id="rewards.switch_view",
+        ),
+        Binding("enter", "open_job", "Job", tooltip="Open the selected job", id="rewards.open_job"),
+        Binding("r", "reload", "Refresh", tooltip="Read the escrows again", id="rewards.reload"),
         # Out of the footer (full at 80 columns with the claim keys); the help lists it.
         Binding(
             "w",
@@ -117,6 +135,7 @@ class RewardsScreen(SortableTables, CapabilityScreen):
             "Wallet",
             show=False,
             tooltip="Address, balance, transactions",
+            id="rewards.wallet",
         ),
         *TABLE_BINDINGS,
     ]

@@ -49,10 +49,24 @@ class SubmitScreen(CapabilityScreen):
     AUTO_FOCUS = "#script_url"
     ALLOW_MODE_SWITCH = False
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "submit", "Submit", priority=True, tooltip="Submit the job"),
-        Binding("escape", "app.pop_screen", "Back", tooltip="Leave the form"),
+        Binding(
+            "ctrl+s",
+            "submit",
+            "Submit",
+            priority=True,
+            tooltip="Submit the job",
+            id="submit.submit",
+        ),
+        Binding("escape", "app.pop_screen", "Back", tooltip="Leave the form", id="submit.back"),
         *(
-            Binding(f"f{n}", f"preset({n - 1})", f"Example {n}", show=False, priority=True)
+            Binding(
+                f"f{n}",
+                f"preset({n - 1})",
+                f"Example {n}",
+                show=False,
+                priority=True,
+                id=f"submit.example_{n}",
+            )
             for n in range(1, MAX_PRESETS + 1)
         ),
     ]

@@ -91,18 +91,45 @@ BACKENDS = {
 class WalletScreen(SortableTables, CapabilityScreen):
     CSS_PATH = "wallet.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Back", tooltip="Back to the dashboard"),
-        Binding("r", "refresh", "Refresh", tooltip="Read the wallet, balance and escrows again"),
-        Binding("n", "new_wallet", "New wallet", tooltip="Make a wallet: 24 words, shown once"),
-        Binding("i", "import_wallet", "Import", tooltip="Restore a wallet from its words"),
-        Binding("u", "unlock", "Unlock", tooltip="Give the keystore its passphrase"),
-        Binding("y", "copy_address", "Copy address", tooltip="Copy the address to the clipboard"),
+        Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="wallet.back"),
+        Binding(
+            "r",
+            "refresh",
+            "Refresh",
+            tooltip="Read the wallet, balance and escrows again",
+            id="wallet.reload",
+        ),
+        Binding(
+            "n",
+            "new_wallet",
+            "New wallet",
+            tooltip="Make a wallet: 24 words, shown once",
+            id="wallet.new",
+        ),
+        Binding(
+            "i",
+            "import_wallet",
+            "Import",
+            tooltip="Restore a wallet from its words",
+            id="wallet.import",
+        ),
+        Binding(
+            "u", "unlock", "Unlock", tooltip="Give the keystore its passphrase", id="wallet.unlock"
+        ),
+        Binding(
+            "y",
+            "copy_address",
+            "Copy address",
+            tooltip="Copy the address to the clipboard",
+            id="wallet.copy_address",
+        ),
         Binding(
             "dollar_sign",
             "app.open('rewards')",
             "Rewards",
             key_display="$",
             tooltip="Claims, locks and refunds of paid jobs",
+            id="wallet.rewards",
         ),
         *TABLE_BINDINGS,
     ]

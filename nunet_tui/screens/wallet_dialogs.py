@@ -103,7 +103,9 @@ class PassphraseScreen(_Dialog):
     """Unlock the encrypted keystore (``UnlockKeystore``), or choose its passphrase when it is
     new (typed twice). A wrong one is said in place; dismissed with True once unlocked."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="wallet_dialog.cancel")
+    ]
     DEFAULT_CSS = "PassphraseScreen {" + DIALOG_CSS + "}"
 
     def __init__(self, *, new: bool = False) -> None:
@@ -203,7 +205,9 @@ class ImportScreen(_Dialog):
     word or checksum is said in place, and the words stay so a typo can be fixed. Dismissed
     with the wallet, or None."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="wallet_dialog.cancel")
+    ]
     DEFAULT_CSS = "ImportScreen {" + DIALOG_CSS + "}"
 
     def compose(self) -> ComposeResult:
@@ -275,7 +279,7 @@ class MnemonicScreen(_Dialog):
     # Nothing focused at first: an Enter still held from the confirmation must not close it.
     AUTO_FOCUS = ""
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "remind", "Close", show=False),
+        Binding("escape", "remind", "Close", show=False, id="wallet_words.close"),
     ]
     DEFAULT_CSS = (
         "MnemonicScreen {"

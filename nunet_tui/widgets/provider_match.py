@@ -50,7 +50,13 @@ class ProviderMatch(Vertical):
     """``#who``: the providers ranked for the spec (``show``)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "clear_filter", "Clear filter", tooltip="Clear the providers' filter"),
+        Binding(
+            "escape",
+            "clear_filter",
+            "Clear filter",
+            tooltip="Clear the providers' filter",
+            id="providers.clear_filter",
+        ),
         FILTER_BINDING,
         *SORT_BINDINGS,
     ]

@@ -114,7 +114,11 @@ class RunList(OptionList):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
-            "enter", "select", "Open job", tooltip="Open the job: its log, timeline and metering"
+            "enter",
+            "select",
+            "Open job",
+            tooltip="Open the job: its log, timeline and metering",
+            id="runs.open",
         ),
     ]
     DEFAULT_CSS = """

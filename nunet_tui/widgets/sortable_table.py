@@ -35,14 +35,37 @@ if TYPE_CHECKING:
 # screen's keys in order, then the app's, and cuts the last at 80 columns. ``?`` comes first
 # so that it is never cut: the help it opens lists the rest.
 HELP_BINDING = Binding(
-    "question_mark", "app.help", "Help", key_display="?", tooltip="Every key of this screen"
+    "question_mark",
+    "app.help",
+    "Help",
+    key_display="?",
+    tooltip="Every key of this screen",
+    id="table.help",
 )
 FILTER_BINDING = Binding(
-    "slash", "filter", "Filter", key_display="/", tooltip="Filter the list by any text in a row"
+    "slash",
+    "filter",
+    "Filter",
+    key_display="/",
+    tooltip="Filter the list by any text in a row",
+    id="table.filter",
 )
 SORT_BINDINGS: list[BindingType] = [
-    Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (O reverses)"),
-    Binding("O", "sort_reverse", "Reverse", show=False, tooltip="Reverse the sort"),
+    Binding(
+        "o",
+        "sort_next",
+        "Sort",
+        tooltip="Sort by the next column (O reverses)",
+        id="table.sort_next",
+    ),
+    Binding(
+        "O",
+        "sort_reverse",
+        "Reverse",
+        show=False,
+        tooltip="Reverse the sort",
+        id="table.sort_reverse",
+    ),
 ]
 TABLE_BINDINGS: list[BindingType] = [HELP_BINDING, FILTER_BINDING, *SORT_BINDINGS]
 FILTER_PLACEHOLDER = "filter: any text in a row (Enter keeps it, Esc clears)"

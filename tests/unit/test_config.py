@@ -79,6 +79,10 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         ("a = " + "[" * 5000 + "]" * 5000 + "\n", {}, "nested too deeply"),  # RecursionError
         ("a = " + "[" * 40 + "]" * 40 + "\n", {}, "nested too deeply"),
         ("network = 5\n", {"NUNET_NETWORK_CHANNEL": "x"}, "network = 5 .*a table"),
+        # [keys]: text to text; which ids and keys mean something is the TUI's to say.
+        ("keys = 'q'\n", {}, "keys = 'q' .*a table"),
+        ("[keys]\n'app.quit' = 3\n", {}, r"keys = .*app\.quit.*text of at least 1"),
+        ("[keys]\n'app.quit' = ''\n", {}, r"keys = .*text of at least 1"),
     ],
 )
 def test_bad_settings_are_clear_errors(
@@ -180,3 +184,15 @@ def test_a_home_that_cannot_be_one_is_a_clear_error(tmp_path: Path, kind: str) -
     with pytest.raises(EngineError, match=r"give --home .*a folder you can write"):
         Paths.for_home(home).ensure()
     assert file.read_text() == "not a folder"
+
+
+def test_keys_are_binding_ids_to_key_text_quoted_or_not(tmp_path: Path) -> None:
+    """``jobs.open = "space"`` unquoted is a table in TOML; it is the id jobs.open all the
+    same. The engine keeps the text; the TUI checks it (nunet_tui/keymap.py)."""
+    paths = Paths.for_home(tmp_path)
+    paths.ensure()
+    paths.config_file.write_text(
+        '[keys]\njobs.open = "space"\n"app.quit" = "ctrl+x"\n"no.such" = "nokey"\n'
+    )
+    keys = load_settings(paths, {}).keys
+    assert keys == {"jobs.open": "space", "app.quit": "ctrl+x", "no.such": "nokey"}
