@@ -52,7 +52,7 @@ from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.metering import metered_units
 from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
-from engine.jobs.tunnel import TunnelServer
+from engine.jobs.tunnel_provider import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
 from engine.ports import Committed, EscrowPort, NetworkPort
 from engine.resources.capacity import detect_machine, onboarded_capacity
