@@ -50,13 +50,13 @@ from engine.jobs.executors.base import (
 from engine.jobs.fetch_policy import FetchPolicy
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.metering import metered_units
-from engine.jobs.spec import FRAMEWORKS, JobSpec, fetch_script, validate_spec
+from engine.jobs.provider_offer import ProviderOffer
+from engine.jobs.spec import JobSpec, fetch_script, validate_spec
 from engine.jobs.tiers import estimate_resource
 from engine.jobs.tunnel_provider import TunnelServer
 from engine.network.ratelimit import PeerRateLimiter, ScopedStreamLimiter, remote_host
-from engine.ports import Committed, EscrowPort, NetworkPort
-from engine.resources.capacity import detect_machine, onboarded_capacity
-from engine.resources.specs import ResourceFile, sold
+from engine.ports import Committed, EscrowPort, NetworkPort, OfferView
+from engine.resources.specs import ResourceFile
 from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs.provider")
@@ -161,7 +161,8 @@ LINES_GATHER_S = 0.1
 class ProviderJobs:
     """``network``: the node's network (None: this engine runs without one); ``escrows``:
     the escrow of paid jobs (None: payments are off). Both are built on first use.
-    ``logs``: the node's job logs (shared with its consumer side)."""
+    ``logs``: the node's job logs (shared with its consumer side); ``capacity``: the
+    machine's full capacity (provider_offer.py)."""
 
     def __init__(
         self,
@@ -171,6 +172,7 @@ class ProviderJobs:
         network: Callable[[], NetworkPort] | None = None,
         escrows: Callable[[], EscrowPort] | None = None,
         logs: JobLogs | None = None,
+        capacity: Callable[[], api.Capacity] | None = None,
     ) -> None:
         self.ctx = ctx
         self._network = network if ctx.network_enabled else None
@@ -201,7 +203,7 @@ class ProviderJobs:
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
         self._resources = ResourceFile(ctx.paths.resources_file)  # what is sold (issue 12)
-        self._machine: api.Machine | None = None
+        self._offer_view = ProviderOffer(ctx, executors, self._resources, self.committed, capacity)
         # Running jobs' live samples (live_usage.py), sent to their followers; the GPU
         # sampler is built when a GPU job first runs.
         self._usage: dict[str, live_usage.UsageRing] = {}
@@ -509,7 +511,7 @@ class ProviderJobs:
             return _refused("this provider's resource specs do not read (its operator fixes them)")
         verdict = judge(
             Needs.of(spec),
-            self.own_resources(),
+            self.offer().resources,
             takes_payments=self._escrows is not None,
             consumer=consumer,
         )
@@ -520,100 +522,24 @@ class ProviderJobs:
                 return _refused(exc.message)
         return verdict
 
-    def own_resources(self) -> api.PeerResources:
-        """What this provider advertises and beats about itself, as a consumer sees it: the
-        figures admission judges here (engine/network/link.py sends the same)."""
-        onboarding = self.ctx.store.get_onboarding()
-        if onboarding is None:
-            return api.PeerResources()
-        settings = self.ctx.settings.jobs
-        used = self.committed()
-        offered = set(onboarding.gpus)
-        gpus = tuple(
-            api.PeerGpu(vendor=gpu.vendor, model=gpu.name, vram_mb=gpu.vram_mb)
-            for gpu in self.ctx.gpus
-            if gpu.uuid in offered
-        )
-        vram = sum(gpu.vram_mb for gpu in gpus)
-        specs, pools = self._sold(onboarding)
-        return api.PeerResources(
-            cpu_mhz=onboarding.cpu_mhz,
-            memory_mb=onboarding.memory_mb,
-            gpus=gpus,
-            prices=dict(settings.prices),
-            executors=tuple(name for name in settings.executors if name in self.executors),
-            frameworks=self.frameworks(),
-            slots=settings.slots,
-            shell=settings.shells_offered(),
-            free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
-            free_memory_mb=max(onboarding.memory_mb - used.memory_mb, 0),
-            free_gpus=max(len(gpus) - used.gpus, 0),
-            free_vram_mb=max(vram - used.vram_mb, 0),
-            running_jobs=used.jobs,
-            specs=specs,
-            pools=pools,
-        )
+    def offer(self) -> OfferView:
+        """What this provider offers now: what admission judges, and what the advert and
+        heartbeats carry (one view, provider_offer.py)."""
+        return self._offer_view.view()
 
-    def _sold(
-        self, onboarding: api.Onboarding
-    ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
-        """The specs sold here and their pools, as the advert carries them (link.py)."""
-        try:
-            book = self._resources.load()
-        except EngineError:
-            return (), ()  # _admission refuses every offer meanwhile
-        if self._machine is None:  # what bounds a spec: cores, as the node counts them
-            self._machine = detect_machine(
-                self.ctx.settings.machine, host=self.ctx.probes.host_files
-            )
-        cores = self._machine.cpu_cores
-        full = api.Capacity(
-            view="full",
-            cpu_cores=cores,
-            cpu_mhz=cores * self._machine.cpu_mhz_per_core,
-            memory_mb=onboarding.memory_mb,
-            disk_mb=0,
-            gpus=self.ctx.gpus,
-        )
-        return sold(book, onboarded_capacity(onboarding, full))
+    def own_resources(self) -> api.PeerResources:
+        """What this provider advertises and beats about itself, as a consumer sees it."""
+        return self.offer().resources
 
     def _gpus_for(self, spec: JobSpec) -> tuple[api.GpuInfo, ...]:
-        """The onboarded cards a GPU job gets: those of the vendor it asked for, or of this
-        machine's own vendor when it named none (never every GPU the machine has)."""
-        if spec.device != "gpu":
-            return ()
-        onboarding = self.ctx.store.get_onboarding()
-        offered = set(onboarding.gpus) if onboarding is not None else set()
-        cards = [gpu for gpu in self.ctx.gpus if gpu.uuid in offered]
-        if not cards:
-            raise EngineError("no_gpu", "no onboarded GPU is present on this provider now")
-        vendor = spec.gpu_vendor or cards[0].vendor
-        chosen = tuple(gpu for gpu in cards if gpu.vendor == vendor)
-        if not chosen:
-            have = ", ".join(sorted({gpu.vendor for gpu in cards}))
-            raise EngineError("no_gpu", f"no {vendor} GPU onboarded here (onboarded: {have})")
-        return chosen
+        return self._offer_view.gpus_for(spec)
 
     def frameworks(self) -> tuple[str, ...]:
-        """The frameworks some executor of this provider's can run now (what the advert and
-        admission offer: a process executor offers only those its Python has)."""
-        offered = {
-            framework
-            for name in self.ctx.settings.jobs.executors
-            if name in self.executors
-            for framework in self.executors[name].frameworks()
-        }
-        return tuple(f for f in FRAMEWORKS if f in offered)
+        """The frameworks some executor of this provider's can run now."""
+        return self._offer_view.frameworks()
 
     def _executor_for(self, spec: JobSpec) -> str | None:
-        for name in self.ctx.settings.jobs.executors:
-            if (
-                name in self.executors
-                and not (spec.device == "gpu" and name == "process")
-                and spec.framework in self.executors[name].frameworks()
-            ):
-                return name
-        return None
+        return self._offer_view.executor_for(spec)
 
     async def _confirm(
         self, confirm: p.Confirm, consumer: str, raw: bytes
