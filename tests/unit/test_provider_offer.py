@@ -41,6 +41,19 @@ class Totals:
         return 1_500_000
 
 
+class Room:
+    """The jobs room as the network sees it (JobsPort): the provider's own offer."""
+
+    def __init__(self, provider: ProviderJobs) -> None:
+        self.provider = provider
+
+    def attach(self, link: Any) -> None:
+        pass
+
+    def offer(self) -> OfferView:
+        return self.provider.offer()
+
+
 def build(tmp_path: Path) -> tuple[ProviderJobs, NodeNetwork]:
     ctx, _ = make_context(tmp_path, jobs=JobSettings(executors=["process"], slots=3))
     onboard(ctx, memory_mb=16384, cpu_mhz=20000)
@@ -49,7 +62,7 @@ def build(tmp_path: Path) -> tuple[ProviderJobs, NodeNetwork]:
         {"process": FakeIdleExecutor()},  # type: ignore[dict-item]
         network=FakeNetwork,
     )
-    network = NodeNetwork(ctx, facts=Facts(), jobs=lambda: provider, totals=Totals())
+    network = NodeNetwork(ctx, facts=Facts(), jobs=lambda: Room(provider), totals=Totals())
     return provider, network
 
 
