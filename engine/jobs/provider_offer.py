@@ -18,7 +18,9 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.spec import FRAMEWORKS, JobSpec
 from engine.ports import Committed, OfferView
 from engine.resources.capacity import detect_machine, onboarded_capacity
-from engine.resources.specs import ResourceFile, sold
+from engine.resources.specs import ResourceBook, ResourceFile, sold
+
+Sold = tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]
 
 
 class ProviderOffer:
@@ -41,6 +43,9 @@ class ProviderOffer:
         self._committed = committed
         self._capacity = capacity
         self._machine: api.Machine | None = None
+        self._sold_for: (
+            tuple[ResourceBook, tuple[int, int, tuple[api.GpuInfo, ...]], Sold] | None
+        ) = None
 
     def view(self) -> OfferView:
         """What this provider offers now (nothing until it is onboarded)."""
@@ -95,16 +100,20 @@ class ProviderOffer:
             gpus=self.ctx.gpus,
         )
 
-    def _sold(
-        self, onboarding: api.Onboarding, full: api.Capacity
-    ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
+    def _sold(self, onboarding: api.Onboarding, full: api.Capacity) -> Sold:
         """The specs sold here and their pools; none when the resources file does not read
         (admission then refuses every offer, so nothing is sold by mistake)."""
         try:
             book = self._resources.load()
         except EngineError:
             return (), ()
-        return sold(book, onboarded_capacity(onboarding, full))
+        onboarded = onboarded_capacity(onboarding, full)
+        # Worked out again only when the book (cached by the file's mtime) or what bounds a
+        # spec changes: heartbeats read this view too, and sold() warns of each spec dropped.
+        key = (onboarded.cpu_cores, onboarded.memory_mb, onboarded.gpus)
+        if self._sold_for is None or self._sold_for[0] is not book or self._sold_for[1] != key:
+            self._sold_for = (book, key, sold(book, onboarded))
+        return self._sold_for[2]
 
     def frameworks(self) -> tuple[str, ...]:
         """The frameworks some executor of this provider's can run now (a process executor

@@ -5,11 +5,13 @@ consumer matching on the advert and heartbeat gives the verdict the provider giv
 from __future__ import annotations
 
 import ast
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from engine import api
 from engine.config import JobSettings
@@ -21,6 +23,7 @@ from engine.network import wire
 from engine.network.link import NodeNetwork, to_api_peer
 from engine.network.peers import PeerInfo
 from engine.ports import OfferView
+from engine.resources import specs as rs
 from tests.fakes.context import make_context, onboard
 from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork
@@ -155,3 +158,24 @@ def test_the_network_link_does_not_compute_an_offer_itself() -> None:
         for alias in node.names
     }
     assert not [name for name in imported if name.startswith("engine.resources")]
+
+
+def test_a_spec_beyond_the_capacity_is_dropped_and_said_once_not_every_beat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider, network = build(tmp_path)
+    huge = api.ResourceSpec(name="huge", cpu_cores=1, ram_mb=1_000_000, price_units_hour=1)
+    small = api.ResourceSpec(name="small", cpu_cores=1, ram_mb=1024, price_units_hour=1)
+    rs.ResourceFile(provider.ctx.paths.resources_file).save(rs.ResourceBook(specs=(huge, small)))
+    logger = logging.getLogger("nunet")
+    logger.addHandler(caplog.handler)
+    try:
+        for _ in range(3):
+            assert network.heartbeat() is not None
+            advert = network.advert()
+            assert advert is not None and [s.name for s in advert.specs] == ["small"]
+            assert provider.offer().resources.specs == (small,)
+    finally:
+        logger.removeHandler(caplog.handler)
+    dropped = [r for r in caplog.records if "exceed the onboarded capacity" in r.getMessage()]
+    assert len({id(record) for record in dropped}) == 1  # (caplog may hold it twice)
