@@ -29,7 +29,7 @@ from nunet_tui.cli.output import show, show_error, show_json
 START_WAIT_S = 120.0  # for a job just submitted to start running
 POLL_S = 0.5
 # For a tunnel's open (a forward's probe, a shell): longer than the engine's own whole open
-# (engine/jobs/tunnel_provider.py OPEN_S, 30 s), so its error, which says what it waited
+# (engine/jobs/tunnel_frames.py OPEN_S, 30 s), so its error, which says what it waited
 # for, arrives before ours would (tests/unit/test_tunnel_timeouts.py).
 TUNNEL_WAIT_S = 45.0
 # The daemon closes our forward when we stop renewing it: a `job forward` killed with -9
