@@ -222,7 +222,9 @@ class Node:
             from engine.jobs.service import NodeJobs
 
             escrows = self._escrows if self.payments_enabled else None
-            self._jobs = NodeJobs(self.ctx, network=self.network, escrows=escrows)
+            self._jobs = NodeJobs(
+                self.ctx, network=self.network, escrows=escrows, capacity=self.full
+            )
         return self._jobs
 
     def payments(self) -> NodePayments:

@@ -18,6 +18,9 @@ one-shot CLI command must not pay for a room it never enters.
 | ``JobsPort``     | jobs/service.py NodeJobs          | network/link.py NodeNetwork          |
 | ``TotalsPort``   | node.py Node                      | network/link.py NodeNetwork          |
 | ``NodeFacts``    | node.py Node                      | network/link.py NodeNetwork          |
+
+``OfferView`` is the one record of what a provider offers now (jobs/provider_offer.py makes
+it): its admission judges it, and the network's advert and heartbeats carry the same object.
 """
 
 from __future__ import annotations
@@ -43,6 +46,24 @@ class Committed:
     memory_mb: int = 0
     gpus: int = 0
     vram_mb: int = 0
+
+
+@dataclass(frozen=True)
+class OfferView:
+    """What this provider offers now, made in one place (engine/jobs/provider_offer.py):
+    its admission judges ``resources``, and the advert and heartbeats (network/link.py) are
+    built from the same object, so what consumers match on is what the provider admits by."""
+
+    # Onboarded and active: advertised and beating, and offers are judged (else refused).
+    accepting: bool
+    # As a consumer sees it: capacity, the free figures after running jobs' reservations,
+    # the offered GPUs, prices, specs and pools, executors, frameworks, slots, shells.
+    resources: api.PeerResources
+
+    @property
+    def vram_mb(self) -> int:
+        """The offered GPUs' memory, all together."""
+        return sum(gpu.vram_mb for gpu in self.resources.gpus)
 
 
 class PeerLink(Protocol):
@@ -172,12 +193,8 @@ class JobsPort(Protocol):
         """The network (re)started: serve the job protocols on it."""
         ...
 
-    def committed(self) -> Committed:
-        """What running provider jobs hold: subtracted from the free figures in heartbeats."""
-        ...
-
-    def frameworks(self) -> tuple[str, ...]:
-        """The frameworks this provider's executors can run now (advertised)."""
+    def offer(self) -> OfferView:
+        """What this provider offers now (the advert and heartbeats carry it)."""
         ...
 
 
@@ -194,11 +211,7 @@ class TotalsPort(Protocol):
 
 
 class NodeFacts(Protocol):
-    """Facts of the node the network advertises."""
-
-    def full(self) -> api.Capacity:
-        """The machine's full capacity (disk, GPUs)."""
-        ...
+    """Facts of the node the network needs besides the offer."""
 
     def mode(self) -> api.Mode | None:
         """The mode the operator chose (provider, consumer), if any."""

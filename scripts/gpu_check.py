@@ -23,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import api
+from engine.domain.ml_images import DEFAULT_ML_IMAGES
 from engine.errors import EngineError
 from engine.resources.gpu.capabilities import (
     container_capabilities,
@@ -36,7 +37,6 @@ from engine.resources.gpu.containers import (
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.gpu.doctor import run_doctor
 from engine.resources.gpu.sampler import GpuSampler, sample_gpus
-from engine.resources.ml_images import DEFAULT_ML_IMAGES
 from engine.resources.readiness import probe_docker
 
 failures = 0

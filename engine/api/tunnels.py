@@ -1,4 +1,5 @@
-"""Tunnels into running jobs (issue 13; engine/jobs/tunnel.py): port forwards and shells."""
+"""Tunnels into running jobs (issue 13; engine/jobs/tunnel_provider.py): port forwards and
+shells."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_EXPECTED_MINUTES = 7 * 24 * 60
 KINDS = ("batch", "service")
-# Ports a job may declare for tunnels (engine/jobs/tunnel.py): a notebook, a web UI, an API.
+# Ports a job may declare for tunnels (engine/jobs/tunnel_provider.py): a notebook, a web UI,
+# an API.
 MAX_PORTS = 8
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the executors set themselves, or that would let a job reach into the provider's

@@ -1,8 +1,8 @@
-"""The tunnel protocol's wire format (``/nunet/tunnel/1.0.0``, see tunnel.py): the signed
+"""The tunnel protocol's wire format (``/nunet/tunnel/1.0.0``, see tunnel_provider.py): the signed
 ``TunnelOpen`` header and ``TunnelAnswer``, their bounds, and the shell frames that follow the
 answer on a ``shell`` tunnel.
 
-Separate because three parties speak it: the provider (tunnel.py), the consumer's daemon
+Separate because three parties speak it: the provider (tunnel_provider.py), the consumer's daemon
 (tunnel_consumer.py) and the command line's terminal (nunet_tui/shell_relay.py frames the shell
 end to end), and the last needs none of the relays or the node. The limits both sides hold to
 (header size, answer deadline, tunnels per job, shell idle time) are here too.

@@ -23,7 +23,7 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
-from engine.ports import Committed, EscrowPort, NetworkPort, PeerLink
+from engine.ports import EscrowPort, NetworkPort, OfferView, PeerLink
 from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs")
@@ -73,7 +73,8 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
 
 class NodeJobs:
     """Both roles of the job protocol and their commands. ``network``: the node's network,
-    built on first use; ``escrows``: the escrow of paid jobs (None: payments are off)."""
+    built on first use; ``escrows``: the escrow of paid jobs (None: payments are off);
+    ``capacity``: the machine's full capacity, what the provider's offer is cut from."""
 
     def __init__(
         self,
@@ -81,6 +82,7 @@ class NodeJobs:
         network: Callable[[], NetworkPort],
         escrows: Callable[[], EscrowPort] | None,
         executors: dict[str, Executor] | None = None,
+        capacity: Callable[[], api.Capacity] | None = None,
     ) -> None:
         self.ctx = ctx
         executors = build_executors(ctx) if executors is None else executors
@@ -93,7 +95,7 @@ class NodeJobs:
         # One set of logs for both roles: they share the jobs folder the sweep keeps in bounds.
         self.logs = JobLogs(ctx.paths.state_dir / "jobs", limits, ended=self._ended)
         self.provider = ProviderJobs(
-            ctx, executors, network=network, escrows=escrows, logs=self.logs
+            ctx, executors, network=network, escrows=escrows, logs=self.logs, capacity=capacity
         )
         self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows, logs=self.logs)
         # job forward / job shell (the provider's side: .provider.tunnels)
@@ -124,11 +126,8 @@ class NodeJobs:
         link.set_stream_handler(JOB_PROTOCOL, self.provider.handle)
         link.set_stream_handler(TUNNEL_PROTOCOL, self.provider.tunnels.handle)
 
-    def committed(self) -> Committed:
-        return self.provider.committed()
-
-    def frameworks(self) -> tuple[str, ...]:
-        return self.provider.frameworks()
+    def offer(self) -> OfferView:
+        return self.provider.offer()
 
     def job_totals(self, escrowed: Mapping[tuple[str, str], int] | None = None) -> dict[str, Any]:
         """What this node ran and bought, and the metered NTX of its ended jobs: the figure

@@ -1,4 +1,4 @@
-"""The consumer's side of tunnels (see tunnel.py): :func:`open_tunnel` (a stream to the
+"""The consumer's side of tunnels (see tunnel_provider.py): :func:`open_tunnel` (a stream to the
 provider, its signed header accepted or the provider's refusal as an EngineError) and
 :class:`ConsumerTunnels`, the daemon's ``job forward`` listeners and ``job shell`` relays.
 
@@ -6,8 +6,8 @@ provider, its signed header accepted or the provider's refusal as an EngineError
 its own stream (the CLI only waits); ``job shell`` gets a one-shot Unix socket in the node's
 private socket folder whose bytes the daemon relays, unchanged, to the stream (the shell
 framing runs end to end between the CLI and the provider). Separate from the provider's side
-(tunnel.py): a node runs one or the other for a given job, and they share only the wire format
-(tunnel_frames.py) and the relay (tunnel_relay.py).
+(tunnel_provider.py): a node runs one or the other for a given job, and they share only the
+wire format (tunnel_frames.py) and the relay (tunnel_relay.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ libp2p-stream and trio-stream forms, what an executor offers for tunnels
 (:class:`TunnelExecutor`), and :func:`relay`, which copies both ways until both ends finish,
 one breaks, or nothing moved for the idle time.
 
-Separate from both sides, which use it alike (tunnel.py: the stream to the job's port or
+Separate from both sides, which use it alike (tunnel_provider.py: the stream to the job's port or
 shell; tunnel_consumer.py: a local TCP connection or the CLI's shell socket to the stream),
 and from the executors (docker.py, process.py), which hand back Pipes.
 """

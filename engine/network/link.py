@@ -230,67 +230,52 @@ class NodeNetwork:
     # --- NetworkCallbacks (trio thread) --------------------------------------------------
 
     def advert(self) -> wire.Advert | None:
-        onboarding = self.ctx.store.get_onboarding()
-        if onboarding is None or onboarding.state != "active":
+        """The provider's own offer view (jobs/provider_offer.py), as the wire carries it:
+        what consumers match on is what its admission judges."""
+        offer = self._jobs().offer()
+        if not offer.accepting:
             return None
-        full = self._facts.full()
-        offered = set(onboarding.gpus)
-        specs, pools = self._sold(onboarding, full)
+        res = offer.resources
         return wire.Advert(
             peer_id="",
             channel="",
-            cpu_mhz=onboarding.cpu_mhz,
-            ram_mb=onboarding.memory_mb,
-            disk_mb=full.disk_mb,
+            cpu_mhz=res.cpu_mhz,
+            ram_mb=res.memory_mb,
+            disk_mb=res.disk_mb,
             gpus=tuple(
-                wire.Gpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
-                for g in full.gpus
-                if g.uuid in offered
+                wire.Gpu(vendor=g.vendor, model=g.model, vram_mb=g.vram_mb) for g in res.gpus
             ),
-            prices=dict(self.ctx.settings.jobs.prices),
-            executors=tuple(self.ctx.settings.jobs.executors),
-            frameworks=self._jobs().frameworks(),
+            prices=dict(res.prices),
+            executors=res.executors,
+            frameworks=res.frameworks,
             version=self.ctx.version,
-            slots=self.ctx.settings.jobs.slots,
-            no_shell=not self.ctx.settings.jobs.shells_offered(),
-            specs=tuple(msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in specs),
-            pools=tuple(msgspec.convert(p, wire.AdvertPool, from_attributes=True) for p in pools),
+            slots=res.slots,
+            no_shell=not res.shell,
+            specs=tuple(
+                msgspec.convert(s, wire.AdvertSpec, from_attributes=True) for s in res.specs
+            ),
+            pools=tuple(
+                msgspec.convert(p, wire.AdvertPool, from_attributes=True) for p in res.pools
+            ),
             display_name=self.ctx.settings.provider.display_name,
         )
 
-    def _sold(
-        self, onboarding: api.Onboarding, full: api.Capacity
-    ) -> tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]:
-        """The specs this provider sells (issue 12); none when its resources file does not
-        read: its own admission then refuses every offer, so nothing is sold by mistake."""
-        from engine.domain.specs import sold
-        from engine.resources.capacity import onboarded_capacity
-        from engine.resources.spec_file import ResourceFile
-
-        try:
-            book = ResourceFile(self.ctx.paths.resources_file).load()
-        except EngineError as exc:
-            log.error("%s", exc.message)
-            return (), ()
-        return sold(book, onboarded_capacity(onboarding, full))
-
     def heartbeat(self) -> HeartbeatFigures | None:
-        onboarding = self.ctx.store.get_onboarding()
-        if onboarding is None or onboarding.state != "active":
+        """The load figures of the same offer view the advert carries."""
+        offer = self._jobs().offer()
+        if not offer.accepting:
             return None
-        offered = [g for g in self.ctx.gpus if g.uuid in set(onboarding.gpus)]
-        vram = sum(g.vram_mb for g in offered)
-        used = self._jobs().committed()
+        res = offer.resources
         return HeartbeatFigures(
-            cpu_mhz=onboarding.cpu_mhz,
-            ram_mb=onboarding.memory_mb,
-            gpus=len(offered),
-            vram_mb=vram,
-            free_cpu_mhz=max(onboarding.cpu_mhz - used.cpu_mhz, 0),
-            free_ram_mb=max(onboarding.memory_mb - used.memory_mb, 0),
-            free_gpus=max(len(offered) - used.gpus, 0),
-            free_vram_mb=max(vram - used.vram_mb, 0),
-            running_jobs=used.jobs,
+            cpu_mhz=res.cpu_mhz,
+            ram_mb=res.memory_mb,
+            gpus=len(res.gpus),
+            vram_mb=offer.vram_mb,
+            free_cpu_mhz=res.free_cpu_mhz or 0,
+            free_ram_mb=res.free_memory_mb or 0,
+            free_gpus=res.free_gpus or 0,
+            free_vram_mb=res.free_vram_mb or 0,
+            running_jobs=res.running_jobs or 0,
             ntx_claimed=self._totals.ntx_claimed(),
         )
 
@@ -542,23 +527,11 @@ class NodeNetwork:
             return api.NetworkStatus(channel=self.channel(), online=False, **jobs)
         peers = [to_api_peer(info) for info in service.peers()]
         rows = [p.resources for p in peers if p.resources is not None and p.resources.cpu_mhz]
-        mine = self.heartbeat()
-        if mine is not None:
+        offer = self._jobs().offer()  # this node's own row: its offer, as it beats it
+        if offer.accepting:
             rows.append(
-                api.PeerResources(
-                    cpu_mhz=mine.cpu_mhz,
-                    memory_mb=mine.ram_mb,
-                    free_cpu_mhz=mine.free_cpu_mhz,
-                    free_memory_mb=mine.free_ram_mb,
-                    free_gpus=mine.free_gpus,
-                    free_vram_mb=mine.free_vram_mb,
-                    running_jobs=mine.running_jobs,
-                    ntx_claimed=mine.ntx_claimed / 1_000_000,
-                    gpus=tuple(
-                        api.PeerGpu(vendor=g.vendor, model=g.name, vram_mb=g.vram_mb)
-                        for g in self.ctx.gpus
-                        if g.uuid in set(self.ctx.store.get_onboarding().gpus)  # type: ignore[union-attr]
-                    ),
+                msgspec.structs.replace(
+                    offer.resources, ntx_claimed=self._totals.ntx_claimed() / 1_000_000
                 )
             )
         totals = _totals(rows)

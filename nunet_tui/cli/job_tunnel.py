@@ -1,7 +1,7 @@
 """``nunet-tui job forward | shell | stop``: into a running job, through the node's tunnels.
 
 The bytes never pass through this process for ``forward``: the daemon listens on 127.0.0.1
-itself (engine/jobs/tunnel.py) and this command only asks it to, prints the local URL and
+itself (engine/jobs/tunnel_provider.py) and this command only asks it to, prints the local URL and
 waits for Ctrl-C (then asks it to stop). ``shell`` connects to the one-shot Unix socket the
 daemon opened for it and speaks the shell framing end to end with the provider: the local
 terminal in raw mode (Ctrl-C is a byte for the remote process), its size sent again on every
@@ -29,8 +29,8 @@ from nunet_tui.cli.output import show, show_error, show_json
 START_WAIT_S = 120.0  # for a job just submitted to start running
 POLL_S = 0.5
 # For a tunnel's open (a forward's probe, a shell): longer than the engine's own whole open
-# (engine/jobs/tunnel.py OPEN_S, 30 s), so its error, which says what it waited for, arrives
-# before ours would (tests/unit/test_tunnel_timeouts.py).
+# (engine/domain/tunnel_frames.py OPEN_S, 30 s), so its error, which says what it waited
+# for, arrives before ours would (tests/unit/test_tunnel_timeouts.py).
 TUNNEL_WAIT_S = 45.0
 # The daemon closes our forward when we stop renewing it: a `job forward` killed with -9
 # leaves nothing listening after this long.

@@ -519,7 +519,7 @@ class DockerExecutor(BaseExecutor):
             pass
         await state.done.wait()
 
-    # --- tunnels (engine/jobs/tunnel.py, Pipes: tunnel_relay.py) -------------------------
+    # --- tunnels (engine/jobs/tunnel_provider.py, Pipes: tunnel_relay.py) -------------------------
 
     def _running_container(self, run: JobRun) -> Any:
         container = self._containers.get(run.job_id)

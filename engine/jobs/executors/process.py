@@ -407,7 +407,7 @@ class ProcessExecutor(BaseExecutor):
         _kill_group(process, signal.SIGKILL)
         await state.done.wait()
 
-    # --- tunnels (engine/jobs/tunnel.py, Pipes: tunnel_relay.py) -------------------------
+    # --- tunnels (engine/jobs/tunnel_provider.py, Pipes: tunnel_relay.py) -------------------------
     # A sandboxed job has a loopback of its own: the tunnel connects from inside its network
     # namespace (sandbox_connect.py), where nothing but the job listens. Unsandboxed, the
     # job's service listens on the provider's own loopback, and the tunnel connects there.
