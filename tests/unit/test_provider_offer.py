@@ -24,6 +24,7 @@ from engine.jobs.provider import ProviderJobs
 from engine.network import link as link_module
 from engine.network.link import NodeNetwork
 from engine.ports import OfferView
+from engine.resources.spec_file import ResourceFile
 from tests.fakes.context import make_context, onboard
 from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork
@@ -166,7 +167,7 @@ def test_a_spec_beyond_the_capacity_is_dropped_and_said_once_not_every_beat(
     provider, network = build(tmp_path)
     huge = api.ResourceSpec(name="huge", cpu_cores=1, ram_mb=1_000_000, price_units_hour=1)
     small = api.ResourceSpec(name="small", cpu_cores=1, ram_mb=1024, price_units_hour=1)
-    rs.ResourceFile(provider.ctx.paths.resources_file).save(rs.ResourceBook(specs=(huge, small)))
+    ResourceFile(provider.ctx.paths.resources_file).save(rs.ResourceBook(specs=(huge, small)))
     logger = logging.getLogger("nunet")
     logger.addHandler(caplog.handler)
     try:
