@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine import api
 from engine.config import Paths, Settings
 from engine.identity import Identity
-from engine.probes import HostProbes
 from engine.store import Store
+
+if TYPE_CHECKING:
+    # The probes are the resources room's; the composition root (node.py) builds them: the
+    # rooms that share this context do not import that room for its type.
+    from engine.probes import HostProbes
 
 EventSink = Callable[[api.Event], None]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine import api
 
@@ -216,3 +216,20 @@ class NodeFacts(Protocol):
     def mode(self) -> api.Mode | None:
         """The mode the operator chose (provider, consumer), if any."""
         ...
+
+
+@runtime_checkable
+class CreditWindow(Protocol):
+    """A muxed stream whose writes wait for the peer's window credit up to ``credit_wait_s``
+    (the network room's yamux streams: engine/network/yamux_credit.py)."""
+
+    credit_wait_s: float
+
+
+def wait_for_credit_up_to(stream: Any, seconds: float) -> None:
+    """Let writes on ``stream`` (a libp2p stream, or its muxed stream) wait up to ``seconds``
+    for window credit: for a protocol that ends idle streams itself after ``seconds`` (the
+    jobs room's tunnels). Streams without the capability are left as they are."""
+    muxed = getattr(stream, "muxed_stream", stream)
+    if isinstance(muxed, CreditWindow):
+        muxed.credit_wait_s = seconds

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import trio
 
 from engine.domain.tunnel_frames import CHUNK
-from engine.network.yamux_credit import wait_for_credit_up_to
+from engine.ports import wait_for_credit_up_to
 
 # One logger for the tunnels, whichever of their modules writes the line.
 log = logging.getLogger("nunet.jobs.tunnel")

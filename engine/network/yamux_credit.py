@@ -238,14 +238,6 @@ class _CreditMuxerMultistream(MuxerMultistream):
         return muxed
 
 
-def wait_for_credit_up_to(stream: Any, seconds: float) -> None:
-    """Let writes on ``stream`` (a libp2p stream, or its muxed stream) wait up to ``seconds``
-    for window credit: for a protocol that ends idle streams itself after ``seconds``."""
-    muxed = getattr(stream, "muxed_stream", stream)
-    if isinstance(muxed, HalfWindowCreditStream):
-        muxed.credit_wait_s = seconds
-
-
 def install(host: Any) -> None:
     """Give every yamux connection ``host`` makes from now on HalfWindowCreditStreams."""
     upgrader = host.get_network().upgrader

@@ -35,8 +35,8 @@ from engine.network.yamux_credit import (
     MAX_DATA_FRAME,
     BoundedFrameYamux,
     HalfWindowCreditStream,
-    wait_for_credit_up_to,
 )
+from engine.ports import wait_for_credit_up_to
 
 PROTOCOL = TProtocol("/nunet/test/yamux-credit/1.0.0")
 LISTEN = ["/ip4/127.0.0.1/tcp/0"]
