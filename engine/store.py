@@ -310,16 +310,6 @@ class Store:
         ).fetchall()
         return {str(r[0]) for r in rows if r[0]}
 
-    def peers_seen(self, channel: str | None = None) -> list[tuple[str, str, str, float]]:
-        """(peer_id, channel, info JSON, last_seen), most recent first."""
-        query = "SELECT peer_id, channel, info, last_seen FROM peers"
-        args: tuple[str, ...] = ()
-        if channel is not None:
-            query += " WHERE channel = ?"
-            args = (channel,)
-        rows = self._db.execute(query + " ORDER BY last_seen DESC", args).fetchall()
-        return [(r["peer_id"], r["channel"], r["info"], r["last_seen"]) for r in rows]
-
     # --- chat -----------------------------------------------------------------------------
 
     def add_chat_request(self, peer_id: str, conversation: str, at: float) -> bool:

@@ -695,8 +695,3 @@ class NunetApp(App[None]):
 
 def _amounts(onboarding: Onboarding) -> str:
     return f"{mb(onboarding.memory_mb)} · {mhz(onboarding.cpu_mhz)} on {safe(onboarding.channel)}"
-
-
-def run_app(client: EngineClient) -> None:
-    """Run the TUI on ``client`` until the user quits; the caller closes the client."""
-    NunetApp(client=client).run()

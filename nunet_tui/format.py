@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from rich.text import Text
 from textual.content import Content, Span
 
-from engine.api import Capacity, Check, GpuInfo, Onboarding
+from engine.api import Check, Onboarding
 from engine.domain.peer_names import peer_label
 from engine.domain.safe_text import safe as safe  # the one escaper, re-exported for the widgets
 
@@ -77,23 +77,6 @@ def check_row(name: str, check: Check) -> tuple[Content, Content]:
     """(``✓ Docker engine``, ``reachable …``): a readiness check as a table row."""
     mark = ("✓ ", "bold $text-success") if check.ok else ("✗ ", "bold $text-error")
     return Content.assemble(mark, name), Content.styled(safe(check.detail), "$text-muted")
-
-
-def gpu_line(gpu: GpuInfo) -> Content:
-    """``0 NVIDIA RTX 3090  nvidia · 24,576 MB VRAM``."""
-    return Content.assemble(
-        (f"{gpu.index} ", "bold"),
-        safe(gpu.name),
-        (f"  {safe(gpu.vendor)} · {thousands(gpu.vram_mb)} MB VRAM", "$text-muted"),
-    )
-
-
-def capacity_summary(capacity: Capacity) -> str:
-    """``2 cores · 5,000 MHz · 16,000 MB RAM · 20,000 MB disk``."""
-    return (
-        f"{capacity.cpu_cores} cores · {mhz(capacity.cpu_mhz)} · "
-        f"{mb(capacity.memory_mb)} RAM · {mb(capacity.disk_mb)} disk"
-    )
 
 
 # --- time, peers, GPUs -------------------------------------------------------------------

@@ -53,8 +53,8 @@ TX_HASH = re.compile(r"[0-9a-f]{64}")
 T = TypeVar("T")
 
 
-class Escrows(Protocol):
-    """The escrow book as settling uses it (payments/escrow.py ``Escrows``)."""
+class SettleBook(Protocol):
+    """What settling needs of the escrow book (payments/escrow.py ``Escrows`` is the one)."""
 
     ctx: NodeContext
     wallet: WalletPort
@@ -70,7 +70,7 @@ class Escrows(Protocol):
     async def ntx_unit(self) -> str: ...
 
 
-async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
+async def advance(escrows: SettleBook, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
     state, role = record.info.state, record.info.role
     if not automatic and (role, state) in (("provider", "refunded"), ("consumer", "paid_out")):
         raise _settled_the_other_way(record)
@@ -96,7 +96,7 @@ async def advance(escrows: Escrows, record: EscrowRecord, *, automatic: bool) ->
     return record
 
 
-async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
+async def _lock_utxo(escrows: SettleBook, record: EscrowRecord) -> Any:
     """The job's lock if it is still at the script address, else None (it was spent)."""
     from oracle_client.escrow import transactions as txs
 
@@ -112,7 +112,7 @@ async def _lock_utxo(escrows: Escrows, record: EscrowRecord) -> Any:
     return await _chain(escrows, find, "reading the escrow lock")
 
 
-async def _spent_by(escrows: Escrows, record: EscrowRecord) -> str:
+async def _spent_by(escrows: SettleBook, record: EscrowRecord) -> str:
     """The tx that spent the job's lock (the provider's split): the consumer's book names it
     as the provider's does. The chain backend's word (Blockfrost's ``consumed_by_tx`` of the
     lock tx's escrow output), kept only if it is a tx hash; "" when the backend does not say
@@ -139,7 +139,7 @@ async def _spent_by(escrows: Escrows, record: EscrowRecord) -> str:
     return spent if isinstance(spent, str) and TX_HASH.fullmatch(spent) else ""
 
 
-async def _chain(escrows: Escrows, call: Callable[[], T], what: str) -> T:
+async def _chain(escrows: SettleBook, call: Callable[[], T], what: str) -> T:
     """A blocking chain call whose network failures come back as one retryable line."""
     from oracle_client.escrow import transactions as txs
 
@@ -192,14 +192,14 @@ def _plain(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-async def _locking(escrows: Escrows, record: EscrowRecord) -> EscrowRecord:
+async def _locking(escrows: SettleBook, record: EscrowRecord) -> EscrowRecord:
     # Only a crash between keeping the terms and submitting the lock leaves this state.
     if record.info.lock_tx and await _lock_utxo(escrows, record) is not None:
         return escrows.save(record, state="locked")
     return escrows.save(record, state="void", error="the lock never reached the chain")
 
 
-async def _decide(escrows: Escrows, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
+async def _decide(escrows: SettleBook, record: EscrowRecord, *, automatic: bool) -> EscrowRecord:
     from oracle_client.client import OracleUnavailable, ReceiptRejected, Undecidable
     from oracle_client.escrow.receipt import Receipt
     from oracle_client.models import RewardGrant, RewardPending, RewardRequest
@@ -326,7 +326,7 @@ def _kept_grant(record: EscrowRecord) -> Any:
     return msgspec.json.decode(record.grant.encode(), type=RewardGrant) if record.grant else None
 
 
-async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRecord:
+async def _spend(escrows: SettleBook, record: EscrowRecord, grant: Any) -> EscrowRecord:
     """Build the claim (provider) or refund (consumer), keep it, submit it."""
     from pycardano import Address
 
@@ -398,7 +398,9 @@ async def _spend(escrows: Escrows, record: EscrowRecord, grant: Any) -> EscrowRe
     return await _resubmit(escrows, record, fresh=True)
 
 
-async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = False) -> EscrowRecord:
+async def _resubmit(
+    escrows: SettleBook, record: EscrowRecord, *, fresh: bool = False
+) -> EscrowRecord:
     """Send the kept tx (again), or replace it once it can never land; done once the chain
     shows the lock spent."""
     from pycardano import Transaction
@@ -446,7 +448,7 @@ async def _resubmit(escrows: Escrows, record: EscrowRecord, *, fresh: bool = Fal
     return record
 
 
-async def _never_lands(escrows: Escrows, record: EscrowRecord, tx: Any, lock: Any) -> str:
+async def _never_lands(escrows: SettleBook, record: EscrowRecord, tx: Any, lock: Any) -> str:
     """Why a kept tx can never be on chain ("" while it still can): its validity upper bound
     passed on the chain's clock, or a wallet input of it was spent by another tx."""
     context = await escrows.wallet.chain_context()
@@ -468,7 +470,7 @@ async def _never_lands(escrows: Escrows, record: EscrowRecord, tx: Any, lock: An
     return await _chain(escrows, verdict, f"checking the kept {_kind(record)} tx")
 
 
-async def _done(escrows: Escrows, record: EscrowRecord, status: str) -> EscrowRecord:
+async def _done(escrows: SettleBook, record: EscrowRecord, status: str) -> EscrowRecord:
     """The lock is gone: the book says what spent it, read from the chain (issue 20 §6).
     "The lock is gone" is not "our tx landed": the consumer may have refunded it at the
     deadline while our claim never reached the chain, or submitted the split itself."""
@@ -521,7 +523,7 @@ class _Spent:
     short: str = ""
 
 
-def _not_paid_back(escrows: Escrows, record: EscrowRecord, spent: _Spent) -> EscrowRecord:
+def _not_paid_back(escrows: SettleBook, record: EscrowRecord, spent: _Spent) -> EscrowRecord:
     """The lock is spent but the consumer's own output is not on chain as the split owes it:
     the book does not say refunded or paid; it says what is missing, and the loop reads the
     chain again (a backend still indexing the tx catches up)."""
@@ -531,7 +533,7 @@ def _not_paid_back(escrows: Escrows, record: EscrowRecord, spent: _Spent) -> Esc
 
 
 async def _spent_how(
-    escrows: Escrows, record: EscrowRecord, *, owed: int = 0, split: bool = False
+    escrows: SettleBook, record: EscrowRecord, *, owed: int = 0, split: bool = False
 ) -> _Spent | None:
     """Which tx spent the job's lock and what it paid the provider's and the consumer's
     payment keys, from the chain; None when the backend does not say. The consumer checks
@@ -624,7 +626,7 @@ def _address(text: Any) -> Any:
     return text if isinstance(text, Address) else Address.from_primitive(text)
 
 
-async def _report(escrows: Escrows, record: EscrowRecord, status: str) -> None:
+async def _report(escrows: SettleBook, record: EscrowRecord, status: str) -> None:
     """Tell the oracle; its acknowledgement is a courtesy, never a condition."""
     from oracle_client.models import StatusReport
 
@@ -645,7 +647,7 @@ async def _report(escrows: Escrows, record: EscrowRecord, status: str) -> None:
 
 
 async def _deadline_refund(
-    escrows: Escrows, record: EscrowRecord, *, automatic: bool
+    escrows: SettleBook, record: EscrowRecord, *, automatic: bool
 ) -> EscrowRecord:
     info = record.info
     job = escrows.ctx.store.get_job(info.job_id)

@@ -51,11 +51,6 @@ def cost_models() -> dict[str, dict[str, int]]:
     return out
 
 
-def cost_model_values(language: str) -> list[int]:
-    """The flat list the ledger and the script data hash use, e.g. for "PlutusV3"."""
-    return list(cost_models()[language].values())
-
-
 def protocol_parameters_json(epoch: int) -> dict[str, Any]:
     """GET /epochs/latest/parameters."""
     models = cost_models()

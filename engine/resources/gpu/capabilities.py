@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ctypes.util
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -202,9 +201,3 @@ def _client(url: str) -> Any:
     import docker
 
     return docker.DockerClient(base_url=url, version="auto", timeout=60)
-
-
-def env_docker_url(environ: Mapping[str, str] | None = None) -> str:
-    from engine.resources.readiness import docker_url
-
-    return docker_url(os.environ if environ is None else environ)
