@@ -126,9 +126,18 @@ class NunetApp(App[None]):
     COMMANDS = App.COMMANDS | {_node_commands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", id="app.quit"),
-        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
-        Binding("m", "toggle_mode", "Mode", id="app.mode"),
+        # The footer shows them in this order after the screen's own: what each mode does
+        # most first (submit a job, see the jobs), the places next, ? and the rest last.
+        Binding(
+            "s",
+            "open('submit')",
+            "Submit",
+            tooltip="Submit an ML job (consumer mode)",
+            id="app.submit",
+        ),
+        Binding(
+            "j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run", id="app.jobs"
+        ),
         Binding(
             "g",
             "open('gpus')",
@@ -151,16 +160,11 @@ class NunetApp(App[None]):
             tooltip="The channel's resources and load",
             id="app.network",
         ),
-        Binding(
-            "j", "open('jobs')", "Jobs", tooltip="Jobs you bought and jobs you run", id="app.jobs"
-        ),
-        Binding(
-            "s",
-            "open('submit')",
-            "Submit",
-            tooltip="Submit an ML job (consumer mode)",
-            id="app.submit",
-        ),
+        # Last of the footer's keys: at 80 columns the footer cuts the ones at its end, and
+        # every screen's own keys and the places to go matter more there (? lists them all).
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+        Binding("m", "toggle_mode", "Mode", id="app.mode"),
+        Binding("q", "quit", "Quit", id="app.quit"),
         # Not in the footer (it is full at 80 columns); the help, the palette and the screens'
         # own footers name them.
         Binding(
