@@ -222,8 +222,14 @@ class Node:
             from engine.jobs.service import NodeJobs
 
             escrows = self._escrows if self.payments_enabled else None
+            from engine.resources.machine import MachineFacts
+
             self._jobs = NodeJobs(
-                self.ctx, network=self.network, escrows=escrows, capacity=self.full
+                self.ctx,
+                network=self.network,
+                escrows=escrows,
+                capacity=self.full,
+                machine=MachineFacts(self.ctx),
             )
         return self._jobs
 

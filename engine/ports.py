@@ -18,6 +18,8 @@ one-shot CLI command must not pay for a room it never enters.
 | ``JobsPort``     | jobs/service.py NodeJobs          | network/link.py NodeNetwork          |
 | ``TotalsPort``   | node.py Node                      | network/link.py NodeNetwork          |
 | ``NodeFacts``    | node.py Node                      | network/link.py NodeNetwork          |
+| ``MachinePort``  | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)  |
+| ``CreditWindow`` | network/yamux_credit.py streams   | jobs (tunnels: wait_for_credit_up_to) |
 
 ``OfferView`` is the one record of what a provider offers now (jobs/provider_offer.py makes
 it): its admission judges it, and the network's advert and heartbeats carry the same object.
@@ -33,6 +35,7 @@ from engine import api
 
 if TYPE_CHECKING:
     from engine.domain.peer_info import PeerInfo
+    from engine.domain.specs import ResourceBook
 
 StreamHandler = Callable[[Any], Awaitable[None]]
 
@@ -233,3 +236,26 @@ def wait_for_credit_up_to(stream: Any, seconds: float) -> None:
     muxed = getattr(stream, "muxed_stream", stream)
     if isinstance(muxed, CreditWindow):
         muxed.credit_wait_s = seconds
+
+
+class MachinePort(Protocol):
+    """What a provider reads of its machine, from the resources room
+    (engine/resources/machine.py ``MachineFacts``): the jobs room never imports that room."""
+
+    def machine(self) -> api.Machine:
+        """This machine, detected once (cores and MHz per core, as the node counts them)."""
+        ...
+
+    def onboarded(self, onboarding: api.Onboarding | None, full: api.Capacity) -> api.Capacity:
+        """What the provider offered of ``full`` (zeros when not onboarded)."""
+        ...
+
+    def resource_book(self) -> ResourceBook:
+        """The specs, pools and custom resources it sells; EngineError naming the file when
+        the file does not read."""
+        ...
+
+    def gpu_status(self) -> Callable[[], Any]:
+        """The live GPU status (the GPU service's ``status``), its sampler started on first
+        use."""
+        ...

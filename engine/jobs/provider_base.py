@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import trio
@@ -33,8 +32,7 @@ from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.provider_offer import ProviderOffer
 from engine.jobs.quote_book import ConfirmInFlight, QuoteBook
 from engine.jobs.tunnel_provider import TunnelServer
-from engine.ports import Committed, EscrowPort, NetworkPort, OfferView
-from engine.resources.spec_file import ResourceFile
+from engine.ports import Committed, EscrowPort, MachinePort, NetworkPort, OfferView
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -68,6 +66,7 @@ class ProviderBase:
         escrows: Callable[[], EscrowPort] | None = None,
         logs: JobLogs | None = None,
         capacity: Callable[[], api.Capacity] | None = None,
+        machine: MachinePort,
     ) -> None:
         self.ctx = ctx
         self._network = network if ctx.network_enabled else None
@@ -97,12 +96,11 @@ class ProviderBase:
         self._cancelling: set[str] = set()  # jobs being stopped now (one stop each)
         self.tunnels = TunnelServer(ctx, self.running)  # /nunet/tunnel/1.0.0 into running jobs
         self._stopping: set[str] = set()  # service jobs their consumer stopped (`job stop`)
-        self._resources = ResourceFile(ctx.paths.resources_file)  # what is sold (issue 12)
-        self._offer_view = ProviderOffer(ctx, executors, self._resources, self.committed, capacity)
+        self._machine = machine  # the machine's facts and what is sold (issue 12)
+        self._offer_view = ProviderOffer(ctx, executors, machine, self.committed, capacity)
         # Running jobs' live samples (live_usage.py), sent to their followers; the GPU
         # sampler is built when a GPU job first runs.
         self._usage: dict[str, live_usage.UsageRing] = {}
-        self._gpu_service: Any = None
 
     def running(self, job_id: str) -> tuple[Executor, JobRun] | None:
         """The executor and run of a job running here now (None otherwise)."""
@@ -186,7 +184,7 @@ class ProviderBase:
         if not job.resource_spec:
             return None
         try:
-            book = self._resources.load()
+            book = self._machine.resource_book()
         except EngineError:
             return None
         return next((s for s in book.specs if s.name == job.resource_spec), None)

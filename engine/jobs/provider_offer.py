@@ -17,16 +17,15 @@ from engine.domain.spec import FRAMEWORKS, JobSpec
 from engine.domain.specs import ResourceBook, sold
 from engine.errors import EngineError
 from engine.jobs.executors.base import Executor
-from engine.ports import Committed, OfferView
-from engine.resources.capacity import detect_machine, onboarded_capacity
-from engine.resources.spec_file import ResourceFile
+from engine.ports import Committed, MachinePort, OfferView
 
 Sold = tuple[tuple[api.ResourceSpec, ...], tuple[api.Pool, ...]]
 
 
 class ProviderOffer:
     """``executors``: those built here (an executor configured but not usable is neither
-    advertised nor judged); ``resources``: the resource specs file (what is sold, issue 12);
+    advertised nor judged); ``machine``: the machine's facts and the resource specs file (what
+    is sold, issue 12), from the resources room;
     ``committed``: what running jobs hold now; ``capacity``: the machine's full capacity
     (node.py's; None: the cores are detected here and no disk is offered)."""
 
@@ -34,16 +33,15 @@ class ProviderOffer:
         self,
         ctx: NodeContext,
         executors: dict[str, Executor],
-        resources: ResourceFile,
+        machine: MachinePort,
         committed: Callable[[], Committed],
         capacity: Callable[[], api.Capacity] | None = None,
     ) -> None:
         self.ctx = ctx
         self.executors = executors
-        self._resources = resources
+        self._facts = machine
         self._committed = committed
         self._capacity = capacity
-        self._machine: api.Machine | None = None
         self._sold_for: (
             tuple[ResourceBook, tuple[int, int, tuple[api.GpuInfo, ...]], Sold] | None
         ) = None
@@ -87,15 +85,12 @@ class ProviderOffer:
     def _full(self, onboarding: api.Onboarding) -> api.Capacity:
         if self._capacity is not None:
             return self._capacity()
-        if self._machine is None:  # what bounds a spec: cores, as the node counts them
-            self._machine = detect_machine(
-                self.ctx.settings.machine, host=self.ctx.probes.host_files
-            )
-        cores = self._machine.cpu_cores
+        machine = self._facts.machine()  # what bounds a spec: cores, as the node counts them
+        cores = machine.cpu_cores
         return api.Capacity(
             view="full",
             cpu_cores=cores,
-            cpu_mhz=cores * self._machine.cpu_mhz_per_core,
+            cpu_mhz=cores * machine.cpu_mhz_per_core,
             memory_mb=onboarding.memory_mb,
             disk_mb=0,
             gpus=self.ctx.gpus,
@@ -105,10 +100,10 @@ class ProviderOffer:
         """The specs sold here and their pools; none when the resources file does not read
         (admission then refuses every offer, so nothing is sold by mistake)."""
         try:
-            book = self._resources.load()
+            book = self._facts.resource_book()
         except EngineError:
             return (), ()
-        onboarded = onboarded_capacity(onboarding, full)
+        onboarded = self._facts.onboarded(onboarding, full)
         # Worked out again only when the book (cached by the file's mtime) or what bounds a
         # spec changes: heartbeats read this view too, and sold() warns of each spec dropped.
         key = (onboarded.cpu_cores, onboarded.memory_mb, onboarded.gpus)

@@ -123,7 +123,7 @@ class ProviderQuotes(ProviderRuns):
         if not report.ok:
             return _refused(*(problem.message for problem in report.problems))
         try:
-            self._resources.load()
+            self._machine.resource_book()
         except EngineError as exc:
             log.error("refusing offers: %s", exc.message)
             return _refused("this provider's resource specs do not read (its operator fixes them)")

@@ -77,7 +77,7 @@ class ProviderRuns(ProviderBase):
         if resource is None or not cards or resource.gpus <= 0:
             return cards
         if resource.gpu_resource is not None:
-            book = self._resources.load()
+            book = self._machine.resource_book()
             custom = next((c for c in book.customs if c.name == resource.gpu_resource), None)
             if custom is not None and custom.from_gpus is not None:
                 cards = tuple(c for c in cards if c.index in set(custom.from_gpus))
@@ -183,11 +183,7 @@ class ProviderRuns(ProviderBase):
         ring = self._usage.setdefault(run.job_id, live_usage.UsageRing())
         gpu_status = None
         if run.gpus:
-            if self._gpu_service is None:
-                from engine.resources.gpu.service import GpuService
-
-                self._gpu_service = GpuService(self.ctx.probes.gpu_sampler)
-            gpu_status = self._gpu_service.status
+            gpu_status = self._machine.gpu_status()
         await live_usage.watch(
             functools.partial(executor.reading, run),
             ring,

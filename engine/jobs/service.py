@@ -23,7 +23,7 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
-from engine.ports import EscrowPort, NetworkPort, OfferView, PeerLink
+from engine.ports import EscrowPort, MachinePort, NetworkPort, OfferView, PeerLink
 from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs")
@@ -74,7 +74,8 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
 class NodeJobs:
     """Both roles of the job protocol and their commands. ``network``: the node's network,
     built on first use; ``escrows``: the escrow of paid jobs (None: payments are off);
-    ``capacity``: the machine's full capacity, what the provider's offer is cut from."""
+    ``capacity``: the machine's full capacity, what the provider's offer is cut from;
+    ``machine``: what the provider reads of its machine (the resources room's facts)."""
 
     def __init__(
         self,
@@ -83,6 +84,8 @@ class NodeJobs:
         escrows: Callable[[], EscrowPort] | None,
         executors: dict[str, Executor] | None = None,
         capacity: Callable[[], api.Capacity] | None = None,
+        *,
+        machine: MachinePort,
     ) -> None:
         self.ctx = ctx
         executors = build_executors(ctx) if executors is None else executors
@@ -95,7 +98,13 @@ class NodeJobs:
         # One set of logs for both roles: they share the jobs folder the sweep keeps in bounds.
         self.logs = JobLogs(ctx.paths.state_dir / "jobs", limits, ended=self._ended)
         self.provider = ProviderJobs(
-            ctx, executors, network=network, escrows=escrows, logs=self.logs, capacity=capacity
+            ctx,
+            executors,
+            network=network,
+            escrows=escrows,
+            logs=self.logs,
+            capacity=capacity,
+            machine=machine,
         )
         self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows, logs=self.logs)
         # job forward / job shell (the provider's side: .provider.tunnels)

@@ -29,6 +29,7 @@ from engine.jobs.executors.docker import DockerExecutor
 from engine.jobs.provider import ProviderJobs
 from engine.probes import HostProbes
 from engine.resources.gpu.detect import detect_gpus
+from engine.resources.machine import MachineFacts
 from engine.resources.readiness import DockerStatus
 from engine.store import Store
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
@@ -198,7 +199,7 @@ def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[s
         network_enabled=False,
         gpus=machine,
     )
-    return ProviderJobs(ctx, {"docker": DockerExecutor()})
+    return ProviderJobs(ctx, {"docker": DockerExecutor()}, machine=MachineFacts(ctx))
 
 
 def test_the_provider_gives_a_job_the_onboarded_cards_of_its_own_vendor(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.metering import Usage
 from engine.jobs.provider import ProviderJobs, QuoteBook
+from engine.resources.machine import MachineFacts
 from tests.fakes.context import make_context, onboard
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.executor import FakeIdleExecutor
@@ -51,6 +52,7 @@ def provider(
         {"process": FakeIdleExecutor()},  # type: ignore[dict-item]
         network=FakeNetwork,
         escrows=(lambda: escrows) if payments else None,
+        machine=MachineFacts(ctx),
     )
 
 

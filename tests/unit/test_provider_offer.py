@@ -24,6 +24,7 @@ from engine.jobs.provider import ProviderJobs
 from engine.network import link as link_module
 from engine.network.link import NodeNetwork
 from engine.ports import OfferView
+from engine.resources.machine import MachineFacts
 from engine.resources.spec_file import ResourceFile
 from tests.fakes.context import make_context, onboard
 from tests.fakes.executor import FakeIdleExecutor
@@ -65,6 +66,7 @@ def build(tmp_path: Path) -> tuple[ProviderJobs, NodeNetwork]:
         ctx,
         {"process": FakeIdleExecutor()},  # type: ignore[dict-item]
         network=FakeNetwork,
+        machine=MachineFacts(ctx),
     )
     network = NodeNetwork(ctx, facts=Facts(), jobs=lambda: Room(provider), totals=Totals())
     return provider, network

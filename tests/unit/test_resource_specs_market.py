@@ -25,6 +25,7 @@ from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.jobs.consumer import quoted_units
 from engine.jobs.provider import ProviderJobs
+from engine.resources.machine import MachineFacts
 from engine.resources.spec_file import ResourceFile
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.executor import FakeIdleExecutor
@@ -220,7 +221,12 @@ def _provider(tmp_path: Path, book: rs.ResourceBook) -> ProviderJobs:
     ctx.settings = msgspec.structs.replace(ctx.settings, machine=machine)
     onboard(ctx, memory_mb=16384, cpu_mhz=20000)
     ResourceFile(ctx.paths.resources_file).save(book)
-    return ProviderJobs(ctx, {"process": FakeIdleExecutor()}, network=FakeNetwork)  # type: ignore[dict-item]
+    return ProviderJobs(
+        ctx,
+        {"process": FakeIdleExecutor()},  # type: ignore[dict-item]
+        network=FakeNetwork,
+        machine=MachineFacts(ctx),
+    )
 
 
 def test_the_provider_quotes_the_spec_for_the_signer_from_its_own_pools(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from engine.domain.spec import GitSource, JobSpec, offer_spec
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.provider import ProviderJobs
+from engine.resources.machine import MachineFacts
 from tests.fakes.context import identity, make_context, onboard
 from tests.fakes.escrows import FakeEscrows
 from tests.fakes.executor import FakeIdleExecutor
@@ -47,6 +48,7 @@ def build(
         {"process": FakeIdleExecutor()},  # type: ignore[dict-item]  # nothing starts here
         network=lambda: network,
         escrows=(lambda: escrows) if escrows is not None else None,
+        machine=MachineFacts(ctx),
     )
     return jobs, network, events
 
@@ -185,7 +187,9 @@ def test_finished_jobs_leave_no_executor_state_and_their_logs_are_read_from_disk
     )
     onboard(ctx)
     executor = ProcessExecutor()
-    provider = ProviderJobs(ctx, {"process": executor}, network=FakeNetwork)
+    provider = ProviderJobs(
+        ctx, {"process": executor}, network=FakeNetwork, machine=MachineFacts(ctx)
+    )
     keep = provider._logs.keep
     jobs = [
         api.JobInfo(
