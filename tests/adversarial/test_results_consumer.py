@@ -324,7 +324,7 @@ def test_results_that_never_match_their_checksum_are_tried_a_few_times_then_the_
     """Issue 20 §8: a provider whose results never match the checksum it signed is asked
     RESULT_TRIES times (each a whole download), not every 5 s for ever; the job keeps why,
     `job show` says it, and `job results` tries once more and says why in one line."""
-    from engine.jobs.consumer import RESULT_TRIES
+    from engine.jobs.consumer_base import RESULT_TRIES
 
     consumer = daemons("consumer", 72)
     peer = hostile(seed=b"\x98" * 32, bootstrap=[consumer.addrs()[0]])

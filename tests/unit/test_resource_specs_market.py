@@ -23,7 +23,7 @@ from engine.domain.peer_info import PeerInfo, to_api_peer
 from engine.domain.spec import JobSpec, offer_spec, validate_spec
 from engine.identity import Identity
 from engine.jobs import protocol as p
-from engine.jobs.consumer import quoted_units
+from engine.jobs.consumer_base import quoted_units
 from engine.jobs.provider import ProviderJobs
 from engine.resources.machine import MachineFacts
 from engine.resources.spec_file import ResourceFile

@@ -12,7 +12,7 @@ from engine import api
 from engine.domain.admission import Needs, judge, quote_units
 from engine.domain.spec import JobSpec
 from engine.jobs import protocol as p
-from engine.jobs.consumer import quoted_units
+from engine.jobs.consumer_base import quoted_units
 from engine.notices import NoticeFilter
 from nunet_tui.screens.job_detail import _facts
 from oracle_client.ntx import format_ntx

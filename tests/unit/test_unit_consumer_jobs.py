@@ -155,10 +155,11 @@ def test_a_provider_silent_after_the_quote_keeps_the_job_and_no_other_provider_i
     without a final answer the job stays "confirming" with that provider: the next candidate
     is never offered the job, since the first may still accept it."""
     import engine.jobs.consumer as consumer_module
+    import engine.jobs.consumer_base as consumer_base
 
     monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
     monkeypatch.setattr(consumer_module, "SUBMIT_S", 2.0)
-    monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
+    monkeypatch.setattr(consumer_base, "CONFIRM_RETRY_S", (0.1,))
     silent = FakeProviderPeer(identity(4), silent=True)
     willing = FakeProviderPeer(identity(5), total_ntx=0.25)
     consumer, link, _ = world(tmp_path, (silent, 0.5), (willing, 1.5))
@@ -201,10 +202,11 @@ def test_job_cancel_of_a_job_still_confirming_releases_it_and_refunds_its_lock(
     provider's final word: it will not run it), ends cancelled, and its lock is asked back
     at once; a second cancel says the job already ended."""
     import engine.jobs.consumer as consumer_module
+    import engine.jobs.consumer_base as consumer_base
 
     monkeypatch.setattr(p, "CONFIRM_ANSWER_S", 0.3)
     monkeypatch.setattr(consumer_module, "SUBMIT_S", 1.0)
-    monkeypatch.setattr(consumer_module, "CONFIRM_RETRY_S", (0.1,))
+    monkeypatch.setattr(consumer_base, "CONFIRM_RETRY_S", (0.1,))
     peer = FakeProviderPeer(
         identity(8), payment_address="addr_test1qsilent", silent=True, releases=True
     )
@@ -248,9 +250,9 @@ class HeaderThenSilence(FakeProviderPeer):
 def test_a_results_transfer_that_stalls_ends_at_its_deadline_saying_what_it_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import engine.jobs.consumer as consumer_module
+    import engine.jobs.consumer_results as consumer_results
 
-    monkeypatch.setattr(consumer_module, "RESULT_CHUNK_S", 0.3)
+    monkeypatch.setattr(consumer_results, "RESULT_CHUNK_S", 0.3)
     peer = HeaderThenSilence(identity(10))
     consumer, link, _ = world(tmp_path, (peer, 0.5))
     job = api.JobInfo(
