@@ -124,7 +124,7 @@ class JobInfo(Record, frozen=True):
     results_dir: str = ""
     # Consumer: when this node saw the job start and end, on its own clock, as it happened
     # (an Update on a follow that had already shown the state before); None: not seen live.
-    # What a receipt may bill is bounded by it (payments/escrow.py), never by the times the
+    # What a receipt may bill is bounded by it (payments/escrow_receipts.py), never by the times the
     # provider reports.
     seen_started_at: float | None = None
     seen_finished_at: float | None = None

@@ -6,7 +6,7 @@ number it has (backlog, then the live tail) until the job ends; then the results
 fetched, its sha256 checked against the provider's signed header, and kept for ``job results``.
 A provider silent for three heartbeats (no heartbeat, no update) is shown as unreachable; one
 still silent ``[jobs] provider_grace_s`` later has its job ended interrupted, and a paid job's
-refund is asked for at once (payments/escrow.py ``provider_vanished``).
+refund is asked for at once (payments/escrow_receipts.py ``provider_vanished``).
 
 In layers, each a module: consumer_base.py (state, constants, asking a provider),
 consumer_results.py (fetching and unpacking results), consumer_follow.py (following jobs,

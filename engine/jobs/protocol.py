@@ -139,7 +139,7 @@ class Release(JobMessage, tag="release", frozen=True):
 # see the lock by then); the consumer waits for that answer up to CONFIRM_ANSWER_S per try,
 # asks again with the same job id while it has time, and never asks another provider before
 # it has a final answer.
-CONFIRM_CHECK_S = 75.0  # > engine/payments/escrow.py LOCK_WAIT_S (60 s on chain)
+CONFIRM_CHECK_S = 75.0  # > engine/payments/escrow_lock.py LOCK_WAIT_S (60 s on chain)
 CONFIRM_ANSWER_S = CONFIRM_CHECK_S + 20.0  # the provider's bound and a slow link's round trip
 
 

@@ -1,7 +1,7 @@
 """Can a job's lock come back now? The one answer the job view and `reward refund` give.
 
 A consumer's lock comes back before its deadline when this node asks the oracle on its own
-word (engine/payments/escrow.py ``never_ran``, ``provider_vanished``): at once for a job
+word (engine/payments/escrow_receipts.py ``never_ran``, ``provider_vanished``): at once for a job
 whose provider never ran it; for a vanished provider once the oracle's grace after the
 provider's last "still running" report has passed (the oracle says how long: the escrow's
 ``decidable_at``). The engine asks by itself (at that time, and every settle interval);

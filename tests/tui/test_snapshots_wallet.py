@@ -22,8 +22,8 @@ from textual.pilot import Pilot
 from engine.api import EscrowInfo, JobInfo, SetMode, WalletImport
 from engine.config import Paths
 from engine.domain.spec import JobSpec
-from engine.payments.escrow import EscrowRecord
 from engine.payments.keystore import PASSPHRASE_ENV
+from engine.payments.records import EscrowRecord
 from engine.store import Store
 from nunet_tui.app import NunetApp
 from tests.conftest import MACHINE_TOML, make_home

@@ -22,8 +22,8 @@ from textual.widgets import DataTable, Input, Label
 from engine.api import EscrowInfo, SetMode, WalletImport, WalletShow
 from engine.config import Paths
 from engine.facade import Engine
-from engine.payments.escrow import EscrowRecord
 from engine.payments.keystore import PASSPHRASE_ENV
+from engine.payments.records import EscrowRecord
 from engine.payments.wallet import validate_mnemonic
 from nunet_tui.app import NunetApp
 from nunet_tui.screens.confirm import ConfirmScreen

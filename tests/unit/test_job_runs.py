@@ -9,7 +9,7 @@ import pytest
 from engine import api
 from engine.domain.spec import JobSpec
 from engine.jobs import runs
-from engine.payments.escrow import billing_fields
+from engine.payments.escrow_receipts import billing_fields
 from oracle_client import billing
 from oracle_client.billing import machine_time_ms
 

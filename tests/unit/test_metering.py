@@ -10,7 +10,7 @@ from engine.domain.charges import metered_units
 from engine.domain.spec import JobSpec
 from engine.jobs.metering import Meter
 from engine.notices import NoticeFilter
-from engine.payments.escrow import billing_fields
+from engine.payments.escrow_receipts import billing_fields
 from nunet_tui.viewmodels.money import job_figures
 
 

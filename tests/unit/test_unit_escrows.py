@@ -17,7 +17,9 @@ from engine import api
 from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from engine.payments import escrow as escrow_module
-from engine.payments.escrow import EscrowRecord, Escrows
+from engine.payments.escrow import Escrows
+from engine.payments.escrow_receipts import billing_fields
+from engine.payments.records import EscrowRecord
 from oracle_client.escrow import receipt as rc
 from tests.fakes.context import identity, make_context
 from tests.fakes.wallet import FakeWallet
@@ -290,7 +292,7 @@ def test_the_receipt_charges_the_metered_machine_time_and_both_books_say_so(
 )
 def test_billing_fields_for_each_kind_of_job(kwargs: dict[str, Any], charge: int) -> None:
     state = kwargs.pop("state", "completed")
-    fields = escrow_module.billing_fields(priced("provider", state, **kwargs), 500_000)
+    fields = billing_fields(priced("provider", state, **kwargs), 500_000)
     assert fields["charge"] == charge
 
 
