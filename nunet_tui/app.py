@@ -530,11 +530,15 @@ class NunetApp(App[None]):
             self.push_screen(screen)
 
     def on_open_job(self, message: OpenJob) -> None:
-        """A widget picked a job (widgets post, never push): its detail screen on top."""
+        """The one place a job's view is made: every screen and widget posts ``OpenJob``."""
         from nunet_tui.screens.job_detail import JobDetailScreen
 
         message.stop()
-        self.push_screen(JobDetailScreen(message.job_id, job=message.job))
+        screen = JobDetailScreen(message.job_id, job=message.job)
+        if message.replace:
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
 
     async def action_quit(self) -> None:
         """With jobs still running, ask first (in the demo, quitting stops the providers)."""

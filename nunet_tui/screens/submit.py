@@ -33,8 +33,9 @@ from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJo
 from engine.domain.matching import Candidate, MatchResult
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import safe
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.messages import OpenJob
 from nunet_tui.presets import MAX_PRESETS, Preset
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.viewmodels.job_form import FIELD_OF, FormCheck, check_form, read_spec
@@ -133,23 +134,21 @@ class SubmitScreen(CapabilityScreen):
             self.peers = {peer.peer_id: peer for peer in reply.peers}
         self.refresh_form()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, SubmitProgress):
-            if event.submit_id == self.submit_id:
-                self.progress.append(
-                    f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}"
-                )
-                self.form.show_progress(self.progress)
-                if self.submitting:
-                    self.form.submit_button.label = f"Submitting… {event.step}"
-            return
-        if isinstance(event, PeerChanged):
-            if event.peer is None:
-                self.peers.pop(event.peer_id, None)
-            else:
-                self.peers[event.peer_id] = event.peer
-            self.refresh_form()
+    @handles(SubmitProgress)
+    def _submit_progress(self, event: SubmitProgress) -> None:
+        if event.submit_id == self.submit_id:
+            self.progress.append(f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}")
+            self.form.show_progress(self.progress)
+            if self.submitting:
+                self.form.submit_button.label = f"Submitting… {event.step}"
+
+    @handles(PeerChanged)
+    def _peer_changed(self, event: PeerChanged) -> None:
+        if event.peer is None:
+            self.peers.pop(event.peer_id, None)
+        else:
+            self.peers[event.peer_id] = event.peer
+        self.refresh_form()
 
     # --- showing, as you type --------------------------------------------------------------
 
@@ -264,16 +263,14 @@ class SubmitScreen(CapabilityScreen):
             self.submitting = False
             form.submit_button.disabled = False
             form.submit_button.label = "Submit to best match"
-        from nunet_tui.screens.job_detail import JobDetailScreen
-
         self.notify(
             f"Job {job.job_id} {job.state} by {self._provider(job.provider)}",
             title="Submit",
             markup=False,
         )
-        # Not from inside this worker: switching removes this screen, which cancels its
-        # workers, and the new screen must not be mounted by a task being cancelled.
-        self.app.call_later(self.app.switch_screen, JobDetailScreen(job.job_id, job=job))
+        # The job's view in place of the form (the app switches, on its own loop: not this
+        # worker, which switching away from this screen cancels).
+        self.post_message(OpenJob(job.job_id, job, replace=True))
 
 
 __all__ = ["SubmitScreen"]
