@@ -30,8 +30,9 @@ from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
-from engine.domain.matching import Candidate, MatchResult
+from engine.domain.matching import Candidate, MatchResult, match
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
 from nunet_tui.events import handles
 from nunet_tui.format import safe
@@ -164,14 +165,8 @@ class SubmitScreen(CapabilityScreen):
         peer_id = form.peer_id
         self.check = check_form(spec, local, peer_id, self.peers)
         form.show_check(self.check, reveal_all=self.submitted)
-        node = self.nunet.node
-        self.result = self.query_one(ProviderMatch).show(
-            spec,
-            self.peers,
-            self.peer_problem,
-            peer_id,
-            consumer=node.info.peer_id if node is not None else None,
-        )
+        self.result = self._match(spec)
+        self.query_one(ProviderMatch).show(self.result, self.peers, self.peer_problem, peer_id)
         self.query_one(JobEstimate).show(spec, self.candidate(peer_id))
         form.show_extra()
         # Content, not a str: a button parses a str label as markup, and names are peer text.
@@ -180,6 +175,15 @@ class SubmitScreen(CapabilityScreen):
             if self.submitting
             else (f"Submit to {self._provider(peer_id)}" if peer_id else "Submit to best match")
         )
+
+    def _match(self, spec: JobSpec) -> MatchResult | None:
+        """Every known provider ranked for ``spec`` (None: nobody to rank, or the peers
+        could not be read)."""
+        if self.peer_problem is not None or not self.peers:
+            return None
+        node = self.nunet.node
+        consumer = node.info.peer_id if node is not None else None
+        return match(spec, list(self.peers.values()), consumer=consumer)
 
     def _provider(self, peer_id: str) -> str:
         """A provider's name (from its advert, cut short) with its short id."""
