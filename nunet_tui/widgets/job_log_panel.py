@@ -20,7 +20,7 @@ failed job's traceback panel reads ``tail``).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -67,8 +67,6 @@ def log_text(line: JobLogLine) -> str:
 
 class JobLogPanel(Vertical):
     """One job's log (``job_id``): a ``JobLogView`` and its search box, titled."""
-
-    BINDINGS: ClassVar[list[BindingType]] = []
 
     class Written(Message):
         """New lines were shown (``JobLogPanel.tail`` has them)."""
