@@ -29,6 +29,7 @@ from engine.domain.spec import JobSpec
 from engine.facade import Engine
 from engine.store import Store
 from nunet_tui.app import NunetApp
+from nunet_tui.messages import OpenJob
 from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.widgets.job_log import JobLogView
 
@@ -107,7 +108,7 @@ async def run_case(app: NunetApp, pilot: object, rate: int, batch: int, seconds:
     timer = app.set_interval(TICK_S, tick)
     loop = asyncio.get_running_loop()
     events = await loop.run_in_executor(
-        None, make_events, int(rate * seconds), batch, screen.last_seq + 1
+        None, make_events, int(rate * seconds), batch, screen.log_panel.last_seq + 1
     )
     gc.collect()
     worst = 0.0
@@ -139,10 +140,11 @@ async def main(seconds: float) -> None:
         async with app.run_test(size=(120, 40)) as pilot:
             while type(app.screen).__name__ != "ConsumerDashboard":
                 await pilot.pause(0.05)
-            await app.push_screen(JobDetailScreen(JOB_ID))
+            app.post_message(OpenJob(JOB_ID))
+            while not isinstance(app.screen, JobDetailScreen):
+                await pilot.pause(0.05)
             screen = app.screen
-            assert isinstance(screen, JobDetailScreen)
-            while not screen.loaded:
+            while not screen.log_panel.loaded:
                 await pilot.pause(0.05)
             for rate, batch in CASES:
                 print(await run_case(app, pilot, rate, batch, seconds), flush=True)

@@ -54,6 +54,7 @@ from engine.api import (
 from engine.client import EngineClient
 from engine.deferred import DeferredClient
 from engine.errors import EngineError
+from nunet_tui.events import EventHandlers, handles
 from nunet_tui.format import mb, mhz, named_peer, safe
 from nunet_tui.messages import EngineEvent, EngineUpdate, OpenJob
 from nunet_tui.screens.base import CapabilityScreen, NodeScreen
@@ -113,7 +114,7 @@ def _node_commands() -> type[Provider]:
     return NodeCommands
 
 
-class NunetApp(App[None]):
+class NunetApp(EventHandlers, App[None]):
     """nunet-tui: onboard this machine and earn NTX, or buy compute for ML jobs."""
 
     TITLE = "nunet-tui"
@@ -319,6 +320,7 @@ class NunetApp(App[None]):
         # passes, so a job printing thousands of lines a second never stalls the UI on one.
         gc.freeze()
 
+    @handles(DaemonConnection)
     def _daemon_connection(self, event: DaemonConnection) -> None:
         """The attached daemon went away (say so at once) or is back (read it afresh)."""
         if not event.online:
@@ -395,69 +397,84 @@ class NunetApp(App[None]):
                 markup=False,
                 timeout=10,
             )
-        if isinstance(event, OnboardingChanged):
-            self.refresh_node()
-        elif isinstance(event, ModeChanged):
-            if self.current_mode in MODES_IN_ORDER and self.current_mode != event.mode:
-                self.switch_mode(event.mode)
-            self.refresh_node()
-        elif isinstance(event, DaemonConnection):
-            self._daemon_connection(event)
-        elif isinstance(event, EngineStopping):
-            self.engine_state = "stopped"
-            self.notify(
-                f"The engine is stopping: {safe(event.reason)}",
-                title="Engine",
-                severity="warning",
-                markup=False,
-            )
-        elif isinstance(event, NetworkChanged):
-            if not event.online:
-                self._peer_ids.clear()
-            self.network = NetworkView(
-                state="online" if event.online else "offline",
-                channel=event.channel,
-                peers=len(self._peer_ids),
-                error=event.error,
-            )
-        elif isinstance(event, PeerChanged):
-            if event.peer is None:
-                self._peer_ids.discard(event.peer_id)
-            else:
-                self._peer_ids.add(event.peer_id)
-                if event.peer.display_name:
-                    self.peer_names[event.peer_id] = event.peer.display_name
-                else:
-                    self.peer_names.pop(event.peer_id, None)
-            if self.network.peers != len(self._peer_ids):
-                self.network = NetworkView(
-                    state=self.network.state,
-                    channel=self.network.channel,
-                    peers=len(self._peer_ids),
-                    error=self.network.error,
-                )
-        elif isinstance(event, ChatRequestEvent):
-            self.notify(
-                f"{named_peer(self.peer_names, event.request.peer_id)} wants to chat. "
-                f"Press c, then j to join (request {event.request.id}).",
-                title="Chat request",
-                markup=False,
-                timeout=10,
-            )
-        elif isinstance(event, ChatMessageEvent):
-            from nunet_tui.screens.chat import ChatScreen
-
-            chat = self.screen
-            showing = isinstance(chat, ChatScreen) and chat.peer_id == event.message.peer_id
-            if not showing:
-                text = safe(event.message.text)
-                self.notify(
-                    text if len(text) <= 120 else text[:119] + "…",
-                    title=f"Message from {named_peer(self.peer_names, event.message.peer_id)}",
-                    markup=False,
-                )
+        self.dispatch_event(event)
         if self.screen_stack and isinstance(self.screen, NodeScreen):  # dashboards: job panels
             self.screen.post_message(EngineUpdate(event))
+
+    # --- engine events, by type (nunet_tui/events.py) --------------------------------------
+
+    @handles(OnboardingChanged)
+    def _onboarding_changed(self, event: OnboardingChanged) -> None:
+        self.refresh_node()
+
+    @handles(ModeChanged)
+    def _mode_changed(self, event: ModeChanged) -> None:
+        if self.current_mode in MODES_IN_ORDER and self.current_mode != event.mode:
+            self.switch_mode(event.mode)
+        self.refresh_node()
+
+    @handles(EngineStopping)
+    def _engine_stopping(self, event: EngineStopping) -> None:
+        self.engine_state = "stopped"
+        self.notify(
+            f"The engine is stopping: {safe(event.reason)}",
+            title="Engine",
+            severity="warning",
+            markup=False,
+        )
+
+    @handles(NetworkChanged)
+    def _network_changed(self, event: NetworkChanged) -> None:
+        if not event.online:
+            self._peer_ids.clear()
+        self.network = NetworkView(
+            state="online" if event.online else "offline",
+            channel=event.channel,
+            peers=len(self._peer_ids),
+            error=event.error,
+        )
+
+    @handles(PeerChanged)
+    def _peer_changed(self, event: PeerChanged) -> None:
+        if event.peer is None:
+            self._peer_ids.discard(event.peer_id)
+        else:
+            self._peer_ids.add(event.peer_id)
+            if event.peer.display_name:
+                self.peer_names[event.peer_id] = event.peer.display_name
+            else:
+                self.peer_names.pop(event.peer_id, None)
+        if self.network.peers != len(self._peer_ids):
+            self.network = NetworkView(
+                state=self.network.state,
+                channel=self.network.channel,
+                peers=len(self._peer_ids),
+                error=self.network.error,
+            )
+
+    @handles(ChatRequestEvent)
+    def _chat_request(self, event: ChatRequestEvent) -> None:
+        self.notify(
+            f"{named_peer(self.peer_names, event.request.peer_id)} wants to chat. "
+            f"Press c, then j to join (request {event.request.id}).",
+            title="Chat request",
+            markup=False,
+            timeout=10,
+        )
+
+    @handles(ChatMessageEvent)
+    def _chat_message(self, event: ChatMessageEvent) -> None:
+        from nunet_tui.screens.chat import ChatScreen
+
+        chat = self.screen
+        showing = isinstance(chat, ChatScreen) and chat.peer_id == event.message.peer_id
+        if not showing:
+            text = safe(event.message.text)
+            self.notify(
+                text if len(text) <= 120 else text[:119] + "…",
+                title=f"Message from {named_peer(self.peer_names, event.message.peer_id)}",
+                markup=False,
+            )
 
     def _notice(self, event: Event) -> Notice | None:
         if self._notices is None:
@@ -534,11 +551,15 @@ class NunetApp(App[None]):
             self.push_screen(screen)
 
     def on_open_job(self, message: OpenJob) -> None:
-        """A widget picked a job (widgets post, never push): its detail screen on top."""
+        """The one place a job's view is made: every screen and widget posts ``OpenJob``."""
         from nunet_tui.screens.job_detail import JobDetailScreen
 
         message.stop()
-        self.push_screen(JobDetailScreen(message.job_id, job=message.job))
+        screen = JobDetailScreen(message.job_id, job=message.job)
+        if message.replace:
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
 
     async def action_quit(self) -> None:
         """With jobs still running, ask first (in the demo, quitting stops the providers)."""

@@ -36,9 +36,14 @@ class EngineUpdate(Message, bubble=False):
 
 
 class OpenJob(Message):
-    """A widget asks for a job's detail screen (widgets post; the app pushes the screen)."""
+    """Open a job's view: the one way to (screens and widgets post it; the app shows it).
 
-    def __init__(self, job_id: str, job: JobInfo | None = None) -> None:
+    ``job``: what the poster already knows of it (drawn at once, then read afresh);
+    ``replace``: in place of the screen on top (a submitted or resubmitted job's view
+    replaces the form or the old job's), else on top of it (Esc comes back)."""
+
+    def __init__(self, job_id: str, job: JobInfo | None = None, *, replace: bool = False) -> None:
         super().__init__()
         self.job_id = job_id
         self.job = job
+        self.replace = replace

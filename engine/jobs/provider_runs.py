@@ -23,6 +23,7 @@ from engine.jobs import live_usage, runs
 from engine.jobs import protocol as p
 from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, Limits, limits_for
+from engine.jobs.log_events import LogEvents
 from engine.jobs.provider_base import ProviderBase
 from oracle_client.ntx import ntx_of
 
@@ -146,10 +147,11 @@ class ProviderRuns(ProviderBase):
         except Exception as exc:  # the job's outcome stands; the consumer learns why, in its log
             notes = (f"no results: {exc.message if isinstance(exc, EngineError) else exc}",)
         joblog, now = self.job_log(job.job_id), time.time()
-        joblog.append(
+        if written := joblog.append(
             api.JobLogLine(seq=joblog.last_seq + 1 + i, stream="system", text=note, at=now)
             for i, note in enumerate(notes)
-        )
+        ):
+            self.ctx.emit(api.JobLogEvent(at=now, job_id=job.job_id, lines=tuple(written)))
         current = self.ctx.store.get_job(job.job_id) or job
         self._finish(current, status, executor.usage(run), results)
 
@@ -210,13 +212,20 @@ class ProviderRuns(ProviderBase):
         # Each run (the first, or one resumed after a restart) numbers its lines from 0; the
         # job's log goes on from where the last run's ended.
         base = joblog.last_seq + 1
-        async for batch in executor.log_batches(run, 0):
-            joblog.append(
-                api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
-                for ln in batch
-            )
-            self._poke(run.job_id)
-            await trio.sleep(0)  # a job that never stops printing must not starve the node
+        # Views on this node get the lines as events too, batched (log_events.py).
+        events = LogEvents(self.ctx.emit, run.job_id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(events.run)
+            async for batch in executor.log_batches(run, 0):
+                events.add(
+                    joblog.append(
+                        api.JobLogLine(seq=base + ln.seq, stream=ln.stream, text=ln.text, at=ln.at)
+                        for ln in batch
+                    )
+                )
+                self._poke(run.job_id)
+                await trio.sleep(0)  # a job that never stops printing must not starve the node
+            events.close()
 
     def _finish(
         self,

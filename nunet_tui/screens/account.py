@@ -31,8 +31,9 @@ from engine.api import (
     WalletRecharges,
 )
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import DASH, ago, plural, safe, table_cell
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.messages import OpenJob
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.viewmodels.account import Account, Consumption, RechargeRow, build
 from nunet_tui.viewmodels.money import amount, machine_time
@@ -151,8 +152,9 @@ class AccountScreen(SortableTables, CapabilityScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        if isinstance(message.event, EscrowChanged) and self.loaded:
+    @handles(EscrowChanged)
+    def _escrow_changed(self, event: EscrowChanged) -> None:
+        if self.loaded:
             self.load()
 
     # --- showing -------------------------------------------------------------------------
@@ -287,9 +289,7 @@ class AccountScreen(SortableTables, CapabilityScreen):
     def action_open_job(self) -> None:
         current = self.selected()
         if current is not None:
-            from nunet_tui.screens.job_detail import JobDetailScreen
-
-            self.app.push_screen(JobDetailScreen(current.job_id))
+            self.post_message(OpenJob(current.job_id))
 
     def action_reload(self) -> None:
         self.load()

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual.screen import Screen
 
+from nunet_tui.events import EventHandlers
+from nunet_tui.messages import EngineUpdate
 from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.sortable_table import (
     AUTO,
@@ -24,8 +26,11 @@ if TYPE_CHECKING:
     from nunet_tui.app import NunetApp
 
 
-class NodeScreen(Screen[Any]):
-    """A screen that shows the node; ``show_node`` runs whenever the app re-reads it."""
+class NodeScreen(EventHandlers, Screen[Any]):
+    """A screen that shows the node; ``show_node`` runs whenever the app re-reads it.
+
+    The engine's events reach the screen on top as ``EngineUpdate``; each goes to the
+    screen's method marked ``@handles(ItsType)`` (nunet_tui/events.py), if it has one."""
 
     ALLOW_MODE_SWITCH: ClassVar[bool] = True
 
@@ -35,6 +40,9 @@ class NodeScreen(Screen[Any]):
 
     def on_mount(self) -> None:
         self.watch(self.app, "node", self._node_changed, init=True)
+
+    def on_engine_update(self, message: EngineUpdate) -> None:
+        self.dispatch_event(message.event)
 
     def _node_changed(self, node: NodeView | None) -> None:
         if node is not None:

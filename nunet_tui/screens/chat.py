@@ -39,8 +39,8 @@ from engine.api import (
     ChatStart,
 )
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import ELLIPSIS, chat_time, named_peer, safe
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -148,15 +148,16 @@ class ChatScreen(CapabilityScreen):
                 f"Chat request sent to {self._peer_label(peer_id)}", title="Chat", markup=False
             )
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, ChatMessageEvent):
-            if event.message.peer_id == self.peer_id:
-                self.messages.append(event.message)
-                self._show_messages()
-            self.load_list()
-        elif isinstance(event, ChatRequestEvent):
-            self.load_list()
+    @handles(ChatMessageEvent)
+    def _chat_message(self, event: ChatMessageEvent) -> None:
+        if event.message.peer_id == self.peer_id:
+            self.messages.append(event.message)
+            self._show_messages()
+        self.load_list()
+
+    @handles(ChatRequestEvent)
+    def _chat_request(self, event: ChatRequestEvent) -> None:
+        self.load_list()
 
     @work(exclusive=True, group="chat-list")
     async def load_list(self) -> None:

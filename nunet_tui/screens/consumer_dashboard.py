@@ -11,8 +11,8 @@ from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobChanged
+from nunet_tui.events import handles
 from nunet_tui.format import mb, mhz, safe
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen
 from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.job_panels import RecentJobs
@@ -35,9 +35,9 @@ class ConsumerDashboard(NodeScreen):
             yield RecentJobs(id="recent")
         yield Footer()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        if isinstance(message.event, JobChanged):
-            self.query_one(RecentJobs).job_changed(message.event.job)
+    @handles(JobChanged)
+    def _job_changed(self, event: JobChanged) -> None:
+        self.query_one(RecentJobs).job_changed(event.job)
 
     def on_screen_resume(self) -> None:
         self.query_one(RecentJobs).reload()

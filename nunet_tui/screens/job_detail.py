@@ -1,13 +1,9 @@
 """One job, live: its timeline, what it runs and costs, why it failed, and its log.
 
-The log is a ``JobLogView`` (Textual's line-virtualised ``Log``): the backlog comes in pages
-of ``GetJobLogs``, then live lines arrive as ``JobLogEvent``s. Those come from the engine's
-thread through ``post_message``, possibly hundreds a second; this screen only collects their
-lines and writes them to the log in one batch per frame (``FLUSH_S``), so the UI does the
-same small amount of work whether a job prints ten lines a second or ten thousand. Lines are
-numbered by the provider: a gap (events missed while a dialog was on top) is filled from the
-engine, and nothing is shown twice. A provider's node gets no log events for the jobs it
-runs, so there the screen reads new lines twice a second instead.
+The log is a ``JobLogPanel`` (widgets/job_log_panel.py): it reads the backlog in pages, then
+follows the ``JobLogEvent``s this screen hands it (on both sides of the market: a provider's
+node emits them for the jobs it runs), and owns following, search and the line cap. The
+facts' words are widgets/job_facts.py's.
 
 On the provider side a GPU job gets its GPUs' load beside the log (``JobGpus``: shown only
 while the job runs and the node reads a GPU). On both sides a running job shows its live CPU,
@@ -24,7 +20,6 @@ fact says when and why), Esc back.
 
 from __future__ import annotations
 
-import time
 from typing import ClassVar
 
 from textual import on, work
@@ -32,7 +27,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Static
 
 from engine.api import (
     CancelJob,
@@ -41,84 +36,55 @@ from engine.api import (
     EscrowList,
     FetchJobResults,
     GetJob,
-    GetJobLogs,
     JobChanged,
     JobInfo,
     JobLogEvent,
-    JobLogLine,
-    JobLogs,
     JobResults,
     RewardList,
     RewardRefund,
     TunnelForward,
 )
 from engine.errors import EngineError
-from nunet_tui.format import named_peer, safe, thousands
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.events import handles
+from nunet_tui.format import named_peer, safe
+from nunet_tui.messages import OpenJob
 from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
-from nunet_tui.viewmodels.money import (
-    amount,
-    cancel_split,
-    job_figures,
-    machine_time,
-    price_text,
-    settle_tx,
-    summary,
-)
+from nunet_tui.viewmodels.money import amount
 from nunet_tui.viewmodels.refund import refund_now
-from nunet_tui.widgets import escrow_view, job_ports
+from nunet_tui.widgets import job_log_panel, job_ports
+from nunet_tui.widgets.job_facts import (
+    TAIL_LINES,
+    cancel_text,
+    traceback_tail,
+)
+from nunet_tui.widgets.job_facts import escrow_fact as _escrow_fact
+from nunet_tui.widgets.job_facts import facts as _facts
 from nunet_tui.widgets.job_gpus import JobGpus
-from nunet_tui.widgets.job_log import MAX_LINES, JobLogView, clean_line
+from nunet_tui.widgets.job_log import JobLogView
+from nunet_tui.widgets.job_log_panel import JobLogPanel, log_text
 from nunet_tui.widgets.job_state import (
     FAILED_STATES,
     duration,
     hms,
     is_terminal,
     job_name,
-    runs_as,
     state_text,
     timeline,
 )
 from nunet_tui.widgets.job_usage import LiveUsage
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from oracle_client.ntx import format_ntx
 
-FLUSH_S = 1 / 30  # live lines are written at most this often
-FRAME_LINES = 10_000  # at most this many per write: each frame's work stays small
-PAGE = 20_000  # lines per GetJobLogs call
-POLL_S = 0.5  # provider side: how often to read new lines
 REDRAW_S = 0.25  # the facts of a running job are redrawn at most this often
-TAIL_LINES = 8  # of a traceback, under the facts
-
-
-def log_text(line: JobLogLine) -> str:
-    return f"» {line.text}" if line.stream == "system" else line.text
 
 
 class JobDetailScreen(CapabilityScreen):
     CSS_PATH = "job_detail.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back", tooltip="Back to the list", id="job.back"),
-        Binding(
-            "f",
-            "follow",
-            "Follow/pause",
-            tooltip="Follow new lines, or hold the view",
-            id="job.follow",
-        ),
-        Binding(
-            "slash",
-            "search",
-            "Search",
-            key_display="/",
-            tooltip="Find text in the log",
-            id="job.search",
-        ),
-        Binding("n", "find(False)", "Next", show=False, id="job.find_next"),
-        Binding("N", "find(True)", "Previous", show=False, id="job.find_previous"),
+        *job_log_panel.BINDINGS,  # f follow/pause, / search, n/N next/previous
         Binding(
             "x", "cancel_job", "Cancel job", tooltip="Stop the job (asks first)", id="job.cancel"
         ),
@@ -144,12 +110,6 @@ class JobDetailScreen(CapabilityScreen):
         super().__init__()
         self.job_id = job_id
         self.job = job
-        self.last_seq = -1
-        self.pending: list[JobLogLine] = []
-        self.loaded = False  # the backlog is in: live lines may be written
-        self.catching_up = False
-        self.flush_scheduled = False
-        self.tail: list[str] = []  # the newest lines (for the traceback panel)
         self.problem: str | None = None
         self.redraw_scheduled = False
         self._bindings_for: tuple[object, ...] = ()
@@ -165,26 +125,21 @@ class JobDetailScreen(CapabilityScreen):
             yield LiveUsage(id="job-usage")  # CPU, RAM, GPU sparklines while it runs
             yield Static(id="job-failure", markup=False)
         with Horizontal(id="log-row"):
-            with Vertical(id="log-panel") as panel:
-                panel.border_title = "Log"
-                yield JobLogView(id="job-log")
-                yield Input(placeholder="search the log (Enter: done, Esc: clear)", id="log-search")
+            yield JobLogPanel(self.job_id, id="log-panel")
             yield JobGpus(id="job-gpus")
         yield Footer()
 
     @property
-    def log_view(self) -> JobLogView:
-        return self.query_one("#job-log", JobLogView)
+    def log_panel(self) -> JobLogPanel:
+        return self.query_one(JobLogPanel)
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#log-search", Input).display = False
         self.query_one("#job-failure").display = False
-        self.log_view.focus()
+        self.query_one(JobLogView).focus()
         if self.job is not None:
             self.show_job()
         self.set_interval(1.0, self._tick)
-        self.set_interval(POLL_S, self._poll)
         self.load()
 
     # --- reading -------------------------------------------------------------------------
@@ -207,115 +162,45 @@ class JobDetailScreen(CapabilityScreen):
         else:
             self.escrow = next((e for e in escrows.escrows if e.job_id == self.job_id), None)
         self.show_job()
-        await self.catch_up()
+        if (problem := await self.log_panel.catch_up()) is not None:
+            self.problem = problem
+            self.show_job()
 
-    async def catch_up(self) -> None:
-        """Read the lines after ``last_seq`` in pages (the backlog, or a gap)."""
-        if self.catching_up:
-            return
-        self.catching_up = True
-        try:
-            after = self.last_seq
-            if not self.loaded and self.job is not None and self.job.log_lines > MAX_LINES:
-                # Only the newest lines fit: start there (the CLI prints the whole log).
-                after = self.job.log_lines - MAX_LINES - 1
-                self.log_view.dropped = after + 1
-                self.log_view.total = after + 1
-            while True:
-                try:
-                    page: JobLogs = await self.nunet.client.call(
-                        GetJobLogs(job_id=self.job_id, after_seq=after, limit=PAGE)
-                    )
-                except EngineError as exc:
-                    if not self.loaded:
-                        self.problem = safe(exc.message)
-                        self.show_job()
-                    break
-                self._write(page.lines)
-                after = max(after, page.next_seq)
-                if len(page.lines) < PAGE:
-                    break
-        finally:
-            self.catching_up = False
-            self.loaded = True
-        self._flush()
+    # --- events (the app hands the screen on top each one: EngineUpdate) -----------------
 
-    def _poll(self) -> None:
-        """Provider side (no log events there): read new lines while the job runs."""
-        job = self.job
-        if job is None or job.role != "provider" or not self.loaded or self.catching_up:
-            return
-        if not is_terminal(job) or job.log_lines > self.last_seq + 1:
-            self.poll_lines()
+    @handles(JobLogEvent)
+    def _log_lines(self, event: JobLogEvent) -> None:
+        self.log_panel.take(event)
 
-    @work(group="job-poll", exclusive=True)
-    async def poll_lines(self) -> None:
-        await self.catch_up()
-
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, JobLogEvent) and event.job_id == self.job_id:
-            self.pending.extend(event.lines)
-            if not self.flush_scheduled:
-                self.flush_scheduled = True
-                self.set_timer(FLUSH_S, self._flush)
-        elif isinstance(event, EscrowChanged) and event.escrow.job_id == self.job_id:
+    @handles(EscrowChanged)
+    def _escrow_changed(self, event: EscrowChanged) -> None:
+        if event.escrow.job_id == self.job_id:
             self.escrow = event.escrow
             self.show_job()
-        elif isinstance(event, JobChanged) and event.job.job_id == self.job_id:
-            previous = self.job
-            self.job = event.job
-            if previous is None or previous.state != event.job.state:
-                self.show_job()
-                if is_terminal(event.job):
-                    self.poll_lines()  # the last lines, for sure
-            elif not self.redraw_scheduled:
-                # A running job changes with every batch of lines (its line count): redraw
-                # a few times a second, not once per batch.
-                self.redraw_scheduled = True
-                self.set_timer(REDRAW_S, self._redraw)
+
+    @handles(JobChanged)
+    def _job_changed(self, event: JobChanged) -> None:
+        if event.job.job_id != self.job_id:
+            return
+        previous = self.job
+        self.job = event.job
+        if previous is None or previous.state != event.job.state:
+            self.show_job()
+            if is_terminal(event.job):
+                self.log_panel.read_missing()  # the last lines, for sure
+        elif not self.redraw_scheduled:
+            # A running job changes with every batch of lines (its line count): redraw a
+            # few times a second, not once per batch.
+            self.redraw_scheduled = True
+            self.set_timer(REDRAW_S, self._redraw)
 
     def _redraw(self) -> None:
         self.redraw_scheduled = False
         self.show_job()
 
-    # --- writing the log -----------------------------------------------------------------
-
-    def _flush(self) -> None:
-        self.flush_scheduled = False
-        if not self.loaded or self.catching_up or not self.pending:
-            return
-        pending = self.pending
-        if len(pending) > MAX_LINES:
-            # Far behind (the UI was starved): only the newest lines could be kept anyway.
-            skipped = len(pending) - MAX_LINES
-            self.log_view.dropped += skipped
-            self.log_view.total += skipped
-            self.last_seq = pending[skipped - 1].seq
-            del pending[:skipped]
-        lines, self.pending = pending[:FRAME_LINES], pending[FRAME_LINES:]
-        if self.pending:
-            self.flush_scheduled = True
-            self.set_timer(FLUSH_S, self._flush)
-        if lines[0].seq != self.last_seq + 1:
-            lines = [line for line in lines if line.seq > self.last_seq]
-            if lines and lines[0].seq > self.last_seq + 1:
-                self.pending = lines + self.pending
-                self.poll_lines()  # a gap: read it from the engine, then these
-                return
-        self._write(lines)
-
-    def _write(self, lines: tuple[JobLogLine, ...] | list[JobLogLine]) -> None:
-        last = self.last_seq
-        if lines and lines[0].seq <= last:
-            lines = [line for line in lines if line.seq > last]
-        if not lines:
-            return
-        self.last_seq = lines[-1].seq
-        texts = [ln.text if ln.stream != "system" else f"» {ln.text}" for ln in lines]
-        self.log_view.add_lines(texts)
-        self.tail = (self.tail + texts[-200:])[-200:]
-        self._show_log_state()
+    @on(JobLogPanel.Written)
+    def _lines_written(self, event: JobLogPanel.Written) -> None:
+        event.stop()
         if self.job is not None and self.job.state in FAILED_STATES:
             self._show_failure(self.job)
 
@@ -344,12 +229,13 @@ class JobDetailScreen(CapabilityScreen):
             parts.append((f" · resumed from checkpoint {job.resumed_from}", "$text-warning"))
         title.update(Content.assemble(*parts))
         self.query_one("#job-timeline", Static).update(timeline(job))
+        self.log_panel.job = job
         facts = _facts(job, self.escrow, now)
         if ports := job_ports.ports_row(job, self.forwards):
             facts.insert(3, ports)
         self.query_one("#job-facts", KeyTable).set_rows(facts)
         self._show_failure(job)
-        self._show_log_state()
+        self.log_panel.show_state()
         onboarding = self.nunet.onboarding
         self.query_one(JobGpus).follow(job, onboarding.gpus if onboarding is not None else ())
         self.query_one(LiveUsage).follow(job)
@@ -366,7 +252,7 @@ class JobDetailScreen(CapabilityScreen):
         if not failed:
             return
         # A short terminal keeps room for the log: fewer traceback lines there.
-        tail = traceback_tail(self.tail, TAIL_LINES if self.app.size.height >= 32 else 3)
+        tail = traceback_tail(self.log_panel.tail, TAIL_LINES if self.app.size.height >= 32 else 3)
         reason = safe(job.reason)
         shown = reason and not any(reason[:40] in line for line in tail)
         head = Content.assemble(
@@ -378,18 +264,6 @@ class JobDetailScreen(CapabilityScreen):
             Content("\n").join([head, *(Content.styled(line, "$text-muted") for line in tail)])
         )
 
-    def _show_log_state(self) -> None:
-        view = self.log_view
-        panel = self.query_one("#log-panel", Vertical)
-        count = thousands(view.total)
-        if view.dropped:
-            count += f" (newest {thousands(len(view.lines))})"
-        mode = "following" if view.following else "paused · f to follow"
-        panel.border_title = f"Log · {mode}"
-        panel.border_subtitle = f"{count} lines"
-        if view.search:
-            panel.border_subtitle += f" · /{safe(view.search)}"
-
     def _tick(self) -> None:
         # A refund's countdown runs on, and its time may come: then F is offered.
         refund = self._refund_status()
@@ -400,47 +274,20 @@ class JobDetailScreen(CapabilityScreen):
     # --- actions -------------------------------------------------------------------------
 
     def action_back(self) -> None:
-        field = self.query_one("#log-search", Input)
-        if field.display:
-            self._close_search(clear=True)
+        if self.log_panel.searching:
+            self.log_panel.close_search(clear=True)
             return
         self.app.pop_screen()
 
+    # f, /, n and N: the log panel's own (declared here for the footer's order).
     def action_follow(self) -> None:
-        view = self.log_view
-        view.following = not view.following
-        self._show_log_state()
+        self.log_panel.toggle_follow()
 
     def action_search(self) -> None:
-        field = self.query_one("#log-search", Input)
-        field.display = True
-        field.focus()
+        self.log_panel.open_search()
 
     def action_find(self, backwards: bool) -> None:
-        view = self.log_view
-        if view.search and view.find(view.search, backwards=backwards, again=True) is None:
-            self.notify(f"no more {view.search!r}", title="Search", markup=False)
-        self._show_log_state()
-
-    @on(Input.Changed, "#log-search")
-    def _search_changed(self, event: Input.Changed) -> None:
-        event.stop()
-        self.log_view.find(event.value)
-        self._show_log_state()
-
-    @on(Input.Submitted, "#log-search")
-    def _search_done(self, event: Input.Submitted) -> None:
-        event.stop()
-        self._close_search(clear=False)
-
-    def _close_search(self, *, clear: bool) -> None:
-        field = self.query_one("#log-search", Input)
-        if clear:
-            field.value = ""
-            self.log_view.find("")
-        field.display = False
-        self.log_view.focus()
-        self._show_log_state()
+        self.log_panel.find(backwards)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         job = self.job
@@ -495,7 +342,7 @@ class JobDetailScreen(CapabilityScreen):
         if self.job is None or (new := await job_resubmit.resubmit(self, self.job)) is None:
             return
         # The new job's view in place of this one (Esc goes back where this one came from).
-        self.app.call_later(self.app.switch_screen, JobDetailScreen(new.job_id, job=new))
+        self.post_message(OpenJob(new.job_id, new, replace=True))
 
     def action_resubmit_refused(self) -> None:
         job_resubmit.say_refusal(self, self.job)
@@ -578,107 +425,11 @@ class JobDetailScreen(CapabilityScreen):
         await self.app.push_screen(ResultsScreen(results))
 
 
-def traceback_tail(lines: list[str], limit: int = TAIL_LINES) -> list[str]:
-    """The end of the last Python traceback in ``lines`` (else the last lines)."""
-    start = None
-    for index in range(len(lines) - 1, -1, -1):
-        if lines[index].startswith("Traceback (most recent call last)"):
-            start = index
-            break
-    chosen = lines[start:] if start is not None else lines
-    return [clean_line(line) for line in chosen[-limit:]]
-
-
-def cancel_text(job: JobInfo, escrow: EscrowInfo | None, now: float) -> Content:
-    """What cancelling now means, money first: paid for the machine time so far, the rest of
-    the lock refunded (a job that never started pays nothing)."""
-    head = Content.assemble("The provider stops ", (job_name(job), "bold"), " now. ")
-    split = cancel_split(job, escrow, now)
-    if split is None:
-        return Content.assemble(head, "What it has printed and metered so far is kept.")
-    paid, refunded = split
-    if job.started_at is None:
-        return Content.assemble(
-            head,
-            "It has not started: nothing is paid, and ",
-            (format_ntx(refunded, "refunded"), "bold"),
-            " to you.",
-        )
-    elapsed = max(int(now * 1000) - int(job.started_at * 1000), 0)
-    price = price_text(job)
-    return Content.assemble(
-        head,
-        f"For the {machine_time(elapsed)} it ran" + (f" at {price}" if price else "") + ": ",
-        (format_ntx(paid, "paid"), "bold $text-warning"),
-        " to the provider, ",
-        (format_ntx(refunded, "refunded"), "bold $text-success"),
-        f" to you (of {format_ntx(paid + refunded, 'locked')}; the provider's signed machine "
-        "time decides the last base units). Its output so far is kept.",
-    )
-
-
-def _facts(
-    job: JobInfo, escrow: EscrowInfo | None = None, now: float | None = None
-) -> list[tuple[str, Content | str]]:
-    rows: list[tuple[str, Content | str]] = []
-    if job.role == "consumer":
-        rows.append(("Provider", safe(job.provider) or "not chosen yet"))
-    else:
-        rows.append(("Consumer", safe(job.consumer)))
-    rows.append(("Runs as", runs_as(job)))
-    script = job.spec.script_url or (job.spec.git.url if job.spec.git else "")
-    rows.append(("Script", safe(script)))
-    if price := price_text(job):
-        rows.append(("Price", price))
-    if money := summary(job_figures(job, escrow, now)):
-        rows.append(("NTX", money))
-    if escrow is not None:
-        rows.append(("Escrow", _escrow_fact(escrow)))
-        if refund := escrow_view.refund_row(escrow, now or time.time(), "F"):
-            rows.append(refund)
-    m = job.metering
-    if m is not None:
-        rows.append(
-            (
-                "Metering",
-                f"{m.wall_s:.1f} s wall · {m.mticks:,.0f} MTicks CPU ({m.cpu_s:.1f} s) · "
-                f"{m.ram_mb_s:,.0f} MB·s RAM (peak {m.peak_ram_mb:,.0f} MB)",
-            )
-        )
-    if job.state not in FAILED_STATES:
-        if job.reason:
-            rows.append(("Reason", safe(job.reason)))
-        if job.exit_code is not None and job.state != "completed":
-            rows.append(("Exit code", str(job.exit_code)))
-    if job.results_sha256:
-        where = (
-            Content.assemble("fetched · ", ("o", "bold $text-accent"), " to unpack and view")
-            if job.results_dir
-            else Content("on the provider, being fetched")
-        )
-        rows.append(
-            (
-                "Results",
-                Content.assemble(
-                    f"{thousands(job.results_size)} bytes · sha256 {job.results_sha256[:12]}… · ",
-                    where,
-                ),
-            )
-        )
-    return rows
-
-
-__all__ = ["JobDetailScreen", "log_text", "traceback_tail"]
-
-
-def _escrow_fact(escrow: EscrowInfo) -> Content:
-    """``✓ paid · lock 6fee1b3d…b7b6 · settle 91ac…``: where the money is."""
-    parts: list[Content | str] = [
-        escrow_view.state_text(escrow),
-        f" · lock {escrow_view.short_hash(escrow.lock_tx)}",
-    ]
-    if tx := settle_tx(escrow):
-        parts.append(f" · settle {escrow_view.short_hash(tx)}")
-    if escrow.error:
-        parts.append(Content.styled(f" · {escrow_view.one_line(escrow.error)}", "$text-warning"))
-    return Content.assemble(*parts)
+__all__ = [
+    "JobDetailScreen",
+    "_escrow_fact",
+    "_facts",
+    "cancel_text",
+    "log_text",
+    "traceback_tail",
+]

@@ -32,8 +32,9 @@ from engine.api import (
 )
 from engine.domain.charges import metered_units
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import ago, safe, table_cell
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.messages import OpenJob
 from nunet_tui.screens import job_resubmit
 from nunet_tui.screens.base import TABLE_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.job_state import (
@@ -174,18 +175,19 @@ class JobsScreen(FilteredTableScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, EscrowChanged):
-            self.escrows[(event.escrow.role, event.escrow.job_id)] = event.escrow
-            if self.loaded:
-                self.show()
-        elif isinstance(event, JobChanged):
-            self.jobs[event.job.job_id] = event.job
-            # Running jobs change with every batch of log lines: redraw a few times a second.
-            if self.loaded and not self.show_scheduled:
-                self.show_scheduled = True
-                self.set_timer(0.25, self.show)
+    @handles(EscrowChanged)
+    def _escrow_changed(self, event: EscrowChanged) -> None:
+        self.escrows[(event.escrow.role, event.escrow.job_id)] = event.escrow
+        if self.loaded:
+            self.show()
+
+    @handles(JobChanged)
+    def _job_changed(self, event: JobChanged) -> None:
+        self.jobs[event.job.job_id] = event.job
+        # Running jobs change with every batch of log lines: redraw a few times a second.
+        if self.loaded and not self.show_scheduled:
+            self.show_scheduled = True
+            self.set_timer(0.25, self.show)
 
     # --- showing -------------------------------------------------------------------------
 
@@ -263,9 +265,7 @@ class JobsScreen(FilteredTableScreen):
             self.open_job(event.row_key.value)
 
     def open_job(self, job_id: str) -> None:
-        from nunet_tui.screens.job_detail import JobDetailScreen
-
-        self.app.push_screen(JobDetailScreen(job_id, job=self.jobs.get(job_id)))
+        self.post_message(OpenJob(job_id, self.jobs.get(job_id)))
 
     def selected_job(self) -> JobInfo | None:
         try:

@@ -24,8 +24,8 @@ from textual.widgets import Footer, ProgressBar, Static
 
 from engine.api import ImagePullProgress, MlImageResult, MlImagesReport, PrepareMlImages
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import plural, safe
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.widgets.node_header import NodeHeader
 
@@ -207,12 +207,11 @@ class MlImagesScreen(CapabilityScreen):
             self.refresh_bindings()
         self._show_state()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
+    @handles(ImagePullProgress)
+    def _pull_progress(self, event: ImagePullProgress) -> None:
         # Events and the reply travel separate paths: the report may come first, so rows
         # it settled ignore the events still on their way (ImageRow.settled).
-        if isinstance(event, ImagePullProgress):
-            self._row(event.key, event.image).take(event)
+        self._row(event.key, event.image).take(event)
 
     def _row(self, key: str, image: str) -> ImageRow:
         row = self.rows.get(image)

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from engine.api import GetNetworkStatus, NetworkStatus, Peer, PeerChanged
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from nunet_tui.events import handles
 from nunet_tui.format import (
     DASH,
     ago,
@@ -27,7 +28,6 @@ from nunet_tui.format import (
     table_cell,
     thousands,
 )
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
@@ -113,9 +113,9 @@ class NetworkScreen(SortableTables, CapabilityScreen):
             self.status = status
             self.show(status)
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        if isinstance(message.event, PeerChanged):
-            self.load()
+    @handles(PeerChanged)
+    def _peer_changed(self, event: PeerChanged) -> None:
+        self.load()
 
     def show(self, status: NetworkStatus) -> None:
         self.status = status

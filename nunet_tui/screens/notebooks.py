@@ -23,8 +23,8 @@ from textual.widgets import Button, DataTable, Footer, Input, Static
 from engine import api
 from engine.api import notebooks as nb
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import safe, table_cell
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import FILTER_BINDING, HELP_BINDING, FilteredTableScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.widgets.job_state import peer_short, state_text
@@ -186,9 +186,9 @@ class NotebooksScreen(FilteredTableScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, api.JobChanged) and nb.is_notebook(event.job):
+    @handles(api.JobChanged)
+    def _job_changed(self, event: api.JobChanged) -> None:
+        if nb.is_notebook(event.job):
             self.jobs[event.job.job_id] = event.job
             if self.loaded:
                 self.show()

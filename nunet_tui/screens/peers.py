@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Static
 from engine.api import ListPeers, Peer, PeerChanged, PeerList
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import (
     DASH,
     ago,
@@ -32,7 +33,6 @@ from nunet_tui.format import (
     table_cell,
     thousands,
 )
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import TABLE_BINDINGS, FilteredTableScreen
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.sortable_table import AUTO, Row
@@ -151,15 +151,14 @@ class PeersScreen(FilteredTableScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, PeerChanged):
-            if event.peer is None:
-                self.peers.pop(event.peer_id, None)
-            else:
-                self.peers[event.peer_id] = event.peer
-            if self.loaded and self.problem is None:
-                self.show()
+    @handles(PeerChanged)
+    def _peer_changed(self, event: PeerChanged) -> None:
+        if event.peer is None:
+            self.peers.pop(event.peer_id, None)
+        else:
+            self.peers[event.peer_id] = event.peer
+        if self.loaded and self.problem is None:
+            self.show()
 
     # --- showing -------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from textual.content import Content
 from textual.widgets import Footer, Static
 
 from engine.api import JobChanged, Onboarding
+from nunet_tui.events import handles
 from nunet_tui.format import (
     TIMES,
     check_row,
@@ -28,7 +29,6 @@ from nunet_tui.format import (
     safe,
     short_peer_id,
 )
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import NodeScreen
 from nunet_tui.viewmodels.node import NodeView
 from nunet_tui.widgets.gpu_card import GpuSummary
@@ -95,9 +95,9 @@ class ProviderDashboard(NodeScreen):
                 yield KeyTable(id="readiness-checks")
         yield Footer()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        if isinstance(message.event, JobChanged):
-            self.query_one(ProviderJobs).job_changed(message.event.job)
+    @handles(JobChanged)
+    def _job_changed(self, event: JobChanged) -> None:
+        self.query_one(ProviderJobs).job_changed(event.job)
 
     def on_screen_resume(self) -> None:
         # Back from a job's detail (or any screen): what changed meanwhile, read afresh.

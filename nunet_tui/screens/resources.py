@@ -27,8 +27,8 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 
 from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged, ResourceSpec
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import DASH, mb, plural, problem_lines, safe, short_peer_id, table_cell, tilde
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels import resources as vm
@@ -279,13 +279,13 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
+    @handles(ResourcesChanged)
+    def _resources_changed(self, event: ResourcesChanged) -> None:
         """Another door (the CLI, a second TUI) changed what this machine sells: show it; an
         open form keeps what is typed and is checked again against the new listing."""
-        if isinstance(message.event, ResourcesChanged):
-            self.listing = message.event.resources
-            self.show()
-            self.validate_form()
+        self.listing = event.resources
+        self.show()
+        self.validate_form()
 
     # --- showing -------------------------------------------------------------------------
 

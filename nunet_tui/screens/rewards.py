@@ -32,8 +32,9 @@ from engine.api import (
     RewardRefund,
 )
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import ago, plural, safe, table_cell
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.messages import OpenJob
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.wallet_dialogs import error_text
 from nunet_tui.viewmodels.account import SpecDay, build
@@ -214,12 +215,11 @@ class RewardsScreen(SortableTables, CapabilityScreen):
         self.loaded = True
         self.show()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, EscrowChanged):
-            self.escrows[event.escrow.job_id] = event.escrow
-            if self.loaded:
-                self.show()
+    @handles(EscrowChanged)
+    def _escrow_changed(self, event: EscrowChanged) -> None:
+        self.escrows[event.escrow.job_id] = event.escrow
+        if self.loaded:
+            self.show()
 
     # --- showing -------------------------------------------------------------------------
 
@@ -441,9 +441,7 @@ class RewardsScreen(SortableTables, CapabilityScreen):
             self.open_job(event.row_key.value)
 
     def open_job(self, job_id: str) -> None:
-        from nunet_tui.screens.job_detail import JobDetailScreen
-
-        self.app.push_screen(JobDetailScreen(job_id))
+        self.post_message(OpenJob(job_id))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_current()

@@ -30,11 +30,13 @@ from textual.content import Content
 from textual.widgets import Footer
 
 from engine.api import JobInfo, ListPeers, Peer, PeerChanged, PeerList, SubmitJob, SubmitProgress
-from engine.domain.matching import Candidate, MatchResult
+from engine.domain.matching import Candidate, MatchResult, match
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.domain.spec import JobSpec
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import safe
-from nunet_tui.messages import EngineUpdate
+from nunet_tui.messages import OpenJob
 from nunet_tui.presets import MAX_PRESETS, Preset
 from nunet_tui.screens.base import CapabilityScreen
 from nunet_tui.viewmodels.job_form import FIELD_OF, FormCheck, check_form, read_spec
@@ -133,23 +135,21 @@ class SubmitScreen(CapabilityScreen):
             self.peers = {peer.peer_id: peer for peer in reply.peers}
         self.refresh_form()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, SubmitProgress):
-            if event.submit_id == self.submit_id:
-                self.progress.append(
-                    f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}"
-                )
-                self.form.show_progress(self.progress)
-                if self.submitting:
-                    self.form.submit_button.label = f"Submitting… {event.step}"
-            return
-        if isinstance(event, PeerChanged):
-            if event.peer is None:
-                self.peers.pop(event.peer_id, None)
-            else:
-                self.peers[event.peer_id] = event.peer
-            self.refresh_form()
+    @handles(SubmitProgress)
+    def _submit_progress(self, event: SubmitProgress) -> None:
+        if event.submit_id == self.submit_id:
+            self.progress.append(f"{event.elapsed_s:5.1f} s  {event.step}: {safe(event.detail)}")
+            self.form.show_progress(self.progress)
+            if self.submitting:
+                self.form.submit_button.label = f"Submitting… {event.step}"
+
+    @handles(PeerChanged)
+    def _peer_changed(self, event: PeerChanged) -> None:
+        if event.peer is None:
+            self.peers.pop(event.peer_id, None)
+        else:
+            self.peers[event.peer_id] = event.peer
+        self.refresh_form()
 
     # --- showing, as you type --------------------------------------------------------------
 
@@ -165,14 +165,8 @@ class SubmitScreen(CapabilityScreen):
         peer_id = form.peer_id
         self.check = check_form(spec, local, peer_id, self.peers)
         form.show_check(self.check, reveal_all=self.submitted)
-        node = self.nunet.node
-        self.result = self.query_one(ProviderMatch).show(
-            spec,
-            self.peers,
-            self.peer_problem,
-            peer_id,
-            consumer=node.info.peer_id if node is not None else None,
-        )
+        self.result = self._match(spec)
+        self.query_one(ProviderMatch).show(self.result, self.peers, self.peer_problem, peer_id)
         self.query_one(JobEstimate).show(spec, self.candidate(peer_id))
         form.show_extra()
         # Content, not a str: a button parses a str label as markup, and names are peer text.
@@ -181,6 +175,15 @@ class SubmitScreen(CapabilityScreen):
             if self.submitting
             else (f"Submit to {self._provider(peer_id)}" if peer_id else "Submit to best match")
         )
+
+    def _match(self, spec: JobSpec) -> MatchResult | None:
+        """Every known provider ranked for ``spec`` (None: nobody to rank, or the peers
+        could not be read)."""
+        if self.peer_problem is not None or not self.peers:
+            return None
+        node = self.nunet.node
+        consumer = node.info.peer_id if node is not None else None
+        return match(spec, list(self.peers.values()), consumer=consumer)
 
     def _provider(self, peer_id: str) -> str:
         """A provider's name (from its advert, cut short) with its short id."""
@@ -264,16 +267,14 @@ class SubmitScreen(CapabilityScreen):
             self.submitting = False
             form.submit_button.disabled = False
             form.submit_button.label = "Submit to best match"
-        from nunet_tui.screens.job_detail import JobDetailScreen
-
         self.notify(
             f"Job {job.job_id} {job.state} by {self._provider(job.provider)}",
             title="Submit",
             markup=False,
         )
-        # Not from inside this worker: switching removes this screen, which cancels its
-        # workers, and the new screen must not be mounted by a task being cancelled.
-        self.app.call_later(self.app.switch_screen, JobDetailScreen(job.job_id, job=job))
+        # The job's view in place of the form (the app switches, on its own loop: not this
+        # worker, which switching away from this screen cancels).
+        self.post_message(OpenJob(job.job_id, job, replace=True))
 
 
 __all__ = ["SubmitScreen"]

@@ -35,8 +35,8 @@ from engine.api import (
     WalletShow,
 )
 from engine.errors import EngineError
+from nunet_tui.events import handles
 from nunet_tui.format import DASH, ago, safe, table_cell, tilde
-from nunet_tui.messages import EngineUpdate
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.wallet_dialogs import (
@@ -234,12 +234,11 @@ class WalletScreen(SortableTables, CapabilityScreen):
         self.balance_reading = False
         self.show_balance()
 
-    def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if isinstance(event, EscrowChanged):
-            self.escrows[event.escrow.job_id] = event.escrow
-            self.show_transactions()
-            self.show_balance()
+    @handles(EscrowChanged)
+    def _escrow_changed(self, event: EscrowChanged) -> None:
+        self.escrows[event.escrow.job_id] = event.escrow
+        self.show_transactions()
+        self.show_balance()
 
     # --- showing -------------------------------------------------------------------------
 

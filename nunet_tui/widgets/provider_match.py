@@ -1,6 +1,7 @@
 """The "Who can run it" panel of the submit form: every known provider with ✓ and its price
-for this job, or ✗ and every reason it cannot (``engine.domain.matching.match``, the engine's
-own pure function). Enter on one posts ``ProviderMatch.Picked``; the screen decides.
+for this job, or ✗ and every reason it cannot. The screen ranks them (``engine.domain.matching
+.match``, the engine's own pure function) and sets the result here (``show``): the panel
+draws it and never decides. Enter on one posts ``ProviderMatch.Picked``; the screen decides.
 
 Like every list it sorts and filters (``sortable_table.TableSort``), as Vast.ai's offer
 search: ``o`` by price (cheapest first), free RAM, free GPUs, latency (fastest first), ``O``
@@ -22,9 +23,8 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.api import Peer
-from engine.domain.matching import Candidate, MatchResult, match
+from engine.domain.matching import Candidate, MatchResult
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
-from engine.domain.spec import JobSpec
 from nunet_tui.format import (
     DASH,
     TIMES,
@@ -85,29 +85,26 @@ class ProviderMatch(Vertical):
 
     def show(
         self,
-        spec: JobSpec,
+        result: MatchResult | None,
         peers: Mapping[str, Peer],
         problem: str | None,
         chosen: str,
-        consumer: str | None = None,
-    ) -> MatchResult | None:
-        """Rank ``peers`` for ``spec`` (``chosen``: the peer picked by hand, if any); or say
-        why there is nobody to rank (``problem``, else no adverts yet)."""
+    ) -> None:
+        """Show ``result``, the ranking of ``peers`` (``chosen``: the peer picked by hand, if
+        any); or, without one, why there is nobody to rank (``problem``, else no adverts)."""
         note = self.query_one("#who-note", Static)
         options = self.query_one("#who-list", OptionList)
         self.result = None
-        if problem is not None or not peers:
+        if result is None:
             note.update(
                 problem or "No providers known yet: they appear as their adverts reach this node."
             )
             note.display = True
             options.display = False
             self.border_subtitle = ""
-            return None
-        self.result = match(spec, list(peers.values()), consumer=consumer)
-        self.peers, self.chosen = peers, chosen
+            return
+        self.result, self.peers, self.chosen = result, peers, chosen
         self.redraw()
-        return self.result
 
     def rows(self) -> list[Row]:
         """Every provider as a row (``TableSort``'s): those that can run the job, then not."""
