@@ -18,7 +18,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from engine.api import JobChanged, Onboarding
+from engine.api import JobChanged, JobLogEvent, Onboarding
 from nunet_tui.events import handles
 from nunet_tui.format import (
     TIMES,
@@ -98,6 +98,10 @@ class ProviderDashboard(NodeScreen):
     @handles(JobChanged)
     def _job_changed(self, event: JobChanged) -> None:
         self.query_one(ProviderJobs).job_changed(event.job)
+
+    @handles(JobLogEvent)
+    def _job_log(self, event: JobLogEvent) -> None:
+        self.query_one(ProviderJobs).log_lines(event.job_id, event.lines)
 
     def on_screen_resume(self) -> None:
         # Back from a job's detail (or any screen): what changed meanwhile, read afresh.

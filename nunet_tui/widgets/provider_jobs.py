@@ -1,11 +1,12 @@
 """The provider dashboard's jobs: "Running job" beside "Recent jobs", fed from one place.
 
-``ProviderJobs`` reads the node's jobs (``ListJobs``) when it appears, follows the
-``JobChanged`` events its screen hands it (``job_changed``) and, once a second while the
-dashboard is on top, reads the newest lines of each running job's log. A provider's engine
-announces a job's state changes but not its lines (only the consumer is streamed them), so the
-log is polled: ``GetJobLogs(newest=True)`` returns just the tail, however long the log is.
-Every engine call runs in a worker; the panels only draw what is held here.
+``ProviderJobs`` reads the node's jobs (``ListJobs``) and the newest lines of each running
+job's log (``GetJobLogs(newest=True)``: just the tail, however long the log is) when it
+appears or comes back on top; then it follows the ``JobChanged`` and ``JobLogEvent`` events its
+screen hands it (``job_changed``, ``log_lines``: the provider's engine sends a running job's
+lines as events, batched, engine/jobs/log_events.py). A gap in a job's line numbers (events
+missed) is read again. Every engine call runs in a worker; the panels only draw what is held
+here.
 
 Hidden while this node has never run a job for anyone; when nothing runs, "Recent jobs" takes
 the whole row.
@@ -20,14 +21,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Container
 
-from engine.api import GetJobLogs, JobInfo, JobList, JobLogs, ListJobs
+from engine.api import GetJobLogs, JobInfo, JobList, JobLogLine, JobLogs, ListJobs
 from engine.errors import EngineError
 from nunet_tui.widgets.job_state import is_terminal
 from nunet_tui.widgets.recent_runs import RecentRuns
 from nunet_tui.widgets.running_jobs import LogTail, RunningJobs
 
-TAIL_LINES = 200  # read per poll: enough to find the last progress line among chatter
-POLL_S = 1.0
+TAIL_LINES = 200  # read per tail: enough to find the last progress line among chatter
+TICK_S = 1.0  # the elapsed times move on
 REDRAW_S = 0.25  # JobChanged bursts are drawn at most this often
 
 
@@ -60,7 +61,7 @@ class ProviderJobs(Container):
     def on_mount(self) -> None:
         self._ready = True
         self.reload()
-        self.set_interval(POLL_S, self._tick)
+        self.set_interval(TICK_S, self._tick)
 
     def _now(self) -> float:
         clock: Callable[[], float] | None = getattr(self.app, "clock", None)
@@ -98,20 +99,32 @@ class ProviderJobs(Container):
             self._show_scheduled = True
             self.set_timer(REDRAW_S, self.show)
 
-    def _tick(self) -> None:
-        if not self.running_jobs() or not self.screen.is_current:
+    def log_lines(self, job_id: str, lines: tuple[JobLogLine, ...]) -> None:
+        """A running job's new lines, as its engine sent them (``JobLogEvent``)."""
+        job = self.jobs.get(job_id)
+        if job is None or is_terminal(job) or not lines:
             return
-        self.show()  # the elapsed time moves on
-        self.poll_tails()
+        tail = self.tails.setdefault(job_id, LogTail())
+        if tail.last_seq >= 0 and lines[0].seq > tail.last_seq + 1:
+            self.read_tails()  # events were missed (the screen was covered): read the tail
+            return
+        tail.take(lines)
+        if not self._show_scheduled:
+            self._show_scheduled = True
+            self.set_timer(REDRAW_S, self.show)
+
+    def _tick(self) -> None:
+        if self.running_jobs() and self.screen.is_current:
+            self.show()  # the elapsed time moves on
 
     @work(group="provider-job-tails")
-    async def poll_tails(self) -> None:
+    async def read_tails(self) -> None:
         await self._read_tails()
 
     async def _read_tails(self) -> None:
         client: Any = getattr(self.app, "client", None)
         if client is None or self._reading:
-            return  # the last read is still out (a slow daemon): skip this beat
+            return  # the last read is still out (a slow daemon): it reads the newest
         self._reading = True
         try:
             for job in self.running_jobs():
@@ -126,7 +139,7 @@ class ProviderJobs(Container):
                         )
                     )
                 except EngineError:
-                    continue  # shown as "no output yet"; the next beat tries again
+                    continue  # shown as "no output yet"; the next event or read tries again
                 tail.take(page.lines)
         finally:
             self._reading = False

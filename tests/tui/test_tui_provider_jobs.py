@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from engine.api import GetJobLogs, JobLogLine
+from engine.api import GetJobLogs, JobLogEvent, JobLogLine
 from engine.facade import Engine
 from engine.jobs.joblog import JobLog
 from nunet_tui.app import NunetApp
@@ -239,6 +239,20 @@ async def test_a_provider_without_jobs_sees_its_machine_first(
         assert "select" not in {b.binding.action for b in app.screen.active_bindings.values()}
 
 
+def _count_tail_reads(engine: Engine) -> list[GetJobLogs]:
+    """Every tail read (``GetJobLogs(newest=True)``) the dashboard asks of ``engine`` now on."""
+    reads: list[GetJobLogs] = []
+    call = engine.call
+
+    async def counting(command: Any) -> Any:
+        if isinstance(command, GetJobLogs) and command.newest:
+            reads.append(command)
+        return await call(command)
+
+    engine.call = counting  # type: ignore[method-assign]
+    return reads
+
+
 async def test_the_running_job_follows_its_log_and_enter_opens_it(
     provider_engine: Callable[..., Engine],
 ) -> None:
@@ -258,13 +272,33 @@ async def test_the_running_job_follows_its_log_and_enter_opens_it(
         await until(pilot, lambda: rows.option_count == 5)  # drawn once it has a width
         assert app.focused is rows
 
-        # New lines, written on the engine's thread as the executor's pump does: the panel
-        # reads them within a beat, progress and last line both.
+        # New lines, written on the engine's thread as the executor's pump does (the log,
+        # then the batched event, engine/jobs/log_events.py): the panel takes them from the
+        # event, progress and last line both, without reading the log again.
         joblog = engine.node.jobs().provider.job_log(RUNNING.job_id)
         fresh = _lines(["[epoch 38/100] loss 0.780 acc 0.70", "saved"], first=len(TRAIN_LOG))
-        engine._thread.run_sync_soon(lambda: joblog.append(fresh))  # type: ignore[union-attr]
+        reads = _count_tail_reads(engine)
+
+        def pump() -> None:
+            joblog.append(fresh)
+            engine.node.ctx.emit(JobLogEvent(at=NOW, job_id=RUNNING.job_id, lines=tuple(fresh)))
+
+        engine._thread.run_sync_soon(pump)  # type: ignore[union-attr]
         await until(pilot, lambda: (t := tail()) is not None and t.last_line == "saved")
         assert tail().progress.share == pytest.approx(0.38)  # type: ignore[union-attr]
+        assert reads == []
+
+        # A gap in the line numbers (events missed): the tail is read again.
+        later = _lines(["[epoch 40/100] loss 0.700 acc 0.72"], first=len(TRAIN_LOG) + 3)
+        skipped = _lines(["a", "b"], first=len(TRAIN_LOG) + 2)[:1]
+
+        def pump_with_gap() -> None:
+            joblog.append(skipped + later)
+            engine.node.ctx.emit(JobLogEvent(at=NOW, job_id=RUNNING.job_id, lines=tuple(later)))
+
+        engine._thread.run_sync_soon(pump_with_gap)  # type: ignore[union-attr]
+        await until(pilot, lambda: (t := tail()) is not None and t.last_seq == len(TRAIN_LOG) + 3)
+        assert len(reads) == 1 and tail().progress.share == pytest.approx(0.40)  # type: ignore[union-attr]
 
         await pilot.press("enter")  # the newest row: the running job
         await until(pilot, lambda: type(app.screen).__name__ == "JobDetailScreen")
