@@ -15,7 +15,7 @@ open; on a wide one it stands beside the table.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -25,18 +25,19 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
 
-from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged, ResourceSpec
+from engine.api import DEFAULT_POOL, ResourceList, Resources, ResourcesChanged
 from engine.errors import EngineError
 from nunet_tui.events import handles
-from nunet_tui.format import DASH, mb, plural, problem_lines, safe, short_peer_id, table_cell, tilde
+from nunet_tui.format import mb, plural, safe, table_cell, tilde
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.viewmodels import resources as vm
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.node_header import NodeHeader
-from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
+from nunet_tui.widgets.resource_editor import Editor
+from nunet_tui.widgets.resource_rows import gpu_name, row_cells, sort_value, table_note
+from nunet_tui.widgets.sortable_table import Row, SortableTables, TableSort
 from nunet_tui.widgets.table_rows import selected_key
-from oracle_client.ntx import format_ntx, format_rate
 
 WIDE_FROM = 120  # columns: from here the form stands beside its table
 EDITOR_W = 66  # the form's width beside the table
@@ -74,83 +75,6 @@ NARROW_HIDDEN: dict[vm.Kind, tuple[str, ...]] = {
     "pool": (),
     "group": (),
 }
-
-
-class Editor(Vertical):
-    """One record's form: an input per field, its problems under it, then the others."""
-
-    def __init__(self, kind: vm.Kind) -> None:
-        super().__init__(id=f"{kind}-editor", classes="editor panel")
-        self.kind: vm.Kind = kind
-        self.editing: str | None = None  # the name of the record edited; None: a new one
-        # What fill() put in each field, and whether a save was tried: a field shows its
-        # problems once its value is not what was filled in (typed, not prefilled) or a save
-        # was tried, so a new form does not open full of errors.
-        self.filled: dict[str, str] = {}
-        self.revealed = False
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="editor-fields"):
-            for field in vm.FIELDS[self.kind]:
-                with Horizontal(classes="editor-row"):
-                    yield Static(field.label, classes="editor-label", markup=False)
-                    yield Input(
-                        placeholder=field.placeholder,
-                        id=f"{self.kind}-{field.key}",
-                        compact=True,
-                    )
-                yield Static(
-                    id=f"{self.kind}-{field.key}-problems", classes="problems", markup=False
-                )
-            yield Static(id=f"{self.kind}-general", classes="problems", markup=False)
-        yield Static(
-            Content.assemble(
-                ("ctrl+s", "bold $text-accent"),
-                " save · ",
-                ("esc", "bold $text-accent"),
-                " cancel",
-            ),
-            classes="editor-keys",
-            markup=False,
-        )
-
-    def values(self) -> dict[str, str]:
-        return {
-            field.key: self.query_one(f"#{self.kind}-{field.key}", Input).value
-            for field in vm.FIELDS[self.kind]
-        }
-
-    def fill(self, values: dict[str, str]) -> None:
-        self.filled = {field.key: values.get(field.key, "") for field in vm.FIELDS[self.kind]}
-        self.revealed = False
-        for field in vm.FIELDS[self.kind]:
-            box = self.query_one(f"#{self.kind}-{field.key}", Input)
-            box.value = values.get(field.key, "")
-            box.disabled = field.key == "name" and self.editing is not None
-
-    def touched(self) -> set[str]:
-        """The fields whose value is not what was filled in."""
-        values = self.values()
-        return {key for key, value in values.items() if value != self.filled.get(key, "")}
-
-    def show_problems(self, problems: vm.Problems, general: list[str]) -> None:
-        touched = self.touched()
-        for field in vm.FIELDS[self.kind]:
-            label = self.query_one(f"#{self.kind}-{field.key}-problems", Static)
-            shown = self.revealed or field.key in touched
-            messages = problems.get(field.key, []) if shown else []
-            label.display = bool(messages)
-            label.update(problem_lines(messages))
-        other = self.query_one(f"#{self.kind}-general", Static)
-        general = general if (self.revealed or touched) else []
-        other.display = bool(general)
-        other.update(problem_lines(general))
-
-    def first_input(self) -> Input:
-        for box in self.query(Input).results(Input):
-            if not box.disabled:
-                return box
-        return self.query_one(Input)
 
 
 class ResourcesScreen(SortableTables, CapabilityScreen):
@@ -213,7 +137,7 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
         self.saving = False
         sorts: dict[vm.Kind, tuple[tuple[str, str], ...]] = {"spec": (("price", "price"),)}
         self.sorters = {
-            table_id: TableSort(sorts.get(kind, ()), _sort_value)
+            table_id: TableSort(sorts.get(kind, ()), sort_value)
             for kind, table_id in TABLES.items()
         }
 
@@ -333,7 +257,7 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
             rows.append(
                 (
                     f"GPU {gpu.index}",
-                    f"{_gpu_name(gpu.vendor, gpu.name)} · {mb(gpu.vram_mb)} VRAM",
+                    f"{gpu_name(gpu.vendor, gpu.name)} · {mb(gpu.vram_mb)} VRAM",
                 )
             )
         if not system.gpus:
@@ -376,7 +300,7 @@ class ResourcesScreen(SortableTables, CapabilityScreen):
         shown = sorter.fill(table, rows)
         table.display = bool(shown)
         note.display = not items or (kind == "spec" and listing is not None and listing.defaults)
-        note.update(_note(kind, listing, self.problem, self.loaded))
+        note.update(table_note(kind, listing, self.problem, self.loaded))
         if items and not shown:
             note.display = True
             note.update(Content.assemble("Nothing matches ", (repr(sorter.query.strip()), "bold")))
@@ -631,100 +555,4 @@ TITLES_SHORT: dict[vm.Kind, str] = {
 }
 
 
-def _sort_value(record: vm.Record, key: str) -> Any:
-    """A spec's price (cheapest first: ``o`` shows the largest value first) and minimum
-    charge (ascending) by their base units."""
-    if isinstance(record, ResourceSpec) and key == "price":
-        return -record.price_units_hour
-    if isinstance(record, ResourceSpec) and key == "min":
-        return record.min_charge_units or None
-    return AUTO
-
-
-def row_cells(record: vm.Record) -> tuple[Content, ...]:
-    """Every column's cell (COLUMNS' order) for ``record``."""
-    if isinstance(record, ResourceSpec):
-        gpus = (
-            f"{record.gpus} x {safe(record.gpu_resource)}"
-            if record.gpus and record.gpu_resource
-            else str(record.gpus)
-        )
-        return (
-            Content.styled(safe(record.name), "bold"),
-            Content(plural(record.cpu_cores, "core")),
-            Content(mb(record.ram_mb)),
-            Content(mb(record.disk_mb) if record.disk_mb else DASH),
-            Content(gpus),
-            Content.styled(format_rate(record.price_units_hour), "bold"),
-            Content(format_ntx(record.min_charge_units) if record.min_charge_units else DASH),
-            Content(safe(record.pool)),
-        )
-    if isinstance(record, vm.CustomResource):
-        source = (
-            ",".join(str(i) for i in record.from_gpus)
-            if record.from_gpus is not None
-            else "declared"
-        )
-        return (
-            Content.styled(safe(record.name), "bold"),
-            Content(record.kind),
-            Content(str(record.count)),
-            Content(source),
-            Content(mb(record.vram_mb) if record.vram_mb else DASH),
-            Content(safe(record.model) or DASH),
-        )
-    if isinstance(record, vm.Pool):
-        return (
-            Content.styled(safe(record.name), "bold"),
-            Content(_peers(record.members)),
-            Content(", ".join(safe(g) for g in record.groups) or DASH),
-        )
-    return (Content.styled(safe(record.name), "bold"), Content(_peers(record.members)))
-
-
-def _gpu_name(vendor: str, name: str) -> str:
-    """``NVIDIA GeForce RTX 3090``: the vendor only when the name does not say it."""
-    shown = safe(name)
-    return shown if shown.lower().startswith(vendor.lower()) else f"{safe(vendor)} {shown}"
-
-
-def _peers(members: tuple[str, ...]) -> str:
-    if not members:
-        return DASH
-    shown = ", ".join(short_peer_id(m) for m in members[:3])
-    return shown + (f" +{len(members) - 3}" if len(members) > 3 else "")
-
-
-def _note(kind: vm.Kind, listing: Resources | None, problem: str | None, loaded: bool) -> Content:
-    if problem is not None:
-        return Content.styled(problem, "$text-error")
-    if listing is None:
-        return Content.styled("Reading…" if not loaded else "", "$text-muted")
-    accent = "bold $text-accent"
-    if kind == "spec":
-        if listing.defaults:
-            return Content.assemble(
-                ("NuNet's Low/Moderate/High tiers", "bold"),
-                " are sold while no spec is defined. ",
-                ("n", accent),
-                " defines one: resources and a price per machine-hour.",
-            )
-        return Content("")
-    if kind == "custom":
-        return Content.assemble(
-            ("No custom resources. ", "bold"),
-            "Name detected GPUs as one resource (",
-            ("n", accent),
-            ", From GPUs 0,1) or declare an accelerator detection does not know.",
-        )
-    if kind == "pool":
-        return Content.assemble(
-            ("Every spec is in the default pool", "bold"),
-            ", open to everyone. A pool (",
-            ("n", accent),
-            ") reserves specs for the peers and groups it lists.",
-        )
-    return Content.styled("No groups: a group names a set of peer ids for pools.", "$text-muted")
-
-
-__all__ = ["ResourcesScreen", "row_cells"]
+__all__ = ["ResourcesScreen"]
