@@ -8,6 +8,11 @@ engine does can freeze a key press.
 
 Modes: ``provider`` (offer this machine) and ``consumer`` (buy compute), each with its own
 screen stack. The first run asks which one; ``m`` and the command palette switch later.
+
+Why one file of some 700 lines: the app is where the modes, the node's picture, the engine's
+events and the node-wide actions (onboard, pause, resume, offboard) meet; everything a
+screen shows lives in screens/ and widgets/, and the help, palette and key map in their own
+modules.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ always the one that spent the lock, and a restart between keeping and sending se
 one once. Network trouble (the chain backend or the oracle unreachable, timeouts, 5xx) is an
 ``EngineError`` like any refusal: the loop (escrow.py ``serve``) retries that escrow with
 exponential backoff, and no failure of one escrow leaves the loop.
+
+Why one file of some 700 lines: it is one state machine, each function a state's move; its
+moves call each other across the table above (a claim that never lands is rebuilt from the
+same decision, a refund goes through the same spend), and split they would be read apart.
 """
 
 from __future__ import annotations

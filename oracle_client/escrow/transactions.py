@@ -16,6 +16,10 @@ ledger, preprod or mainnet), returns the signed Transaction, and leaves submitti
 Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the ledger runs the
 script); passing `ex_units` skips that, which is how tests get a doomed transaction as far as
 the ledger's own submit checks.
+
+Why one file of some 670 lines: the four builders spend one validator's outputs with its
+redeemers, collateral and execution units worked out the same way (``_spend``, ``_inputs``,
+the script evaluation); apart, each would carry a copy of that.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ line: executors/dockerlogs.py), removed by us after that stream ends (``run(...,
 remove=True)`` has lost a last unterminated line), and labelled ``nunet.job`` / ``nunet.node``
 so that the ones a crashed provider left behind are found and removed when it starts again.
 Every docker-py call blocks, so each runs in a worker thread.
+
+Why one file of some 630 lines: one executor, ``DockerExecutor``, whose methods are the
+``Executor`` protocol's (install, start, follow, checkpoint, stop, exec, tunnel) over one
+Docker client and its containers; what is separable already lives beside it (dockerlogs.py,
+docker_exec.py, the GPU options in engine/resources/gpu/containers.py).
 """
 
 from __future__ import annotations

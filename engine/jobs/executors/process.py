@@ -15,6 +15,10 @@ The venv is made with --system-site-packages and also sees this interpreter's ow
 site-packages (a .pth file: a venv made from inside a venv otherwise only sees the base
 Python's), so numpy, scikit-learn or torch installed for the provider are used as they are,
 and a job's own dependencies, installed into its venv, come first.
+
+Why one file of some 660 lines: one executor, ``ProcessExecutor``, whose methods are the
+``Executor`` protocol's over one process group per job; the sandbox (sandbox.py), the disk
+quota (disk_quota.py) and the shells (pty_shell.py) already live beside it.
 """
 
 from __future__ import annotations
