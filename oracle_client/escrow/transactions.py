@@ -17,9 +17,10 @@ Script redeemers without `ex_units` are priced by `context.evaluate_tx` (the led
 script); passing `ex_units` skips that, which is how tests get a doomed transaction as far as
 the ledger's own submit checks.
 
-Why one file of some 670 lines: the four builders spend one validator's outputs with its
-redeemers, collateral and execution units worked out the same way (``_spend``, ``_inputs``,
-the script evaluation); apart, each would carry a copy of that.
+Why one file of some 670 lines: the four builders spend one validator's outputs and share
+how: finding the escrows (``find_escrows``, ``_candidates``), checking the oracle's signature
+(``_signed_for``, ``_oracle_signed``), paying the fee (``_require_fee_funds``,
+``_add_fee_input``) and building (``_build``); apart, each would carry a copy of that.
 """
 
 from __future__ import annotations
