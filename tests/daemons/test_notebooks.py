@@ -21,6 +21,7 @@ from engine.api import notebooks as nb
 from engine.config import Paths
 from engine.domain.spec import JobSpec, load_job_file, validate_spec
 from engine.errors import EngineError
+from engine.jobs import notebooks as provider_nb
 from engine.store import Store
 from tests.conftest import REPO, run_cli
 
@@ -119,38 +120,40 @@ def _planted(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_deleting_a_finished_jobs_files_never_follows_its_links(tmp_path: Path) -> None:
     job_dir, outside = _planted(tmp_path)
-    removed = nb.delete_job_files(job_dir, _finished(job_dir))
+    removed = provider_nb.delete_job_files(job_dir, _finished(job_dir))
     assert removed == ["workspace", "checkpoints", "7b0e5c1a2f3d-results.tar.gz"]
     assert sorted(p.name for p in job_dir.iterdir()) == ["log.jsonl"]
     assert (outside / "keep.txt").read_text() == "keep"
-    assert nb.delete_job_files(job_dir, _finished(job_dir)) == []  # nothing left: done
+    assert provider_nb.delete_job_files(job_dir, _finished(job_dir)) == []  # nothing left: done
 
 
 def test_a_stored_results_path_outside_the_jobs_folder_is_refused(tmp_path: Path) -> None:
     job_dir, outside = _planted(tmp_path)
     for path in (outside / "keep.txt", job_dir / ".." / ".." / "outside" / "keep.txt"):
         with pytest.raises(EngineError, match="not in its own folder"):
-            nb.delete_job_files(job_dir, _finished(job_dir, results_dir=str(path)))
+            provider_nb.delete_job_files(job_dir, _finished(job_dir, results_dir=str(path)))
     assert (job_dir / "workspace" / "notebooks" / "a.ipynb").exists()
     assert (outside / "keep.txt").exists()
     # A job folder that is a link is not a job folder.
     linked = tmp_path / "jobs" / "0123456789ab"
     os.symlink(outside, linked)
     with pytest.raises(EngineError, match="symbolic link"):
-        nb.delete_job_files(linked, _finished(linked, job_id="0123456789ab", results_dir=""))
+        provider_nb.delete_job_files(
+            linked, _finished(linked, job_id="0123456789ab", results_dir="")
+        )
     assert (outside / "keep.txt").exists()
 
 
 def test_only_the_owner_deletes_and_only_a_finished_job() -> None:
     job = _finished(Path("/nowhere"))
-    assert nb.deletion_refusal(job, OTHER) == ""
-    assert nb.deletion_refusal(job, ME) == "no such job of yours"
-    assert nb.deletion_refusal(None, OTHER) == "no such job of yours"
-    assert nb.deletion_refusal(msgspec.structs.replace(job, role="consumer"), OTHER) == (
+    assert provider_nb.deletion_refusal(job, OTHER) == ""
+    assert provider_nb.deletion_refusal(job, ME) == "no such job of yours"
+    assert provider_nb.deletion_refusal(None, OTHER) == "no such job of yours"
+    assert provider_nb.deletion_refusal(msgspec.structs.replace(job, role="consumer"), OTHER) == (
         "no such job of yours"
     )
     running = msgspec.structs.replace(job, state="running")
-    assert "stop it first" in nb.deletion_refusal(running, OTHER)
+    assert "stop it first" in provider_nb.deletion_refusal(running, OTHER)
 
 
 def _module(path: Path, name: str) -> ModuleType:

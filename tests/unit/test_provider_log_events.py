@@ -12,6 +12,7 @@ import trio.testing
 from engine import api
 from engine.jobs.log_events import MAX_EVENT_LINES, LogEvents
 from engine.jobs.provider import ProviderJobs
+from engine.resources.machine import MachineFacts
 from tests.fakes.context import make_context, onboard
 from tests.fakes.network import FakeNetwork
 from tests.unit.test_unit_provider_jobs import CONSUMER, spec
@@ -73,7 +74,9 @@ def test_a_provider_emits_its_running_jobs_lines_as_log_events(tmp_path: Path) -
     )
     onboard(ctx)
     executor = ProcessExecutor()
-    provider = ProviderJobs(ctx, {"process": executor}, network=FakeNetwork)
+    provider = ProviderJobs(
+        ctx, {"process": executor}, network=FakeNetwork, machine=MachineFacts(ctx)
+    )
     job = api.JobInfo(
         job_id="0000000000aa",
         role="provider",
