@@ -88,6 +88,9 @@ disk_mb = 200000
 listen = ["/ip4/127.0.0.1/tcp/0"]
 heartbeat_interval_s = 1
 bootstrap = ["{bootstrap}"]
+
+[provider]
+display_name = "bob's xeon"
 """
 SEED = bytes(range(32))
 BOB_SEED = bytes([7]) * 32
