@@ -9,13 +9,22 @@ the pictures before committing them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
 
-from engine.api import JobInfo, JobLogLine, JobMetering, SetMode, UsageSample
+from engine.api import (
+    JobInfo,
+    JobLogLine,
+    JobMetering,
+    SetMode,
+    SubmitJob,
+    SubmitProgress,
+    UsageSample,
+)
 from engine.config import Paths
 from engine.domain.spec import JobSpec
 from engine.jobs.joblog import JobLog
@@ -340,4 +349,54 @@ def test_job_detail_service_ports(
         await _quiet(pilot)
 
     run_before = settled("JobsScreen", keys=["j"], then=open_it)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+class _SubmitsSlowly:
+    """The embedded engine, except that a submit says its steps (SubmitProgress, as the
+    consumer's jobs room does) and then waits for the chain: the form mid-submit."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.held = asyncio.Event()  # never set: the picture is taken while it waits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    async def call(self, command: Any) -> Any:
+        if not isinstance(command, SubmitJob):
+            return await self.engine.call(command)
+        for step, detail, elapsed in (
+            ("matching", "1 provider of 1 on this channel can run it", 0.1),
+            ("asking", f"provider {PROVIDER[:8]}…{PROVIDER[-4:]}", 0.4),
+            ("quoted", "0.033333 NTX estimate · 0.033333 NTX locked, spec low", 1.2),
+            ("locking", "lock tx 6fee1b3d…b7b6: waiting for the chain", 1.3),
+        ):
+            event = SubmitProgress(
+                at=T0, submit_id=command.submit_id, step=step, detail=detail, elapsed_s=elapsed
+            )
+            self.engine.node.ctx.emit(event)
+        await self.held.wait()
+        raise AssertionError("the picture is taken before the submit ends")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_submit_form_while_it_submits(
+    snap_compare: Any, stored_jobs: Paths, host_engine: EngineFactory, size: tuple[int, int]
+) -> None:
+    """Ctrl-S: each step of the submit under the button as it happens, with its time (issue
+    22 §2: "Submitting…" used to say nothing for up to a minute)."""
+    engine = host_engine()
+    engine.call_blocking(SetMode(mode="consumer"))
+    app = NunetApp(client=_SubmitsSlowly(engine), clock=lambda: NOW, examples=EXAMPLES)  # type: ignore[arg-type]
+
+    async def submit(pilot: Pilot[Any]) -> None:
+        await pilot.press("f1")
+        await pilot.press("ctrl+s")
+        await _until(
+            pilot, lambda: "locking" in str(pilot.app.screen.query_one("#progress").render())
+        )
+        pilot.app.clear_notifications()
+
+    run_before = settled("SubmitScreen", keys=["s"], then=submit)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
