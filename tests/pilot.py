@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 from textual.worker import WorkerCancelled, WorkerFailed
 
-from engine.api import Command, Event
+from engine.api import Command, Event, GetJobLogs
 from engine.client import EngineClient, EventCallback
 from engine.errors import EngineError
 from nunet_tui.widgets.key_table import KeyTable
@@ -136,3 +136,18 @@ class FakeEngineClient:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+
+
+def count_log_reads(engine: Any, *, newest: bool) -> list[GetJobLogs]:
+    """Every ``GetJobLogs`` asked of ``engine`` from now on whose ``newest`` is ``newest``: the
+    dashboard's running-jobs panel reads tails (newest), the job view reads pages (not)."""
+    reads: list[GetJobLogs] = []
+    call = engine.call
+
+    async def counting(command: Any) -> Any:
+        if isinstance(command, GetJobLogs) and command.newest is newest:
+            reads.append(command)
+        return await call(command)
+
+    engine.call = counting
+    return reads

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from engine.api import GetJobLogs, JobLogLine
+from engine.api import JobLogLine
 from engine.facade import Engine
 from engine.jobs.log_events import LogEvents
 from nunet_tui.app import NunetApp
@@ -23,7 +23,7 @@ from nunet_tui.messages import OpenJob
 from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.widgets.job_log import JobLogView
 from nunet_tui.widgets.job_log_panel import JobLogPanel
-from tests.pilot import anyio_backend, on_screen, until
+from tests.pilot import anyio_backend, count_log_reads, on_screen, until
 from tests.tui.test_snapshots_provider_jobs import (
     FINISHED,
     NOW,
@@ -50,26 +50,11 @@ class RecordingApp(NunetApp):
         self.opened.append(message)
 
 
-def _count_log_reads(engine: Engine) -> list[GetJobLogs]:
-    """Every GetJobLogs the job view asks of ``engine`` from now on (the dashboard's running
-    jobs panel, under it, reads its tails with ``newest``)."""
-    reads: list[GetJobLogs] = []
-    call = engine.call
-
-    async def counting(command: Any) -> Any:
-        if isinstance(command, GetJobLogs) and not command.newest:
-            reads.append(command)
-        return await call(command)
-
-    engine.call = counting  # type: ignore[method-assign]
-    return reads
-
-
 async def test_a_provider_side_jobs_new_lines_reach_its_view_as_events_not_polls(
     provider_engine: Callable[..., Engine],
 ) -> None:
     engine = provider_engine([(RUNNING, TRAIN_LOG)])
-    reads = _count_log_reads(engine)
+    reads = count_log_reads(engine, newest=False)
     app = NunetApp(client=engine, clock=lambda: NOW)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")

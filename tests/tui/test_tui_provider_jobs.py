@@ -25,7 +25,7 @@ from nunet_tui.widgets.provider_jobs import ProviderJobs
 from nunet_tui.widgets.recent_runs import FIXED_W, NAME_MAX, RunList, columns, earned, why
 from nunet_tui.widgets.running_jobs import LogTail, RunningJobs, job_block
 from tests.doubles.host import RIG_GPUS
-from tests.pilot import anyio_backend, until
+from tests.pilot import anyio_backend, count_log_reads, until
 from tests.tui.test_snapshots_provider_jobs import (
     FINISHED,
     NOW,
@@ -239,20 +239,6 @@ async def test_a_provider_without_jobs_sees_its_machine_first(
         assert "select" not in {b.binding.action for b in app.screen.active_bindings.values()}
 
 
-def _count_tail_reads(engine: Engine) -> list[GetJobLogs]:
-    """Every tail read (``GetJobLogs(newest=True)``) the dashboard asks of ``engine`` now on."""
-    reads: list[GetJobLogs] = []
-    call = engine.call
-
-    async def counting(command: Any) -> Any:
-        if isinstance(command, GetJobLogs) and command.newest:
-            reads.append(command)
-        return await call(command)
-
-    engine.call = counting  # type: ignore[method-assign]
-    return reads
-
-
 async def test_the_running_job_follows_its_log_and_enter_opens_it(
     provider_engine: Callable[..., Engine],
 ) -> None:
@@ -277,7 +263,7 @@ async def test_the_running_job_follows_its_log_and_enter_opens_it(
         # event, progress and last line both, without reading the log again.
         joblog = engine.node.jobs().provider.job_log(RUNNING.job_id)
         fresh = _lines(["[epoch 38/100] loss 0.780 acc 0.70", "saved"], first=len(TRAIN_LOG))
-        reads = _count_tail_reads(engine)
+        reads = count_log_reads(engine, newest=True)
 
         def pump() -> None:
             joblog.append(fresh)
