@@ -36,7 +36,11 @@ def adverts(count: int, seed: int = 7) -> list[Peer]:
             cpu_mhz=rng.choice((1000, 4000, 8000, 16000, 32000)),
             memory_mb=rng.choice((1024, 4096, 8192, 16384, 65536)),
             gpus=gpus,
-            prices={"low": rng.uniform(0.5, 2), "moderate": rng.uniform(1, 5), "high": 6.0},
+            price_units={
+                "low": rng.randint(500_000, 2_000_000),
+                "moderate": rng.randint(1_000_000, 5_000_000),
+                "high": 6_000_000,
+            },
             executors=("docker",) if i % 7 else ("process",),
             frameworks=("pytorch", "tensorflow", "scikit-learn") if i % 11 else ("pytorch",),
             free_memory_mb=rng.choice((None, 512, 8192)),

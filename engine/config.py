@@ -26,6 +26,7 @@ from engine.domain.ml_images import DEFAULT_ML_IMAGES
 from engine.domain.peer_names import MAX_DISPLAY_NAME, RULE, display_name_problem, normalise
 from engine.domain.safe_text import safe
 from engine.errors import EngineError
+from oracle_client.ntx import units_of
 
 APP_NAME = "nunet-tui"
 ENV_PREFIX = "NUNET_"
@@ -285,6 +286,11 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         """Whether `job shell` is offered at all (advertised): a Docker job's, or a process
         job's where those are turned on."""
         return self.allow_shell and ("docker" in self.executors or self.allow_process_shell)
+
+    def price_units(self) -> dict[str, int]:
+        """``prices`` in NTX base units: the figures a person typed, read once here (to the
+        nearest base unit); everything past the config holds the integers."""
+        return {tier: units_of(price) for tier, price in self.prices.items()}
 
 
 class MachineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

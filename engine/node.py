@@ -268,9 +268,9 @@ class Node:
                 if e.metered_units is not None
             }
         )
-        totals["ntx_claimed"] = listing.earned_ntx
-        totals["ntx_paid_out"] = listing.spent_ntx
-        totals["ntx_locked"] = listing.locked_ntx
+        totals["claimed_units"] = listing.earned_units
+        totals["paid_out_units"] = listing.spent_units
+        totals["locked_units"] = listing.locked_units
         return totals
 
     def ntx_claimed(self) -> int:

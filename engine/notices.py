@@ -16,7 +16,7 @@ from typing import Any, Literal
 from engine import api
 from engine.domain.charges import metered_units
 from engine.domain.safe_text import safe
-from oracle_client.ntx import LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key, ntx_of
+from oracle_client.ntx import ESTIMATE, LOCKED, METERED, PAID, REFUNDED, format_ntx, json_key
 
 SEEN = 4096  # notices remembered for telling each only once
 MAX_REASON = 500  # a job's reason comes from its peer: bounded in every notice
@@ -33,9 +33,9 @@ class Notice:
 
 
 def _job_payload(job: api.JobInfo) -> dict[str, Any]:
-    """The job, and its metered figure in base units under its kind's key: the charge its
-    receipt signs (engine/domain/charges.py ``metered_units``); ``cost_ntx`` is the same in
-    NTX, as before."""
+    """The job, and its figures in NTX base units, each under its kind's key: the price per
+    machine-hour, the estimate, the lock and the metered charge its receipt signs
+    (engine/domain/charges.py ``metered_units``)."""
     metering = job.metering
     metered = metered_units(job)
     return {
@@ -48,10 +48,10 @@ def _job_payload(job: api.JobInfo) -> dict[str, Any]:
         "provider": job.provider,
         "consumer": job.consumer,
         "executor": job.executor,
-        "price_ntx_hour": job.price_ntx_hour,
-        "quoted_ntx": job.quoted_ntx,
+        "price_units_hour": job.price_units_hour,
+        json_key(ESTIMATE): job.estimate_units,
+        json_key(LOCKED): job.lock_units,
         json_key(METERED): metered,
-        "cost_ntx": ntx_of(metered) if metered is not None else None,
         "wall_s": metering.wall_s if metering else None,
         "gpu_s": metering.gpu_s if metering else None,
         "started_at": job.started_at,
@@ -61,15 +61,14 @@ def _job_payload(job: api.JobInfo) -> dict[str, Any]:
 
 def _escrow_payload(escrow: api.EscrowInfo) -> dict[str, Any]:
     """The escrow's figures, each under its kind's key (``locked_units``, ``paid_units``...,
-    oracle_client/ntx.py ``json_key``), NTX base units; ``amount_ntx_base_units`` and ``ntx``
-    are the lock, as before."""
+    oracle_client/ntx.py ``json_key``), NTX base units; ``amount_ntx_base_units`` is the lock,
+    as before."""
     paid, refunded = escrow.settled()
     return {
         "job_id": escrow.job_id,
         "role": escrow.role,
         "state": escrow.state,
         "amount_ntx_base_units": escrow.amount,
-        "ntx": escrow.ntx,
         json_key(LOCKED): escrow.amount,
         json_key(METERED): escrow.metered_units,
         json_key(PAID): paid,

@@ -113,7 +113,7 @@ class EscrowPort(Protocol):
         job_id: str,
         provider_peer: str,
         provider_address: str,
-        total_ntx: float,
+        lock_units: int,
         expected_minutes: float,
         slots: int = 1,
     ) -> tuple[str, str]:
@@ -121,7 +121,7 @@ class EscrowPort(Protocol):
         ...
 
     async def verify_lock(
-        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+        self, job_id: str, consumer_peer: str, lock_units: int, terms: str, lock_tx: str
     ) -> str:
         """Provider: why the chain does not hold the promised lock ("": it does)."""
         ...

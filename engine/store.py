@@ -117,6 +117,30 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX escrows_state ON escrows (state);
     """,
+    # v6, amounts as integers of NTX base units (issue 23 §2): the float twins of the base-unit
+    # fields go, each kept where it was the only figure (a job quoted before billing: its
+    # quote becomes its estimate; its metering's cost, cost_units), rounded to the base unit
+    # as every float figure was when it was made.
+    """
+    UPDATE jobs SET info = json_set(info, '$.estimate_units',
+        CAST(ROUND(json_extract(info, '$.quoted_ntx') * 1000000) AS INTEGER))
+    WHERE json_type(info, '$.quoted_ntx') IN ('real', 'integer')
+      AND COALESCE(json_type(info, '$.estimate_units'), 'null') = 'null';
+    UPDATE jobs SET info = json_set(json_remove(info, '$.metering.cost_ntx'),
+        '$.metering.cost_units',
+        CAST(ROUND(json_extract(info, '$.metering.cost_ntx') * 1000000) AS INTEGER))
+    WHERE json_type(info, '$.metering.cost_ntx') IN ('real', 'integer');
+    UPDATE jobs SET info = json_remove(info, '$.price_ntx_hour', '$.quoted_ntx');
+    UPDATE escrows SET info = json_remove(info, '$.info.ntx');
+    UPDATE peers SET info = json_set(
+        json_remove(info, '$.resources.prices', '$.resources.ntx_claimed'),
+        '$.resources.price_units',
+        json((SELECT json_group_object(key, CAST(ROUND(value * 1000000) AS INTEGER))
+              FROM json_each(peers.info, '$.resources.prices'))),
+        '$.resources.claimed_units',
+        CAST(ROUND(json_extract(info, '$.resources.ntx_claimed') * 1000000) AS INTEGER))
+    WHERE json_type(info, '$.resources') = 'object';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -61,13 +61,14 @@ def format_rate(units_per_hour: int) -> str:
 
 
 def units_of(ntx: float) -> int:
-    """An older float figure (``quoted_ntx``, ``cost_ntx``, ``[jobs] prices``) in base units,
-    to the nearest one: the float figures are rounded to 6 decimals where they are made."""
+    """A decimal NTX figure in base units, to the nearest one: what a person typed
+    (``[jobs] prices``, a budget) or a decimal an older peer sends (checked exact there)."""
     return round(ntx * UNITS_PER_NTX)
 
 
 def ntx_of(units: int) -> float:
-    """Base units as the older float figures carry them (``price_ntx_hour``, ``total_ntx``)."""
+    """Base units as the decimal fields older peers read carry them (``total_ntx``, an
+    advert's tier ``prices``): exact to the base unit, never used for arithmetic here."""
     return units / UNITS_PER_NTX
 
 

@@ -52,7 +52,10 @@ class RunSpan(Record, frozen=True):
     frozen_s: float = 0.0
 
 
-class JobMetering(Record, frozen=True):
+class Measured(Record, frozen=True):
+    """What a provider measured of a job's run (its Updates carry this much:
+    engine/jobs/protocol.py ``WireMetering``)."""
+
     wall_s: float = 0.0
     cpu_s: float = 0.0
     mticks: float = 0.0
@@ -61,7 +64,13 @@ class JobMetering(Record, frozen=True):
     net_rx_bytes: int | None = None
     net_tx_bytes: int | None = None
     gpu_s: float = 0.0
-    cost_ntx: float = 0.0
+
+
+class JobMetering(Measured, frozen=True):
+    # The job's metered charge in NTX base units as this node worked it out (the provider:
+    # the receipt's charge; None: not known). Never read from a peer: a consumer works its
+    # own out from its record (engine/domain/charges.py ``metered_units``).
+    cost_units: int | None = None
 
 
 # A live sample's bounds (issue 22 §3): checked wherever one is decoded, from a provider's
@@ -96,8 +105,6 @@ class JobInfo(Record, frozen=True):
     spec: JobSpec
     reason: str = ""
     exit_code: int | None = None
-    price_ntx_hour: float | None = None
-    quoted_ntx: float | None = None
     # Billing (issue 12), base units: the provider's resource spec the job runs under, its
     # price per machine-hour and minimum charge, the estimate (price x expected time x
     # replicas) and the lock (price x maximum time x replicas: the budget cap).

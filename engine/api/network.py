@@ -64,7 +64,7 @@ class ChannelTotals(Record, frozen=True):
     vram_mb: int = 0
     free_vram_mb: int = 0
     running_jobs: int = 0
-    ntx_paid: float = 0.0  # NTX providers on the channel have claimed from escrows
+    paid_units: int = 0  # NTX base units providers on the channel have claimed from escrows
 
 
 class NetworkStatus(Record, frozen=True):
@@ -80,18 +80,17 @@ class NetworkStatus(Record, frozen=True):
     peers: tuple[Peer, ...] = ()
     # This node's own ended jobs: what it ran and bought, and the metered NTX of each (its
     # escrow's, the signed receipt's charge, for a paid job: what its own views show),
-    # base units; ``ntx_earned`` and ``ntx_spent`` are the same sums in NTX, as before.
+    # base units.
     jobs_run: int = 0
     cpu_mticks_run: float = 0.0
-    ntx_earned: float = 0.0
     jobs_bought: int = 0
-    ntx_spent: float = 0.0
     metered_run_units: int = 0
     metered_bought_units: int = 0
-    # This node's NTX that moved on chain through the escrow (paid jobs).
-    ntx_claimed: float = 0.0
-    ntx_paid_out: float = 0.0
-    ntx_locked: float = 0.0
+    # This node's NTX that moved on chain through the escrow (paid jobs), base units:
+    # claimed as provider, paid out to providers as consumer, in open locks.
+    claimed_units: int = 0
+    paid_out_units: int = 0
+    locked_units: int = 0
     # Handler and task failures contained since the node started, by name (supervise.py).
     contained_failures: dict[str, int] = msgspec.field(default_factory=dict)
 

@@ -74,10 +74,8 @@ class Balance(Record, frozen=True):
     network: CardanoNetwork
     backend: str  # [payments] backend: local, preprod or mainnet
     lovelace: int
-    ada: float
     # None: the NTX token is not known ([payments] ntx_policy_id, or the local ledger says).
     ntx_units: int | None  # NTX base units (6 decimals)
-    ntx: float | None
     ntx_unit: str | None  # policy id hex + asset name hex
 
 
@@ -193,7 +191,6 @@ class EscrowInfo(Record, frozen=True):
     role: Literal["consumer", "provider"]
     state: EscrowState
     amount: int  # NTX base units
-    ntx: float
     deadline_ms: int
     consumer_pkh: str
     provider_pkh: str
@@ -232,10 +229,12 @@ class EscrowInfo(Record, frozen=True):
 
 class EscrowList(Record, frozen=True):
     escrows: tuple[EscrowInfo, ...] = ()
-    earned_ntx: float = 0.0  # claimed as provider
-    spent_ntx: float = 0.0  # paid out to providers as consumer
-    locked_ntx: float = 0.0  # in open locks (either side)
-    refunded_ntx: float = 0.0
+    # NTX base units: claimed as provider, paid out to providers as consumer, in open locks
+    # (either side), refunded to this node as consumer.
+    earned_units: int = 0
+    spent_units: int = 0
+    locked_units: int = 0
+    refunded_units: int = 0
 
 
 class RewardList(Command, tag="reward_list", frozen=True):

@@ -4,8 +4,8 @@ The consumer's matcher judges a provider by what its advert and heartbeats say; 
 judges an offer by the same figures about itself (what it advertises and beats). Both call
 ``judge`` with a ``PeerResources``, so a provider the matcher keeps is one that quotes, and one
 it excludes refuses with the same reasons. ``billing.metered`` is the one price product:
-``units_for`` gives the quote's estimate and lock from it, the receipt's charge is it, and
-``job_cost`` is the same figure in NTX for the float fields (the metered cost of an unpaid job).
+``units_for`` gives the quote's estimate and lock from it and the receipt's charge is it. Every
+figure here is an integer of NTX base units.
 
 What is sold is a provider's resource specs (issue 12, engine/domain/specs.py): a job
 names one, or its tier maps to the cheapest spec that fits it and that the consumer may use
@@ -28,32 +28,18 @@ from engine.domain.spec import JobSpec
 from engine.domain.specs import may_use
 from engine.domain.tiers import estimate_resource
 from oracle_client import billing
-from oracle_client.ntx import (
-    ESTIMATE,
-    LOCKED,
-    UNITS_PER_NTX,
-    format_ntx,
-    format_rate,
-    ntx_of,
-    units_of,
-)
+from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx, format_rate, units_of
 
 # A GPU job never runs in the process executor: it has no GPU isolation or passthrough.
 _CPU_ONLY_EXECUTORS = frozenset({"process"})
 
 
-def price_of(prices: Mapping[str, float], tier: str) -> float | None:
-    """A provider's NTX per hour for ``tier`` (None: it does not offer the tier)."""
-    price = prices.get(tier.lower())
-    if price is None or isinstance(price, bool) or not isinstance(price, int | float):
+def price_of(price_units: Mapping[str, int], tier: str) -> int | None:
+    """A provider's price per machine-hour for ``tier``, base units (None: not offered)."""
+    price = price_units.get(tier.lower())
+    if price is None or isinstance(price, bool) or not isinstance(price, int):
         return None
-    return float(price) if price >= 0 else None
-
-
-def job_cost(price_ntx_hour: float, minutes: float) -> float:
-    """NTX for ``minutes`` at ``price_ntx_hour``: ``units_for`` (billing's product, floored
-    to the base unit) as the older float figures carry it (``cost_ntx``, the ranking)."""
-    return ntx_of(units_for(units_of(price_ntx_hour), minutes))
+    return price if price >= 0 else None
 
 
 def usable_executors(device: str, offered: Collection[str]) -> list[str]:
@@ -107,10 +93,9 @@ class SpecOffer:
 @dataclass(frozen=True)
 class Verdict:
     reasons: tuple[str, ...]
-    price_ntx_hour: float | None  # None: the tier is not offered
-    cost_ntx: float  # the price for the expected time (0.0 when not offered)
-    # Issue 12: the spec the job runs under, its estimate and lock (base units), and every
-    # spec of the provider with why it is not usable (matching shows them).
+    # Issue 12: the spec the job runs under (None: none it may use), its estimate (the price
+    # for the expected time) and lock (base units), and every spec of the provider with why it
+    # is not usable (matching shows them).
     resource: ResourceSpec | None = None
     estimate_units: int = 0
     lock_units: int = 0
@@ -119,6 +104,11 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not self.reasons
+
+    @property
+    def price_units_hour(self) -> int | None:
+        """The price per machine-hour the job would pay (None: no spec it may use)."""
+        return self.resource.price_units_hour if self.resource is not None else None
 
     @property
     def reason(self) -> str:
@@ -147,12 +137,13 @@ def quote_units(resource: ResourceSpec, spec: JobSpec, replicas: int = 1) -> tup
 
 
 def budget_units(spec: JobSpec) -> int | None:
+    # The spec's budget is the figure its person typed (``budget_ntx``), read once here.
     return units_of(spec.budget_ntx) if spec.budget_ntx is not None else None
 
 
 def _tier_spec(res: PeerResources, tier: str) -> ResourceSpec | None:
     """A provider without specs sells its tiers (NuNet's defaults): the tier's own price."""
-    price = price_of(res.prices, tier)
+    price = price_of(res.price_units, tier)
     if price is None:
         return None
     need = estimate_resource(tier, "cpu")
@@ -161,7 +152,7 @@ def _tier_spec(res: PeerResources, tier: str) -> ResourceSpec | None:
         cpu_cores=need.max_cores,
         ram_mb=need.max_ram_mb,
         gpus=1 if res.gpus else 0,
-        price_units_hour=units_of(price),
+        price_units_hour=price,
     )
 
 
@@ -247,11 +238,8 @@ def judge(
     tier = spec.tier
     resource, unusable, offers = choose_spec(needs, res, consumer)
     estimate = lock = 0
-    price: float | None = None
     if resource is not None:
         estimate, lock = quote_units(resource, spec)
-        price = resource.price_units_hour / UNITS_PER_NTX
-    cost = estimate / UNITS_PER_NTX
     budget = budget_units(spec)
     free_ram = res.free_memory_mb
     gpu = spec.device == "gpu"
@@ -292,7 +280,7 @@ def judge(
         _gpu_reasons(res, spec.gpu_vendor, needs.min_vram_mb, reasons)
     if check_busy and not reasons and (why := busy_reason(res)):
         reasons.append(why)
-    return Verdict(tuple(reasons), price, cost, resource, estimate, lock, offers)
+    return Verdict(tuple(reasons), resource, estimate, lock, offers)
 
 
 def _resource_reasons(needs: Needs, res: PeerResources) -> list[str]:

@@ -11,7 +11,6 @@ import time
 from typing import Any, Protocol
 
 from oracle_client import billing
-from oracle_client.ntx import units_of
 
 
 class BilledJob(Protocol):
@@ -28,13 +27,11 @@ class BilledJob(Protocol):
     @property
     def estimate_units(self) -> int | None: ...
     @property
-    def quoted_ntx(self) -> float | None: ...
-    @property
     def updated_at(self) -> float: ...
     @property
     def receipt(self) -> str: ...
     @property
-    def metering(self) -> Any: ...  # JobMetering | None: its float ``cost_ntx`` (older jobs)
+    def metering(self) -> Any: ...  # JobMetering | None: its ``cost_units`` (older jobs)
 
     def run_spans_ms(self, now: float) -> list[tuple[int, int, int]]: ...
 
@@ -66,7 +63,7 @@ def metered_units(job: BilledJob) -> int | None:
     """The metered figure of an ended job, base units, from its own record: the charge its
     receipt signs (``charge_units`` over its runs); for a job from before billing,
     what it was charged then (a paid one that completed: its whole quote; else its
-    metering's float cost). None: nothing was metered (a job that never started: its receipt
+    metering's cost). None: nothing was metered (a job that never started: its receipt
     charges 0).
 
     Every place that shows or adds up a job's metered figure without its escrow reads it
@@ -75,9 +72,6 @@ def metered_units(job: BilledJob) -> int | None:
     charge = charge_units(job, ran_ms) if ran_ms is not None else None
     if charge is not None:
         return charge
-    if job.receipt and job.state == "completed":
-        if job.estimate_units is not None:
-            return job.estimate_units
-        if job.quoted_ntx is not None:
-            return units_of(job.quoted_ntx)
-    return units_of(job.metering.cost_ntx) if job.metering is not None else None
+    if job.receipt and job.state == "completed" and job.estimate_units is not None:
+        return job.estimate_units
+    return job.metering.cost_units if job.metering is not None else None

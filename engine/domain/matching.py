@@ -34,12 +34,11 @@ def verified_first(peer: Peer) -> int:
 @dataclass(frozen=True)
 class Candidate:
     peer: Peer
-    price_ntx_hour: float
-    cost_ntx: float  # the provider's price for the expected time
     free_memory_mb: int
     latency_ms: float | None
-    # Issue 12: the spec the job would run under there, its estimate and lock (base units),
-    # and each of the provider's specs with why this job cannot use it ("reserved for group X").
+    # Issue 12: the spec the job would run under there, its estimate (the provider's price
+    # for the expected time) and lock (base units), and each of the provider's specs with why
+    # this job cannot use it ("reserved for group X").
     resource: ResourceSpec | None = None
     estimate_units: int = 0
     lock_units: int = 0
@@ -48,6 +47,11 @@ class Candidate:
     @property
     def peer_id(self) -> str:
         return self.peer.peer_id
+
+    @property
+    def price_units_hour(self) -> int:
+        """The spec's price per machine-hour, base units."""
+        return self.resource.price_units_hour if self.resource is not None else 0
 
 
 class NoMatch(EngineError):
@@ -100,7 +104,7 @@ def match(
     needs = Needs.of(spec, executors)
     latency_of = latency or _peer_latency
     result = MatchResult()
-    ranked: list[tuple[tuple[int, float, float, float, str], Candidate]] = []
+    ranked: list[tuple[tuple[int, int, float, float, str], Candidate]] = []
     for peer in peers:
         res = peer.resources
         if res is None:
@@ -115,20 +119,17 @@ def match(
             continue
         free = res.free_memory_mb if res.free_memory_mb is not None else res.memory_mb
         lat = latency_of(peer)
-        assert verdict.price_ntx_hour is not None
         ranked.append(
             (
                 (
                     standing(peer) if standing is not None else 0,
-                    verdict.cost_ntx,
+                    verdict.estimate_units,
                     -free / needs.min_ram_mb,
                     lat if lat is not None else 1e12,
                     peer.peer_id,
                 ),
                 Candidate(
                     peer,
-                    verdict.price_ntx_hour,
-                    verdict.cost_ntx,
                     free,
                     lat,
                     verdict.resource,

@@ -4,7 +4,7 @@ offer (from its signed advert) and load (from its heartbeats).
 
 Records only; the rules over them are in specs.py, admission.py and matching.py. engine.api
 re-exports each (``api.ResourceSpec``, ``api.Peer``). Every amount is an ``int`` in NTX base
-units (1 NTX = 1_000_000), except the older float tier prices.
+units (1 NTX = 1_000_000).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class PeerResources(Record, frozen=True):
     memory_mb: int = 0
     disk_mb: int = 0
     gpus: tuple[PeerGpu, ...] = ()
-    prices: dict[str, float] = msgspec.field(default_factory=dict)  # tier -> NTX per hour
+    # tier -> its price per machine-hour, NTX base units (a provider selling NuNet's tiers)
+    price_units: dict[str, int] = msgspec.field(default_factory=dict)
     executors: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()
     version: str = ""
@@ -85,7 +86,7 @@ class PeerResources(Record, frozen=True):
     free_gpus: int | None = None
     free_vram_mb: int | None = None
     running_jobs: int | None = None
-    ntx_claimed: float | None = None  # NTX the provider has claimed from escrows (heartbeat)
+    claimed_units: int | None = None  # NTX base units claimed from escrows (its heartbeat)
     uptime_s: float | None = None
     # Issue 12: the resource specs it sells (empty: none defined, its tiers' prices stand for
     # NuNet's default specs) and the pools that reserve some of them (members: peer ids).

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from engine.domain.offers import Peer, PeerGpu, PeerResources, Pool, ResourceSpec
-from engine.domain.wire import Advert, Heartbeat
+from engine.domain.wire import Advert, Heartbeat, price_units_of
 
 MISSED_HEARTBEATS = 3  # a peer silent this many heartbeat intervals is dropped
 
@@ -43,7 +43,7 @@ def to_api_peer(info: PeerInfo) -> Peer:
                 PeerGpu(vendor=g.vendor, model=g.model, vram_mb=g.vram_mb)
                 for g in (advert.gpus if advert else ())
             ),
-            prices=dict(advert.prices) if advert else {},
+            price_units=price_units_of(advert.prices) if advert else {},
             executors=tuple(advert.executors) if advert else (),
             frameworks=tuple(advert.frameworks) if advert else (),
             version=advert.version if advert else "",
@@ -54,7 +54,7 @@ def to_api_peer(info: PeerInfo) -> Peer:
             free_gpus=beat.free_gpus if beat else None,
             free_vram_mb=beat.free_vram_mb if beat else None,
             running_jobs=beat.running_jobs if beat else None,
-            ntx_claimed=beat.ntx_claimed / 1_000_000 if beat else None,
+            claimed_units=beat.ntx_claimed if beat else None,
             uptime_s=beat.uptime_s if beat else None,
             specs=_convert(advert.specs, tuple[ResourceSpec, ...]) if advert else (),
             pools=_convert(advert.pools, tuple[Pool, ...]) if advert else (),

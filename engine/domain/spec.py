@@ -303,7 +303,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                 _problem(problems, "ports", f"port {port} is not a TCP port (1 to 65535)")
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
-    # A budget is not checked against the static estimate (engine/domain/tiers.py static_ntx, a
+    # A budget is not checked against the static estimate (engine/domain/tiers.py static_units, a
     # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
     # estimate says 0.375. The matcher and the provider check it against each provider's real
     # price (admission.judge: "price above budget"), the one price model (issue 20 §7).

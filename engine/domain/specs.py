@@ -27,7 +27,7 @@ from engine.domain.offers import DEFAULT_POOL, CustomResource, Group, Pool, Reso
 from engine.domain.spec import TIERS
 from engine.domain.tiers import estimate_resource
 from engine.errors import FieldProblem
-from oracle_client.ntx import UNITS_PER_NTX, units_of
+from oracle_client.ntx import UNITS_PER_NTX
 
 log = logging.getLogger("nunet.resources.specs")
 
@@ -367,17 +367,17 @@ def may_use(pool_name: str, pools: Sequence[Pool], consumer: str | None) -> str 
 # --- the defaults ---------------------------------------------------------------------------
 
 
-def default_specs(prices: Mapping[str, float], gpus: int = 0) -> tuple[ResourceSpec, ...]:
+def default_specs(price_units: Mapping[str, int], gpus: int = 0) -> tuple[ResourceSpec, ...]:
     """NuNet's Low/Moderate/High tiers as specs, for a provider that defines none: each tier's
     maximums (what the executor enforces) at its ``[jobs] prices`` price, in base units; a
     tier without a price is not sold. ``gpus``: a machine that onboarded GPUs sells one with
     each (today's tiers priced GPU jobs the same)."""
     out = []
     for tier in TIERS:
-        price = prices.get(tier)
-        if price is None or isinstance(price, bool) or not isinstance(price, int | float):
+        price = price_units.get(tier)
+        if price is None or isinstance(price, bool) or not isinstance(price, int):
             continue
-        if not 0 <= price <= MAX_PRICE_UNITS_HOUR / UNITS_PER_NTX:
+        if not 0 <= price <= MAX_PRICE_UNITS_HOUR:
             continue
         need = estimate_resource(tier, "cpu")
         out.append(
@@ -386,7 +386,7 @@ def default_specs(prices: Mapping[str, float], gpus: int = 0) -> tuple[ResourceS
                 cpu_cores=need.max_cores,
                 ram_mb=need.max_ram_mb,
                 gpus=1 if gpus > 0 else 0,
-                price_units_hour=units_of(float(price)),
+                price_units_hour=price,
             )
         )
     return tuple(out)
@@ -442,12 +442,12 @@ def book_problems(book: ResourceBook) -> list[str]:
 
 
 def in_force(
-    book: ResourceBook, prices: Mapping[str, float], gpus: int
+    book: ResourceBook, price_units: Mapping[str, int], gpus: int
 ) -> tuple[tuple[ResourceSpec, ...], bool]:
     """The specs sold now and whether they are the defaults (the provider defined none)."""
     if book.specs:
         return book.specs, False
-    return default_specs(prices, gpus), True
+    return default_specs(price_units, gpus), True
 
 
 def within(spec: ResourceSpec, capacity: Machine) -> bool:

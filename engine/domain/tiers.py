@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from engine.errors import EngineError
+from oracle_client.ntx import units_of
 
 MHZ_PER_CORE = 2000  # how a tier's MHz figures turn into whole cores for container limits
 
@@ -91,9 +92,10 @@ def _hourly(res: TierResources, which: int) -> float:
     return rate
 
 
-def static_ntx(tier: str, device: str, expected_minutes: float) -> tuple[float, float]:
-    """NuNet's Calculate_Static_NTX (CPU or GPU variant): the (low, high) NTX estimate for a
-    job of ``tier`` running ``expected_minutes``, priced at the tier's min and max resources."""
+def static_units(tier: str, device: str, expected_minutes: float) -> tuple[int, int]:
+    """NuNet's Calculate_Static_NTX (CPU or GPU variant): the (low, high) estimate for a
+    job of ``tier`` running ``expected_minutes``, priced at the tier's min and max resources,
+    in NTX base units (to the nearest one)."""
     res = estimate_resource(tier, device)
     hours = max(0.0, expected_minutes) / 60
-    return round(_hourly(res, 0) * hours, 6), round(_hourly(res, 1) * hours, 6)
+    return units_of(_hourly(res, 0) * hours), units_of(_hourly(res, 1) * hours)

@@ -19,6 +19,7 @@ from nacl.signing import VerifyKey
 
 from engine.domain.peer_names import MAX_DISPLAY_NAME
 from engine.identity import Identity
+from oracle_client.ntx import ntx_of, units_of
 
 WIRE_VERSION = 1
 # libp2p crypto.proto, Ed25519 public key: KeyType=1, 32 bytes of data.
@@ -195,6 +196,21 @@ PeerIdText = Annotated[
     str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[1-9A-HJ-NP-Za-km-z]+$")
 ]
 Units = Annotated[int, msgspec.Meta(ge=0, le=MAX_UNITS)]
+# A tier price as adverts carry it: NTX per hour as a JSON decimal, as older peers read it (they
+# refuse a field they do not know, so an integer field would hide every provider from them).
+# It is exact all the same: at most 6 decimals (one base unit), checked at the boundary, and
+# turned into base units there (``price_units_of``); nothing inside the node holds the decimal.
+WirePrice = Annotated[float, msgspec.Meta(ge=0, le=MAX_UNITS / 1_000_000)]
+
+
+def wire_prices(price_units: dict[str, int]) -> dict[str, float]:
+    """Tier prices in base units, as an advert carries them (exact decimals)."""
+    return {tier: ntx_of(units) for tier, units in price_units.items()}
+
+
+def price_units_of(prices: dict[str, float]) -> dict[str, int]:
+    """An advert's tier prices in base units (``Advert`` checked each is exact)."""
+    return {tier: units_of(price) for tier, price in prices.items()}
 
 
 class AdvertSpec(_Part, frozen=True):
@@ -232,7 +248,10 @@ class Advert(Schema, frozen=True, omit_defaults=True):
     ram_mb: int = 0
     disk_mb: int = 0
     gpus: tuple[Gpu, ...] = ()
-    prices: dict[str, float] = msgspec.field(default_factory=dict)  # tier -> NTX/hour
+    # tier -> NTX/hour, exact to the base unit (``WirePrice``); read with ``price_units_of``
+    prices: Annotated[dict[str, WirePrice], msgspec.Meta(max_length=16)] = msgspec.field(
+        default_factory=dict
+    )
     executors: tuple[str, ...] = ()
     frameworks: tuple[str, ...] = ()
     version: str = ""
@@ -258,6 +277,9 @@ class Advert(Schema, frozen=True, omit_defaults=True):
             raise ValueError(f"{members} pool members: at most {MAX_ADVERT_MEMBERS}")
         if len({spec.name for spec in self.specs}) != len(self.specs):
             raise ValueError("two specs share a name")
+        for tier, price in self.prices.items():
+            if ntx_of(units_of(price)) != price:
+                raise ValueError(f"price of {tier!r} is finer than one base unit (6 decimals)")
 
 
 class Heartbeat(Schema, frozen=True):

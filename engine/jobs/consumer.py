@@ -41,7 +41,7 @@ from engine.jobs.consumer_base import (
     quoted_units,
 )
 from engine.jobs.consumer_follow import ConsumerFollow
-from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx, ntx_of
+from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
 class ConsumerJobs(ConsumerFollow):
@@ -170,8 +170,6 @@ class ConsumerJobs(ConsumerFollow):
                     provider=provider,
                     consumer=me,
                     spec=spec,
-                    price_ntx_hour=quote.price_ntx_hour,
-                    quoted_ntx=quote.total_ntx,
                     resource_spec=quote.spec_name,
                     price_units_hour=quote.price_units_hour or None,
                     min_charge_units=quote.min_charge_units,
@@ -197,7 +195,7 @@ class ConsumerJobs(ConsumerFollow):
                         job_id,
                         provider,
                         quote.payment_address,
-                        ntx_of(lock),
+                        lock,
                         max_minutes(spec),
                         slots=_slots(peers, provider),
                     )

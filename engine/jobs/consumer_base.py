@@ -28,7 +28,7 @@ from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.live_usage import JobRings
 from engine.ports import EscrowPort, NetworkPort, PeerLink
-from oracle_client.ntx import LOCKED, UNITS_PER_NTX, format_ntx, ntx_of
+from oracle_client.ntx import LOCKED, format_ntx, ntx_of, units_of
 
 log = logging.getLogger("nunet.jobs.consumer")
 
@@ -69,9 +69,12 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
     """(estimate, lock, why not) of a provider's quote, in base units, checked here: the lock
     must be the quoted price for the job's maximum time (a provider may not lock more than
     its own price says) and within the budget. A provider of before issue 12 quotes only
-    ``total_ntx`` (its price for the expected time): that is both estimate and lock."""
+    ``total_ntx`` (its price for the expected time): that is both estimate and lock, and must
+    be a whole number of base units (the one place a decimal from the wire is read)."""
     if quote.price_units_hour <= 0 and quote.lock_units <= 0:
-        lock = round(quote.total_ntx * UNITS_PER_NTX)
+        lock = units_of(quote.total_ntx)
+        if ntx_of(lock) != quote.total_ntx or lock < 0:
+            return 0, 0, "quoted a total that is not a whole number of base units"
         estimate = lock
     else:
         resource = ResourceSpec(
@@ -91,7 +94,7 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
                     f"estimated: its price for this job's times is {lock} and {estimate}"
                 ),
             )
-        if abs(quote.total_ntx - ntx_of(lock)) > 1e-9:
+        if units_of(quote.total_ntx) != lock:
             return 0, 0, "quoted a total that is not its lock"
     budget = budget_units(spec)
     if budget is not None and lock > budget:
@@ -231,7 +234,7 @@ class ConsumerBase:
             if release
             else p.Confirm(
                 job_id=job.job_id,
-                total_ntx=job.quoted_ntx or 0.0,
+                total_ntx=ntx_of(job.lock_units or 0),
                 escrow_tx=lock_tx,
                 escrow_terms=terms,
             )

@@ -13,6 +13,7 @@ import msgspec
 import trio
 
 from engine import api
+from engine.domain.charges import metered_units
 from engine.domain.peer_info import MISSED_HEARTBEATS
 from engine.errors import EngineError
 from engine.jobs import protocol as p
@@ -217,6 +218,13 @@ class ConsumerFollow(ConsumerResults):
         changed = msgspec.structs.replace(
             job, **update.progress(), log_lines=len(joblog), **seen, **seen_usage
         )
+        if changed.metering is not None:
+            # The metering's charge is this node's own figure from its record (the provider
+            # sends none: protocol.py WireMetering), the one its receipt check and views use.
+            cost = metered_units(changed)
+            changed = msgspec.structs.replace(
+                changed, metering=msgspec.structs.replace(changed.metering, cost_units=cost)
+            )
         if changed == job:
             return job
         if msgspec.structs.replace(changed, log_lines=job.log_lines) == job:

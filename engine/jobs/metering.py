@@ -22,8 +22,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from engine.domain.admission import job_cost
-
 
 @dataclass(frozen=True)
 class Usage:
@@ -37,9 +35,6 @@ class Usage:
     gpu_s: float = 0.0
     samples: int = 0
     frozen_s: float = 0.0  # held frozen by checkpoints: not in wall_s, nor in what bills
-
-    def cost(self, price_ntx_hour: float) -> float:
-        return job_cost(price_ntx_hour, self.wall_s / 60)
 
 
 class Meter:

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 import trio
 
-from engine.api import JobLogLine, JobMetering, RunSpan, UsageSample
+from engine.api import JobLogLine, JobMetering, Measured, RunSpan, UsageSample
 from engine.domain import wire
 from engine.domain.safe_paths import JobId, is_job_id
 from engine.domain.spec import JobSpec, offer_spec
@@ -100,6 +100,10 @@ def _check_name(name: str) -> None:
 
 class Quote(JobMessage, tag="quote", frozen=True):
     provider: PeerIdText
+    # NTX as decimals, for consumers of older releases, which require them: the price per
+    # hour and the lock, written from the base units below. This node reads the integers; a
+    # quote of before issue 12 has only ``total_ntx``, read once at the boundary
+    # (consumer_base.py ``quoted_units``), exact to the base unit or refused.
     price_ntx_hour: float
     total_ntx: float
     expires_at: float
@@ -119,7 +123,7 @@ class Refusal(JobMessage, tag="refusal", frozen=True):
 
 
 class Confirm(JobMessage, tag="confirm", frozen=True):
-    total_ntx: float
+    total_ntx: float  # the quote's lock as a decimal (older providers compare it): in units too
     escrow_tx: ShortText = ""  # the lock's transaction id (paid jobs)
     escrow_terms: SignedJson = ""  # the oracle's signed terms (ServiceQuote JSON) of the lock
 
@@ -172,6 +176,22 @@ PROGRESS_FIELDS = (
 )
 
 
+class WireMetering(Measured, frozen=True, forbid_unknown_fields=False):
+    """A job's metering as Updates carry it: what the provider measured, without a cost.
+    A consumer works the charge out from its own record (engine/domain/charges.py), never from
+    what the provider says it costs; an older provider's ``cost_ntx`` is skipped as an unknown
+    field, and an older consumer reads a missing one as 0."""
+
+    @classmethod
+    def of(cls, metering: JobMetering | None) -> WireMetering | None:
+        if metering is None:
+            return None
+        return cls(**{name: getattr(metering, name) for name in cls.__struct_fields__})
+
+    def record(self) -> JobMetering:
+        return JobMetering(**msgspec.structs.asdict(self))
+
+
 class Update(JobMessage, tag="update", frozen=True):
     state: ShortText
     reason: Reason = ""
@@ -181,7 +201,7 @@ class Update(JobMessage, tag="update", frozen=True):
     runs: Annotated[tuple[RunSpan, ...], msgspec.Meta(max_length=MAX_RUNS)] = ()
     started_at: float | None = None
     finished_at: float | None = None
-    metering: JobMetering | None = None
+    metering: WireMetering | None = None
     results_sha256: ShortText = ""
     results_size: int = 0
     lines: tuple[JobLogLine, ...] = ()
@@ -193,12 +213,16 @@ class Update(JobMessage, tag="update", frozen=True):
 
     def progress(self) -> dict[str, Any]:
         """The running state it carries (PROGRESS_FIELDS), to apply to the consumer's job."""
-        return {name: getattr(self, name) for name in PROGRESS_FIELDS}
+        fields = {name: getattr(self, name) for name in PROGRESS_FIELDS}
+        fields["metering"] = self.metering.record() if self.metering is not None else None
+        return fields
 
 
 def progress_of(job: Any) -> dict[str, Any]:
     """A job record's running state (PROGRESS_FIELDS), as an Update carries it."""
-    return {name: getattr(job, name) for name in PROGRESS_FIELDS}
+    fields = {name: getattr(job, name) for name in PROGRESS_FIELDS}
+    fields["metering"] = WireMetering.of(job.metering)
+    return fields
 
 
 class Countersign(JobMessage, tag="countersign", frozen=True):

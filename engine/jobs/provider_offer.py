@@ -67,7 +67,7 @@ class ProviderOffer:
             memory_mb=onboarding.memory_mb,
             disk_mb=full.disk_mb,
             gpus=gpus,
-            prices=dict(settings.prices),
+            price_units=settings.price_units(),
             executors=tuple(name for name in settings.executors if name in self.executors),
             frameworks=self.frameworks(),
             slots=settings.slots,

@@ -23,7 +23,7 @@ from engine.jobs.provider_base import OFFERS_PER_S, REFUSALS_KEPT
 from engine.jobs.provider_runs import ProviderRuns
 from engine.jobs.quote_book import ConfirmInFlight, HeldQuote
 from engine.jobs.script_fetch import fetch_script
-from oracle_client.ntx import ntx_of
+from oracle_client.ntx import ntx_of, units_of
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -53,7 +53,7 @@ class ProviderQuotes(ProviderRuns):
         verdict = self._admission(spec, consumer)
         if not verdict.ok:
             return p.refusal(job_id, verdict.reason)
-        assert verdict.price_ntx_hour is not None and verdict.resource is not None
+        assert verdict.resource is not None
         now = time.time()
         if why := self._quotes.no_room(consumer, now):
             return p.refusal(job_id, why)
@@ -67,8 +67,8 @@ class ProviderQuotes(ProviderRuns):
         quote = p.Quote(
             job_id=job_id,
             provider=self.ctx.identity.peer_id,
-            price_ntx_hour=verdict.price_ntx_hour,
-            # What the escrow locks and the Confirm repeats: the lock (the maximum time).
+            # Older consumers' decimals (protocol.py ``Quote``): the price and the lock.
+            price_ntx_hour=ntx_of(verdict.resource.price_units_hour),
             total_ntx=ntx_of(verdict.lock_units),
             expires_at=now + self._quote_ttl(),
             executor=self._executor_for(spec) or "",
@@ -230,9 +230,9 @@ class ProviderQuotes(ProviderRuns):
             return p.refusal(confirm.job_id, "quote was made for another consumer"), False
         if time.time() > quote.expires_at:
             return p.refusal(confirm.job_id, "quote expired (ask again)"), False
-        if abs(confirm.total_ntx - quote.total_ntx) > 1e-9:
+        if units_of(confirm.total_ntx) != quote.lock_units:
             return p.refusal(confirm.job_id, "confirmed amount differs from quote"), False
-        if self._escrows is not None and quote.total_ntx > 0:
+        if self._escrows is not None and quote.lock_units > 0:
             paid = confirm.escrow_tx or self.ctx.settings.payments.require_payment
             reason = ""
             if paid:
@@ -240,7 +240,7 @@ class ProviderQuotes(ProviderRuns):
                     reason = await self._escrows().verify_lock(
                         confirm.job_id,
                         consumer,
-                        quote.total_ntx,
+                        quote.lock_units,
                         confirm.escrow_terms,
                         confirm.escrow_tx,
                     )
@@ -262,8 +262,6 @@ class ProviderQuotes(ProviderRuns):
             provider=self.ctx.identity.peer_id,
             consumer=consumer,
             spec=spec,
-            price_ntx_hour=quote.price_ntx_hour,
-            quoted_ntx=quote.total_ntx,
             resource_spec=quote.spec_name,
             price_units_hour=quote.price_units_hour,
             min_charge_units=quote.min_charge_units,
@@ -296,4 +294,4 @@ class ProviderQuotes(ProviderRuns):
 
 
 def _refused(*reasons: str) -> Verdict:
-    return Verdict(tuple(reasons), None, 0.0)
+    return Verdict(tuple(reasons))

@@ -25,7 +25,6 @@ from engine.jobs.checkpoints import latest
 from engine.jobs.executors.base import Executor, ExitStatus, JobRun, Limits, limits_for
 from engine.jobs.log_events import LogEvents
 from engine.jobs.provider_base import ProviderBase
-from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -259,9 +258,7 @@ class ProviderRuns(ProviderBase):
                 net_rx_bytes=usage.net_rx_bytes,
                 net_tx_bytes=usage.net_tx_bytes,
                 gpu_s=usage.gpu_s,
-                cost_ntx=ntx_of(charge)
-                if charge is not None
-                else usage.cost(job.price_ntx_hour or 0.0),
+                cost_units=charge,
             )
         ended = msgspec.structs.replace(
             job,

@@ -24,7 +24,6 @@ from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import EscrowPort, MachinePort, NetworkPort, OfferView, PeerLink
-from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs")
 
@@ -159,12 +158,7 @@ class NodeJobs:
             else:
                 totals["jobs_bought"] += 1
                 bought += units or 0
-        totals.update(
-            metered_run_units=run,
-            metered_bought_units=bought,
-            ntx_earned=ntx_of(run),
-            ntx_spent=ntx_of(bought),
-        )
+        totals.update(metered_run_units=run, metered_bought_units=bought)
         return totals
 
     def commands(self) -> dict[type[api.Command], Callable[[Any], Awaitable[Any]]]:

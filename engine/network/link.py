@@ -245,7 +245,7 @@ class NodeNetwork:
             gpus=tuple(
                 wire.Gpu(vendor=g.vendor, model=g.model, vram_mb=g.vram_mb) for g in res.gpus
             ),
-            prices=dict(res.prices),
+            prices=wire.wire_prices(res.price_units),
             executors=res.executors,
             frameworks=res.frameworks,
             version=self.ctx.version,
@@ -530,9 +530,7 @@ class NodeNetwork:
         offer = self._jobs().offer()  # this node's own row: its offer, as it beats it
         if offer.accepting:
             rows.append(
-                msgspec.structs.replace(
-                    offer.resources, ntx_claimed=self._totals.ntx_claimed() / 1_000_000
-                )
+                msgspec.structs.replace(offer.resources, claimed_units=self._totals.ntx_claimed())
             )
         totals = _totals(rows)
         return api.NetworkStatus(
@@ -561,7 +559,7 @@ def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:
         vram_mb=sum(g.vram_mb for r in rows for g in r.gpus),
         free_vram_mb=sum(r.free_vram_mb or 0 for r in rows),
         running_jobs=sum(r.running_jobs or 0 for r in rows),
-        ntx_paid=round(sum(r.ntx_claimed or 0.0 for r in rows), 6),
+        paid_units=sum(r.claimed_units or 0 for r in rows),
     )
 
 

@@ -17,7 +17,6 @@ from engine.context import NodeContext
 from engine.errors import EngineError
 from engine.payments.records import EscrowRecord
 from engine.ports import WalletPort
-from oracle_client.ntx import ntx_of
 
 if TYPE_CHECKING:
     from oracle_client.client import OracleClient
@@ -108,24 +107,22 @@ class EscrowBook:
             for raw in self.ctx.store.list_escrows()
         )
 
-        def total(role: str, states: tuple[str, ...], part: str) -> float:
+        def total(role: str, states: tuple[str, ...], part: str) -> int:
             # A settled split: its paid or refunded part (the whole amount for rows settled
             # before issue 12, which have neither).
-            return ntx_of(
-                sum(
-                    e.settled()[0 if part == "paid" else 1]
-                    for e in escrows
-                    if e.role == role and e.state in states
-                )
+            return sum(
+                e.settled()[0 if part == "paid" else 1]
+                for e in escrows
+                if e.role == role and e.state in states
             )
 
         settled = ("claimed", "paid_out", "refunded")
         return api.EscrowList(
             escrows=escrows,
-            earned_ntx=total("provider", settled, "paid"),
-            spent_ntx=total("consumer", settled, "paid"),
-            locked_ntx=ntx_of(sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES)),
-            refunded_ntx=total("consumer", settled, "refunded"),
+            earned_units=total("provider", settled, "paid"),
+            spent_units=total("consumer", settled, "paid"),
+            locked_units=sum(e.amount for e in escrows if e.state in api.ESCROW_OPEN_STATES),
+            refunded_units=total("consumer", settled, "refunded"),
         )
 
     def lock_of(self, job_id: str) -> tuple[str, str]:

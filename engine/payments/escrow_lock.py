@@ -15,7 +15,7 @@ from engine import api
 from engine.errors import EngineError
 from engine.payments.escrow_book import EscrowBook, _oracle_call
 from engine.payments.records import EscrowRecord
-from oracle_client.ntx import format_ntx, ntx_of, units_of
+from oracle_client.ntx import format_ntx
 
 log = logging.getLogger("nunet.payments.escrow")
 
@@ -31,7 +31,7 @@ class EscrowLocks(EscrowBook):
         job_id: str,
         provider_peer: str,
         provider_address: str,
-        total_ntx: float,
+        lock_units: int,
         expected_minutes: float,
         slots: int = 1,
     ) -> tuple[str, str]:
@@ -39,7 +39,7 @@ class EscrowLocks(EscrowBook):
         from oracle_client.models import ProviderOffer, ServiceRequest, sign_service_request
 
         wallet = self.wallet.wallet()
-        amount = units_of(total_ntx)
+        amount = lock_units
         margin = self.ctx.settings.payments.deadline_margin_s
         deadline_ms = int((time.time() + expected_minutes * 120 + margin) * 1000)
         if not provider_address:
@@ -78,7 +78,6 @@ class EscrowLocks(EscrowBook):
                 role="consumer",
                 state="locking",
                 amount=amount,
-                ntx=ntx_of(amount),
                 deadline_ms=quote.deadline,
                 consumer_pkh=quote.consumer_pkh,
                 provider_pkh=quote.provider_pkh,
@@ -141,16 +140,16 @@ class EscrowLocks(EscrowBook):
         return unit.unit
 
     async def verify_lock(
-        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+        self, job_id: str, consumer_peer: str, lock_units: int, terms: str, lock_tx: str
     ) -> str:
         """Why the chain does not hold the lock these terms promise ("": it does)."""
         try:
-            return await self._verify_lock(job_id, consumer_peer, total_ntx, terms, lock_tx)
+            return await self._verify_lock(job_id, consumer_peer, lock_units, terms, lock_tx)
         except EngineError as exc:  # no wallet, oracle or chain here: say so to the consumer
             return f"the provider cannot check the escrow now: {exc.message}"
 
     async def _verify_lock(
-        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+        self, job_id: str, consumer_peer: str, lock_units: int, terms: str, lock_tx: str
     ) -> str:
         from oracle_client.models import ServiceQuote
 
@@ -168,7 +167,7 @@ class EscrowLocks(EscrowBook):
             (quote.provider_peer_id != self.ctx.identity.peer_id, "the terms name another peer"),
             (quote.provider_pkh != wallet.payment_key_hash, "the terms pay another wallet"),
             (quote.consumer_peer_id != consumer_peer, "the terms name another consumer"),
-            (quote.estimated_price != units_of(total_ntx), "the terms differ from the quote"),
+            (quote.estimated_price != lock_units, "the terms differ from the quote"),
             (quote.deadline < (time.time() + 60) * 1000, "the escrow's deadline is too close"),
         ]
         for bad, reason in problems:
@@ -183,7 +182,6 @@ class EscrowLocks(EscrowBook):
                 role="provider",
                 state="verified",
                 amount=quote.estimated_price,
-                ntx=ntx_of(quote.estimated_price),
                 deadline_ms=quote.deadline,
                 consumer_pkh=quote.consumer_pkh,
                 provider_pkh=quote.provider_pkh,

@@ -240,15 +240,12 @@ class NodePayments:
         lovelace, ntx_units = await trio.to_thread.run_sync(
             chain.balance, context, info.address, unit
         )
-        scale = 10**chain.NTX_DECIMALS
         return api.Balance(
             address=info.address,
             network=info.network,
             backend=settings.backend,
             lovelace=lovelace,
-            ada=lovelace / 1_000_000,
             ntx_units=ntx_units,
-            ntx=None if ntx_units is None else ntx_units / scale,
             ntx_unit=unit.unit if unit is not None else None,
         )
 

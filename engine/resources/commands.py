@@ -53,7 +53,9 @@ class ResourceRoom:
     def listing(self, book: rs.ResourceBook | None = None) -> api.Resources:
         book = book if book is not None else self.file.load()
         onboarded = self.onboarded()
-        specs, defaults = rs.in_force(book, self.ctx.settings.jobs.prices, len(onboarded.gpus))
+        specs, defaults = rs.in_force(
+            book, self.ctx.settings.jobs.price_units(), len(onboarded.gpus)
+        )
         return api.Resources(
             system=self._full(),
             onboarded=onboarded,

@@ -402,10 +402,10 @@ def _network(status: api.NetworkStatus) -> dict[str, Any]:
 
 def _escrows(listing: api.EscrowList) -> dict[str, Any]:
     return {
-        "earned_ntx": listing.earned_ntx,
-        "spent_ntx": listing.spent_ntx,
-        "locked_ntx": listing.locked_ntx,
-        "refunded_ntx": listing.refunded_ntx,
+        "earned_units": listing.earned_units,
+        "spent_units": listing.spent_units,
+        "locked_units": listing.locked_units,
+        "refunded_units": listing.refunded_units,
         "escrows": [
             {
                 "job_id": e.job_id,

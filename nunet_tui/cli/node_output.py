@@ -12,7 +12,7 @@ from typing import Any
 from engine import api
 from engine.domain.peer_names import peer_label
 from engine.domain.safe_text import safe
-from oracle_client.ntx import format_ntx, units_of
+from oracle_client.ntx import format_ntx
 
 
 def _mb(n: int) -> str:
@@ -159,10 +159,10 @@ def _network(status: api.NetworkStatus) -> str:
             f"  this node ran {status.jobs_run} job(s) ({status.cpu_mticks_run:,.0f} MTicks, "
             f"{format_ntx(status.metered_run_units, 'metered')}) and bought "
             f"{status.jobs_bought} ({format_ntx(status.metered_bought_units, 'metered')})",
-            f"  NTX through escrow: {format_ntx(units_of(t.ntx_paid), 'paid')} to providers on "
-            f"the channel; this node was {format_ntx(units_of(status.ntx_claimed), 'paid')}, "
-            f"paid out {format_ntx(units_of(status.ntx_paid_out))}, has "
-            f"{format_ntx(units_of(status.ntx_locked), 'locked')}",
+            f"  NTX through escrow: {format_ntx(t.paid_units, 'paid')} to providers on "
+            f"the channel; this node was {format_ntx(status.claimed_units, 'paid')}, "
+            f"paid out {format_ntx(status.paid_out_units)}, has "
+            f"{format_ntx(status.locked_units, 'locked')}",
         ]
     )
 

@@ -19,7 +19,7 @@ from engine.client import EngineClient
 from engine.errors import EngineError
 from engine.secret_input import read_secret
 from nunet_tui.cli.output import show, show_json
-from oracle_client.ntx import format_ntx
+from oracle_client.ntx import digits, format_ntx
 
 MNEMONIC_WARNING = (
     "Write these words down, in order, on paper, and keep them offline. They are shown this "
@@ -129,7 +129,7 @@ def _balance(args: argparse.Namespace, client: EngineClient) -> None:
         else "NTX unknown (set [payments] ntx_policy_id)"
     )
     show(
-        f"{balance.ada:,.6f} ADA  {ntx}\n"
+        f"{digits(balance.lovelace)} ADA  {ntx}\n"
         f"  at {balance.address} ({balance.network}, {balance.backend})"
     )
     return None

@@ -33,7 +33,7 @@ from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSort
-from oracle_client.ntx import format_ntx, units_of
+from oracle_client.ntx import format_ntx
 
 REFRESH_S = 3.0
 
@@ -156,9 +156,9 @@ class NetworkScreen(SortableTables, CapabilityScreen):
                 (
                     "NTX paid",
                     Content(
-                        f"{format_ntx(units_of(totals.ntx_paid))} to providers · this node "
-                        f"earned {format_ntx(units_of(status.ntx_claimed))}, spent "
-                        f"{format_ntx(units_of(status.ntx_paid_out))}"
+                        f"{format_ntx(totals.paid_units)} to providers · this node "
+                        f"earned {format_ntx(status.claimed_units)}, spent "
+                        f"{format_ntx(status.paid_out_units)}"
                     ),
                 ),
             ]

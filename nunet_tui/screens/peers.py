@@ -246,7 +246,7 @@ class PeersScreen(FilteredTableScreen):
         if key == "seen":
             return peer.last_seen
         if key == "price":
-            low = res.prices.get("low") if res is not None else None
+            low = res.price_units.get("low") if res is not None else None
             return None if low is None else -low  # cheapest first
         if key not in ("cpu", "ram", "gpu"):
             return AUTO

@@ -2,7 +2,7 @@
 
 Everything on the right explains itself as you type: the tier's resources (``estimate_resource``,
 the one tier table of engine/domain/tiers.py, shown whole), NuNet's static NTX estimate
-(``static_ntx``), and "Who can run it": every known provider with ✓ and its price for this job,
+(``static_units``), and "Who can run it": every known provider with ✓ and its price for this job,
 or ✗ and every reason it cannot (``engine.domain.matching.match``, the engine's own pure
 function, on the peers of ``ListPeers``). Each field shows ``validate_spec``'s problems once it
 has been touched. Enter on a provider picks it by hand (again: back to the best match).

@@ -9,8 +9,8 @@ Where they come from, best first: the escrow record (the provider's signed machi
 the settlement on the chain: ``metered_units``, ``paid_units``, ``refunded_units``,
 ``settle_tx``), then the job's own billing fields (``estimate_units``, ``lock_units``, and the
 metered charge: engine/domain/charges.py ``metered_units``, the receipt's charge from its start
-and end, which the engine's totals and notices read too), then the older float figures
-(``quoted_ntx``, ``metering.cost_ntx``) for jobs made before billing.
+and end, which the engine's totals and notices read too), then the metering's
+``cost_units`` for jobs made before billing.
 Escrow records older than billing settled all or nothing: a claim paid the whole lock, a
 refund returned it. A settlement counts once the chain shows it (claimed, paid out,
 refunded), not while its transaction is on its way.
@@ -26,7 +26,7 @@ from engine.domain.charges import charge_units, metered_units
 from engine.domain.charges import machine_ms as run_machine_ms
 from engine.domain.safe_text import safe
 from oracle_client import billing
-from oracle_client.ntx import format_ntx, format_rate, units_of
+from oracle_client.ntx import format_ntx, format_rate
 
 OPEN_STATES: tuple[str, ...] = (*ESCROW_OPEN_STATES, "undecided")
 # Escrow states after which nothing more moves: the settlement is what the chain did.
@@ -105,8 +105,6 @@ def job_figures(
     """Every figure of ``job`` (its escrow's, where it has one: those are what the chain did)."""
     elapsed = machine_ms(job, now)
     estimate = job.estimate_units
-    if estimate is None and job.quoted_ntx is not None:
-        estimate = units_of(job.quoted_ntx)
     locked = job.lock_units
     # An ended job's is what its receipt signs (or, before billing, what it was charged),
     # the figure the engine's totals and notices add up; a running one's, so far.
@@ -242,11 +240,8 @@ def escrow_totals(escrows: Iterable[EscrowInfo]) -> Totals:
 
 
 def price_text(job: JobInfo) -> str:
-    """``2.4 NTX/h · spec gpu-large`` (or the older float price); empty when unknown."""
-    if job.price_units_hour is not None:
-        text = format_rate(job.price_units_hour)
-    elif job.price_ntx_hour is not None:
-        text = format_rate(units_of(job.price_ntx_hour))
-    else:
+    """``2.4 NTX/h · spec gpu-large``; empty when unknown."""
+    if job.price_units_hour is None:
         return ""
+    text = format_rate(job.price_units_hour)
     return f"{text} · spec {safe(job.resource_spec)}" if job.resource_spec else text

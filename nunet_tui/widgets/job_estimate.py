@@ -10,14 +10,14 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
-from engine.domain.admission import max_minutes
+from engine.domain.admission import budget_units, max_minutes
 from engine.domain.matching import Candidate
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
 from engine.domain.spec import TIERS, JobSpec
-from engine.domain.tiers import estimate_resource, static_ntx
+from engine.domain.tiers import estimate_resource, static_units
 from nunet_tui.format import DASH, safe, span
 from nunet_tui.viewmodels.job_form import TIER_LABELS
-from oracle_client.ntx import digits, format_ntx, format_rate, units_of
+from oracle_client.ntx import digits, format_ntx, format_rate
 
 
 class JobEstimate(Vertical):
@@ -34,7 +34,7 @@ class JobEstimate(Vertical):
     def show(self, spec: JobSpec, candidate: Candidate | None = None) -> None:
         res = estimate_resource(spec.tier, spec.device)
         minutes = spec.expected_minutes if spec.expected_minutes > 0 else 0.0
-        low, high = static_ntx(spec.tier, spec.device, minutes)
+        low, high = static_units(spec.tier, spec.device, minutes)
         needs = [
             f"{span(res.min_cores, res.max_cores)} core{'s' if res.max_cores > 1 else ''}",
             f"{span(res.min_cpu_mhz, res.max_cpu_mhz)} MHz",
@@ -51,7 +51,7 @@ class JobEstimate(Vertical):
             Content.assemble(
                 ("Static estimate  ", "bold"),
                 (
-                    f"{digits(units_of(low))}{DASH}{format_ntx(units_of(high))}",
+                    f"{digits(low)}{DASH}{format_ntx(high)}",
                     "bold $text-accent",
                 ),
                 f" for {minutes:g} min",
@@ -61,8 +61,9 @@ class JobEstimate(Vertical):
                 " · ".join(needs),
             ),
         ]
-        if candidate is None and spec.budget_ntx is not None and spec.budget_ntx < low:
-            below = f"budget {format_ntx(units_of(spec.budget_ntx))} is below it"
+        budget = budget_units(spec)
+        if candidate is None and budget is not None and budget < low:
+            below = f"budget {format_ntx(budget)} is below it"
             lines.append(Content.styled(below, "$text-error"))
         self.query_one("#estimate-text", Static).update(Content("\n").join(lines))
         self.query_one("#tier-table", Static).update(tier_table(spec.device, spec.tier))
@@ -93,12 +94,11 @@ def quote_lines(spec: JobSpec, candidate: Candidate | None) -> list[Content]:
             f" (max {max_minutes(spec):g} min)",
         ),
     ]
-    if spec.budget_ntx is not None:
-        budget = units_of(spec.budget_ntx)
-        if budget < candidate.lock_units:
-            lines.append(
-                Content.styled(f"budget {format_ntx(budget)} is below the lock", "$text-error")
-            )
+    budget = budget_units(spec)
+    if budget is not None and budget < candidate.lock_units:
+        lines.append(
+            Content.styled(f"budget {format_ntx(budget)} is below the lock", "$text-error")
+        )
     return lines
 
 
@@ -109,12 +109,12 @@ def tier_table(device: str, selected: str) -> Content:
     rows = [Content.styled(head, "bold $text-muted")]
     for tier in TIERS:
         res = estimate_resource(tier, device)
-        low, high = static_ntx(tier, device, 60)
+        low, high = static_units(tier, device, 60)
         line = (
             f"{TIER_LABELS[tier]:<9}{span(res.min_cores, res.max_cores):<6}"
             f"{span(res.min_ram_mb / 1024, res.max_ram_mb / 1024):<8}"
             + (f"{span(res.min_vram_mb / 1024, res.max_vram_mb / 1024):<9}" if gpu else "")
-            + f"{digits(units_of(low))}{DASH}{digits(units_of(high))}"
+            + f"{digits(low)}{DASH}{digits(high)}"
         )
         rows.append(
             Content.styled(("▸ " if tier == selected else "  ") + line, "bold $text-accent")

@@ -40,7 +40,7 @@ from nunet_tui.widgets.sortable_table import (
     Row,
     TableSort,
 )
-from oracle_client.ntx import format_ntx, format_rate, units_of
+from oracle_client.ntx import format_ntx, format_rate
 
 # Vast.ai's offer search: what a consumer picks a provider by, best first.
 SORTS = (("price", "price"), ("ram", "free RAM"), ("gpu", "free GPUs"), ("latency", "latency"))
@@ -221,9 +221,8 @@ def _sort_value(candidate: Candidate | None, key: str) -> Any:
     run the job has nothing to sort by and stays last."""
     if candidate is None:
         return None
-    if key == "price":  # base units: the spec's estimate, or the tier's price for the time
-        units = candidate.estimate_units if candidate.resource else units_of(candidate.cost_ntx)
-        return -units
+    if key == "price":  # base units: the estimate under the spec it would run under there
+        return -candidate.estimate_units
     if key == "ram":
         return candidate.free_memory_mb
     if key == "gpu":
@@ -238,12 +237,9 @@ def _sort_value(candidate: Candidate | None, key: str) -> Any:
 
 def _price(candidate: Candidate) -> tuple[tuple[str, str], ...]:
     """``1.2 NTX estimate (gpu large, 2.4 NTX/h)``: the spec it would run under there."""
-    if candidate.resource is None:  # an advert from before specs: the tier's price
-        return (
-            (format_ntx(units_of(candidate.cost_ntx), "estimate"), "bold"),
-            (f" ({format_rate(units_of(candidate.price_ntx_hour))})", "$text-muted"),
-        )
     resource = candidate.resource
+    if resource is None:  # a candidate always has its spec (matching.py); nothing to show
+        return ((format_ntx(candidate.estimate_units, "estimate"), "bold"),)
     return (
         (format_ntx(candidate.estimate_units, "estimate"), "bold"),
         (f" ({safe(resource.name)}, {format_rate(resource.price_units_hour)})", "$text-muted"),

@@ -75,7 +75,7 @@ def test_a_claim_that_never_landed_is_not_booked_as_paid_when_the_consumer_refun
     assert (booked["paid_units"], booked["refunded_units"]) == (0, booked["amount"])
     assert never_landed in booked["error"] and refund["claim_tx"] in booked["error"]
     assert market.ntx(_address(provider)) == 0
-    assert provider.cli("reward", "list")["earned_ntx"] == 0
+    assert provider.cli("reward", "list")["earned_units"] == 0
 
 
 @pytest.mark.timeout(300)

@@ -124,7 +124,7 @@ def test_iris_runs_logs_arrive_and_results_are_verified(
     # Metering reaches the network status on both sides.
     assert provider.cli("network", "status")["jobs_run"] == 1
     bought = consumer.cli("network", "status")
-    assert bought["jobs_bought"] == 1 and bought["ntx_spent"] > 0
+    assert bought["jobs_bought"] == 1 and bought["metered_bought_units"] > 0
 
 
 def test_failure_cancel_and_busy_are_distinct_outcomes(

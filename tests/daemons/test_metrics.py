@@ -80,7 +80,7 @@ def provider_job(job_id: str, state: str, wall_s: float, gpu_s: float) -> api.Jo
         consumer="them",
         spec=JobSpec(name=job_id, framework="scikit-learn"),
         created_at=time.time(),
-        metering=api.JobMetering(wall_s=wall_s, gpu_s=gpu_s, cost_ntx=0.5),
+        metering=api.JobMetering(wall_s=wall_s, gpu_s=gpu_s, cost_units=500_000),
     )
 
 
@@ -226,7 +226,6 @@ def test_escrow_book_figures_in_base_units() -> None:
             role=role,  # type: ignore[arg-type]
             state=state,  # type: ignore[arg-type]
             amount=amount,
-            ntx=amount / 1e6,
             deadline_ms=0,
             consumer_pkh="",
             provider_pkh="",

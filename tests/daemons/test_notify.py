@@ -91,10 +91,10 @@ def ended_job(job_id: str = "job-1", state: str = "completed", **extra: Any) -> 
         provider="prov",
         consumer="me",
         spec=JobSpec(name="iris", framework="scikit-learn"),
-        quoted_ntx=0.25,
+        estimate_units=250_000,
         updated_at=now,
         finished_at=extra.pop("finished_at", now),
-        metering=api.JobMetering(wall_s=12.0, cost_ntx=0.05),
+        metering=api.JobMetering(wall_s=12.0, cost_units=50_000),
         **extra,
     )
     return api.JobChanged(at=now, job=job)
@@ -108,7 +108,6 @@ def escrow_event(
         role=role,  # type: ignore[arg-type]
         state=state,  # type: ignore[arg-type]
         amount=2_500_000,
-        ntx=2.5,
         deadline_ms=0,
         consumer_pkh="",
         provider_pkh="",
@@ -131,8 +130,8 @@ def test_a_job_is_told_once_when_it_ends() -> None:
     notice = notices.observe(ended_job())
     assert notice is not None and notice.kind == "job_ended" and not notice.bad
     assert notice.payload["job"]["job_id"] == "job-1"
-    assert notice.payload["job"]["quoted_ntx"] == 0.25
-    assert notice.payload["job"]["cost_ntx"] == 0.05
+    assert notice.payload["job"]["estimate_units"] == 250_000
+    assert notice.payload["job"]["metered_units"] == 50_000
     assert notice.payload["node"] == "me"
     assert notices.observe(ended_job()) is None  # saved again (results fetched): not again
     failed = notices.observe(ended_job("job-2", "failed", reason="boom\x1b[2J"))
@@ -367,11 +366,12 @@ def test_a_finished_job_is_posted_once_and_given_to_the_provider_hook(
         assert posted["job"]["job_id"] == job["job_id"]
         assert posted["job"]["state"] == "completed"
         assert posted["job"]["role"] == "consumer"
-        assert posted["job"]["quoted_ntx"] == shown["quoted_ntx"]
+        assert posted["job"]["estimate_units"] == shown["estimate_units"]
+        assert posted["job"]["locked_units"] == shown["lock_units"]
         # No escrow: the job's own metered figure, the one `job show` gives, saying so.
         metered = shown["money"]["metered_units"]
         assert metered is not None and posted["job"]["metered_units"] == metered
-        assert posted["job"]["cost_ntx"] == metered / 1e6
+        assert not any(key.endswith("_ntx") for key in posted["job"])  # base units only
         lines = events.read_bytes().strip().splitlines()
         assert len(lines) == 1
         told = json.loads(lines[0])

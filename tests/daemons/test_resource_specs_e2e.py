@@ -80,7 +80,7 @@ def test_two_specs_quote_and_bill_at_their_own_prices(
             cap=job["lock_units"],
         )
         assert job["money"]["metered_units"] == theirs["money"]["metered_units"] == charge
-        assert job["metering"]["cost_ntx"] == theirs["metering"]["cost_ntx"] == charge / 1e6
+        assert job["metering"]["cost_units"] == theirs["metering"]["cost_units"] == charge
     walls = [j["money"]["machine_ms"] / 1000 for j in (cheap, dear)]
     per_second = [
         j["money"]["metered_units"] / 1e6 / w for j, w in zip((cheap, dear), walls, strict=True)

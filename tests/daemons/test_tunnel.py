@@ -421,7 +421,7 @@ def test_matching_keeps_jobs_that_want_a_shell_off_providers_that_refuse_them() 
     res = api.PeerResources(
         cpu_mhz=8000,
         memory_mb=16000,
-        prices={"low": 1.0},
+        price_units={"low": 1_000_000},
         executors=("docker",),
         frameworks=("scikit-learn",),
         shell=False,

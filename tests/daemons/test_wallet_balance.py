@@ -44,7 +44,7 @@ def test_balance_from_the_local_ledger(tmp_path: Path, ledger: Any) -> None:
     ledger.faucet(VECTOR_TESTNET, ada="12.5", ntx="7.25")
     ledger.faucet(VECTOR_TESTNET, ada=1, ntx=1)
     funded = cli("wallet", "balance")
-    assert funded["ntx_units"] == 8_250_000 and funded["ntx"] == 8.25
+    assert funded["ntx_units"] == 8_250_000 and "ntx" not in funded  # base units only
     # The faucet may add the minimum ADA a token output needs: at least what was asked.
-    assert funded["lovelace"] >= 13_500_000 and funded["ada"] == funded["lovelace"] / 1e6
+    assert funded["lovelace"] >= 13_500_000 and "ada" not in funded
     assert funded["address"] == VECTOR_TESTNET and funded["network"] == "testnet"

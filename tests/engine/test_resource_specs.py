@@ -147,7 +147,7 @@ def test_the_advert_bound_on_pool_members() -> None:
 
 
 def test_default_specs_are_the_tiers_at_the_configured_prices_in_exact_units() -> None:
-    specs = rs.default_specs({"low": 1.0, "moderate": 2.5, "high": 0.000001})
+    specs = rs.default_specs({"low": 1_000_000, "moderate": 2_500_000, "high": 1})
     assert [(s.name, s.price_units_hour) for s in specs] == [
         ("low", 1_000_000),
         ("moderate", 2_500_000),
@@ -159,12 +159,12 @@ def test_default_specs_are_the_tiers_at_the_configured_prices_in_exact_units() -
         (8, 16384, 0),
     ]
     assert units_of(0.1) == 100_000 and units_of(2.4) == 2_400_000
-    assert [s.name for s in rs.default_specs({"moderate": 2.0}, gpus=1)] == ["moderate"]
-    assert rs.default_specs({"moderate": 2.0}, gpus=1)[0].gpus == 1
+    assert [s.name for s in rs.default_specs({"moderate": 2_000_000}, gpus=1)] == ["moderate"]
+    assert rs.default_specs({"moderate": 2_000_000}, gpus=1)[0].gpus == 1
     book = rs.ResourceBook()
-    assert rs.in_force(book, {"low": 1.0}, 0)[1] is True
+    assert rs.in_force(book, {"low": 1_000_000}, 0)[1] is True
     defined = rs.ResourceBook(specs=(spec(),))
-    assert rs.in_force(defined, {"low": 1.0}, 0) == ((spec(),), False)
+    assert rs.in_force(defined, {"low": 1_000_000}, 0) == ((spec(),), False)
 
 
 def test_the_file_round_trips_atomically(tmp_path: Path) -> None:

@@ -29,19 +29,19 @@ class FakeEscrows:
         job_id: str,
         provider_peer: str,
         provider_address: str,
-        total_ntx: float,
+        lock_units: int,
         expected_minutes: float,
         slots: int = 1,
     ) -> tuple[str, str]:
-        self.calls.append(("lock", (job_id, provider_peer, provider_address, total_ntx)))
+        self.calls.append(("lock", (job_id, provider_peer, provider_address, lock_units)))
         if self.lock_error:
             raise EngineError("payment", self.lock_error)
         return self.lock_answer
 
     async def verify_lock(
-        self, job_id: str, consumer_peer: str, total_ntx: float, terms: str, lock_tx: str
+        self, job_id: str, consumer_peer: str, lock_units: int, terms: str, lock_tx: str
     ) -> str:
-        self.calls.append(("verify_lock", (job_id, consumer_peer, total_ntx, terms, lock_tx)))
+        self.calls.append(("verify_lock", (job_id, consumer_peer, lock_units, terms, lock_tx)))
         return self.verify_reason
 
     async def report_liveness(self, job_id: str) -> None:

@@ -48,7 +48,7 @@ def _notebook(job_id: str, name: str, token: str, port: int, **fields: Any) -> J
         provider=PROVIDER,
         consumer="self",
         spec=spec,
-        price_ntx_hour=0.6,
+        price_units_hour=600_000,
         executor="docker",
         **fields,
     )
@@ -76,7 +76,7 @@ NOTEBOOKS = [
         started_at=T0 + 12,
         finished_at=T0 + 1_800,
         updated_at=T0 + 1_800,
-        metering=JobMetering(wall_s=1_788, cpu_s=240, cost_ntx=0.3),
+        metering=JobMetering(wall_s=1_788, cpu_s=240, cost_units=300_000),
         results_sha256="4e" * 32,
         results_size=18_432,
         # Already fetched: an engine on the network would otherwise fetch it.

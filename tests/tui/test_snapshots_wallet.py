@@ -66,7 +66,6 @@ def escrow(
         role=role,  # type: ignore[arg-type]
         state=state,  # type: ignore[arg-type]
         amount=amount,
-        ntx=amount / 1_000_000,
         deadline_ms=int((NOW + deadline_in_s) * 1000),
         consumer_pkh=OTHER_PKH if provider else VECTOR_PAYMENT_HASH,
         provider_pkh=VECTOR_PAYMENT_HASH if provider else OTHER_PKH,

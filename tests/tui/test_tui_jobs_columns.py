@@ -120,7 +120,9 @@ async def test_peers_sort_by_free_ram_and_the_order_survives_a_refresh(
     def peer(suffix: str, free_ram: int, price: float) -> Any:
         assert FAKE_PROVIDER.resources is not None
         resources = msgspec.structs.replace(
-            FAKE_PROVIDER.resources, free_memory_mb=free_ram, prices={"low": price}
+            FAKE_PROVIDER.resources,
+            free_memory_mb=free_ram,
+            price_units={"low": round(price * 1e6)},
         )
         return msgspec.structs.replace(
             FAKE_PROVIDER, peer_id=FAKE_PROVIDER.peer_id[:-4] + suffix, resources=resources

@@ -50,7 +50,6 @@ def escrow(state: str, **fields: object) -> EscrowInfo:
         role="consumer",
         state=state,  # type: ignore[arg-type]
         amount=2_400_000,
-        ntx=2.4,
         deadline_ms=0,
         consumer_pkh="aa" * 28,
         provider_pkh="bb" * 28,

@@ -93,7 +93,6 @@ def escrow(role: str) -> EscrowInfo:
         role=role,  # type: ignore[arg-type]
         state="paid_out" if role == "consumer" else "claimed",
         amount=2_400_000,
-        ntx=2.4,
         deadline_ms=int((T0 + 7200) * 1000),
         consumer_pkh="aa" * 28,
         provider_pkh="bb" * 28,
@@ -116,9 +115,7 @@ BALANCE = Balance(
     network="testnet",
     backend="local",
     lovelace=10_000_000,
-    ada=10.0,
     ntx_units=98_400_000,
-    ntx=98.4,
     ntx_unit="ab" * 28,
 )
 

@@ -132,7 +132,8 @@ def test_the_block_says_time_against_expected_progress_and_the_last_line() -> No
     rows = _plain(RUNNING, tail, NOW)
     assert rows[0].startswith("Job       b7e1c0de4a91 · cifar-10 resnet · ● running")
     assert "checkpoint 3" in rows[0]
-    assert rows[1].startswith("Consumer  12D3KooW…tq2a · 0.5 NTX estimate (1 NTX/h)")
+    # Priced in base units: the machine time so far at 1 NTX/h, metered (issue 23).
+    assert rows[1].startswith("Consumer  12D3KooW…tq2a · 0.305555 NTX metered (1 NTX/h)")
     assert rows[2] == "Runs as   pytorch · GPU · Moderate · docker executor"
     assert rows[3].startswith("Time      00:18:20 of 00:30:00") and rows[3].endswith("61%")
     assert rows[4].startswith("Progress  [epoch 37/100] loss 0.820") and rows[4].endswith("37%")
@@ -179,11 +180,15 @@ def test_the_why_column_only_when_a_job_says_why() -> None:
 
 def test_earned_is_metered_once_done_and_quoted_while_running() -> None:
     completed, _failed, _keras, _cancelled, oom = FINISHED
-    assert earned(completed).plain == "0.0012"
-    assert earned(oom).plain == DASH  # no metering: nothing claimed
+    assert earned(completed).plain == "0.001166"  # 4.2 s at 1 NTX/h, floored
+    assert earned(oom).plain == "0.011388"  # its machine time is billed, metering or not
+    never = msgspec.structs.replace(oom, started_at=None, finished_at=None, runs=())
+    assert earned(never).plain == DASH  # never ran: nothing to claim
     assert earned(RUNNING).plain == "≈0.5"
-    # A paid job that completed was paid its escrowed quote, whatever the metering says.
-    paid = msgspec.structs.replace(completed, receipt="{}", quoted_ntx=0.25)
+    # A paid job from before billing that completed was paid its escrowed quote.
+    paid = msgspec.structs.replace(
+        completed, receipt="{}", estimate_units=250_000, price_units_hour=None
+    )
     assert earned(paid).plain == "0.25"
 
 

@@ -47,7 +47,7 @@ def _job(job_id: str, name: str, created_at: float) -> JobInfo:
 def _peer(suffix: str, free_ram: int, price: float, latency: float | None = 10.0) -> Peer:
     assert FAKE_PROVIDER.resources is not None
     resources = msgspec.structs.replace(
-        FAKE_PROVIDER.resources, free_memory_mb=free_ram, prices={"low": price}
+        FAKE_PROVIDER.resources, free_memory_mb=free_ram, price_units={"low": round(price * 1e6)}
     )
     return msgspec.structs.replace(
         FAKE_PROVIDER,

@@ -14,7 +14,7 @@ from nacl.signing import SigningKey
 from engine import api
 from engine.config import JobSettings
 from engine.domain import wire
-from engine.domain.admission import Needs, job_cost, judge, price_of
+from engine.domain.admission import Needs, judge, price_of, units_for
 from engine.domain.matching import match
 from engine.domain.peer_info import PeerInfo
 from engine.domain.ratelimit import StreamLimiter
@@ -23,7 +23,6 @@ from engine.errors import EngineError
 from engine.identity import Identity
 from engine.jobs import protocol as p
 from engine.jobs.consumer import ConsumerJobs
-from engine.jobs.metering import Usage
 from engine.jobs.provider import ProviderJobs, QuoteBook
 from engine.resources.machine import MachineFacts
 from tests.fakes.context import make_context, onboard
@@ -32,7 +31,8 @@ from tests.fakes.executor import FakeIdleExecutor
 from tests.fakes.network import FakeNetwork, FakePeerLink
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
-PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
+PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}  # as an advert carries them
+PRICE_UNITS = {"low": 1_000_000, "moderate": 2_500_000, "high": 6_000_000}
 
 
 def job(**fields: Any) -> JobSpec:
@@ -78,7 +78,7 @@ def test_the_provider_and_the_matcher_give_the_same_verdict_on_the_same_figures(
         assert verdict.ok == bool(matched.candidates), spec
         assert excluded.get("p1", "") == verdict.reason, spec
         if verdict.ok:
-            assert matched.candidates[0].cost_ntx == verdict.cost_ntx
+            assert matched.candidates[0].estimate_units == verdict.estimate_units
 
 
 def test_a_1000_mhz_provider_is_excluded_for_high_by_both(tmp_path: Path) -> None:
@@ -111,15 +111,14 @@ def test_an_unpriced_tier_is_refused_and_a_paid_job_is_never_quoted_at_zero(
 
 
 def test_one_price_formula() -> None:
-    assert job_cost(6.0, 30) == 3.0
-    assert job_cost(2.5, 90) == 3.75
-    assert Usage(wall_s=1800).cost(6.0) == job_cost(6.0, 30)  # metered: the same formula
-    assert price_of(PRICES, "High") == 6.0
-    assert price_of({"low": -1.0}, "low") is None
+    assert units_for(6_000_000, 30) == 3_000_000
+    assert units_for(2_500_000, 90) == 3_750_000
+    assert price_of(PRICE_UNITS, "High") == 6_000_000
+    assert price_of({"low": -1}, "low") is None
     spec = job(tier="moderate", expected_minutes=90)
-    res = api.PeerResources(cpu_mhz=8000, memory_mb=16384, prices=PRICES, frameworks=ALL)
-    assert judge(Needs.of(spec), res).cost_ntx == 3.75
-    assert match(spec, [as_peer(res)]).best().cost_ntx == 3.75
+    res = api.PeerResources(cpu_mhz=8000, memory_mb=16384, price_units=PRICE_UNITS, frameworks=ALL)
+    assert judge(Needs.of(spec), res).estimate_units == 3_750_000
+    assert match(spec, [as_peer(res)]).best().estimate_units == 3_750_000
 
 
 def _advert_info(peer_id: str, cpu_mhz: int) -> PeerInfo:

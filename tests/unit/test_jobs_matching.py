@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 
 from engine.api import Peer, PeerGpu, PeerResources
-from engine.domain.admission import job_cost, price_of
+from engine.domain.admission import price_of, units_for
 from engine.domain.matching import NoMatch, match
 from engine.domain.spec import JobSpec
-from engine.domain.tiers import TABLE, estimate_resource, static_ntx
+from engine.domain.tiers import TABLE, estimate_resource, static_units
 from engine.errors import EngineError
 from engine.jobs.executors.base import limits_for
 
 ALL = ("pytorch", "tensorflow", "scikit-learn")
-PRICES = {"low": 1.0, "moderate": 2.5, "high": 6.0}
+PRICES = {"low": 1_000_000, "moderate": 2_500_000, "high": 6_000_000}
 
 
 def job(**fields: object) -> JobSpec:
@@ -28,7 +28,7 @@ def peer(pid: str, **fields: object) -> Peer:
     values: dict[str, object] = {
         "cpu_mhz": 8000,
         "memory_mb": 16384,
-        "prices": PRICES,
+        "price_units": PRICES,
         "executors": ("docker",),
         "frameworks": ALL,
     }
@@ -49,13 +49,13 @@ def test_tier_table_is_complete_and_ordered() -> None:
         estimate_resource("extreme", "cpu")
 
 
-def test_static_ntx_cpu_and_gpu() -> None:
-    assert static_ntx("low", "cpu", 60) == (0.375, 0.75)
-    assert static_ntx("low", "cpu", 30) == (0.1875, 0.375)
-    low, high = static_ntx("low", "gpu", 60)
-    assert (low, high) == (0.725, 1.65)  # CPU + RAM, plus VRAM and the GPU's power level
-    assert static_ntx("high", "gpu", 60)[1] > static_ntx("high", "cpu", 60)[1]
-    assert job_cost(PRICES["moderate"], 90) == 3.75
+def test_static_units_cpu_and_gpu() -> None:
+    assert static_units("low", "cpu", 60) == (375_000, 750_000)
+    assert static_units("low", "cpu", 30) == (187_500, 375_000)
+    low, high = static_units("low", "gpu", 60)
+    assert (low, high) == (725_000, 1_650_000)  # CPU + RAM, plus VRAM and the GPU's power level
+    assert static_units("high", "gpu", 60)[1] > static_units("high", "cpu", 60)[1]
+    assert units_for(PRICES["moderate"], 90) == 3_750_000
     assert price_of(PRICES, "extreme") is None
 
 
@@ -71,8 +71,8 @@ def test_every_exclusion_says_why() -> None:
         peer("small", memory_mb=1024, cpu_mhz=1000),
         peer("noframework", frameworks=("scikit-learn",)),
         peer("process-only", executors=("process",)),
-        peer("pricey", prices={"moderate": 500.0}),
-        peer("notier", prices={"low": 1.0}),
+        peer("pricey", price_units={"moderate": 500_000_000}),
+        peer("notier", price_units={"low": 1_000_000}),
         peer("busy", running_jobs=1),
         peer("good"),
     ]
@@ -97,8 +97,8 @@ def test_a_small_budget_matches_a_provider_whose_real_price_fits() -> None:
     """Issue 20 §7: 0.05 NTX for an hour of the low tier is below the static estimate
     (0.375-0.75 NTX) but buys the hour of a provider at 0.01 NTX/h; a dearer one is left out
     with its figures."""
-    cheap = peer("cheap", prices={"low": 0.01})
-    dear = peer("dear", prices={"low": 1.0})
+    cheap = peer("cheap", price_units={"low": 10_000})
+    dear = peer("dear", price_units={"low": 1_000_000})
     result = match(job(tier="low", expected_minutes=60, budget_ntx=0.05), [cheap, dear])
     assert [c.peer_id for c in result.candidates] == ["cheap"]
     assert dict(result.excluded)["dear"].startswith("price above budget: 1 NTX/h x ")
@@ -126,10 +126,10 @@ def test_gpu_needs() -> None:
 
 def test_ranking_price_then_free_capacity_then_latency() -> None:
     peers = [
-        peer("expensive", prices={"low": 3.0}, latency=1.0),
-        peer("cheap-far", prices={"low": 1.0}, latency=90.0),
-        peer("cheap-near", prices={"low": 1.0}, latency=5.0),
-        peer("cheap-roomy", prices={"low": 1.0}, latency=200.0, memory_mb=65536),
+        peer("expensive", price_units={"low": 3_000_000}, latency=1.0),
+        peer("cheap-far", price_units={"low": 1_000_000}, latency=90.0),
+        peer("cheap-near", price_units={"low": 1_000_000}, latency=5.0),
+        peer("cheap-roomy", price_units={"low": 1_000_000}, latency=200.0, memory_mb=65536),
     ]
     result = match(job(expected_minutes=30), peers)
     assert [c.peer_id for c in result.candidates] == [
@@ -138,7 +138,7 @@ def test_ranking_price_then_free_capacity_then_latency() -> None:
         "cheap-far",
         "expensive",
     ]
-    assert result.best().cost_ntx == 0.5
+    assert result.best().estimate_units == 500_000
     fast = match(job(), peers, latency=lambda p: 0.0 if p.peer_id == "cheap-far" else 50.0)
     assert [c.peer_id for c in fast.candidates][1] == "cheap-far"
 

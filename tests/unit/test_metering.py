@@ -66,7 +66,7 @@ def _job(**fields: object) -> api.JobInfo:
         "updated_at": 1_006.5,
         # The meter's own figure: 6.061 s of sampled wall time (the daemons' run of issue 20
         # §9 said 0.010101 NTX here, its receipt 0.010125 NTX).
-        "metering": api.JobMetering(wall_s=6.061, cost_ntx=0.010101),
+        "metering": api.JobMetering(wall_s=6.061, cost_units=10_101),
     }
     base.update(fields)
     return api.JobInfo(**base)  # type: ignore[arg-type]
@@ -82,9 +82,11 @@ def test_an_ended_job_is_metered_what_its_receipt_charges() -> None:
 
 
 def test_figures_of_jobs_from_before_billing() -> None:
-    legacy = _job(price_units_hour=None, lock_units=None, estimate_units=None, quoted_ntx=0.25)
-    assert metered_units(legacy) == 10_101  # its metering's float, to the base unit
-    assert metered_units(msgspec.structs.replace(legacy, receipt="{}")) == 250_000  # the quote
+    legacy = _job(price_units_hour=None, lock_units=None, estimate_units=None)
+    assert metered_units(legacy) == 10_101  # its metering's cost
+    # A paid one that completed: its quote (kept as its estimate since schema v6).
+    quoted = msgspec.structs.replace(legacy, receipt="{}", estimate_units=250_000)
+    assert metered_units(quoted) == 250_000
     never = _job(started_at=None, metering=None)
     assert metered_units(never) is None and billing_fields(never, 20_000)["charge"] == 0
 
@@ -95,4 +97,4 @@ def test_every_view_of_an_ended_job_shows_the_one_figure() -> None:
     notice = NoticeFilter(since=0).observe(api.JobChanged(at=1_006.5, job=job))
     assert notice is not None and notice.text.endswith("completed · 0.010125 NTX metered")
     assert notice.payload["job"]["metered_units"] == 10_125
-    assert notice.payload["job"]["cost_ntx"] == 0.010125
+    assert "cost_ntx" not in notice.payload["job"]  # every amount in base units (issue 23)

@@ -27,6 +27,17 @@ def test_signed_advert_round_trips() -> None:
     assert opened.peer_id == ALICE.peer_id and opened.prices == {"basic": 0.5}
 
 
+def test_advert_prices_are_exact_base_units_or_the_advert_is_malformed() -> None:
+    exact = advert(ALICE)
+    assert wire.price_units_of(exact.prices) == {"basic": 500_000}
+    assert wire.wire_prices({"low": 123_456, "high": 1}) == {"low": 0.123456, "high": 0.000001}
+    for bad in ({"low": 0.1234567}, {"low": -1.0}, {"low": 2e9}):
+        fine = advert(ALICE)
+        msgspec.structs.force_setattr(fine, "prices", bad)
+        with pytest.raises(wire.Malformed):
+            adverts.verify_advert(wire.seal(ALICE, "advert", fine))
+
+
 def test_advert_signed_by_someone_else_is_rejected() -> None:
     # Mallory signs an advert that names Alice.
     forged = wire.seal(MALLORY, "advert", advert(ALICE))

@@ -85,7 +85,7 @@ def test_a_provider_emits_its_running_jobs_lines_as_log_events(tmp_path: Path) -
         consumer=CONSUMER,
         spec=spec(),
         executor="process",
-        price_ntx_hour=1.0,
+        price_units_hour=1_000_000,
     )
     script = b"for i in range(3000):\n    print('step', i, flush=i % 100 == 0)\n"
 

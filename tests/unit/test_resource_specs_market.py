@@ -54,7 +54,7 @@ def resources(**fields: Any) -> api.PeerResources:
     values: dict[str, Any] = {
         "cpu_mhz": 8000,
         "memory_mb": 16384,
-        "prices": {"low": 1.0},
+        "price_units": {"low": 1_000_000},
         "executors": ("docker",),
         "frameworks": ALL,
         "specs": (SMALL, BIG, LAB),
@@ -142,7 +142,7 @@ def test_matching_shows_a_reserved_spec_and_never_picks_it() -> None:
     notes = {o.spec.name: o.note for o in outsider.offers}
     assert notes == {"small": "", "big": "", "lab-cheap": "reserved for group lab"}
     member = match(job(tier="low"), [peer], consumer=MEMBER).best()
-    assert member.resource == LAB and member.price_ntx_hour == 0.5
+    assert member.resource == LAB and member.price_units_hour == 500_000
     # Named by the outsider: refused with the same reason the provider gives.
     named = match(job(resource_spec="lab-cheap"), [peer], consumer=OUTSIDER)
     assert dict(named.excluded) == {"p1": "spec lab-cheap: reserved for group lab"}
@@ -162,7 +162,7 @@ def test_a_tier_maps_to_the_cheapest_spec_that_fits_it() -> None:
     assert judge(Needs.of(job(resource_spec="small")), res).resource == SMALL
     missing = judge(Needs.of(job(resource_spec="nope")), res)
     assert missing.reason == "has no resource spec named 'nope' (sells small, big)"
-    tiers = resources(specs=(), pools=(), prices={"low": 1.0, "moderate": 2.5})
+    tiers = resources(specs=(), pools=(), price_units={"low": 1_000_000, "moderate": 2_500_000})
     assert judge(Needs.of(job(resource_spec="low")), tiers).resource is not None
     assert judge(Needs.of(job(resource_spec="moderate")), tiers).reason == (
         "has no resource spec named 'moderate': it sells NuNet's tiers, "

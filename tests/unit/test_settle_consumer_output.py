@@ -87,7 +87,6 @@ def _record() -> EscrowRecord:
         role="consumer",
         state="receipt",
         amount=AMOUNT,
-        ntx=5.0,
         deadline_ms=1,
         consumer_pkh=CONSUMER.payload.hex(),
         provider_pkh=PROVIDER.payload.hex(),

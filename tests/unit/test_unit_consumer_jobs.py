@@ -73,7 +73,7 @@ def test_submit_offers_to_the_cheapest_match_first_and_keeps_the_peer_that_accep
     assert isinstance(confirm, p.Confirm) and confirm.total_ntx == 0.25
     assert confirm.escrow_tx == "" and confirm.escrow_terms == ""  # unpaid: nothing locked
     assert job.provider == willing.peer_id and job.state == "accepted"
-    assert job.quoted_ntx == 0.25 and job.executor == "process"
+    assert job.lock_units == 250_000 and job.executor == "process"
     stored = consumer.ctx.store.get_job(job.job_id)
     assert stored is not None and (stored.state, stored.provider) == ("accepted", willing.peer_id)
     assert [e.job.state for e in events if isinstance(e, api.JobChanged)] == [
@@ -109,7 +109,7 @@ def test_a_paid_job_is_locked_through_the_escrow_port_before_it_is_confirmed(
     escrows = FakeEscrows(lock_answer=("the-signed-terms", "ef" * 32))
     consumer, link, _ = world(tmp_path, (provider, 1.0), escrows=escrows)
     job = submit(consumer, link)
-    assert escrows.called("lock") == [(job.job_id, provider.peer_id, "addr_test1qp", 0.5)]
+    assert escrows.called("lock") == [(job.job_id, provider.peer_id, "addr_test1qp", 500_000)]
     confirm = provider.received[-1]
     assert isinstance(confirm, p.Confirm)
     assert (confirm.escrow_tx, confirm.escrow_terms) == ("ef" * 32, "the-signed-terms")

@@ -53,7 +53,6 @@ def record(role: str, state: str, amount: int = 500_000, **info: Any) -> EscrowR
             role=role,  # type: ignore[arg-type]
             state=state,  # type: ignore[arg-type]
             amount=amount,
-            ntx=amount / 1_000_000,
             deadline_ms=int((time.time() + 3600) * 1000),
             consumer_pkh="aa" * 28,
             provider_pkh="bb" * 28,
@@ -139,8 +138,8 @@ def test_the_books_sums_are_the_rows_sums(tmp_path: Path) -> None:
     escrows.save(record("consumer", "refunded", 125_000, job_id="000000000004"))
     listing = escrows.listing()
     assert len(listing.escrows) == 4
-    assert (listing.earned_ntx, listing.spent_ntx) == (2.0, 0.5)
-    assert (listing.locked_ntx, listing.refunded_ntx) == (0.25, 0.125)
+    assert (listing.earned_units, listing.spent_units) == (2_000_000, 500_000)
+    assert (listing.locked_units, listing.refunded_units) == (250_000, 125_000)
     assert escrows.payment_address() == "addr_test1qfake"  # the wallet port's
 
 
@@ -369,5 +368,5 @@ def test_the_books_sums_follow_the_split(tmp_path: Path) -> None:
     escrows.save(record("consumer", "paid_out", 500_000, job_id="000000000002", **split))
     escrows.save(record("consumer", "refunded", 125_000, job_id="000000000003"))
     listing = escrows.listing()
-    assert listing.earned_ntx == 0.3
-    assert (listing.spent_ntx, listing.refunded_ntx) == (0.3, 0.2 + 0.125)
+    assert listing.earned_units == 300_000
+    assert (listing.spent_units, listing.refunded_units) == (300_000, 200_000 + 125_000)

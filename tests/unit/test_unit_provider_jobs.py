@@ -124,7 +124,7 @@ def test_a_paid_confirm_is_refused_with_the_escrow_ports_reason_and_runs_nothing
     answer, created = trio.run(provider._confirm, confirm, CONSUMER, b"confirm")
     assert answer == p.Refusal(job_id=quote.job_id, reason=reason) and not created
     assert escrows.called("verify_lock") == [
-        (quote.job_id, CONSUMER, quote.total_ntx, "{}", "cd" * 32)
+        (quote.job_id, CONSUMER, quote.lock_units, "{}", "cd" * 32)
     ]
     assert provider.ctx.store.list_jobs() == [] and events == [] and network.beats == 0
 
@@ -200,7 +200,7 @@ def test_finished_jobs_leave_no_executor_state_and_their_logs_are_read_from_disk
             consumer=CONSUMER,
             spec=spec(),
             executor="process",
-            price_ntx_hour=1.0,
+            price_units_hour=1_000_000,
         )
         for n in range(keep + 3)
     ]
