@@ -23,7 +23,14 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
-from engine.ports import EscrowPort, MachinePort, NetworkPort, OfferView, PeerLink
+from engine.ports import (
+    ContainerHost,
+    EscrowPort,
+    MachinePort,
+    NetworkPort,
+    OfferView,
+    PeerLink,
+)
 from oracle_client.ntx import ntx_of
 
 log = logging.getLogger("nunet.jobs")
@@ -31,7 +38,9 @@ log = logging.getLogger("nunet.jobs")
 LOG_SWEEP_S = 3600.0  # besides after every job's end: the age rule needs no job to end
 
 
-def build_executors(ctx: NodeContext) -> dict[str, Executor]:
+def build_executors(ctx: NodeContext, *, containers: ContainerHost) -> dict[str, Executor]:
+    """The executors [jobs] executors names; ``containers``: the host's container engine and
+    GPUs, as the Docker executor asks for them."""
     executors: dict[str, Executor] = {}
     for name in ctx.settings.jobs.executors:
         if name == "process":
@@ -63,7 +72,9 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
 
             # The images onboard-ml pulled ([ml_images]), not the built-in defaults.
             images = images_from_settings(ctx.settings.ml_images.as_map())
-            executors[name] = DockerExecutor(node_id=ctx.identity.peer_id, images=images)
+            executors[name] = DockerExecutor(
+                containers=containers, node_id=ctx.identity.peer_id, images=images
+            )
         else:
             raise EngineError(
                 "config", f"jobs.executors: unknown executor {name!r} (docker or process)"
@@ -75,7 +86,8 @@ class NodeJobs:
     """Both roles of the job protocol and their commands. ``network``: the node's network,
     built on first use; ``escrows``: the escrow of paid jobs (None: payments are off);
     ``capacity``: the machine's full capacity, what the provider's offer is cut from;
-    ``machine``: what the provider reads of its machine (the resources room's facts)."""
+    ``machine``: what the provider reads of its machine and ``containers``: what the Docker
+    executor asks of its container engine and GPUs (both the resources room's facts)."""
 
     def __init__(
         self,
@@ -86,9 +98,11 @@ class NodeJobs:
         capacity: Callable[[], api.Capacity] | None = None,
         *,
         machine: MachinePort,
+        containers: ContainerHost,
     ) -> None:
         self.ctx = ctx
-        executors = build_executors(ctx) if executors is None else executors
+        if executors is None:
+            executors = build_executors(ctx, containers=containers)
         settings = ctx.settings.jobs
         limits = LogLimits(
             job_bytes=settings.log_job_mb * MB,
