@@ -231,7 +231,7 @@ class Node:
                 escrows=escrows,
                 capacity=self.full,
                 machine=MachineFacts(self.ctx),
-                containers=ContainerFacts(),
+                container_host=ContainerFacts(),
             )
         return self._jobs
 

@@ -38,8 +38,8 @@ log = logging.getLogger("nunet.jobs")
 LOG_SWEEP_S = 3600.0  # besides after every job's end: the age rule needs no job to end
 
 
-def build_executors(ctx: NodeContext, *, containers: ContainerHost) -> dict[str, Executor]:
-    """The executors [jobs] executors names; ``containers``: the host's container engine and
+def build_executors(ctx: NodeContext, *, container_host: ContainerHost) -> dict[str, Executor]:
+    """The executors [jobs] executors names; ``container_host``: the host's container engine and
     GPUs, as the Docker executor asks for them."""
     executors: dict[str, Executor] = {}
     for name in ctx.settings.jobs.executors:
@@ -73,7 +73,7 @@ def build_executors(ctx: NodeContext, *, containers: ContainerHost) -> dict[str,
             # The images onboard-ml pulled ([ml_images]), not the built-in defaults.
             images = images_from_settings(ctx.settings.ml_images.as_map())
             executors[name] = DockerExecutor(
-                containers=containers, node_id=ctx.identity.peer_id, images=images
+                container_host=container_host, node_id=ctx.identity.peer_id, images=images
             )
         else:
             raise EngineError(
@@ -86,7 +86,7 @@ class NodeJobs:
     """Both roles of the job protocol and their commands. ``network``: the node's network,
     built on first use; ``escrows``: the escrow of paid jobs (None: payments are off);
     ``capacity``: the machine's full capacity, what the provider's offer is cut from;
-    ``machine``: what the provider reads of its machine and ``containers``: what the Docker
+    ``machine``: what the provider reads of its machine and ``container_host``: what the Docker
     executor asks of its container engine and GPUs (both the resources room's facts)."""
 
     def __init__(
@@ -98,11 +98,11 @@ class NodeJobs:
         capacity: Callable[[], api.Capacity] | None = None,
         *,
         machine: MachinePort,
-        containers: ContainerHost,
+        container_host: ContainerHost,
     ) -> None:
         self.ctx = ctx
         if executors is None:
-            executors = build_executors(ctx, containers=containers)
+            executors = build_executors(ctx, container_host=container_host)
         settings = ctx.settings.jobs
         limits = LogLimits(
             job_bytes=settings.log_job_mb * MB,

@@ -87,7 +87,7 @@ def executor(
     import engine.resources.container_host as container_host
 
     monkeypatch.setattr(container_host, "probe_docker", lambda environ=None: NVIDIA_RUNTIME)
-    docker = DockerExecutor(containers=ContainerFacts(**roots), images=IMAGES)
+    docker = DockerExecutor(container_host=ContainerFacts(**roots), images=IMAGES)
     fake = FakeDockerClient()
     docker._client = docker._stream_client = fake
     return docker, fake
@@ -201,7 +201,7 @@ def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[s
         gpus=machine,
     )
     return ProviderJobs(
-        ctx, {"docker": DockerExecutor(containers=ContainerFacts())}, machine=MachineFacts(ctx)
+        ctx, {"docker": DockerExecutor(container_host=ContainerFacts())}, machine=MachineFacts(ctx)
     )
 
 

@@ -330,7 +330,7 @@ def test_the_docker_executor_runs_the_configured_ml_images(tmp_path: Path) -> No
     )
     engine = Engine(make_home(tmp_path / "home", machine_toml=toml), network=False).start()
     try:
-        executor = build_executors(engine.node, containers=ContainerFacts())["docker"]
+        executor = build_executors(engine.node, container_host=ContainerFacts())["docker"]
     finally:
         engine.close()
     assert isinstance(executor, DockerExecutor)
@@ -348,7 +348,7 @@ def test_a_missing_image_names_the_command_that_pulls_it(docker_host: str, tmp_p
     from tests.engine.test_jobs_process import new_run, spec
 
     executor = DockerExecutor(
-        containers=ContainerFacts(),
+        container_host=ContainerFacts(),
         docker_host=docker_host,
         images={"pytorch_cpu": "nunet-test/absent:404"},
     )

@@ -184,7 +184,7 @@ def test_a_git_job_in_a_container(
     from engine.resources.container_host import ContainerFacts
 
     executor = DockerExecutor(
-        containers=ContainerFacts(), node_id="git-test", docker_host=docker_host
+        container_host=ContainerFacts(), node_id="git-test", docker_host=docker_host
     )
     status, lines = run_git_job(executor, tmp_path, git_spec(repo.url, "v1"))
     assert status.outcome == "completed", lines

@@ -81,7 +81,10 @@ print("allocated", len(blocks))
 @pytest.fixture
 def executor(docker_host: str, sklearn_image: str) -> DockerExecutor:
     return DockerExecutor(
-        containers=ContainerFacts(), node_id=NODE, docker_host=docker_host, install_network="none"
+        container_host=ContainerFacts(),
+        node_id=NODE,
+        docker_host=docker_host,
+        install_network="none",
     )
 
 

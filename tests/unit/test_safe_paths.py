@@ -154,7 +154,7 @@ def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) ->
     (workspace / "outputs" / "key").symlink_to(outside / "identity.key")
     spec = JobSpec(framework="pytorch", script_url="http://127.0.0.1/x.py")
     run = JobRun("0123456789ab", spec, workspace, limits_for(spec))
-    DockerExecutor(containers=ContainerFacts())._chown(run)
+    DockerExecutor(container_host=ContainerFacts())._chown(run)
     assert workspace.stat().st_uid == 65534
     assert (workspace / "outputs" / "m.json").stat().st_uid == 65534
     assert (workspace / "leak").lstat().st_uid == 65534  # the link itself, not its target
@@ -165,7 +165,7 @@ def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) ->
     linked.symlink_to(outside)  # a workspace that is itself a link is never used
     run = JobRun("0123456789ab", spec, linked, limits_for(spec))
     with pytest.raises(EngineError, match="symbolic link"):
-        DockerExecutor(containers=ContainerFacts())._chown(run)
+        DockerExecutor(container_host=ContainerFacts())._chown(run)
     with pytest.raises(EngineError, match="symbolic link"):
         DockerExecutor._workspace_source(run)
     assert outside.stat().st_uid == 0

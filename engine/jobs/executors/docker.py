@@ -87,7 +87,7 @@ class DockerExecutor(BaseExecutor):
     def __init__(
         self,
         *,
-        containers: ContainerHost,
+        container_host: ContainerHost,
         node_id: str = "",
         images: Mapping[str, str] | None = None,
         docker_host: str | None = None,
@@ -96,7 +96,7 @@ class DockerExecutor(BaseExecutor):
         grace_s: int = GRACE_S,
     ) -> None:
         super().__init__(mhz_per_core=mhz_per_core)
-        self.containers = containers
+        self.container_host = container_host
         self.node_id = node_id
         self.images = dict(DEFAULT_IMAGES if images is None else images)
         self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
@@ -206,7 +206,7 @@ class DockerExecutor(BaseExecutor):
     def _engine_facts(self) -> ContainerEngine:
         """Docker or Podman, rootless or not: asked once (blocking, from a worker thread)."""
         if self._facts is None:
-            self._facts = self.containers.engine(self.client())
+            self._facts = self.container_host.engine(self.client())
         return self._facts
 
     def _chown(self, run: JobRun) -> None:
@@ -340,7 +340,7 @@ class DockerExecutor(BaseExecutor):
         default it acts on it even without a device request: a CPU job would get every GPU."""
         if run.spec.device == "gpu" and run.gpus and run.gpus[0].vendor == "nvidia":
             # The same cards as the device request (job_gpu_options), never "all".
-            ids = self.containers.nvidia_device_ids(run.gpus)
+            ids = self.container_host.nvidia_device_ids(run.gpus)
             return {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}
         return dict(NO_NVIDIA_GPU)
 
@@ -361,9 +361,9 @@ class DockerExecutor(BaseExecutor):
             options["ulimits"] = [Ulimit(name="fsize", soft=size, hard=size)]
         if run.spec.device == "gpu":
             vendor = gpu_vendor(run)
-            await self._call(self.containers.check_gpu_runtime, vendor, self.docker_host)
+            await self._call(self.container_host.check_gpu_runtime, vendor, self.docker_host)
             # Only the onboarded cards (run.gpus), never every GPU of the machine.
-            options.update(self.containers.job_gpu_options(run.gpus))
+            options.update(self.container_host.job_gpu_options(run.gpus))
         container = await self._call(self.client().containers.create, **options)
         sock = None
         try:
@@ -379,7 +379,7 @@ class DockerExecutor(BaseExecutor):
                 if sock is not None:
                     sock.close()
                 await self._call(container.remove, force=True)
-            raise self.containers.explain_error(exc) or EngineError(
+            raise self.container_host.explain_error(exc) or EngineError(
                 "docker", f"the job's container did not start: {exc}"
             ) from exc
         self._containers[run.job_id] = container
