@@ -18,8 +18,8 @@ from engine.identity import Identity
 from engine.store import Store
 
 if TYPE_CHECKING:
-    # The probes are the resources room's; the composition root (node.py) builds them: the
-    # rooms that share this context do not import that room for its type.
+    # The probes (engine/probes.py) import the resources and jobs rooms; the composition root
+    # (node.py) builds them: the rooms that share this context do not import them for a type.
     from engine.probes import HostProbes
 
 EventSink = Callable[[api.Event], None]

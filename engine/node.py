@@ -222,6 +222,7 @@ class Node:
             from engine.jobs.service import NodeJobs
 
             escrows = self._escrows if self.payments_enabled else None
+            from engine.resources.container_host import ContainerFacts
             from engine.resources.machine import MachineFacts
 
             self._jobs = NodeJobs(
@@ -230,6 +231,7 @@ class Node:
                 escrows=escrows,
                 capacity=self.full,
                 machine=MachineFacts(self.ctx),
+                container_host=ContainerFacts(),
             )
         return self._jobs
 

@@ -9,17 +9,19 @@ Ports are handed over as getters (``Callable[[], Port]``) where the subsystem be
 built on first use: py-libp2p and pycardano each cost a second or more to import, and a
 one-shot CLI command must not pay for a room it never enters.
 
-| port             | implemented by                    | used by                              |
-|------------------|-----------------------------------|--------------------------------------|
-| ``PeerLink``     | network/service.py NetworkService | jobs (consumer, tunnels), jobs.attach |
-| ``NetworkPort``  | network/link.py NodeNetwork       | jobs (provider, consumer, tunnels)   |
-| ``EscrowPort``   | payments/escrow.py Escrows        | jobs (provider, consumer)            |
-| ``WalletPort``   | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
-| ``JobsPort``     | jobs/service.py NodeJobs          | network/link.py NodeNetwork          |
-| ``TotalsPort``   | node.py Node                      | network/link.py NodeNetwork          |
-| ``NodeFacts``    | node.py Node                      | network/link.py NodeNetwork          |
-| ``MachinePort``  | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)  |
-| ``CreditWindow`` | network/yamux_credit.py streams   | jobs (tunnels: wait_for_credit_up_to) |
+| port              | implemented by                    | used by                                |
+|-------------------|-----------------------------------|----------------------------------------|
+| ``PeerLink``      | network/service.py NetworkService | jobs (consumer, tunnels), jobs.attach  |
+| ``NetworkPort``   | network/link.py NodeNetwork       | jobs (provider, consumer, tunnels)     |
+| ``EscrowPort``    | payments/escrow.py Escrows        | jobs (provider, consumer)              |
+| ``WalletPort``    | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
+| ``JobsPort``      | jobs/service.py NodeJobs          | network/link.py NodeNetwork            |
+| ``TotalsPort``    | node.py Node                      | network/link.py NodeNetwork            |
+| ``NodeFacts``     | node.py Node                      | network/link.py NodeNetwork            |
+| ``MachinePort``   | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)    |
+| ``ContainerHost`` | resources/container_host.py       | jobs (the Docker executor)             |
+| ``SandboxProbe``  | jobs/executors/sandbox.py probe   | resources/readiness.py, via probes.py  |
+| ``CreditWindow``  | network/yamux_credit.py streams   | jobs (tunnels: wait_for_credit_up_to)  |
 
 ``OfferView`` is the one record of what a provider offers now (jobs/provider_offer.py makes
 it): its admission judges it, and the network's advert and heartbeats carry the same object.
@@ -27,7 +29,7 @@ it): its admission judges it, and the network's advert and heartbeats carry the 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -36,6 +38,7 @@ from engine import api
 if TYPE_CHECKING:
     from engine.domain.peer_info import PeerInfo
     from engine.domain.specs import ResourceBook
+    from engine.errors import EngineError
 
 StreamHandler = Callable[[Any], Awaitable[None]]
 
@@ -259,3 +262,65 @@ class MachinePort(Protocol):
         """The live GPU status (the GPU service's ``status``), its sampler started on first
         use."""
         ...
+
+
+class ContainerEngine(Protocol):
+    """The engine behind DOCKER_HOST (Docker or Podman), as far as a job's container cares
+    (engine/resources/container_engine.py ``EngineFacts``)."""
+
+    @property
+    def rootless(self) -> bool:
+        """Container root is the engine's own unprivileged user."""
+        ...
+
+    @property
+    def job_user(self) -> str | None:
+        """Who a job's container runs as; None keeps the executor's own choice."""
+        ...
+
+
+class ContainerHost(Protocol):
+    """What the Docker executor asks of the host's container engine and GPUs, from the
+    resources room (engine/resources/container_host.py ``ContainerFacts``): the jobs room
+    never imports that room. Every method may block: the executor calls them from a worker
+    thread where it says so."""
+
+    def engine(self, client: Any) -> ContainerEngine:
+        """Which engine answers docker-py's ``client`` (blocking); one that cannot say counts
+        as rootful Docker."""
+        ...
+
+    def nvidia_device_ids(self, gpus: Sequence[api.GpuInfo]) -> list[str]:
+        """The ids NVIDIA's container toolkit takes for exactly ``gpus``."""
+        ...
+
+    def job_gpu_options(self, gpus: Sequence[api.GpuInfo]) -> dict[str, Any]:
+        """docker-py options that give a job's container exactly ``gpus`` and nothing else;
+        EngineError when a card cannot be named precisely."""
+        ...
+
+    def check_gpu_runtime(self, vendor: api.GpuVendor, docker_host: str | None) -> None:
+        """Blocking: an EngineError saying what to do, now, when the engine at
+        ``docker_host`` (None: the default) cannot give containers ``vendor``'s GPUs."""
+        ...
+
+    def explain_error(self, exc: BaseException) -> EngineError | None:
+        """The engine's cryptic GPU failure ``exc`` as what to do; None for anything else."""
+        ...
+
+
+class SandboxStatus(Protocol):
+    """Whether the process executor can sandbox a job here (jobs/executors/sandbox.py)."""
+
+    @property
+    def usable(self) -> bool: ...
+
+    @property
+    def detail(self) -> str:
+        """What works, or why not and what to do."""
+        ...
+
+
+# The jobs room's sandbox probe (jobs/executors/sandbox.py ``probe``), as the resources room's
+# readiness checks ask it; engine/probes.py hands one to the other.
+SandboxProbe = Callable[[], SandboxStatus]

@@ -23,14 +23,23 @@ from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
-from engine.ports import EscrowPort, MachinePort, NetworkPort, OfferView, PeerLink
+from engine.ports import (
+    ContainerHost,
+    EscrowPort,
+    MachinePort,
+    NetworkPort,
+    OfferView,
+    PeerLink,
+)
 
 log = logging.getLogger("nunet.jobs")
 
 LOG_SWEEP_S = 3600.0  # besides after every job's end: the age rule needs no job to end
 
 
-def build_executors(ctx: NodeContext) -> dict[str, Executor]:
+def build_executors(ctx: NodeContext, *, container_host: ContainerHost) -> dict[str, Executor]:
+    """The executors [jobs] executors names; ``container_host``: the host's container engine and
+    GPUs, as the Docker executor asks for them."""
     executors: dict[str, Executor] = {}
     for name in ctx.settings.jobs.executors:
         if name == "process":
@@ -62,7 +71,9 @@ def build_executors(ctx: NodeContext) -> dict[str, Executor]:
 
             # The images onboard-ml pulled ([ml_images]), not the built-in defaults.
             images = images_from_settings(ctx.settings.ml_images.as_map())
-            executors[name] = DockerExecutor(node_id=ctx.identity.peer_id, images=images)
+            executors[name] = DockerExecutor(
+                container_host=container_host, node_id=ctx.identity.peer_id, images=images
+            )
         else:
             raise EngineError(
                 "config", f"jobs.executors: unknown executor {name!r} (docker or process)"
@@ -74,7 +85,8 @@ class NodeJobs:
     """Both roles of the job protocol and their commands. ``network``: the node's network,
     built on first use; ``escrows``: the escrow of paid jobs (None: payments are off);
     ``capacity``: the machine's full capacity, what the provider's offer is cut from;
-    ``machine``: what the provider reads of its machine (the resources room's facts)."""
+    ``machine``: what the provider reads of its machine and ``container_host``: what the Docker
+    executor asks of its container engine and GPUs (both the resources room's facts)."""
 
     def __init__(
         self,
@@ -85,9 +97,11 @@ class NodeJobs:
         capacity: Callable[[], api.Capacity] | None = None,
         *,
         machine: MachinePort,
+        container_host: ContainerHost,
     ) -> None:
         self.ctx = ctx
-        executors = build_executors(ctx) if executors is None else executors
+        if executors is None:
+            executors = build_executors(ctx, container_host=container_host)
         settings = ctx.settings.jobs
         limits = LogLimits(
             job_bytes=settings.log_job_mb * MB,

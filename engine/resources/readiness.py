@@ -2,7 +2,9 @@
 
 Each check says what is missing and what to do. The probes are bounded in time (the Docker
 call runs in a worker thread that is abandoned after its deadline) and never raise: a
-readiness panel must appear even on a machine where everything is broken.
+readiness panel must appear even on a machine where everything is broken. Whether the process
+executor can sandbox its jobs is the jobs room's to say: its probe is handed in
+(``sandbox_probe``, engine/ports.py ``SandboxProbe``; engine/probes.py passes the real one).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 import msgspec
 
 from engine.api import Check, GpuInfo, Readiness
+from engine.ports import SandboxProbe
 from engine.resources.container_engine import EngineFacts, probe_facts
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -54,12 +57,14 @@ def check_readiness(
     gpus: tuple[GpuInfo, ...],
     *,
     docker_probe: DockerProbe | None = None,
+    sandbox_probe: SandboxProbe | None = None,
     proc_root: Path = Path("/proc"),
     dev_root: Path = Path("/dev"),
     which: Which = shutil.which,
     environ: Mapping[str, str] | None = None,
 ) -> Readiness:
-    """The three checks for ``gpus`` (as detected); never raises, 2.5 s at worst."""
+    """The checks for ``gpus`` (as detected); never raises, 2.5 s at worst. Without
+    ``sandbox_probe`` the process executor's sandbox is not judged (``sandbox`` is None)."""
     env = os.environ if environ is None else environ
     probe = docker_probe or (lambda: probe_docker(env))
     docker = _bounded(probe, docker_url(env), DOCKER_TIMEOUT_S + 0.5)
@@ -67,7 +72,7 @@ def check_readiness(
         docker=_docker_check(docker),
         gpu_driver=_guarded(lambda: gpu_driver_check(gpus, proc_root, dev_root)),
         gpu_runtime=_guarded(lambda: gpu_runtime_check(gpus, docker, dev_root, which)),
-        sandbox=_guarded(sandbox_check),
+        sandbox=None if sandbox_probe is None else _guarded(lambda: sandbox_check(sandbox_probe)),
     )
 
 
@@ -93,11 +98,9 @@ def for_executors(readiness: Readiness, executors: Sequence[str]) -> Readiness:
     return readiness
 
 
-def sandbox_check() -> Check:
-    """The process executor's job sandbox: usable here, or why not (a loud line: without it a
-    process job runs as this user and reads what it can read)."""
-    from engine.jobs.executors.sandbox import probe
-
+def sandbox_check(probe: SandboxProbe) -> Check:
+    """The process executor's job sandbox, as its ``probe`` finds it: usable here, or why not
+    (a loud line: without it a process job runs as this user and reads what it can read)."""
     status = probe()
     if status.usable:
         return Check(ok=True, detail=status.detail)

@@ -421,8 +421,8 @@ def _escrows(listing: api.EscrowList) -> dict[str, Any]:
 
 def _from_store(paths: Paths) -> dict[str, Any]:
     """No node runs: the database read-only, and readiness probed here."""
+    from engine.probes import check_host_readiness
     from engine.resources.gpu.detect import detect_gpus
-    from engine.resources.readiness import check_readiness
     from engine.store import Store
 
     node: dict[str, Any] = {"source": "database (read-only; no node running)", "problems": []}
@@ -444,7 +444,7 @@ def _from_store(paths: Paths) -> dict[str, Any]:
         gpus, reason = detect_gpus()
         node["gpus"] = [api.to_builtins(g) for g in gpus]
         node["gpu_reason"] = reason
-        node["readiness"] = api.to_builtins(check_readiness(gpus))
+        node["readiness"] = api.to_builtins(check_host_readiness(gpus))
     except Exception as exc:
         node["problems"].append(f"readiness: {exc}")
     return node

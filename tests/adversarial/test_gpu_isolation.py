@@ -28,6 +28,7 @@ from engine.jobs.executors.base import JobRun, limits_for
 from engine.jobs.executors.docker import DockerExecutor
 from engine.jobs.provider import ProviderJobs
 from engine.probes import HostProbes
+from engine.resources.container_host import ContainerFacts
 from engine.resources.gpu.detect import detect_gpus
 from engine.resources.machine import MachineFacts
 from engine.resources.readiness import DockerStatus
@@ -81,12 +82,12 @@ def gpu_spec(vendor: str | None = None) -> JobSpec:
 
 
 def executor(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **kwargs: Any
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **roots: Path
 ) -> tuple[DockerExecutor, FakeDockerClient]:
-    import engine.resources.readiness as readiness
+    import engine.resources.container_host as container_host
 
-    monkeypatch.setattr(readiness, "probe_docker", lambda environ=None: NVIDIA_RUNTIME)
-    docker = DockerExecutor(images=IMAGES, **kwargs)
+    monkeypatch.setattr(container_host, "probe_docker", lambda environ=None: NVIDIA_RUNTIME)
+    docker = DockerExecutor(container_host=ContainerFacts(**roots), images=IMAGES)
     fake = FakeDockerClient()
     docker._client = docker._stream_client = fake
     return docker, fake
@@ -199,7 +200,9 @@ def provider(tmp_path: Path, machine: tuple[api.GpuInfo, ...], onboarded: list[s
         network_enabled=False,
         gpus=machine,
     )
-    return ProviderJobs(ctx, {"docker": DockerExecutor()}, machine=MachineFacts(ctx))
+    return ProviderJobs(
+        ctx, {"docker": DockerExecutor(container_host=ContainerFacts())}, machine=MachineFacts(ctx)
+    )
 
 
 def test_the_provider_gives_a_job_the_onboarded_cards_of_its_own_vendor(tmp_path: Path) -> None:

@@ -320,6 +320,7 @@ def test_the_docker_executor_runs_the_configured_ml_images(tmp_path: Path) -> No
     from engine.facade import Engine
     from engine.jobs.executors.docker import DockerExecutor
     from engine.jobs.service import build_executors
+    from engine.resources.container_host import ContainerFacts
     from tests.conftest import MACHINE_TOML, make_home
     from tests.engine.test_jobs_process import new_run, spec
 
@@ -329,7 +330,7 @@ def test_the_docker_executor_runs_the_configured_ml_images(tmp_path: Path) -> No
     )
     engine = Engine(make_home(tmp_path / "home", machine_toml=toml), network=False).start()
     try:
-        executor = build_executors(engine.node)["docker"]
+        executor = build_executors(engine.node, container_host=ContainerFacts())["docker"]
     finally:
         engine.close()
     assert isinstance(executor, DockerExecutor)
@@ -343,10 +344,13 @@ def test_a_missing_image_names_the_command_that_pulls_it(docker_host: str, tmp_p
     import trio
 
     from engine.jobs.executors.docker import DockerExecutor
+    from engine.resources.container_host import ContainerFacts
     from tests.engine.test_jobs_process import new_run, spec
 
     executor = DockerExecutor(
-        docker_host=docker_host, images={"pytorch_cpu": "nunet-test/absent:404"}
+        container_host=ContainerFacts(),
+        docker_host=docker_host,
+        images={"pytorch_cpu": "nunet-test/absent:404"},
     )
     run = new_run(tmp_path, spec("pytorch"))
     with pytest.raises(EngineError) as refused:

@@ -181,8 +181,11 @@ def test_a_git_job_in_a_container(
     repo: Repo, tmp_path: Path, docker_host: str, sklearn_image: str
 ) -> None:
     from engine.jobs.executors.docker import DockerExecutor
+    from engine.resources.container_host import ContainerFacts
 
-    executor = DockerExecutor(node_id="git-test", docker_host=docker_host)
+    executor = DockerExecutor(
+        container_host=ContainerFacts(), node_id="git-test", docker_host=docker_host
+    )
     status, lines = run_git_job(executor, tmp_path, git_spec(repo.url, "v1"))
     assert status.outcome == "completed", lines
     assert texts(lines) == ["version v1"]

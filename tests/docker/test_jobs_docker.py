@@ -21,6 +21,7 @@ from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Limits,
 from engine.jobs.executors.docker import LABEL_JOB, LABEL_NODE, DockerExecutor
 from engine.jobs.executors.dockerlogs import FrameParser, merged
 from engine.jobs.results import safe_unpack
+from engine.resources.container_host import ContainerFacts
 from tests import docker_fixture
 from tests.engine.test_jobs_process import (
     EPOCHS,
@@ -79,7 +80,12 @@ print("allocated", len(blocks))
 
 @pytest.fixture
 def executor(docker_host: str, sklearn_image: str) -> DockerExecutor:
-    return DockerExecutor(node_id=NODE, docker_host=docker_host, install_network="none")
+    return DockerExecutor(
+        container_host=ContainerFacts(),
+        node_id=NODE,
+        docker_host=docker_host,
+        install_network="none",
+    )
 
 
 def ours(executor: DockerExecutor) -> list[Any]:

@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from engine.api import GpuInfo, Readiness
+from engine.jobs.executors import sandbox
 from engine.probes import HostProbes
 from engine.resources.capacity import HostFiles
 from engine.resources.gpu.detect import detect_gpus
@@ -161,6 +162,7 @@ def fixed_host(
             dev_root=dev,
             which=lambda _name: None,
             environ={},
+            sandbox_probe=sandbox.probe,  # the real one: bubblewrap is this machine's
         )
 
     sampler = partial(

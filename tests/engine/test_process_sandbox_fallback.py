@@ -40,7 +40,7 @@ def test_auto_runs_unsandboxed_and_says_so(
     assert status.outcome == "completed" and texts(lines) == ["ran"]
     assert "not sandboxed: it runs as the provider's own user" in texts(lines, "system")
     assert "runs UNSANDBOXED" in caplog.text and "bwrap not found" in caplog.text
-    check = sandbox_check()
+    check = sandbox_check(sandbox.probe)
     assert not check.ok and "UNSANDBOXED" in check.detail
 
 

@@ -142,6 +142,7 @@ def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) ->
     from engine.domain.spec import JobSpec
     from engine.jobs.executors.base import JobRun, limits_for
     from engine.jobs.executors.docker import DockerExecutor
+    from engine.resources.container_host import ContainerFacts
 
     outside = tmp_path / "keys"
     outside.mkdir()
@@ -153,7 +154,7 @@ def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) ->
     (workspace / "outputs" / "key").symlink_to(outside / "identity.key")
     spec = JobSpec(framework="pytorch", script_url="http://127.0.0.1/x.py")
     run = JobRun("0123456789ab", spec, workspace, limits_for(spec))
-    DockerExecutor()._chown(run)
+    DockerExecutor(container_host=ContainerFacts())._chown(run)
     assert workspace.stat().st_uid == 65534
     assert (workspace / "outputs" / "m.json").stat().st_uid == 65534
     assert (workspace / "leak").lstat().st_uid == 65534  # the link itself, not its target
@@ -164,7 +165,7 @@ def test_the_docker_executor_chowns_only_the_workspace_itself(tmp_path: Path) ->
     linked.symlink_to(outside)  # a workspace that is itself a link is never used
     run = JobRun("0123456789ab", spec, linked, limits_for(spec))
     with pytest.raises(EngineError, match="symbolic link"):
-        DockerExecutor()._chown(run)
+        DockerExecutor(container_host=ContainerFacts())._chown(run)
     with pytest.raises(EngineError, match="symbolic link"):
         DockerExecutor._workspace_source(run)
     assert outside.stat().st_uid == 0

@@ -6,6 +6,10 @@ keys as [ml_images]); the job's workspace bind-mounted at /workspace; limits fro
 root with a tmpfs /tmp; no network while the job runs. Dependencies are installed before, by a
 separate container that may use the network, into /workspace/.deps (on the run's PYTHONPATH).
 
+What it needs of the host's container engine and GPUs (which engine, rootless or not; the
+cards a GPU job gets; whether the engine can give them) comes through the ``ContainerHost`` it
+is built with (engine/ports.py), which the resources room implements.
+
 Containers are created detached, attached to before they start (their output from the first
 line: executors/dockerlogs.py), removed by us after that stream ends (``run(...,
 remove=True)`` has lost a last unterminated line), and labelled ``nunet.job`` / ``nunet.node``
@@ -15,7 +19,7 @@ Every docker-py call blocks, so each runs in a worker thread.
 Why one file of some 630 lines: one executor, ``DockerExecutor``, whose methods are the
 ``Executor`` protocol's (install, start, follow, checkpoint, stop, exec, tunnel) over one
 Docker client and its containers; what is separable already lives beside it (dockerlogs.py,
-docker_exec.py, the GPU options in engine/resources/gpu/containers.py).
+docker_exec.py; the GPU options behind ``ContainerHost``, in engine/resources/gpu/containers.py).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from engine.jobs.executors.base import (
 )
 from engine.jobs.executors.disk_quota import file_too_large, wrote_too_large
 from engine.jobs.executors.dockerlogs import LogReader
-from engine.resources.container_engine import EngineFacts, probe_facts
+from engine.ports import ContainerEngine, ContainerHost
 
 LABEL_JOB = "nunet.job"
 LABEL_NODE = "nunet.node"
@@ -83,18 +87,16 @@ class DockerExecutor(BaseExecutor):
     def __init__(
         self,
         *,
+        container_host: ContainerHost,
         node_id: str = "",
         images: Mapping[str, str] | None = None,
         docker_host: str | None = None,
         install_network: str = "bridge",
         mhz_per_core: float | None = None,
         grace_s: int = GRACE_S,
-        dev_root: Path = Path("/dev"),
-        sysfs_root: Path = Path("/sys"),
     ) -> None:
         super().__init__(mhz_per_core=mhz_per_core)
-        self.dev_root = dev_root  # where the GPUs' device nodes and sysfs entries are read
-        self.sysfs_root = sysfs_root
+        self.container_host = container_host
         self.node_id = node_id
         self.images = dict(DEFAULT_IMAGES if images is None else images)
         self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
@@ -104,7 +106,7 @@ class DockerExecutor(BaseExecutor):
         self._stream_client: Any = None
         self._containers: dict[str, Any] = {}
         self._paused: set[str] = set()  # job ids whose container a checkpoint froze
-        self._facts: EngineFacts | None = None
+        self._facts: ContainerEngine | None = None
         self._reaper: subprocess.Popen[bytes] | None = None
 
     # --- docker plumbing -----------------------------------------------------------------
@@ -201,15 +203,10 @@ class DockerExecutor(BaseExecutor):
         # Root on the provider: the job runs as nobody, not as (capability-less) root.
         return NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 
-    def _engine_facts(self) -> EngineFacts:
+    def _engine_facts(self) -> ContainerEngine:
         """Docker or Podman, rootless or not: asked once (blocking, from a worker thread)."""
         if self._facts is None:
-            try:
-                self._facts = probe_facts(self.client())
-            except EngineError:
-                raise
-            except Exception:  # an engine that cannot say: treat it as rootful Docker
-                self._facts = EngineFacts("Docker", "", rootless=False, cgroup_version="")
+            self._facts = self.container_host.engine(self.client())
         return self._facts
 
     def _chown(self, run: JobRun) -> None:
@@ -337,25 +334,17 @@ class DockerExecutor(BaseExecutor):
         env.update(self._gpu_environment(run))
         return env
 
-    @staticmethod
-    def _gpu_environment(run: JobRun) -> dict[str, str]:
+    def _gpu_environment(self, run: JobRun) -> dict[str, str]:
         """What NVIDIA's runtime reads to pick cards. Images set it themselves (the CUDA and
         PyTorch images: NVIDIA_VISIBLE_DEVICES=all), and where NVIDIA's runtime is Docker's
         default it acts on it even without a device request: a CPU job would get every GPU."""
         if run.spec.device == "gpu" and run.gpus and run.gpus[0].vendor == "nvidia":
-            from engine.resources.gpu.containers import nvidia_device_ids
-
             # The same cards as the device request (job_gpu_options), never "all".
-            return {"NVIDIA_VISIBLE_DEVICES": ",".join(nvidia_device_ids(run.gpus))}
+            ids = self.container_host.nvidia_device_ids(run.gpus)
+            return {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}
         return dict(NO_NVIDIA_GPU)
 
     async def start(self, run: JobRun) -> None:
-        from engine.resources.gpu.containers import (
-            explain_docker_gpu_error,
-            job_gpu_options,
-            preflight_gpu_runtime,
-        )
-
         state = self.state(run)
         if state.started:
             raise EngineError("job", f"job {run.job_id} was already started")
@@ -371,15 +360,10 @@ class DockerExecutor(BaseExecutor):
             size = run.limits.disk_mb << 20
             options["ulimits"] = [Ulimit(name="fsize", soft=size, hard=size)]
         if run.spec.device == "gpu":
-            from engine.resources.readiness import probe_docker
-
             vendor = gpu_vendor(run)
-            status = await self._call(probe_docker, {"DOCKER_HOST": self.docker_host or ""})
-            preflight_gpu_runtime(vendor, status, dev_root=self.dev_root)
+            await self._call(self.container_host.check_gpu_runtime, vendor, self.docker_host)
             # Only the onboarded cards (run.gpus), never every GPU of the machine.
-            options.update(
-                job_gpu_options(run.gpus, dev_root=self.dev_root, sysfs_root=self.sysfs_root)
-            )
+            options.update(self.container_host.job_gpu_options(run.gpus))
         container = await self._call(self.client().containers.create, **options)
         sock = None
         try:
@@ -395,7 +379,7 @@ class DockerExecutor(BaseExecutor):
                 if sock is not None:
                     sock.close()
                 await self._call(container.remove, force=True)
-            raise explain_docker_gpu_error(exc) or EngineError(
+            raise self.container_host.explain_error(exc) or EngineError(
                 "docker", f"the job's container did not start: {exc}"
             ) from exc
         self._containers[run.job_id] = container
