@@ -173,6 +173,7 @@ class RelayService:
         recording: Any = _RecordingHost(host)
         self.protocol = CircuitV2Protocol(recording, limits=bounds.limits(), allow_hop=True)
         self._reserved_from: dict[str, set[ID]] = {}  # address -> peers that reserved from it
+        self._reserving: set[ID] = set()  # being answered right now
         self._circuits_of_peer: dict[ID, int] = {}
         self._circuits_of_ip: dict[str, int] = {}
         self.refused = 0
@@ -218,16 +219,26 @@ class RelayService:
             log.info("relay: reservation refused to %s (%s holds %d)", peer, ip, len(held))
             await _status(stream, StatusCode.RESERVATION_REFUSED)
             return
-        # The reservation is for the authenticated peer, never the one the message names.
-        msg.ClearField("peer")
-        await self.protocol._handle_reserve(stream, msg)
-        if self.protocol.resource_manager.get_reservation(peer) is not None:
-            held.add(peer)
+        # Counted before the library answers: the answer reaches the peer before the
+        # library's handler returns, and the next RESERVE must already see this one.
+        held.add(peer)
+        self._reserving.add(peer)
+        try:
+            # The reservation is for the authenticated peer, never one the message names.
+            msg.ClearField("peer")
+            await self.protocol._handle_reserve(stream, msg)
+        finally:
+            self._reserving.discard(peer)
+            if self.protocol.resource_manager.get_reservation(peer) is None:
+                held.discard(peer)
 
     def _prune(self) -> None:
+        """Forget reservations that expired or whose peer disconnected."""
         manager = self.protocol.resource_manager
         for ip, peers in list(self._reserved_from.items()):
-            peers.intersection_update({p for p in peers if manager.get_reservation(p) is not None})
+            peers.intersection_update(
+                {p for p in peers if p in self._reserving or manager.get_reservation(p)}
+            )
             if not peers:
                 del self._reserved_from[ip]
 
@@ -248,7 +259,7 @@ class RelayService:
         token = _stop_streams.set(recorded)
         try:
             # The circuit's whole life, idle or not, setting up included.
-            with trio.move_on_after(self.bounds.circuit_s + HOP_READ_S):
+            with trio.move_on_after(self.bounds.circuit_s):
                 await self.protocol._handle_connect(stream, msg)
         finally:
             _stop_streams.reset(token)
