@@ -4,13 +4,16 @@ circuit address; the consumer lists it and chats with it through the relay."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import TEST_ADDRESS
+from tests.conftest import TEST_ADDRESS, run_cli
 from tests.daemon_harness import Daemon, spawner, wait_for
 from tests.netlab import Lab, NatKind
 
@@ -85,3 +88,85 @@ def test_consumer_reaches_a_provider_behind_nat_through_the_relay(
     # ...and back, over the connection the consumer opened through the relay.
     back = provider.cli("chat", "send", consumer.peer_id, "and back")
     assert back["status"] == "delivered", back
+
+
+JOB = """
+import pathlib
+print("hello from behind two NATs", flush=True)
+pathlib.Path("outputs").mkdir(exist_ok=True)
+pathlib.Path("outputs/answer.txt").write_text("42")
+"""
+PROCESS_JOBS = '\n[jobs]\nexecutors = ["process"]\n'
+
+
+def _serve_http(nat_lab: Lab, root: Path) -> str:
+    """A plain HTTP server on public-1 serving ``root``: where the provider fetches the job."""
+    server = nat_lab.public[1]
+    nat_lab.popen(
+        server,
+        [sys.executable, "-m", "http.server", "8080", "--bind", server.addr, "-d", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def up() -> bool:
+        with nat_lab.socket(nat_lab.public[2], socket.SOCK_STREAM) as probe:
+            probe.settimeout(1)
+            return probe.connect_ex((server.addr, 8080)) == 0
+
+    wait_for(up, "the lab's HTTP server never listened")
+    return f"http://{server.addr}:8080"
+
+
+@pytest.mark.timeout(300)
+def test_a_job_runs_on_a_provider_behind_nat_through_the_relay(
+    nat_lab: Lab, lab_daemons: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "job.py").write_text(JOB)
+    base = _serve_http(nat_lab, tmp_path / "www")
+    relay = lab_daemons(
+        "relay",
+        63,
+        env={
+            "NUNET_NETWORK_LISTEN": f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}",
+            "NUNET_NETWORK_RELAY_SERVICE": "true",
+        },
+        netns=nat_lab.relay.ns,
+    )
+    boot = f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}/p2p/{relay.peer_id}"
+    env = {"NUNET_NETWORK_LISTEN": "/ip4/0.0.0.0/tcp/9001"}
+    provider = lab_daemons(
+        "provider",
+        64,
+        bootstrap=boot,
+        extra_toml=PROCESS_JOBS,
+        env={**env, "NUNET_JOBS_FETCH_ALLOW_NETWORKS": "198.18.0.0/15"},
+        netns=nat_lab.homes[NatKind.PORT_RESTRICTED].hosts[0].ns,
+    )
+    consumer = lab_daemons(
+        "consumer", 65, bootstrap=boot, env=env, netns=nat_lab.homes[NatKind.SYMMETRIC].hosts[0].ns
+    )
+    provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    provider_id = provider.peer_id
+    circuit = f"{boot}/p2p-circuit/p2p/{provider_id}"
+    wait_for(
+        lambda: circuit in (_listed(consumer, provider_id) or {}).get("addrs", []),
+        "the consumer never listed the provider's relay address",
+        120,
+    )
+    job = consumer.cli(
+        "job", "submit", "--url", f"{base}/job.py", "--framework", "scikit-learn",
+        "--expected-minutes", "1",
+    )  # fmt: skip
+    assert job["state"] == "accepted" and job["provider"] == provider_id, job
+    job_id = job["job_id"]
+    wait_for(
+        lambda: consumer.cli("job", "show", job_id)["state"] == "completed",
+        "the job never completed",
+        120,
+    )
+    logs = run_cli("job", "logs", job_id, home=consumer.home)
+    assert "hello from behind two NATs" in logs.stdout
+    results = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "out"))
+    assert (Path(results["directory"]) / "outputs" / "answer.txt").read_text() == "42"
