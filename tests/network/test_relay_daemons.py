@@ -90,21 +90,30 @@ def test_consumer_reaches_a_provider_behind_nat_through_the_relay(
     assert back["status"] == "delivered", back
 
 
+# Runs past two circuits' lives (relay_circuit_s = 3 below): the consumer's follow stream dies
+# with each circuit and is opened again through a new one.
 JOB = """
-import pathlib
+import pathlib, time
 print("hello from behind two NATs", flush=True)
+for i in range(8):
+    print(f"tick {i}", flush=True)
+    time.sleep(1)
 pathlib.Path("outputs").mkdir(exist_ok=True)
 pathlib.Path("outputs/answer.txt").write_text("42")
 """
 PROCESS_JOBS = '\n[jobs]\nexecutors = ["process"]\n'
 
 
-def _serve_http(nat_lab: Lab, root: Path) -> str:
-    """A plain HTTP server on public-1 serving ``root``: where the provider fetches the job."""
+@pytest.fixture
+def job_server(nat_lab: Lab, tmp_path: Path) -> Iterator[str]:
+    """A plain HTTP server on public-1 serving JOB as job.py: where the provider fetches it."""
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "job.py").write_text(JOB)
     server = nat_lab.public[1]
-    nat_lab.popen(
+    argv = [sys.executable, "-m", "http.server", "8080", "--bind", server.addr]
+    proc = nat_lab.popen(
         server,
-        [sys.executable, "-m", "http.server", "8080", "--bind", server.addr, "-d", str(root)],
+        [*argv, "-d", str(tmp_path / "www")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -114,23 +123,25 @@ def _serve_http(nat_lab: Lab, root: Path) -> str:
             probe.settimeout(1)
             return probe.connect_ex((server.addr, 8080)) == 0
 
-    wait_for(up, "the lab's HTTP server never listened")
-    return f"http://{server.addr}:8080"
+    try:
+        wait_for(up, "the lab's HTTP server never listened")
+        yield f"http://{server.addr}:8080"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.mark.timeout(300)
 def test_a_job_runs_on_a_provider_behind_nat_through_the_relay(
-    nat_lab: Lab, lab_daemons: Any, tmp_path: Path
+    nat_lab: Lab, lab_daemons: Any, job_server: str, tmp_path: Path
 ) -> None:
-    (tmp_path / "www").mkdir()
-    (tmp_path / "www" / "job.py").write_text(JOB)
-    base = _serve_http(nat_lab, tmp_path / "www")
     relay = lab_daemons(
         "relay",
         63,
         env={
             "NUNET_NETWORK_LISTEN": f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}",
             "NUNET_NETWORK_RELAY_SERVICE": "true",
+            "NUNET_NETWORK_RELAY_CIRCUIT_S": "3",
         },
         netns=nat_lab.relay.ns,
     )
@@ -156,7 +167,7 @@ def test_a_job_runs_on_a_provider_behind_nat_through_the_relay(
         120,
     )
     job = consumer.cli(
-        "job", "submit", "--url", f"{base}/job.py", "--framework", "scikit-learn",
+        "job", "submit", "--url", f"{job_server}/job.py", "--framework", "scikit-learn",
         "--expected-minutes", "1",
     )  # fmt: skip
     assert job["state"] == "accepted" and job["provider"] == provider_id, job
@@ -168,5 +179,6 @@ def test_a_job_runs_on_a_provider_behind_nat_through_the_relay(
     )
     logs = run_cli("job", "logs", job_id, home=consumer.home)
     assert "hello from behind two NATs" in logs.stdout
+    assert [f"tick {i}" in logs.stdout for i in range(8)] == [True] * 8
     results = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "out"))
     assert (Path(results["directory"]) / "outputs" / "answer.txt").read_text() == "42"
