@@ -222,6 +222,25 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     dht_max_mb: Annotated[float, msgspec.Meta(ge=1, le=4096)] = 8.0
     dht_records_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
     dht_records_per_subnet: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 512
+    # Circuit relay v2 (engine/network/relay.py, docs/network-nat.md). relay_service: this
+    # (publicly reachable) node relays for peers behind NAT, within the relay_* bounds below:
+    # reservations in all and per address (IPv4, IPv6 /64), circuits in all, per peer and per
+    # address, and each circuit's time and data (both directions together).
+    relay_service: bool = False
+    relay_max_reservations: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 128
+    relay_reservations_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
+    relay_max_circuits: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 64
+    relay_circuits_per_peer: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 4
+    relay_circuits_per_ip: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+    relay_circuit_s: Annotated[float, msgspec.Meta(ge=1, le=86_400)] = 120.0
+    relay_circuit_mb: Annotated[float, msgspec.Meta(ge=0.001, le=65_536)] = 16.0
+    # Relays (…/p2p/<peer id>) this node reserves a slot on while it advertises, and whose
+    # circuit address (…/p2p/RELAY/p2p-circuit/p2p/SELF) it then advertises; with
+    # relay_via_bootstrap, bootstrap peers that offer the relay service are used too.
+    relays: Annotated[list[Multiaddr], msgspec.Meta(max_length=16)] = msgspec.field(
+        default_factory=list
+    )
+    relay_via_bootstrap: bool = True
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -554,6 +573,7 @@ def _check_multiaddrs(network: NetworkSettings) -> None:
     for kind, addrs in (
         ("network.listen", network.listen),
         ("network.bootstrap", network.bootstrap),
+        ("network.relays", network.relays),
     ):
         for addr in addrs:
             try:
@@ -564,7 +584,7 @@ def _check_multiaddrs(network: NetworkSettings) -> None:
                     f"{kind}: {addr!r} is not a multiaddr ({exc}); "
                     "write it like /ip4/127.0.0.1/tcp/9000",
                 ) from exc
-            if kind == "network.bootstrap" and "p2p" not in [p.name for p in parsed.protocols()]:
+            if kind != "network.listen" and "p2p" not in [p.name for p in parsed.protocols()]:
                 raise EngineError(
                     "config",
                     f"{kind}: {addr!r} names no peer; end it with /p2p/12D3KooW… "

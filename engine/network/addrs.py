@@ -17,6 +17,7 @@ from engine.domain.wire import Advert
 
 # Only the first few addresses of an advert are looked at: each one costs a parse.
 MAX_ADDRS = 8
+RELAYED = "/p2p-circuit"
 _HOST_PROTOCOLS = frozenset({"ip4", "ip6", "dns", "dns4", "dns6"})
 
 
@@ -28,6 +29,8 @@ def dialable(peer_id: str, addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
     """
     good: list[multiaddr.Multiaddr] = []
     for addr in addrs[:MAX_ADDRS]:
+        if RELAYED in addr:
+            continue  # reached through its relay only (relay.py), never dialled as TCP
         try:
             info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
             if str(info.peer_id) != peer_id:
@@ -44,8 +47,16 @@ def dialable(peer_id: str, addrs: Sequence[str]) -> list[multiaddr.Multiaddr]:
 
 
 def is_usable(advert: Advert) -> bool:
-    """A withdrawal needs no address; an offer without a dialable one cannot be acted on."""
-    return advert.withdrawn or bool(dialable(advert.peer_id, advert.addrs))
+    """A withdrawal needs no address; an offer without a dialable one cannot be acted on.
+    A circuit address (``…/p2p/RELAY/p2p-circuit/p2p/PEER``) counts: a peer behind NAT has
+    no other."""
+    return (
+        advert.withdrawn
+        or bool(dialable(advert.peer_id, advert.addrs))
+        or any(
+            RELAYED in a and a.endswith(f"/p2p/{advert.peer_id}") for a in advert.addrs[:MAX_ADDRS]
+        )
+    )
 
 
 def subnet_of(addrs: Sequence[str]) -> str:

@@ -116,6 +116,7 @@ class Discovery:
         ttl_s: float,
         lookup_s: float = DHT_LOOKUP_INTERVAL_S,
         vouchers: Callable[[], list[Any]] = list,
+        relay_addrs: Callable[[], list[str]] = list,
     ) -> None:
         self.host = host
         self.pubsub = pubsub
@@ -152,6 +153,8 @@ class Discovery:
         self.confirm = ConfirmService(host, self.confirmed, self._claimed, self._observed)
         # The bootstrap peers we are connected to: who we ask to confirm an address.
         self.vouchers = vouchers
+        # Our circuit addresses through relays we hold a reservation on (relay.py).
+        self.relay_addrs = relay_addrs
         self._unconfirmed: dict[str, int] = {}  # peer id -> questions left
         self._confirm_wake = trio.Event()
         self.lookup_count = 0  # DHT lookups begun, for tests
@@ -207,7 +210,7 @@ class Discovery:
             if self._published is None or self._published.withdrawn:
                 return None
             return adverts.tombstone(peer_id=me, channel=self.channel, seq=self._next_seq())
-        addrs = tuple(str(a) for a in self.host.get_addrs())
+        addrs = tuple(str(a) for a in self.host.get_addrs()) + tuple(self.relay_addrs())
         return adverts.stamp(
             wanted,
             peer_id=me,

@@ -257,11 +257,24 @@ async def _keep_one(host: Any, info: PeerInfo, on_connected: Any) -> None:
         await trio.sleep(1.0)
 
 
+def is_relayed_conn(conn: Any) -> bool:
+    """A swarm connection (or a muxed or raw one) that runs through a circuit relay: its
+    remote address is the relay's (engine/network/relay.py)."""
+    with contextlib.suppress(Exception):
+        if str(getattr(conn.get_connection_type(), "value", "")).lower() == "relayed":
+            return True
+    with contextlib.suppress(Exception):
+        return any("/p2p-circuit" in str(a) for a in conn.get_transport_addresses())
+    return False
+
+
 def observed_addr(host: Any, peer_id: ID) -> str | None:
     """The address a live connection to ``peer_id`` runs over (``/ip4/a.b.c.d/tcp/p``): seen on
     the wire, not claimed by the peer. None without a connection or when it cannot be read."""
     try:
         for conn in host.get_network().get_connections(peer_id):
+            if is_relayed_conn(conn):
+                continue  # its remote address is the relay's, not the peer's
             remote = conn.muxed_conn.get_remote_address()
             if remote:
                 ip, port = remote[0], int(remote[1])

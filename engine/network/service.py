@@ -37,6 +37,13 @@ from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
 from engine.network.peers import PeerTable
 from engine.network.record_book import StoreBounds
+from engine.network.relay import (
+    RelayBounds,
+    RelayClient,
+    RelayService,
+    circuit_addrs,
+    relay_candidates,
+)
 
 log = logging.getLogger("nunet.network")
 
@@ -122,6 +129,10 @@ class NetworkService:
         self._mdns_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._started = False
+        # Circuit relay v2 (relay.py): reservations, circuit addresses, dials through a relay;
+        # the relay service itself only with [network] relay_service.
+        self.relay_client: RelayClient | None = None
+        self.relay_service: RelayService | None = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -162,9 +173,29 @@ class NetworkService:
 
     async def reach(self, peer_id: str) -> None:
         """Before dialling ``peer_id``: the peerstore holds its confirmed addresses, asked of
-        our bootstrap peers if need be (engine/network/confirmed.py); never an advert's own."""
+        our bootstrap peers if need be (engine/network/confirmed.py); never an advert's own.
+        A peer with none that advertises a circuit through a relay we are connected to is
+        connected to through that relay (relay.py)."""
         if self.discovery is not None:
             await self.discovery.reach(peer_id)
+        await self._reach_relayed(peer_id)
+
+    async def _reach_relayed(self, peer_id: str) -> None:
+        if self.relay_client is None or self.host is None:
+            return
+        info = self.table.get(peer_id)
+        circuits = circuit_addrs(info.addrs, peer_id) if info is not None else []
+        if not circuits:
+            return
+        pid = hostmod.peer_id_of(peer_id)
+        if hostmod.is_connected(self.host, pid):
+            return
+        direct = [a for a in self.host.get_peerstore().addrs(pid) if "/p2p-circuit" not in str(a)]
+        if direct:
+            with contextlib.suppress(Exception, trio.TooSlowError):
+                await hostmod.connect(self.host, hostmod.PeerInfo(pid, direct))
+                return
+        await self.relay_client.dial(pid, circuits)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
@@ -278,6 +309,11 @@ class NetworkService:
             self.host, self.callbacks, self._chat_seq_floor, self.callbacks.in_good_standing
         )
         self.chat.before_dial = self.reach
+        self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
+        self.relay_client.install()
+        if self.settings.relay_service:
+            self.relay_service = RelayService(self.host, RelayBounds.of(self.settings))
+            self.relay_service.install()
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
@@ -327,6 +363,13 @@ class NetworkService:
             ),
         )
         nursery.start_soon(supervise.supervised, "routing upkeep", self._routing_upkeep)
+        relays_only = [r for r in self.settings.relays if r not in self.settings.bootstrap]
+        if relays_only:
+            nursery.start_soon(
+                supervise.supervised,
+                "relays",
+                lambda: hostmod.keep_bootstrapped(self.host, relays_only),
+            )
         if self.channel is None:
             return
         self.discovery = Discovery(
@@ -342,6 +385,7 @@ class NetworkService:
             # The DHT walk is the fallback for missed gossip: no more often than heartbeats.
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
             vouchers=self._vouchers,
+            relay_addrs=self.relay_client.addrs if self.relay_client is not None else list,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -352,6 +396,13 @@ class NetworkService:
             figures=self.callbacks.heartbeat,
         )
         nursery.start_soon(supervise.supervised, "discovery", self.discovery.run)
+        if self.relay_client is not None:
+            client = self.relay_client
+            nursery.start_soon(
+                supervise.supervised,
+                "relay reservations",
+                lambda: client.run(self._advertising, self.republish_advert),
+            )
         nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
@@ -375,6 +426,11 @@ class NetworkService:
         if self.chat is None or not self._started:
             raise PeerUnreachable("the network is not running")
         return self.chat
+
+    def _advertising(self) -> bool:
+        """We have an offer out: a reservation on a relay is worth holding."""
+        published = self.discovery.published if self.discovery is not None else None
+        return published is not None and not published.withdrawn
 
     def _vouchers(self) -> list[Any]:
         """Our bootstrap peers we are connected to: configured by the user and dialled at
