@@ -230,6 +230,13 @@ class PeerTable:
         if info is not None and (info.addrs != addrs or info.relayed != relayed):
             self._put(msgspec.structs.replace(info, addrs=addrs, relayed=relayed))
 
+    def on_path(self, peer_id: str, relayed: bool) -> None:
+        """How we are connected to a listed peer now: through a relay only, or directly
+        (after a hole punch, relayed turns False)."""
+        info = self._peers.get(peer_id)
+        if info is not None and info.relayed != relayed:
+            self._put(msgspec.structs.replace(info, relayed=relayed))
+
     def remove(self, peer_id: str) -> None:
         self._subnets.pop(peer_id, None)
         if self._peers.pop(peer_id, None) is not None and self._on_change is not None:

@@ -30,6 +30,7 @@ from engine.identity import Identity
 from engine.network import adverts, supervise
 from engine.network import host as hostmod
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
+from engine.network.dcutr import HolePunch, has_direct, has_relayed
 from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
@@ -51,6 +52,7 @@ PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
 ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
+UPGRADE_TIMEOUT_S = 30.0  # one hole punch, its exchange over the relay included
 
 
 def dht_bounds_of(settings: NetworkSettings) -> StoreBounds:
@@ -133,6 +135,9 @@ class NetworkService:
         # the relay service itself only with [network] relay_service.
         self.relay_client: RelayClient | None = None
         self.relay_service: RelayService | None = None
+        # Hole punching (dcutr.py): a relayed connection we made is upgraded where the NATs
+        # allow; peers' requests are answered on relayed connections only.
+        self.hole_punch: HolePunch | None = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -195,7 +200,22 @@ class NetworkService:
             with contextlib.suppress(Exception, trio.TooSlowError):
                 await hostmod.connect(self.host, hostmod.PeerInfo(pid, direct))
                 return
-        await self.relay_client.dial(pid, circuits)
+        if await self.relay_client.dial(pid, circuits) and self._nursery is not None:
+            # The stream that wanted this peer goes through the relay now; new ones take the
+            # direct connection once there is one.
+            self._nursery.start_soon(self._upgrade, pid)
+
+    async def _upgrade(self, pid: Any) -> None:
+        if self.hole_punch is None:
+            return
+        started = time.monotonic()
+        with trio.move_on_after(UPGRADE_TIMEOUT_S):
+            if await self.hole_punch.upgrade(pid):
+                log.info(
+                    "direct connection to %s %.2fs after the relayed one",
+                    pid,
+                    time.monotonic() - started,
+                )
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
@@ -311,6 +331,8 @@ class NetworkService:
         self.chat.before_dial = self.reach
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
         self.relay_client.install()
+        self.hole_punch = HolePunch(self.host)
+        self.hole_punch.install()
         if self.settings.relay_service:
             self.relay_service = RelayService(self.host, RelayBounds.of(self.settings))
             self.relay_service.install()
@@ -495,6 +517,10 @@ class NetworkService:
             for peer in connected:
                 # A connection proves the key (Noise): its peer is verified (peers.py).
                 listed = self.table.get(str(peer))
+                if listed is not None:
+                    # Direct or through a relay, as it is now (a hole punch makes it direct).
+                    relayed = has_relayed(self.host, peer) and not has_direct(self.host, peer)
+                    self.table.on_path(str(peer), relayed)
                 if listed is not None or self.discovery is not None:
                     observed = hostmod.observed_addr(self.host, peer)
                     if self.discovery is not None:
