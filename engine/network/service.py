@@ -209,13 +209,14 @@ class NetworkService:
         if self.hole_punch is None:
             return
         started = time.monotonic()
+        direct = False
         with trio.move_on_after(UPGRADE_TIMEOUT_S):
-            if await self.hole_punch.upgrade(pid):
-                log.info(
-                    "direct connection to %s %.2fs after the relayed one",
-                    pid,
-                    time.monotonic() - started,
-                )
+            direct = await self.hole_punch.upgrade(pid)
+        if direct:
+            took = time.monotonic() - started
+            log.info("direct connection to %s %.2fs after the relayed one", pid, took)
+        else:
+            log.info("no direct connection to %s: staying relayed", pid)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
