@@ -54,7 +54,10 @@ RETRY_S = 0.5  # the initiator's second dial, if the first was refused
 # The responder's opening SYN: past our router (1 hop; 2 for a host behind two), dead before
 # the peer's. A router further than that from us makes the opening SYN die before it.
 OPEN_TTL = 2
-OPEN_WAIT_S = 0.3  # the opening socket is closed after this (it never gets an answer)
+# The opening socket is closed this soon (its SYN is out; closing a SYN_SENT socket sends
+# nothing): the peer's SYN must find no socket of ours for that pair of addresses but our
+# listener, even where no router answers the dead SYN with an ICMP error.
+OPEN_WAIT_S = 0.02
 SYNC_GAP_S = 0.05  # the initiator dials this long after the responder's SYN left
 # Per peer: a few attempts, then one a minute (a relayed connection that cannot be upgraded
 # is not asked again and again). Per target address: what any number of peers together can
@@ -253,11 +256,14 @@ class HolePunch:
             if answer.type != HolePunchMsg.CONNECT:
                 return False
             rtt = time.monotonic() - sent
-            await _write(stream, HolePunchMsg.SYNC)
-            # The peer dials when our SYNC arrives, half a round trip from now; we dial once
-            # its SYN has left its router (_punch).
-            await trio.sleep(min(rtt, 2.0) + SYNC_GAP_S)
             targets = self._targets(peer_id, decode_addrs(list(answer.ObsAddrs)))
+            # Our router first (_punch says why): the peer's opening SYN, sent when our SYNC
+            # arrives, then finds it expecting the peer.
+            await self._open_all(targets)
+            await _write(stream, HolePunchMsg.SYNC)
+            # The peer opens its router when our SYNC arrives, half a round trip from now; we
+            # dial once its SYN has left.
+            await trio.sleep(min(rtt, 2.0) + SYNC_GAP_S)
             return await self._punch(peer_id, targets, initiator=True)
         except (Exception, trio.TooSlowError) as exc:
             log.info("dcutr with %s: %s", peer_id, exc)
@@ -323,38 +329,36 @@ class HolePunch:
     async def _punch(
         self, peer_id: ID, targets: Sequence[tuple[str, int]], initiator: bool
     ) -> bool:
-        """The responder opens its router, the initiator dials in; the roles never cross.
+        """Both open their routers, the initiator dials in; the Noise roles never cross.
 
         Noise needs one initiator and one responder, and when both ends connect() at once
         (TCP simultaneous open) both believe they dialled. py-libp2p's dcutr.py makes its
         initiator the Noise responder for that case, and when its SYN lands on the peer's
         listener instead both ends are responders and the handshake fails; and a router that
         answers an unexpected SYN with a reset (the lab's do) kills the other side's dial
-        first. So here the responder sends, from its listen port, a SYN with a small TTL
-        (OPEN_TTL): it leaves our router, which now expects the peer's address, and dies
-        before the peer's router, which neither resets nor learns anything. The initiator
-        then dials as the usual client, from its own listen port (the address it told us),
-        and lands on our listener: one connect(), one accept(), the usual roles. When the
-        initiator is publicly reachable the small-TTL SYN may reach it; then, and whenever
-        nothing came in ROUND_S, the responder dials it once as a plain client (connection
-        reversal)."""
+        first. So here each side first sends, from its listen port, a SYN with a small TTL
+        (OPEN_TTL) and closes that socket at once: the SYN leaves its own router, which now
+        expects the peer's address (a full cone: anyone, for minutes), and dies before the
+        peer's router, which neither resets nor learns anything. The initiator opens before
+        its SYNC, the responder when the SYNC arrives. Then only the initiator dials, as the
+        usual client, from its listen port (the address it told us), and lands on the
+        responder's listener: one connect(), one accept(), the usual roles. When the
+        initiator is reachable as it is (public, or a full cone that has opened), the
+        responder's plain dial, right after its opening SYN and from another port, gets
+        there too (connection reversal; also what gets a symmetric NAT's host to a full
+        cone)."""
         if not targets:
             return False
         if initiator:
             await self._dial_all(peer_id, targets, self._source(), attempts=2)
         else:
-            source = self._source()
-            reached: list[bool] = []
-            if source is not None:
-                async with trio.open_nursery() as nursery:
-                    for ip, port in targets:
-                        nursery.start_soon(self._open_mapping, source, ip, port, reached)
-            # An opening SYN that was answered went to a reachable address: dial it now.
-            with trio.move_on_after(0 if reached else ROUND_S):
+            await self._open_all(targets)
+            # From another port than the listen port: never the same pair of addresses as
+            # the initiator's dial, so the two can both succeed without a crossed role.
+            await self._dial_all(peer_id, targets, None, attempts=1)
+            with trio.move_on_after(ROUND_S):
                 while not has_direct(self.host, peer_id):
                     await trio.sleep(0.05)
-            if not has_direct(self.host, peer_id):
-                await self._dial_all(peer_id, targets, None, attempts=1)
         if has_direct(self.host, peer_id):
             self.upgraded += 1
             log.info("direct connection to %s (hole punched)", peer_id)
@@ -378,11 +382,16 @@ class HolePunch:
             if has_direct(self.host, peer_id):
                 return
 
-    async def _open_mapping(
-        self, source: tuple[str, int], ip: str, port: int, reached: list[bool]
-    ) -> None:
-        """One SYN from our listen port to (ip, port) that dies OPEN_TTL hops out;
-        ``reached`` gets a True when it was answered (the address is reachable as it is)."""
+    async def _open_all(self, targets: Sequence[tuple[str, int]]) -> None:
+        source = self._source()
+        if source is None:
+            return
+        async with trio.open_nursery() as nursery:
+            for ip, port in targets:
+                nursery.start_soon(self._open_mapping, source, ip, port)
+
+    async def _open_mapping(self, source: tuple[str, int], ip: str, port: int) -> None:
+        """One SYN from our listen port to (ip, port) that dies OPEN_TTL hops out."""
         family = socket.AF_INET6 if ":" in ip else socket.AF_INET
         if (":" in source[0]) != (":" in ip):
             return
@@ -398,7 +407,6 @@ class HolePunch:
             self.dials += 1
             with trio.move_on_after(OPEN_WAIT_S), contextlib.suppress(OSError):
                 await sock.connect((ip, port))
-                reached.append(True)
         except OSError as exc:
             log.debug("dcutr: no opening SYN to %s:%d: %s", ip, port, exc)
         finally:
