@@ -124,7 +124,9 @@ def decode_addrs(raw: Sequence[bytes]) -> list[multiaddr.Multiaddr]:
     out = []
     for item in raw[:MAX_ADDRS]:
         with contextlib.suppress(Exception):
-            out.append(multiaddr.Multiaddr(item))
+            addr = multiaddr.Multiaddr(item)
+            str(addr)  # bytes are parsed lazily: a bad one raises here, not in dial_target
+            out.append(addr)
     return out
 
 
