@@ -51,8 +51,8 @@ MAX_ADDRS = 4  # addresses of a peer's CONNECT that we dial (the rest are ignore
 READ_S = 10.0  # for each message of the exchange
 ROUND_S = 3.0  # how long one round of dials may take
 RETRY_S = 0.5  # the initiator's second dial, if the first was refused
-# The responder's opening SYN: past our router (1 hop; 2 for a host behind two), dead before
-# the peer's. A router further than that from us makes the opening SYN die before it.
+# The opening SYN (_punch): past our router (1 hop; 2 for a host behind two), dead before the
+# peer's on a real path (the lab's routers are one hop apart: there it reaches the peer's).
 OPEN_TTL = 2
 # The opening socket is closed this soon (its SYN is out; closing a SYN_SENT socket sends
 # nothing): the peer's SYN must find no socket of ours for that pair of addresses but our
@@ -169,13 +169,9 @@ class HolePunch:
         host: Any,
         *,
         lan: Callable[[], list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = _lan_networks,
-        public_addrs: Callable[[], list[str]] = list,
     ) -> None:
         self.host = host
-        self._lan = lan
-        # Addresses of ours confirmed by peers we trust (the bootstrap peers' view of us);
-        # the identify observations of any peer come second (observed_ips).
-        self._public_addrs = public_addrs
+        self._lan = lan  # our own networks, never dialled for a peer
         self._peer_rate = PeerRateLimiter(PEER_RATE, PEER_BURST)
         self._target_rate = PeerRateLimiter(TARGET_RATE, TARGET_BURST)
         self._busy: set[ID] = set()
@@ -199,25 +195,19 @@ class HolePunch:
         return out
 
     def our_addrs(self) -> list[bytes]:
-        """Where the peer should dial us: our public listen addresses, then the address our
-        router shows (an observed IP) at our listen port (cone routers keep the port)."""
+        """Where the peer should dial us: the address our router shows (an observed IP) at
+        our listen port (cone routers keep the port), then the specific addresses we listen
+        on (a public node that does not listen on 0.0.0.0); at most MAX_ADDRS."""
         listen = self._listen_tcp()
         ports = sorted({port for _, port in listen})
         found: list[str] = []
-        for ip, port in listen:
-            with contextlib.suppress(ValueError):
-                if ipaddress.ip_address(ip).is_global:
-                    found.append(f"/ip4/{ip}/tcp/{port}")
-        for addr in self._public_addrs():
-            found.append(addr)
         for ip in self.observed_ips():
             family = "ip6" if ":" in ip else "ip4"
             found += [f"/{family}/{ip}/tcp/{port}" for port in ports]
         for ip, port in listen:
-            # A public node listening on a specific address (not 0.0.0.0) says so.
             with contextlib.suppress(ValueError):
                 address = ipaddress.ip_address(ip)
-                if not (address.is_unspecified or address.is_loopback):
+                if not (address.is_unspecified or address.is_loopback or address.is_link_local):
                     found.append(f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{port}")
         out = []
         for text in dict.fromkeys(found):
