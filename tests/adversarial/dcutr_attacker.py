@@ -8,13 +8,15 @@ sends COUNT DCUtR CONNECT messages, one stream each, naming ADDR... (a third par
 addresses, not ours) and a SYNC after each answer, as a peer that wants the target to flood
 someone else would. Prints {"event": "done", "answers": [...]} ("connect": the target
 answered and will dial; "refused": the stream was reset or closed unanswered), then stays
-connected until killed (the target dials after the SYNC).
+connected until killed (the target dials after the SYNC). ATTACK_PACE_S: seconds between
+CONNECTs (0: at once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 
 import multiaddr
@@ -61,7 +63,10 @@ async def attack(mode: str, target_addr: str, count: int, addrs: list[str]) -> N
             await host.connect(info)
             target = info.peer_id
         answers = []
-        for _ in range(count):
+        pace = float(os.environ.get("ATTACK_PACE_S", "0"))
+        for n in range(count):
+            if n:
+                await trio.sleep(pace)
             answer = "refused"
             stream = None
             try:

@@ -3,13 +3,13 @@
 py-libp2p 0.8.1's dcutr.py dials whatever a CONNECT names, as many addresses as it names,
 loopback and LAN included, on any connection: one peer, or a thousand identities, could make
 every node it reaches send connections at a victim, or at the node's own LAN. Here, in the
-NAT lab: a provider behind the full-cone NAT, reached through the relay by a hostile peer that
-sends CONNECT after CONNECT naming a third party on the public segment (12 of its ports, one
-under 1024), the provider's loopback and its LAN neighbour. The third party sees at most the
-per-address bound (each allowed address dialled twice at most: the opening SYN and the plain
-dial), the loopback, LAN and low-port listeners nothing, and the peer's CONNECTs past the
-per-peer bound are refused. A CONNECT over a direct connection (to the relay daemon, which is
-public) is refused outright.
+NAT lab: a provider behind the full-cone NAT, reached through the relay by three hostile
+identities that each send CONNECT after CONNECT naming a third party on the public segment
+(12 of its ports and port 1000), the provider's loopback and its LAN neighbour. Each
+identity's CONNECTs past the per-peer bound are refused; the third party sees at most the
+per-address bound however many identities ask (each allowed address dialled twice at most:
+the opening SYN and the plain dial); the loopback, LAN and low-port listeners see nothing. A
+CONNECT over a direct connection (to the relay daemon, which is public) is refused outright.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.network.probes import next_event, start
 
 RELAY_PORT = 4001
 ATTACKER = "tests.adversarial.dcutr_attacker"
-CONNECTS = 10
+IDENTITIES = 3
 
 
 class Listener:
@@ -115,13 +115,17 @@ def test_connect_naming_a_third_party_is_bounded(
             return any(circuit in p.get("addrs", []) for p in peers)
 
         wait_for(reserved, "the provider never advertised its circuit address", 120)
-        attacker = start(lab, lab.public[1], ATTACKER, "relayed", circuit, str(CONNECTS), *named)
-        attackers.append(attacker)
-        done = next_event(attacker, timeout=120)
-        assert done["event"] == "done", done
-        answers = done["answers"]
-        # The per-peer bound: a few attempts, the rest refused.
-        assert 1 <= answers.count("connect") <= PEER_BURST, answers
+        # Three identities, four CONNECTs each, paced so that each is answered unless a
+        # bound says no (one attempt lasts about ROUND_S on the provider).
+        attackers += [
+            start(lab, lab.public[1], ATTACKER, "relayed", circuit, "4", *named, ATTACK_PACE_S="4")
+            for _ in range(IDENTITIES)
+        ]
+        for attacker in attackers:
+            done = next_event(attacker, timeout=120)
+            assert done["event"] == "done", done
+            # The per-peer bound: PEER_BURST attempts, then one a minute.
+            assert done["answers"] == ["connect"] * int(PEER_BURST) + ["refused"], done
         # Over a direct connection (the public relay daemon): refused outright.
         direct = start(lab, lab.public[1], ATTACKER, "direct", boot, "3", *named)
         attackers.append(direct)
