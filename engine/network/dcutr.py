@@ -367,12 +367,22 @@ class HolePunch:
         for attempt in range(attempts):
             if attempt:
                 await trio.sleep(RETRY_S)
-            with trio.move_on_after(ROUND_S):
+            with trio.move_on_after(ROUND_S) as scope:
                 async with trio.open_nursery() as nursery:
-                    for ip, port in targets:
-                        nursery.start_soon(self._dial, peer_id, ip, port, source)
+                    # The other side's dial may win: a SYN of ours that no router answers
+                    # need not hold the round (nor the caller) until ROUND_S.
+                    nursery.start_soon(self._cancel_once_direct, peer_id, scope)
+                    async with trio.open_nursery() as dials:
+                        for ip, port in targets:
+                            dials.start_soon(self._dial, peer_id, ip, port, source)
+                    nursery.cancel_scope.cancel()
             if has_direct(self.host, peer_id):
                 return
+
+    async def _cancel_once_direct(self, peer_id: ID, scope: trio.CancelScope) -> None:
+        while not has_direct(self.host, peer_id):
+            await trio.sleep(0.05)
+        scope.cancel()
 
     async def _open_all(self, targets: Sequence[tuple[str, int]]) -> None:
         source = self._source()
