@@ -241,6 +241,9 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         default_factory=list
     )
     relay_via_bootstrap: bool = True
+    # UPnP (engine/network/upnp.py): while this node has an offer out, ask the home router
+    # (UPnP IGD) to forward its TCP listen port, and advertise the router's address for it.
+    upnp: bool = True
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

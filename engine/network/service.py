@@ -44,6 +44,7 @@ from engine.network.relay import (
     circuit_addrs,
     relay_candidates,
 )
+from engine.network.upnp import PortMapper
 
 log = logging.getLogger("nunet.network")
 
@@ -133,6 +134,8 @@ class NetworkService:
         # the relay service itself only with [network] relay_service.
         self.relay_client: RelayClient | None = None
         self.relay_service: RelayService | None = None
+        # UPnP (upnp.py): the home router forwards our listen port while we advertise.
+        self.port_mapper: PortMapper | None = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -141,6 +144,15 @@ class NetworkService:
             return hostmod.our_addrs(self.host) if self.host is not None else []
         except OSError:
             return []  # closing: the listener's socket is already gone (a restart, a stop)
+
+    def _tcp_port(self) -> int | None:
+        """The TCP port of our first non-loopback IPv4 listen address (what UPnP forwards)."""
+        for addr in self.bound_listen():
+            parts = addr.split("/")
+            ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
+            if ip4_tcp and not parts[2].startswith("127."):
+                return int(parts[4])
+        return None
 
     def bound_listen(self) -> list[str]:
         """The listen addresses with the ports actually bound (``tcp/0`` resolved).
@@ -310,6 +322,10 @@ class NetworkService:
         )
         self.chat.before_dial = self.reach
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
+        if self.settings.upnp:
+            self.port_mapper = PortMapper(
+                self._tcp_port, self.identity.peer_id, on_change=self.republish_advert
+            )
         self.relay_client.install()
         if self.settings.relay_service:
             self.relay_service = RelayService(self.host, RelayBounds.of(self.settings))
@@ -386,6 +402,7 @@ class NetworkService:
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
             vouchers=self._vouchers,
             relay_addrs=self.relay_client.addrs if self.relay_client is not None else list,
+            mapped_addrs=self.port_mapper.addrs if self.port_mapper is not None else list,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -403,6 +420,9 @@ class NetworkService:
                 "relay reservations",
                 lambda: client.run(self._advertising, self.republish_advert),
             )
+        if self.port_mapper is not None:
+            mapper = self.port_mapper
+            nursery.start_soon(supervise.supervised, "upnp", lambda: mapper.run(self._advertising))
         nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
