@@ -180,20 +180,27 @@ def _build(lab: Lab, public_hosts: int, hosts_per_home: int) -> None:
         _netns_add(router.ns)
         _veth(router.ns, "wan", inet, f"r{n}", bridge="br0")
         _addr(router.ns, "wan", f"{router.addr}/24")
-        _ip("-n", router.ns, "link", "add", "br-lan", "type", "bridge")
-        _ip("-n", router.ns, "link", "set", "br-lan", "up")
-        _addr(router.ns, "br-lan", f"10.77.{n}.1/24")
-        _sysctl(router.ns, "net.ipv4.ip_forward", "1")
-        _nft(router.ns, _router_rules(kind))
-        hosts = []
-        for j in range(hosts_per_home):
-            host = Host(f"{kind}-{j + 1}", f"{lab.tag}-{kind}-{j + 1}", f"10.77.{n}.{10 + j}")
-            _netns_add(host.ns)
-            _veth(host.ns, "eth0", router.ns, f"h{j}", bridge="br-lan")
-            _addr(host.ns, "eth0", f"{host.addr}/24")
-            _ip("-n", host.ns, "route", "add", "default", "via", f"10.77.{n}.1")
-            hosts.append(host)
-        lab.homes[kind] = Home(kind, router, tuple(hosts))
+        hosts = _lan(lab, router, kind, n, hosts_per_home)
+        lab.homes[kind] = Home(kind, router, hosts)
+
+
+def _lan(lab: Lab, router: Host, kind: NatKind, n: int, count: int) -> tuple[Host, ...]:
+    """A router's LAN (10.77.n.0/24 on a bridge), its NAT rules and ``count`` hosts."""
+    _ip("-n", router.ns, "link", "add", "br-lan", "type", "bridge")
+    _ip("-n", router.ns, "link", "set", "br-lan", "up")
+    _addr(router.ns, "br-lan", f"10.77.{n}.1/24")
+    _sysctl(router.ns, "net.ipv4.ip_forward", "1")
+    nat = NatKind.PORT_RESTRICTED if kind is NatKind.UPNP else kind
+    _nft(router.ns, _router_rules(nat))
+    hosts = []
+    for j in range(count):
+        host = Host(f"{kind}-{j + 1}", f"{lab.tag}-{kind}-{j + 1}", f"10.77.{n}.{10 + j}")
+        _netns_add(host.ns)
+        _veth(host.ns, "eth0", router.ns, f"h{j}", bridge="br-lan")
+        _addr(host.ns, "eth0", f"{host.addr}/24")
+        _ip("-n", host.ns, "route", "add", "default", "via", f"10.77.{n}.1")
+        hosts.append(host)
+    return tuple(hosts)
 
 
 # The UPnP home (``add_upnp_home``): home 4 behind a port-restricted router that also runs
@@ -249,20 +256,8 @@ def add_upnp_home(lab: Lab, *, hosts: int = 1) -> Home:
     for other in (*lab.public, *(home.router for home in lab.homes.values())):
         dev = "eth0" if other in lab.public else "wan"
         _ip("-n", other.ns, "route", "add", subnet, "dev", dev)
-    _ip("-n", router.ns, "link", "add", "br-lan", "type", "bridge")
-    _ip("-n", router.ns, "link", "set", "br-lan", "up")
-    _addr(router.ns, "br-lan", f"10.77.{n}.1/24")
-    _sysctl(router.ns, "net.ipv4.ip_forward", "1")
-    _nft(router.ns, _router_rules(NatKind.PORT_RESTRICTED))
+    members = _lan(lab, router, NatKind.UPNP, n, hosts)
     _nft(router.ns, _UPNP_RULES)
-    members = []
-    for j in range(hosts):
-        host = Host(f"upnp-{j + 1}", f"{lab.tag}-upnp-{j + 1}", f"10.77.{n}.{10 + j}")
-        _netns_add(host.ns)
-        _veth(host.ns, "eth0", router.ns, f"h{j}", bridge="br-lan")
-        _addr(host.ns, "eth0", f"{host.addr}/24")
-        _ip("-n", host.ns, "route", "add", "default", "via", f"10.77.{n}.1")
-        members.append(host)
     conf = Path(f"/tmp/{lab.tag}-miniupnpd.conf")
     conf.write_text(
         "ext_ifname=wan\nlistening_ip=br-lan\nport=0\nenable_natpmp=yes\nenable_upnp=yes\n"
@@ -275,7 +270,7 @@ def add_upnp_home(lab: Lab, *, hosts: int = 1) -> Home:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    home = Home(NatKind.UPNP, router, tuple(members))
+    home = Home(NatKind.UPNP, router, members)
     lab.homes[NatKind.UPNP] = home
     return home
 
