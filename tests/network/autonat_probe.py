@@ -32,7 +32,7 @@ def emit(event: str, **fields: Any) -> None:
 
 
 async def server(listen_ip: str) -> None:
-    host = new_host(key_pair=create_new_key_pair())
+    host: Any = new_host(key_pair=create_new_key_pair())
     AutoNATService(host, serve=True)
     async with host.run([multiaddr.Multiaddr(f"/ip4/{listen_ip}/tcp/{PORT}")]):
         emit("ready", addr=f"/ip4/{listen_ip}/tcp/{PORT}/p2p/{host.get_id()}")
@@ -40,7 +40,7 @@ async def server(listen_ip: str) -> None:
 
 
 async def client(server_addr: str, router_ip: str, third_party_ip: str) -> None:
-    host = new_host(key_pair=create_new_key_pair())
+    host: Any = new_host(key_pair=create_new_key_pair())
     service = AutoNATService(host, serve=False, confirmations=1)
     info = info_from_p2p_addr(multiaddr.Multiaddr(server_addr))
     async with host.run([multiaddr.Multiaddr(f"/ip4/0.0.0.0/tcp/{CLIENT_PORT}")]):
@@ -56,7 +56,7 @@ async def client(server_addr: str, router_ip: str, third_party_ip: str) -> None:
             emit(
                 "answer",
                 ask=name,
-                status=Message.ResponseStatus.Name(status),
+                status=Message.ResponseStatus.Name(status),  # type: ignore[arg-type]
                 addr=str(multiaddr.Multiaddr(got)) if got else None,
             )
         service.update_status()
