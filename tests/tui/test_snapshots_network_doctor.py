@@ -116,7 +116,7 @@ def test_network_screen_with_the_doctor(
     snap_compare: Any, engine_client: Engine, size: tuple[int, int]
 ) -> None:
     _onboard(engine_client)
-    app = NunetApp(client=_client(engine_client), clock=lambda: NOW)  # type: ignore[arg-type]
+    app = NunetApp(client=_client(engine_client), clock=lambda: NOW)
     run_before = settled("NetworkScreen", keys=["n"], then=_doctor_shown)
     assert snap_compare(app, terminal_size=size, run_before=run_before)
 
@@ -143,7 +143,7 @@ async def test_the_provider_dashboard_says_whether_consumers_reach_it(
     engine_client: Engine, report: NetworkDoctorReport, said: str
 ) -> None:
     _onboard(engine_client)
-    app = NunetApp(client=_client(engine_client, report), clock=lambda: NOW)  # type: ignore[arg-type]
+    app = NunetApp(client=_client(engine_client, report), clock=lambda: NOW)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: type(app.screen).__name__ == "ProviderDashboard")
         line = app.screen.query_one("#reach-line", Static)
