@@ -51,19 +51,29 @@ def diagnose(service: NetworkService | None) -> api.NetworkDoctorReport:
         reservations=reservations,
         connections=tuple(_connections(service)),
         consumers_reach=reach,
-        fix=fix_for(verdict, service.bound_listen(), bool(reservations), service.settings),
+        fix=fix_for(
+            verdict,
+            service.bound_listen(),
+            bool(reservations),
+            service.settings,
+            lan_ip=_lan_ip(service),
+        ),
     )
 
 
-def fix_for(verdict: str, bound: list[str], relayed: bool, settings: Any) -> str | None:
+def fix_for(
+    verdict: str, bound: list[str], relayed: bool, settings: Any, lan_ip: str | None = None
+) -> str | None:
     """One line: what would make this node reachable (None when it is, or nothing is known).
 
     A private node with a TCP port: forward it (direct connections beat any relay); one
     without a port, or not even relayed with no relay configured: add a relay. No UPnP
-    client exists yet, so it is never the advice."""
+    client exists yet, so it is never the advice. ``lan_ip``: our address on the LAN (the
+    local end of a direct connection), named when the listen address does not say it."""
     if verdict == "public":
         return None
     port, host = _tcp_listen(bound)
+    host = host or lan_ip
     if verdict == "private" and port is not None:
         where = f" to this host ({host})" if host else " to this host"
         return f"forward (or open) TCP port {port} on your router{where}"
@@ -89,6 +99,38 @@ def _tcp_listen(bound: list[str]) -> tuple[int | None, str | None]:
             port = int(parts.value_for_protocol("tcp"))
             return port, None if ip.is_unspecified else str(ip)
     return None, None
+
+
+def _lan_ip(service: NetworkService) -> str | None:
+    """The local address of our first direct connection: the LAN address a router forwards
+    to (what a port forward needs), read from the socket, not guessed."""
+    network = service.host.get_network()
+    for conns in network.connections.values():
+        for conn in conns:
+            if is_relayed_conn(conn):
+                continue
+            with contextlib.suppress(Exception):
+                socket = _socket_of(conn.muxed_conn)
+                ip = ipaddress.ip_address(socket.getsockname()[0])
+                if not (ip.is_loopback or ip.is_unspecified):
+                    return str(ip)
+    return None
+
+
+_WRAPPED = ("secured_conn", "conn", "read_writer", "read_write_closer", "stream", "_wrapped")
+
+
+def _socket_of(layer: Any) -> Any:
+    """The socket under a connection's layers (yamux, Noise, its framing, the raw and trio
+    streams): py-libp2p names no way down, so each known wrapper attribute is followed."""
+    for _ in range(10):
+        socket = getattr(layer, "socket", None)
+        if socket is not None and hasattr(socket, "getsockname"):
+            return socket
+        layer = next((getattr(layer, a) for a in _WRAPPED if hasattr(layer, a)), None)
+        if layer is None:
+            break
+    raise LookupError("no socket under this connection")
 
 
 def _reservations(service: NetworkService) -> list[api.RelayReservation]:

@@ -73,7 +73,10 @@ def test_public_node_is_public_and_natted_provider_is_private_with_the_fix(
     router = f"/ip4/{home.router.addr}/tcp/9001"
     assert (relay.peer_id, router) in {(e["peer_id"], e["addr"]) for e in failed}, report
     assert not [e for e in report["evidence"] if e["outcome"] == "reached"], report
-    assert "TCP port 9001" in report["fix"], report
+    # The port, and the home address a forward must point at (read from the socket).
+    assert report["fix"] == (
+        f"forward (or open) TCP port 9001 on your router to this host ({home.hosts[0].addr})"
+    ), report
     # The observed address is the router's, never the home address.
     assert all(a.startswith(f"/ip4/{home.router.addr}/") for a in report["observed_addrs"])
 

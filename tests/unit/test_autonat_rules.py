@@ -88,6 +88,9 @@ def test_the_one_fix() -> None:
     assert fix_for("private", ["/ip4/10.0.0.5/tcp/9001"], False, settings) == (
         "forward (or open) TCP port 9001 on your router to this host (10.0.0.5)"
     )
+    assert fix_for("private", ["/ip4/0.0.0.0/tcp/9001"], True, settings, lan_ip="10.0.0.7") == (
+        "forward (or open) TCP port 9001 on your router to this host (10.0.0.7)"
+    )
     assert fix_for("private", ["/ip4/127.0.0.1/tcp/9001"], False, settings) == RELAY_FIX
     assert fix_for("unknown", ["/ip4/0.0.0.0/tcp/9001"], False, settings) is None
     alone = NetworkSettings()
