@@ -164,8 +164,10 @@ class DialBackServer:
     async def answer(self, stream: Any, request: DialBackRequest) -> DialBackReply:
         peer = stream.muxed_conn.peer_id
         host = remote_host(stream)
-        if _stream_relayed(stream) or host is None:
+        if _stream_relayed(stream):
             return self._refuse(peer, "over a relayed connection: refused")
+        if host is None:
+            return self._refuse(peer, "no address seen for this connection: refused")
         if not self.limiter.allow(str(peer), host, trusted=False):
             return self._refuse(peer, "too many dial-back requests: ask later")
         if self.busy >= CONCURRENT:
