@@ -200,23 +200,31 @@ def _first_addr(conn: Any) -> str:
     return "?"
 
 
-def _relay_raw(conn: Any) -> Any:
-    with contextlib.suppress(Exception):
-        return conn.muxed_conn.secured_conn.conn
-    return None
+def _circuit_stream(conn: Any) -> Any:
+    """The relay's stream a relayed connection runs in (its ``muxed_conn`` is our connection
+    to the relay), found down the connection's layers."""
+    layer = conn.muxed_conn
+    for _ in range(10):
+        stream = getattr(layer, "stream", None)
+        if stream is not None and hasattr(stream, "muxed_conn"):
+            return stream
+        layer = next((getattr(layer, a) for a in _WRAPPED if hasattr(layer, a)), None)
+        if layer is None:
+            break
+    raise LookupError("no relay stream under this connection")
 
 
 def _relay_peer(conn: Any) -> str | None:
     """The relay carrying ``conn``: the peer of the stream the circuit runs in (the
     circuit's address names the wrong one on the inbound side, docs/network-nat.md #8)."""
     with contextlib.suppress(Exception):
-        return str(_relay_raw(conn).stream.muxed_conn.peer_id)
+        return str(_circuit_stream(conn).muxed_conn.peer_id)
     return None
 
 
 def _relay_transport(conn: Any) -> str:
     """The transport of the connection to the relay that carries the circuit."""
     with contextlib.suppress(Exception):
-        ip, port = _relay_raw(conn).stream.muxed_conn.get_remote_address()
+        ip, port = _circuit_stream(conn).muxed_conn.get_remote_address()
         return transport_of(f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{int(port)}")
     return "?"

@@ -94,6 +94,29 @@ def test_public_node_is_public_and_natted_provider_is_private_with_the_fix(
 
     # The public node holds no reservation: it needs none.
     assert _doctor(public)["reservations"] == []
+
+    # A consumer behind the symmetric NAT reaches the provider through the relay: both
+    # doctors list that connection as relayed, carried by the relay.
+    consumer = lab_daemons(
+        "consumer",
+        74,
+        bootstrap=boot,
+        env=ANYWHERE,
+        netns=nat_lab.homes[NatKind.SYMMETRIC].hosts[1].ns,
+    )
+    circuit = f"{boot}/p2p-circuit/p2p/{provider.peer_id}"
+
+    def listed() -> bool:
+        peers = consumer.cli("peer", "list")["peers"]
+        return any(p["peer_id"] == provider.peer_id and circuit in p["addrs"] for p in peers)
+
+    wait_for(listed, "the consumer never listed the provider's relay address", 120)
+    assert consumer.cli("chat", "send", provider.peer_id, "hi")["status"] == "delivered"
+    for side, other in ((consumer, provider), (provider, consumer)):
+        conns = {c["peer_id"]: c for c in _doctor(side)["connections"]}
+        assert conns[other.peer_id]["path"] == "relayed", conns
+        assert conns[other.peer_id]["via_relay"] == relay.peer_id, conns
+        assert conns[relay.peer_id]["path"] == "direct", conns
     # The text form says the same in a few lines, with the fix.
     text = run_cli("network", "doctor", home=provider.home)
     assert text.returncode == 0, text.stderr
