@@ -122,3 +122,26 @@ def test_public_node_is_public_and_natted_provider_is_private_with_the_fix(
     assert text.returncode == 0, text.stderr
     assert "reachability  private" in text.stdout
     assert "fix           forward (or open) TCP port 9001" in text.stdout
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", [NatKind.FULL_CONE, NatKind.SYMMETRIC], ids=str)
+def test_a_node_behind_the_other_nats_is_private(
+    nat_lab: Lab, lab_daemons: Any, kind: NatKind
+) -> None:
+    """No router kind maps the listen port without a forward: a node's outbound flows leave
+    from other ports (the full cone admits anyone only to a port already used outbound)."""
+    relay = lab_daemons(
+        "relay",
+        75,
+        env={"NUNET_NETWORK_LISTEN": f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}"},
+        netns=nat_lab.relay.ns,
+    )
+    boot = f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}/p2p/{relay.peer_id}"
+    home = nat_lab.homes[kind]
+    node = lab_daemons("node", 76, bootstrap=boot, env=ANYWHERE, netns=home.hosts[1].ns)
+    report = wait_for(_verdict(node, "private"), f"never private behind the {kind} NAT", 120)
+    assert report["consumers_reach"] == "no"  # no relay: nothing to reserve on
+    assert report["fix"] == (
+        f"forward (or open) TCP port 9001 on your router to this host ({home.hosts[1].addr})"
+    )
