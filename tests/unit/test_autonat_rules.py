@@ -4,15 +4,30 @@ engine/network/doctor.py, nunet_tui/cli/doctor_output.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
+import trio
+import trio.testing
+from libp2p.peer.id import ID
 
 from engine import api
 from engine.config import NetworkSettings
-from engine.network.autonat import MAX_ADDRS, Evidence, dial_target, dialback_addrs, verdict_of
+from engine.network.autonat import (
+    MAX_ADDRS,
+    RETRY_S,
+    Evidence,
+    Reachability,
+    dial_target,
+    dialback_addrs,
+    verdict_of,
+)
 from engine.network.doctor import RELAY_FIX, fix_for, transport_of
 from nunet_tui.cli.doctor_output import doctor_lines
 
 SEEN = "198.18.0.102"
+SERVER = ID(b"a dial-back server")
 
 
 @pytest.mark.parametrize(
@@ -141,3 +156,67 @@ def test_the_cli_text() -> None:
         "network offline",
         "fix: start it",
     ]
+
+
+class _Rounds(Reachability):
+    """The asker's schedule with its rounds recorded instead of asked: each round
+    "finds" what ``outcome`` says."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(host=None, interval_s=600.0)
+        self.outcome = outcome
+        self.asked: list[tuple[list[str], float]] = []
+
+    async def check(self, servers: Sequence[Any], addrs: list[str]) -> Any:
+        self.asked.append((addrs, trio.current_time()))
+        self.evidence = [Evidence("S", addrs[0], self.outcome, "", 0.0)]  # type: ignore[arg-type]
+        self.verdict = verdict_of(self.evidence)
+        return self.verdict
+
+
+def test_rounds_at_start_on_address_change_and_every_interval() -> None:
+    listen = ["/ip4/0.0.0.0/tcp/9001"]
+    changes: list[str] = []
+    rounds = _Rounds("failed")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                rounds.run, lambda: [SERVER], lambda: listen, lambda: changes.append("c")
+            )
+            await trio.sleep(100)
+            assert len(rounds.asked) == 1  # at start, then not before the interval
+            listen[:] = ["/ip4/0.0.0.0/tcp/9100"]  # the node listens elsewhere now
+            await trio.sleep(5)
+            assert [a for a, _ in rounds.asked] == [
+                ["/ip4/0.0.0.0/tcp/9001"],
+                ["/ip4/0.0.0.0/tcp/9100"],
+            ]
+            await trio.sleep(600)
+            assert len(rounds.asked) == 3  # the interval passed
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert changes == ["c"]  # unknown -> private once; the same verdict again says nothing
+
+
+def test_no_round_without_a_peer_to_ask_and_retries_while_nothing_is_known() -> None:
+    servers: list[ID] = []
+    rounds = _Rounds("refused")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                rounds.run, lambda: servers, lambda: ["/ip4/0.0.0.0/tcp/9001"], lambda: None
+            )
+            await trio.sleep(50)
+            assert rounds.asked == []
+            servers.append(SERVER)
+            await trio.sleep(3)
+            assert len(rounds.asked) == 1
+            await trio.sleep(RETRY_S + 3)  # a refusal proves nothing: asked again soon
+            assert len(rounds.asked) == 2
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert rounds.verdict == "unknown"
