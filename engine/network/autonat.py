@@ -283,6 +283,7 @@ class Reachability:
     async def check(self, servers: Sequence[ID], addrs: list[str]) -> Verdict:
         """One round: every server asked at once; the verdict from what they found."""
         found: list[Evidence] = []
+        self.observed = {}  # what this round's servers saw: bounded by MAX_SERVERS
 
         async def ask(server: ID) -> None:
             found.extend(await self.ask(server, addrs))
@@ -322,7 +323,7 @@ class Reachability:
             if stream is not None:
                 with contextlib.suppress(Exception):
                     await stream.reset()
-        if reply.observed:
+        if _is_tcp_addr(reply.observed):  # a peer's claim: kept only if it is an address
             self.observed[peer] = reply.observed
         if reply.refused:
             return [Evidence(peer, "", "refused", reply.refused, _now())]
@@ -362,6 +363,13 @@ def dialback_addrs(listen: Sequence[str]) -> list[str]:
         if port and candidate not in wanted:
             wanted.append(candidate)
     return wanted[:MAX_ADDRS]
+
+
+def _is_tcp_addr(text: str) -> bool:
+    with contextlib.suppress(Exception):
+        names = [p.name for p in multiaddr.Multiaddr(text).protocols()]
+        return names in (["ip4", "tcp"], ["ip6", "tcp"])
+    return False
 
 
 def _now() -> float:
