@@ -19,7 +19,8 @@ RELAY_FIX = 'add a relay: [network] relays = ["/ip4/…/tcp/…/p2p/<relay peer 
 def diagnose(service: NetworkService | None) -> api.NetworkDoctorReport:
     if service is None or service.host is None:
         return api.NetworkDoctorReport(
-            online=False, fix="start the network: `nunet-tui start` (or onboard)"
+            online=False,
+            fix="run the node with its network (`nunet-tui daemon`, or the app) and ask again",
         )
     found = service.reachability
     evidence = tuple(
