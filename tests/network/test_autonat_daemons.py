@@ -15,7 +15,7 @@ from tests.daemon_harness import Daemon, spawner, wait_for
 from tests.netlab import Lab, NatKind
 
 RELAY_PORT = 4001
-# Not the default listen address (docs/network-nat.md, "Noticed": a restart after onboarding).
+# A fixed port on every address: what the dial-backs try, and what the doctor's fix names.
 ANYWHERE = {"NUNET_NETWORK_LISTEN": "/ip4/0.0.0.0/tcp/9001"}
 
 
