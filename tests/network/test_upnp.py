@@ -95,6 +95,19 @@ def test_a_provider_behind_a_upnp_router_is_reached_directly_without_a_relay(
         assert [m["text"] for m in history] == ["hello through your router"]
         peer = _listed(consumer, provider.peer_id)
         assert peer is not None and peer["relayed"] is False
+        # The doctor says so (issue 24 §3): the forward, and AutoNAT asked again once it
+        # was made, a dial-back through it reaching us.
+        doctor = provider.cli("network", "doctor")
+        assert doctor["upnp_addr"] == mapped, doctor
+        assert doctor["upnp"] == (
+            f"the router forwards {netlab.UPNP_WAN}:9001 to port 9001 on 10.77.4.10"
+        )
+        reach = wait_for(
+            lambda: (d := provider.cli("network", "doctor"))["reachability"] == "public" and d,
+            f"AutoNAT never found the forwarded port reachable: {doctor}",
+            40,
+        )
+        assert reach["consumers_reach"] == "direct" and reach["fix"] is None
         # The offer withdrawn (paused): the router forwards nothing to it any more.
         provider.cli("pause")
         wait_for(
@@ -102,6 +115,7 @@ def test_a_provider_behind_a_upnp_router_is_reached_directly_without_a_relay(
             "the mapping outlived the offer",
             30,
         )
+        assert provider.cli("network", "doctor")["upnp_addr"] is None
     finally:
         for daemon in started:
             daemon.stop(kill=True)
