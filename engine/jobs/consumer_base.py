@@ -47,8 +47,8 @@ RESULT_TRIES = 5
 # bring new bytes. 2 GiB through 16 MiB circuits is 128 parts.
 RESULT_PARTS = 256
 # Parts in a row that brought nothing (a relay still counting the circuits that ended
-# against the peer's share, a connection not yet replaced), waited for 1, 2, 4, 8 s.
-RESULT_STALLS = 5
+# against the peer's share, a connection not yet replaced), waited for 1 then 2 s.
+RESULT_STALLS = 3
 RESULT_STALL_S = 1.0
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5

@@ -33,6 +33,14 @@ from engine.jobs.results import safe_unpack, sha256_file, verify
 log = logging.getLogger("nunet.jobs.consumer")
 
 
+class _NoStream(Exception):
+    """A results part that could not even open its stream (``original`` says why)."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
 class ConsumerResults(ConsumerBase):
     def _results_missing(self, job: api.JobInfo) -> bool:
         return bool(job.results_sha256) and not job.results_dir and not job.results_error
@@ -82,15 +90,25 @@ class ConsumerResults(ConsumerBase):
             parts += 1
             try:
                 path = await self._fetch_part(job, partial, have)
-                if _size(partial) >= job.results_size:
-                    break
-                why = "the stream ended early"
-            except p.ProtocolError:
-                raise
-            except Exception as exc:  # a reset stream or dead circuit: resumed below
+            except _NoStream as exc:
+                # Not even a stream: a relay still counting the circuits that just ended
+                # against our share, a connection being replaced. A few tries, further apart.
+                stalls += 1
+                if stalls >= RESULT_STALLS or parts >= RESULT_PARTS:
+                    raise exc.original from None
+                await trio.sleep(RESULT_STALL_S * 2 ** (stalls - 1))
+                continue
+            except Exception as exc:
+                if _size(partial) == have:
+                    raise  # nothing came: said as it was (a silent provider, a refusal)
                 path, why = self._results_paths.get(job.job_id, ("", 0))[0], _why(exc)
-            stalls = 0 if _size(partial) > have else stalls + 1
-            if parts >= RESULT_PARTS or stalls >= RESULT_STALLS:
+            else:
+                if _size(partial) in (have, job.results_size):
+                    break  # all of it, or nothing more: the checksum says which
+                why = "the stream ended early"
+            # A cut (a relay's circuit at its data cap or time): on from where it stopped.
+            stalls = 0
+            if parts >= RESULT_PARTS:
                 raise p.ProtocolError(
                     f"results: {_size(partial)} of {job.results_size} bytes after {parts} "
                     f"parts ({why})"
@@ -100,11 +118,9 @@ class ConsumerResults(ConsumerBase):
                 job.job_id,
                 _size(partial),
                 job.results_size,
-                path or "",
+                path,
                 why,
             )
-            if stalls:
-                await trio.sleep(RESULT_STALL_S * 2 ** (stalls - 1))
         try:
             verify(partial, job.results_sha256, job.results_size)  # raises, clearly
         except BaseException:
@@ -119,7 +135,10 @@ class ConsumerResults(ConsumerBase):
         """The results' bytes from ``have`` on, appended to ``partial`` until the stream ends;
         returns the path the stream took ("direct", "via relay …")."""
         service = self._service()
-        stream = await self._open(service, job.provider)
+        try:
+            stream = await self._open(service, job.provider)
+        except Exception as exc:
+            raise _NoStream(exc) from exc
         path = service.path(job.provider, stream)
         self._results_paths[job.job_id] = (path, 0)
         try:
