@@ -446,9 +446,23 @@ class NetworkService:
     async def _close(self) -> None:
         """Close connections while our tasks still exist; shielded: we may be cancelled."""
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+            connections = [
+                conn for group in self.host.get_network().connections.values() for conn in group
+            ]
             if self.chat is not None:
                 await self.chat.close()
             await self.host.close()
+            # py-libp2p 0.8.1 ``SwarmConn.close`` marks a connection closed before it closes
+            # its muxer: one whose close was cancelled on the way (the restart's cancellation
+            # reaches the swarm's tasks first) is skipped by ``host.close`` and its socket
+            # stays open. The peer then never sees it end and keeps its pubsub stream on it:
+            # our heartbeats after a restart never reached our bootstrap peer. Each
+            # connection's secured channel is closed here, whatever its swarm wrapper says.
+            for conn in connections:
+                secured = getattr(getattr(conn, "muxed_conn", None), "secured_conn", None)
+                if secured is not None:
+                    with contextlib.suppress(Exception):
+                        await secured.close()
 
     def _stop_threads(self) -> None:
         seen = getattr(self.pubsub, "seen_messages", None)
