@@ -311,9 +311,14 @@ class RelayService:
         finally:
             _circuit.reset(circuit_token)
             _stop_streams.reset(token)
-            for other in recorded:
+            for other in (*recorded, stream):  # the circuit is over: both of its ends
                 await _reset(other)
-            self.protocol._active_relays.pop(source, None)
+            # Only this circuit's entries: the library keys them by peer, and a newer
+            # circuit of the same peers may have taken the key (defect 5).
+            mine = {id(s) for s in (*recorded, stream)}
+            for key, pair in list(self.protocol._active_relays.items()):
+                if any(id(s) in mine for s in pair if s is not None):
+                    del self.protocol._active_relays[key]
             _decrement(self._circuits_of_peer, source)
             _decrement(self._circuits_of_ip, ip)
 
@@ -324,9 +329,14 @@ class RelayService:
         if circuit is None:
             await self._relay_direction(src, dst, *args, **kwargs)
             return
+        # Its peer id is only a key to the library (the data cap is the circuit's own): our
+        # circuit in its place, so that its cleanup, which closes the streams filed under
+        # that key, never closes a newer circuit of the same peers (defect 5: seen as a
+        # shell's stream hanging on a circuit an older one's end had half-closed).
+        key: Any = circuit
         try:
             endable: Any = _EndableReads(src, circuit)
-            await self._relay_direction(endable, dst, *args, **kwargs)
+            await self._relay_direction(endable, dst, key, *args[1:], **kwargs)
         finally:
             if _was_reset(src) or _was_reset(dst):
                 circuit.end()
