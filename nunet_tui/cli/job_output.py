@@ -500,7 +500,8 @@ def _results_text(result: api.JobResults) -> str:
     lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
     if result.path:  # issue 24: through a relay (in parts, each within its circuit) or direct
         parts = f", in {result.parts} parts" if result.parts > 1 else ""
-        lines.append(f"fetched from the provider {result.path}{parts}")
+        via = "directly" if result.path == "direct" else result.path
+        lines.append(f"fetched from the provider {via}{parts}")
     lines += [f"  {safe(name)}" for name in result.files]
     return "\n".join(lines)
 

@@ -226,8 +226,8 @@ class JobDetailScreen(CapabilityScreen):
             state_text(job.state, mark=False),
             f" {where} {named_peer(getattr(self.app, 'peer_names', None), who)}",
         ]
-        if job.path and not is_terminal(job):  # "via relay …" or "direct" (issue 24)
-            parts.append((f" {job.path}", "$text-warning" if job.path.startswith("via") else ""))
+        if path := path_part(job):
+            parts.append(path)
         if job.started_at is not None:
             parts.append(f" · {hms(duration(job, now))}")
         if job.resumed_from:
@@ -438,3 +438,12 @@ __all__ = [
     "log_text",
     "traceback_tail",
 ]
+
+
+def path_part(job: JobInfo) -> tuple[str, str] | None:
+    """How this node reaches the other side of a job not ended (issue 24): " · via relay
+    12D3KooW…MnsH" (a warning's colour: relays cap a circuit's time and data) or " · direct";
+    None when not connected or ended."""
+    if not job.path or is_terminal(job):
+        return None
+    return (f" · {job.path}", "$text-warning" if job.path.startswith("via") else "")

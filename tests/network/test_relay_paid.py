@@ -149,12 +149,17 @@ def _escrow(daemon: Daemon, job_id: str) -> dict[str, Any]:
 def test_a_paid_job_runs_and_settles_through_the_relay(
     nat_lab: Lab, lab_daemons: Any, lab_market: LabMarket, job_url: str, tmp_path: Path
 ) -> None:
+    """Three daemons, a ledger and an oracle in the lab; an 8 s job and its settlement through
+    4 s circuits: about 75 s."""
     relay = lab_daemons(
         "relay",
         80,
         env={
             "NUNET_NETWORK_LISTEN": f"/ip4/{nat_lab.relay.addr}/tcp/{RELAY_PORT}",
             "NUNET_NETWORK_RELAY_SERVICE": "true",
+            # Shorter than the job (8 s): its follow stream, the receipt and the results all
+            # go through circuits that end under them and are opened again.
+            "NUNET_NETWORK_RELAY_CIRCUIT_S": "4",
         },
         netns=nat_lab.relay.ns,
     )

@@ -98,6 +98,8 @@ def _get(lab: Lab, host: Host, port: int) -> bytes:
 def test_tunnels_and_large_results_go_through_a_relay_and_say_so(
     nat_lab: Lab, lab_daemons: Any, job_url: str, tmp_path: Path
 ) -> None:
+    """Three daemons in the lab, a service job, a forward, two shells and a fetch in parts:
+    about 25 s."""
     relay = lab_daemons(
         "relay",
         70,
