@@ -29,6 +29,7 @@ from engine.domain.peer_info import PeerInfo
 from engine.identity import Identity
 from engine.network import adverts, supervise
 from engine.network import host as hostmod
+from engine.network.autonat import DialBackServer, Reachability
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
 from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
@@ -44,6 +45,7 @@ from engine.network.relay import (
     circuit_addrs,
     relay_candidates,
 )
+from engine.network.upnp import PortMapper
 
 log = logging.getLogger("nunet.network")
 
@@ -135,6 +137,11 @@ class NetworkService:
         self.relay_client: RelayClient | None = None
         self._circuits_of: dict[str, list[Any]] = {}  # multiaddrs
         self.relay_service: RelayService | None = None
+        # UPnP (upnp.py): the home router forwards our listen port while we advertise.
+        self.port_mapper: PortMapper | None = None
+        # AutoNAT (autonat.py): whether the internet reaches us, and dial-backs for others.
+        self.reachability: Reachability | None = None
+        self.autonat_server: DialBackServer | None = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -143,6 +150,22 @@ class NetworkService:
             return hostmod.our_addrs(self.host) if self.host is not None else []
         except OSError:
             return []  # closing: the listener's socket is already gone (a restart, a stop)
+
+    def _forward_changed(self) -> None:
+        """The router forwards a port to us now, or no longer: advertise it, and learn again
+        whether the internet reaches us."""
+        self.republish_advert()
+        if self.reachability is not None:
+            self.reachability.soon()
+
+    def _tcp_port(self) -> int | None:
+        """The TCP port of our first non-loopback IPv4 listen address (what UPnP forwards)."""
+        for addr in self.bound_listen():
+            parts = addr.split("/")
+            ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
+            if ip4_tcp and not parts[2].startswith("127."):
+                return int(parts[4])
+        return None
 
     def bound_listen(self) -> list[str]:
         """The listen addresses with the ports actually bound (``tcp/0`` resolved).
@@ -348,10 +371,18 @@ class NetworkService:
         )
         self.chat.before_dial = self.reach
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
+        if self.settings.upnp:
+            self.port_mapper = PortMapper(
+                self._tcp_port, self.identity.peer_id, on_change=self._forward_changed
+            )
         self.relay_client.install()
         if self.settings.relay_service:
             self.relay_service = RelayService(self.host, RelayBounds.of(self.settings))
             self.relay_service.install()
+        self.reachability = Reachability(self.host, interval_s=self.settings.autonat_interval_s)
+        if self.settings.autonat_service:
+            self.autonat_server = DialBackServer(self.host)
+            self.autonat_server.install()
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
@@ -401,6 +432,15 @@ class NetworkService:
             ),
         )
         nursery.start_soon(supervise.supervised, "routing upkeep", self._routing_upkeep)
+        if self.reachability is not None:
+            reachability = self.reachability
+            nursery.start_soon(
+                supervise.supervised,
+                "reachability",
+                lambda: reachability.run(
+                    self._autonat_servers, self.bound_listen, self.republish_advert
+                ),
+            )
         relays_only = [r for r in self.settings.relays if r not in self.settings.bootstrap]
         if relays_only:
             nursery.start_soon(
@@ -424,6 +464,7 @@ class NetworkService:
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
             vouchers=self._vouchers,
             relay_addrs=self.relay_client.addrs if self.relay_client is not None else list,
+            mapped_addrs=self.port_mapper.addrs if self.port_mapper is not None else list,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -441,6 +482,9 @@ class NetworkService:
                 "relay reservations",
                 lambda: client.run(self._advertising, self.republish_advert),
             )
+        if self.port_mapper is not None:
+            mapper = self.port_mapper
+            nursery.start_soon(supervise.supervised, "upnp", lambda: mapper.run(self._advertising))
         nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
@@ -480,9 +524,28 @@ class NetworkService:
         return self.chat
 
     def _advertising(self) -> bool:
-        """We have an offer out: a reservation on a relay is worth holding."""
+        """We have an offer out and are not known to be publicly reachable: a reservation on
+        a relay is worth holding (an unknown verdict keeps it: the safe side)."""
         published = self.discovery.published if self.discovery is not None else None
-        return published is not None and not published.withdrawn
+        if published is None or published.withdrawn:
+            return False
+        return self.reachability is None or self.reachability.verdict != "public"
+
+    def _autonat_servers(self) -> list[Any]:
+        """Whom to ask for a dial-back: bootstrap peers and relays first (configured by the
+        user), then other peers, over direct connections only."""
+        preferred = []
+        for addr in [*self.settings.bootstrap, *self.settings.relays]:
+            with contextlib.suppress(ValueError):
+                preferred.append(hostmod.parse_peer_addr(addr).peer_id)
+        network = self.host.get_network()
+        ordered = list(dict.fromkeys([*preferred, *self.host.get_connected_peers()]))
+        return [
+            peer
+            for peer in ordered
+            if peer != self.host.get_id()
+            and any(not hostmod.is_relayed_conn(c) for c in network.connections.get(peer, []))
+        ]
 
     def _vouchers(self) -> list[Any]:
         """Our bootstrap peers we are connected to: configured by the user and dialled at
