@@ -53,6 +53,7 @@ PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
 ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
+CIRCUITS_REMEMBERED = 256  # peers whose last circuit addresses reach() keeps (issue 24)
 
 
 def dht_bounds_of(settings: NetworkSettings) -> StoreBounds:
@@ -134,6 +135,7 @@ class NetworkService:
         # Circuit relay v2 (relay.py): reservations, circuit addresses, dials through a relay;
         # the relay service itself only with [network] relay_service.
         self.relay_client: RelayClient | None = None
+        self._circuits_of: dict[str, list[Any]] = {}  # multiaddrs
         self.relay_service: RelayService | None = None
         # UPnP (upnp.py): the home router forwards our listen port while we advertise.
         self.port_mapper: PortMapper | None = None
@@ -192,7 +194,17 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         pid = hostmod.peer_id_of(peer_id)
         await self.reach(peer_id)
-        return await self.host.new_stream(pid, [TProtocol(protocol)])
+        try:
+            return await self.host.new_stream(pid, [TProtocol(protocol)])
+        except Exception as exc:
+            # A circuit the relay has just ended (its time or data cap, issue 24) can still
+            # look open to reach() and be found closed by new_stream, which then does not
+            # dial: once more, through a new circuit, when the peer is reached that way.
+            if self.relay_client is None or hostmod.has_open_connection(self.host, pid):
+                raise
+            log.info("stream to %s failed (%s): trying a new circuit", peer_id, exc)
+            await self._reach_relayed(peer_id)
+            return await self.host.new_stream(pid, [TProtocol(protocol)])
 
     async def reach(self, peer_id: str) -> None:
         """Before dialling ``peer_id``: the peerstore holds its confirmed addresses, asked of
@@ -208,17 +220,43 @@ class NetworkService:
             return
         info = self.table.get(peer_id)
         circuits = circuit_addrs(info.addrs, peer_id) if info is not None else []
+        if circuits:
+            self._circuits_of[peer_id] = circuits
+            while len(self._circuits_of) > CIRCUITS_REMEMBERED:
+                self._circuits_of.pop(next(iter(self._circuits_of)))
+        else:
+            # A peer we reach through a relay can drop out of the table while its circuit is
+            # being replaced (its heartbeats rode the circuit that ended): its last circuit
+            # addresses, from its signed advert, still lead to it (issue 24).
+            circuits = self._circuits_of.get(peer_id, [])
         if not circuits:
             return
         pid = hostmod.peer_id_of(peer_id)
-        if hostmod.is_connected(self.host, pid):
+        # Not is_connected: a circuit the relay ended (its time or data cap) leaves a closed
+        # connection listed, and a stream must then go through a new circuit (issue 24).
+        if hostmod.has_open_connection(self.host, pid):
             return
+        hostmod.drop_closed(self.host, pid)
         direct = [a for a in self.host.get_peerstore().addrs(pid) if "/p2p-circuit" not in str(a)]
         if direct:
             with contextlib.suppress(Exception, trio.TooSlowError):
                 await hostmod.connect(self.host, hostmod.PeerInfo(pid, direct))
                 return
-        await self.relay_client.dial(pid, circuits)
+        if not await self.relay_client.dial(pid, circuits):
+            log.info("could not reach %s through any relay we are connected to", peer_id)
+
+    def path(self, peer_id: str, stream: Any = None) -> str:
+        """How we reach ``peer_id`` now, as the user is told: "direct", "via relay <short
+        id>", or "" (no connection); with ``stream``, the path of the connection it runs on."""
+        if stream is not None and (muxed := getattr(stream, "muxed_conn", None)) is not None:
+            return hostmod.connection_path(muxed)
+        if self.host is None:
+            return ""
+        try:
+            pid = hostmod.peer_id_of(peer_id)
+        except ValueError:
+            return ""
+        return hostmod.peer_path(self.host, pid)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
