@@ -437,9 +437,10 @@ class NetworkService:
             nursery.start_soon(
                 supervise.supervised,
                 "reachability",
-                lambda: reachability.run(
-                    self._autonat_servers, self.bound_listen, self.republish_advert
-                ),
+                # Nothing to republish on a new verdict: the relay client follows it by itself
+                # (relay.py, every few seconds) and republishes when our circuit addresses
+                # change; an advert per verdict told the channel a silent node was alive.
+                lambda: reachability.run(self._autonat_servers, self.bound_listen, lambda: None),
             )
         relays_only = [r for r in self.settings.relays if r not in self.settings.bootstrap]
         if relays_only:
@@ -484,7 +485,9 @@ class NetworkService:
             )
         if self.port_mapper is not None:
             mapper = self.port_mapper
-            nursery.start_soon(supervise.supervised, "upnp", lambda: mapper.run(self._advertising))
+            # While an offer is out, public or not: a node public through its router's forward
+            # must keep it (dropping it once public would make it private again).
+            nursery.start_soon(supervise.supervised, "upnp", lambda: mapper.run(self._offer_out))
         nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
@@ -523,11 +526,15 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         return self.chat
 
+    def _offer_out(self) -> bool:
+        """We have an offer out (an advert not withdrawn): consumers need to reach us."""
+        published = self.discovery.published if self.discovery is not None else None
+        return published is not None and not published.withdrawn
+
     def _advertising(self) -> bool:
         """We have an offer out and are not known to be publicly reachable: a reservation on
         a relay is worth holding (an unknown verdict keeps it: the safe side)."""
-        published = self.discovery.published if self.discovery is not None else None
-        if published is None or published.withdrawn:
+        if not self._offer_out():
             return False
         return self.reachability is None or self.reachability.verdict != "public"
 

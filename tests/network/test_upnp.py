@@ -6,6 +6,7 @@ provider withdraws its offer, the mapping goes."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,11 @@ def test_a_provider_behind_a_upnp_router_is_reached_directly_without_a_relay(
             40,
         )
         assert reach["consumers_reach"] == "direct" and reach["fix"] is None
+        # Public through the forward, it keeps the forward: past the mapper's next look (5 s)
+        # the rule is still there (a node that dropped it once public turned private again).
+        time.sleep(6)
+        assert "10.77.4.10" in _forwarded(upnp_lab)
+        assert provider.cli("network", "doctor")["upnp_addr"] == mapped
         # The offer withdrawn (paused): the router forwards nothing to it any more.
         provider.cli("pause")
         wait_for(
