@@ -52,6 +52,7 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.ChatSend,
         api.ChatHistory,
         api.GetNetworkStatus,
+        api.NetworkDoctor,
     ),
     # engine/jobs/service.py NodeJobs
     "jobs": (

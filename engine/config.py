@@ -241,6 +241,15 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         default_factory=list
     )
     relay_via_bootstrap: bool = True
+    # UPnP (engine/network/upnp.py): while this node has an offer out, ask the home router
+    # (UPnP IGD) to forward its TCP listen port, and advertise the router's address for it.
+    upnp: bool = True
+    # AutoNAT (engine/network/autonat.py): this node dials back peers that ask whether they
+    # are reachable (their own address only, bounded and rate-limited), and asks its own
+    # bootstrap peers, relays and other direct peers every autonat_interval_s (and when its
+    # listen addresses change). A node found publicly reachable holds no relay reservation.
+    autonat_service: bool = True
+    autonat_interval_s: Annotated[float, msgspec.Meta(ge=10, le=86_400)] = 600.0
 
 
 class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -87,6 +87,11 @@ class PeerLink(Protocol):
         """A new stream to ``peer_id`` speaking ``protocol`` (dial errors of many types)."""
         ...
 
+    def path(self, peer_id: str, stream: Any = None) -> str:
+        """How we reach ``peer_id`` now: "direct", "via relay <short id>", or "" (no
+        connection); with ``stream``, the path of the connection that stream runs on."""
+        ...
+
     def set_stream_handler(self, protocol: str, handler: StreamHandler) -> None:
         """Serve ``protocol``: each incoming stream goes to ``handler``."""
         ...

@@ -50,6 +50,8 @@ phase "job sandbox (bubblewrap)"
 # The process executor runs each job in a bwrap sandbox: installed with apt when missing, so
 # tests/adversarial/test_process_sandbox.py runs on a fresh Debian machine.
 bash scripts/bubblewrap.sh
+phase "NAT lab tools (nft, miniupnpd)"
+bash scripts/lab_tools.sh
 phase "docker engine and test image"
 # A private dockerd (installed with apt when missing) and the jobs' image built from Debian
 # packages: the container tests run against the real thing. Stopped again on exit if we

@@ -60,6 +60,7 @@ class NatKind(enum.StrEnum):
     FULL_CONE = "full-cone"
     PORT_RESTRICTED = "port-restricted"
     SYMMETRIC = "symmetric"
+    UPNP = "upnp"  # a port-restricted router that runs miniupnpd (``add_upnp_home``)
 
 
 # Home N sits on 10.77.N.0/24 behind router 198.18.0.(100+N).
@@ -123,6 +124,8 @@ class Lab:
                 proc.wait(timeout=10)
         self._procs.clear()
         remove(self.tag)
+        for leftover in Path("/tmp").glob(f"{self.tag}-miniupnpd.*"):
+            leftover.unlink(missing_ok=True)
 
 
 def unavailable_reason() -> str | None:
@@ -177,20 +180,99 @@ def _build(lab: Lab, public_hosts: int, hosts_per_home: int) -> None:
         _netns_add(router.ns)
         _veth(router.ns, "wan", inet, f"r{n}", bridge="br0")
         _addr(router.ns, "wan", f"{router.addr}/24")
-        _ip("-n", router.ns, "link", "add", "br-lan", "type", "bridge")
-        _ip("-n", router.ns, "link", "set", "br-lan", "up")
-        _addr(router.ns, "br-lan", f"10.77.{n}.1/24")
-        _sysctl(router.ns, "net.ipv4.ip_forward", "1")
-        _nft(router.ns, _router_rules(kind))
-        hosts = []
-        for j in range(hosts_per_home):
-            host = Host(f"{kind}-{j + 1}", f"{lab.tag}-{kind}-{j + 1}", f"10.77.{n}.{10 + j}")
-            _netns_add(host.ns)
-            _veth(host.ns, "eth0", router.ns, f"h{j}", bridge="br-lan")
-            _addr(host.ns, "eth0", f"{host.addr}/24")
-            _ip("-n", host.ns, "route", "add", "default", "via", f"10.77.{n}.1")
-            hosts.append(host)
-        lab.homes[kind] = Home(kind, router, tuple(hosts))
+        hosts = _lan(lab, router, kind, n, hosts_per_home)
+        lab.homes[kind] = Home(kind, router, hosts)
+
+
+def _lan(lab: Lab, router: Host, kind: NatKind, n: int, count: int) -> tuple[Host, ...]:
+    """A router's LAN (10.77.n.0/24 on a bridge), its NAT rules and ``count`` hosts."""
+    _ip("-n", router.ns, "link", "add", "br-lan", "type", "bridge")
+    _ip("-n", router.ns, "link", "set", "br-lan", "up")
+    _addr(router.ns, "br-lan", f"10.77.{n}.1/24")
+    _sysctl(router.ns, "net.ipv4.ip_forward", "1")
+    nat = NatKind.PORT_RESTRICTED if kind is NatKind.UPNP else kind
+    _nft(router.ns, _router_rules(nat))
+    hosts = []
+    for j in range(count):
+        host = Host(f"{kind}-{j + 1}", f"{lab.tag}-{kind}-{j + 1}", f"10.77.{n}.{10 + j}")
+        _netns_add(host.ns)
+        _veth(host.ns, "eth0", router.ns, f"h{j}", bridge="br-lan")
+        _addr(host.ns, "eth0", f"{host.addr}/24")
+        _ip("-n", host.ns, "route", "add", "default", "via", f"10.77.{n}.1")
+        hosts.append(host)
+    return tuple(hosts)
+
+
+# The UPnP home (``add_upnp_home``): home 4 behind a port-restricted router that also runs
+# miniupnpd, the UPnP IGD and NAT-PMP daemon of real home routers. Its WAN address is outside
+# the reserved blocks, unlike the rest of the lab's internet: miniupnpd refuses to map ports
+# on a reserved external address (it would be behind another NAT), as it should. The lab's
+# namespaces have no route out of this machine, so no packet to or from it can leave.
+UPNP_WAN = "11.77.0.104"
+UPNP_HOME = 4
+_UPNP_RULES = """
+table inet filter {
+  chain miniupnpd {
+  }
+  chain prerouting_miniupnpd {
+  }
+  chain postrouting_miniupnpd {
+  }
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    jump miniupnpd
+  }
+  chain prerouting {
+    type nat hook prerouting priority -100; policy accept;
+    jump prerouting_miniupnpd
+  }
+  chain postrouting {
+    type nat hook postrouting priority 100; policy accept;
+    jump postrouting_miniupnpd
+  }
+}
+"""
+
+
+def upnp_unavailable_reason() -> str | None:
+    """Why the UPnP home cannot be built (None when it can): the lab's needs and miniupnpd."""
+    reason = unavailable_reason()
+    if reason is None and shutil.which("miniupnpd") is None:
+        reason = "the UPnP home needs miniupnpd (apt install miniupnpd)"
+    return reason
+
+
+def add_upnp_home(lab: Lab, *, hosts: int = 1) -> Home:
+    """Home 4 (10.77.4.0/24) behind a port-restricted router whose miniupnpd maps ports for
+    its LAN (secure mode: a host maps only to itself; NAT-PMP too). Every public host and
+    router learns the route to its WAN address; miniupnpd is stopped with the lab."""
+    n = UPNP_HOME
+    subnet = UPNP_WAN.rsplit(".", 1)[0] + ".0/24"
+    router = Host("upnp-router", f"{lab.tag}-upnp-rt", UPNP_WAN)
+    _netns_add(router.ns)
+    _veth(router.ns, "wan", lab.inet_ns, f"r{n}", bridge="br0")
+    _addr(router.ns, "wan", f"{UPNP_WAN}/24")
+    _ip("-n", router.ns, "route", "add", f"{PUBLIC_NET}.0/24", "dev", "wan")
+    for other in (*lab.public, *(home.router for home in lab.homes.values())):
+        dev = "eth0" if other in lab.public else "wan"
+        _ip("-n", other.ns, "route", "add", subnet, "dev", dev)
+    members = _lan(lab, router, NatKind.UPNP, n, hosts)
+    _nft(router.ns, _UPNP_RULES)
+    conf = Path(f"/tmp/{lab.tag}-miniupnpd.conf")
+    conf.write_text(
+        "ext_ifname=wan\nlistening_ip=br-lan\nport=0\nenable_natpmp=yes\nenable_upnp=yes\n"
+        "secure_mode=yes\nsystem_uptime=yes\nuuid=4b79b16e-83a8-4195-88ae-052702c8debd\n"
+        f"allow 1024-65535 10.77.{n}.0/24 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n"
+    )
+    lab.popen(
+        router,
+        ["miniupnpd", "-d", "-f", str(conf), "-P", f"/tmp/{lab.tag}-miniupnpd.pid"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    home = Home(NatKind.UPNP, router, members)
+    lab.homes[NatKind.UPNP] = home
+    return home
 
 
 # How long the full-cone router remembers a mapping after the last new flow through it.

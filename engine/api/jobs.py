@@ -143,6 +143,9 @@ class JobInfo(Record, frozen=True):
     # Consumer: the provider's latest live sample while it ran (None: none came); its recent
     # history is kept in memory only (``GetJobUsage``).
     usage: UsageSample | None = None
+    # `job show` of a job not ended (issue 24; never stored): how this node reaches the other
+    # side now, "direct" or "via relay <short id>" ("": no connection).
+    path: str = ""
 
     def run_spans(self) -> tuple[RunSpan, ...]:
         """Its runs (a record from before runs were kept: one, from its start)."""
@@ -187,6 +190,12 @@ class JobResults(Record, frozen=True):
     files: tuple[str, ...] = ()
     sha256: str = ""
     size: int = 0
+    # How they came from the provider (issue 24): "direct" or "via relay <short id>" (of the
+    # last part), and in how many parts (a relay's circuit ends at its data cap and the
+    # transfer resumes by offset over a new one); "" and 0: fetched before this daemon
+    # started.
+    path: str = ""
+    parts: int = 0
 
 
 class SubmitJob(Command, tag="job_submit", frozen=True):

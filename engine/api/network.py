@@ -95,6 +95,59 @@ class NetworkStatus(Record, frozen=True):
     contained_failures: dict[str, int] = msgspec.field(default_factory=dict)
 
 
+class ReachabilityEvidence(Record, frozen=True):
+    """One peer's answer to a dial-back request (engine/network/autonat.py)."""
+
+    peer_id: str
+    addr: str  # what it dialled (or was asked to)
+    # reached / failed: it dialled; refused / no answer: it proves nothing
+    outcome: Literal["reached", "failed", "refused", "no answer"]
+    detail: str = ""
+    at: float = 0.0
+
+
+class RelayReservation(Record, frozen=True):
+    relay_peer_id: str
+    circuit_addr: str  # what peers dial to reach us through it
+    expires_at: float
+
+
+class PeerConnection(Record, frozen=True):
+    peer_id: str
+    path: Literal["direct", "relayed"]
+    transport: str  # tcp, ws, quic…; for a relayed one, the relay's
+    remote_addr: str  # as seen on the wire (a relayed one: the circuit)
+    via_relay: str | None = None  # the relay's peer id, relayed only
+
+
+class NetworkDoctorReport(Record, frozen=True):
+    """Can the internet reach this node, and if not, the one fix that would help most."""
+
+    online: bool
+    # AutoNAT's verdict: public (peers dialled us back), private (they tried and failed),
+    # unknown (nobody has dialled yet)
+    reachability: Literal["public", "private", "unknown"] = "unknown"
+    reachability_since: float | None = None
+    checked_at: float | None = None
+    evidence: tuple[ReachabilityEvidence, ...] = ()
+    listen_addrs: tuple[str, ...] = ()
+    observed_addrs: tuple[str, ...] = ()  # how peers see us (the dial-back servers said)
+    reservations: tuple[RelayReservation, ...] = ()
+    # The home router's UPnP port forward (engine/network/upnp.py): what it forwards, or why
+    # nothing ("not tried": upnp = false, or no offer out yet); upnp_addr: the address
+    # advertised for it.
+    upnp: str = "not tried"
+    upnp_addr: str | None = None
+    connections: tuple[PeerConnection, ...] = ()
+    # reachable directly / through a relay only / not at all / not known yet
+    consumers_reach: Literal["direct", "relayed", "no", "unknown"] = "unknown"
+    fix: str | None = None  # one line, when something would help
+
+
+class NetworkDoctor(Command, tag="network_doctor", frozen=True):
+    reply = NetworkDoctorReport
+
+
 class ListPeers(Command, tag="peer_list", frozen=True):
     reply = PeerList
     dht: bool = False  # look the channel up in the DHT first, not only what gossip brought

@@ -17,6 +17,10 @@ class TunnelForward(Record, frozen=True):
     connections: int = 0  # open now
     opened: int = 0  # connections forwarded so far
     last_error: str = ""  # the provider's last refusal, if any
+    # How its streams reach the provider (issue 24): "direct" or "via relay <short id>",
+    # of the last one opened; a relay's circuit ends after a time or data limit, and each
+    # new connection to the forward opens a new stream (a new circuit when the last ended).
+    path: str = ""
 
 
 class ForwardList(Record, frozen=True):
@@ -28,6 +32,7 @@ class ShellSession(Record, frozen=True):
 
     job_id: str
     socket: str
+    path: str = ""  # "direct" or "via relay <short id>" (issue 24): a relay ends it in time
 
 
 class JobForward(Command, tag="job_forward", frozen=True):

@@ -24,6 +24,7 @@ from engine.domain import safe_paths
 from engine.domain.admission import budget_units, quote_units
 from engine.domain.ratelimit import PeerRateLimiter
 from engine.domain.spec import JobSpec
+from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.live_usage import JobRings
@@ -41,6 +42,14 @@ RESULT_CHUNK_S = 60.0
 RESULT_TRANSFER_S = 120.0
 RESULT_MIN_RATE = 256 * 1024  # bytes/s: 2 GiB in about 2 h 20 min at the most
 RESULT_TRIES = 5
+# Parts one fetch resumes across (issue 24): a relay ends a circuit after relay_circuit_mb
+# (16 MiB by default) and the transfer goes on from its offset over a new one; each part must
+# bring new bytes. 2 GiB through 16 MiB circuits is 128 parts.
+RESULT_PARTS = 256
+# Parts in a row that brought nothing (a relay still counting the circuits that ended
+# against the peer's share, a connection not yet replaced), waited for 1 then 2 s.
+RESULT_STALLS = 3
+RESULT_STALL_S = 1.0
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
 MAX_CANDIDATES = 5
 # Providers known from relayed adverts only (never talked to) asked per submit: fakes cost an
@@ -150,6 +159,9 @@ class ConsumerBase:
         self._logs = logs if logs is not None else JobLogs(ctx.paths.state_dir / "jobs")
         self._nursery: trio.Nursery | None = None
         self._fetch_failures: dict[str, int] = {}  # results fetches failed in a row, by job
+        # How each job's results came (issue 24): the path ("direct", "via relay …") of the
+        # last part and how many parts (a relay's circuit ends at its cap: resumed by offset).
+        self._results_paths: dict[str, tuple[str, int]] = {}
         # The providers' live samples of our jobs, the last few minutes' of each of the jobs
         # followed last (memory only: after a restart a job's history starts again; its
         # latest sample stays in its record, JobInfo.usage).
@@ -167,6 +179,12 @@ class ConsumerBase:
 
     def _service(self) -> PeerLink:
         return self._network().require_service("job submit")
+
+    def path_to(self, peer_id: str) -> str:
+        """ "direct", "via relay <short id>" or "" (no connection, or no network): issue 24."""
+        with contextlib.suppress(EngineError):
+            return self._network().require_service("job show").path(peer_id)
+        return ""
 
     def _save(self, job: api.JobInfo) -> api.JobInfo:
         job = msgspec.structs.replace(job, updated_at=time.time())

@@ -19,6 +19,9 @@ from engine.jobs.consumer_base import (
     MAX_RESULTS_BYTES,
     RESULT_CHUNK_S,
     RESULT_MIN_RATE,
+    RESULT_PARTS,
+    RESULT_STALL_S,
+    RESULT_STALLS,
     RESULT_TRANSFER_S,
     RESULT_TRIES,
     ConsumerBase,
@@ -28,6 +31,14 @@ from engine.jobs.consumer_base import (
 from engine.jobs.results import safe_unpack, sha256_file, verify
 
 log = logging.getLogger("nunet.jobs.consumer")
+
+
+class _NoStream(Exception):
+    """A results part that could not even open its stream (``original`` says why)."""
+
+    def __init__(self, original: Exception) -> None:
+        super().__init__(str(original))
+        self.original = original
 
 
 class ConsumerResults(ConsumerBase):
@@ -67,11 +78,72 @@ class ConsumerResults(ConsumerBase):
                 )
             )
             return
-        service = self._service()
-        stream = await self._open(service, job.provider)
         target = self.job_path(job.job_id, "results.tar.gz")
+        partial = target.with_suffix(".part")
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        parts = stalls = 0
+        while True:
+            have = _size(partial)
+            if have > job.results_size:  # not this job's archive: start over
+                partial.unlink()
+                have = 0
+            parts += 1
+            try:
+                path = await self._fetch_part(job, partial, have)
+            except _NoStream as exc:
+                # Not even a stream: a relay still counting the circuits that just ended
+                # against our share, a connection being replaced. A few tries, further apart.
+                stalls += 1
+                if stalls >= RESULT_STALLS or parts >= RESULT_PARTS:
+                    raise exc.original from None
+                await trio.sleep(RESULT_STALL_S * 2 ** (stalls - 1))
+                continue
+            except Exception as exc:
+                if _size(partial) == have:
+                    raise  # nothing came: said as it was (a silent provider, a refusal)
+                path, why = self._results_paths.get(job.job_id, ("", 0))[0], _why(exc)
+            else:
+                if _size(partial) in (have, job.results_size):
+                    break  # all of it, or nothing more: the checksum says which
+                why = "the stream ended early"
+            # A cut (a relay's circuit at its data cap or time): on from where it stopped.
+            stalls = 0
+            if parts >= RESULT_PARTS:
+                raise p.ProtocolError(
+                    f"results: {_size(partial)} of {job.results_size} bytes after {parts} "
+                    f"parts ({why})"
+                )
+            log.info(
+                "job %s: results cut at %d of %d bytes %s (%s): resuming from there",
+                job.job_id,
+                _size(partial),
+                job.results_size,
+                path,
+                why,
+            )
         try:
-            await p.send(stream, self.ctx.identity, p.FetchResults(job_id=job.job_id))
+            verify(partial, job.results_sha256, job.results_size)  # raises, clearly
+        except BaseException:
+            partial.unlink(missing_ok=True)  # never resumed from bytes that do not add up
+            raise
+        partial.replace(target)
+        self._results_paths[job.job_id] = (path, parts)
+        current = self.ctx.store.get_job(job.job_id) or job
+        self._save(msgspec.structs.replace(current, results_dir=str(target), results_error=""))
+
+    async def _fetch_part(self, job: api.JobInfo, partial: Path, have: int) -> str:
+        """The results' bytes from ``have`` on, appended to ``partial`` until the stream ends;
+        returns the path the stream took ("direct", "via relay …")."""
+        service = self._service()
+        try:
+            stream = await self._open(service, job.provider)
+        except Exception as exc:
+            raise _NoStream(exc) from exc
+        path = service.path(job.provider, stream)
+        self._results_paths[job.job_id] = (path, 0)
+        try:
+            fetch = p.FetchResults(job_id=job.job_id, offset=have)
+            await p.send(stream, self.ctx.identity, fetch)
             with _waiting(RESULT_CHUNK_S, "for the results' header"):
                 received = await p.receive(stream, job.provider)
             if received is None or not isinstance(received[0], p.ResultsHeader):
@@ -81,13 +153,14 @@ class ConsumerResults(ConsumerBase):
             # the job bound what we accept (a header may not announce more).
             if header.sha256 != job.results_sha256 or header.size != job.results_size:
                 raise p.ProtocolError("results header does not match the job's checksum and size")
-            partial = target.with_suffix(".part")
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            got = 0
-            transfer_s = RESULT_TRANSFER_S + header.size / RESULT_MIN_RATE
+            # A provider of before issue 24 sends everything (offset 0): we start over.
+            if header.offset not in (0, have):
+                raise p.ProtocolError(f"results resumed at {header.offset}, asked {have}")
+            got = header.offset
+            transfer_s = RESULT_TRANSFER_S + (header.size - got) / RESULT_MIN_RATE
             with (
-                _waiting(transfer_s, f"for {header.size} bytes of results"),
-                partial.open("wb") as handle,
+                _waiting(transfer_s, f"for {header.size - got} bytes of results"),
+                partial.open("ab" if got else "wb") as handle,
             ):
                 while got < header.size:
                     with _waiting(RESULT_CHUNK_S, "for the next bytes of the results"):
@@ -99,10 +172,7 @@ class ConsumerResults(ConsumerBase):
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
-        verify(partial, header.sha256, header.size)  # raises with a clear message
-        partial.replace(target)
-        current = self.ctx.store.get_job(job.job_id) or job
-        self._save(msgspec.structs.replace(current, results_dir=str(target), results_error=""))
+        return path
 
     async def results(self, command: api.FetchJobResults) -> api.JobResults:
         job = self.ctx.store.get_job(command.job_id.strip())
@@ -127,7 +197,9 @@ class ConsumerResults(ConsumerBase):
             raise EngineError("no_results", f"job {job.job_id} has no results yet ({state})")
         archive = Path(job.results_dir)
         out = Path(command.out_dir).expanduser()
-        return await trio.to_thread.run_sync(_unpack, job, archive, out)
+        unpacked = await trio.to_thread.run_sync(_unpack, job, archive, out)
+        path, parts = self._results_paths.get(job.job_id, ("", 0))
+        return msgspec.structs.replace(unpacked, path=path, parts=parts)
 
     async def delete_results(self, command: api.DeleteJobResults) -> api.Done:
         """`notebook delete`: a finished job's files removed on its provider (helper D;
@@ -148,6 +220,13 @@ class ConsumerResults(ConsumerBase):
             why = answer.reason if isinstance(answer, p.Refusal) else "an unexpected answer"
             raise EngineError("refused", f"the provider did not delete the files: {why}")
         return api.Done(message=f"job {job.job_id}'s files were deleted on its provider")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _unpack(job: api.JobInfo, archive: Path, out: Path) -> api.JobResults:

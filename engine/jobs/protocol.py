@@ -9,7 +9,8 @@ never runs it),
 ``Follow`` (the provider streams ``Update`` frames: state, log lines, metering, until the job
 ends; a paid job's last one carries the provider's signed receipt), ``Countersign`` (the
 consumer's signature on that receipt), ``Cancel``, ``FetchResults`` (a signed
-``ResultsHeader``, then raw chunks whose sha256 the header fixes) and ``DeleteResults`` (a
+``ResultsHeader``, then raw chunks whose sha256 the header fixes, from an offset when a
+transfer resumes) and ``DeleteResults`` (a
 finished job's files removed on the provider: ``notebook delete``). Every frame is
 length-prefixed, size-bounded and signed by its sender; the receiver checks that the signer
 is the peer at the other end of the stream.
@@ -238,13 +239,23 @@ class Countersigned(JobMessage, tag="countersigned", frozen=True):
     receipt: SignedJson
 
 
+# Where a results transfer resumes (issue 24): a relay ends a circuit after its data cap or
+# time, and the consumer asks again from the bytes it has. Bounded by the largest archive a
+# consumer fetches (consumer_base.MAX_RESULTS_BYTES is 2 GiB); a provider also refuses an
+# offset past its archive's size.
+ResultOffset = Annotated[int, msgspec.Meta(ge=0, le=1 << 40)]
+
+
 class FetchResults(JobMessage, tag="fetch_results", frozen=True):
-    pass
+    # The archive's bytes from here on (0: all). A provider of before issue 24 ignores it
+    # and sends everything, with a header whose offset is 0: the consumer starts over.
+    offset: ResultOffset = 0
 
 
 class ResultsHeader(JobMessage, tag="results", frozen=True):
     sha256: ShortText
     size: int
+    offset: ResultOffset = 0  # the first byte that follows (FetchResults.offset)
 
 
 class DeleteResults(JobMessage, tag="delete_results", frozen=True):

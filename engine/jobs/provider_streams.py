@@ -188,11 +188,19 @@ class ProviderStreams(ProviderQuotes):
         if not job.results_dir or not Path(job.results_dir).exists():
             await self._reply(stream, consumer, p.refusal(fetch.job_id, "no results for this job"))
             return
+        if fetch.offset > job.results_size:
+            why = f"offset {fetch.offset} is past the results' {job.results_size} bytes"
+            await self._reply(stream, consumer, p.refusal(fetch.job_id, why))
+            return
         header = p.ResultsHeader(
-            job_id=job.job_id, sha256=job.results_sha256, size=job.results_size
+            job_id=job.job_id,
+            sha256=job.results_sha256,
+            size=job.results_size,
+            offset=fetch.offset,
         )
         await p.send(stream, self.ctx.identity, header)
         with Path(job.results_dir).open("rb") as handle:
+            handle.seek(fetch.offset)  # a resumed transfer (a relay's circuit ended)
             while chunk := handle.read(p.RESULT_CHUNK):
                 await stream.write(chunk)
 

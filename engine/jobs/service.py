@@ -207,6 +207,9 @@ class NodeJobs:
         if job.role == "provider" and (samples := self.provider.usage(job.job_id)):
             # A job running here: its latest live sample (not stored: it moves every few s).
             job = msgspec.structs.replace(job, usage=samples[-1])
+        if job.state not in api.TERMINAL_STATES:  # through a relay or direct (issue 24)
+            other = job.provider if job.role == "consumer" else job.consumer
+            job = msgspec.structs.replace(job, path=self.consumer.path_to(other))
         return job
 
     async def _usage(self, command: api.GetJobUsage) -> api.JobUsage:

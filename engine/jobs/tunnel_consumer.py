@@ -129,6 +129,12 @@ class ConsumerTunnels:
             raise EngineError("not_running", f"job {job.job_id} has ended ({job.state})")
         return job
 
+    def _path(self, provider: str, stream: Any) -> str:
+        """ "direct" or "via relay <short id>": the user is told which (issue 24)."""
+        with contextlib.suppress(EngineError):
+            return self._network().require_service("job tunnels").path(provider, stream)
+        return ""
+
     def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._nursery is None:
             raise EngineError("no_network", "job tunnels need the running node (a daemon)")
@@ -156,6 +162,7 @@ class ConsumerTunnels:
             job.provider,
             TunnelOpen(job_id=job.job_id, kind="tcp", port=command.remote_port),
         )
+        path = self._path(job.provider, probe)
         await StreamPipe(probe).send_eof()
         await reset(probe)
         try:
@@ -173,6 +180,7 @@ class ConsumerTunnels:
             local_port=local,
             remote_port=command.remote_port,
             url=f"http://127.0.0.1:{local}/",
+            path=path,
         )
         lease = command.lease_s if math.isfinite(command.lease_s) else 0.0
         lease = max(0.0, min(lease, 3600.0))
@@ -186,7 +194,11 @@ class ConsumerTunnels:
                 await listener.aclose()
             raise
         log.info(
-            "forwarding 127.0.0.1:%d to job %s port %d", local, job.job_id, command.remote_port
+            "forwarding 127.0.0.1:%d to job %s port %d (%s)",
+            local,
+            job.job_id,
+            command.remote_port,
+            path,
         )
         return info
 
@@ -248,7 +260,9 @@ class ConsumerTunnels:
             forward.connections -= 1
             await local.close()
             return
-        forward.info = msgspec.structs.replace(forward.info, opened=forward.info.opened + 1)
+        forward.info = msgspec.structs.replace(
+            forward.info, opened=forward.info.opened + 1, path=self._path(provider, stream)
+        )
         try:
             await relay(local, StreamPipe(stream, self.idle_s), idle_s=self.idle_s)
         finally:
@@ -302,7 +316,8 @@ class ConsumerTunnels:
         except BaseException:
             await reset(stream)
             raise
-        return api.ShellSession(job_id=job.job_id, socket=str(path))
+        route = self._path(job.provider, stream)
+        return api.ShellSession(job_id=job.job_id, socket=str(path), path=route)
 
     async def _relay_shell(self, stream: Any, listener: trio.socket.SocketType, path: Path) -> None:
         try:

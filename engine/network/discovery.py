@@ -117,6 +117,7 @@ class Discovery:
         lookup_s: float = DHT_LOOKUP_INTERVAL_S,
         vouchers: Callable[[], list[Any]] = list,
         relay_addrs: Callable[[], list[str]] = list,
+        mapped_addrs: Callable[[], list[str]] = list,
     ) -> None:
         self.host = host
         self.pubsub = pubsub
@@ -153,8 +154,10 @@ class Discovery:
         self.confirm = ConfirmService(host, self.confirmed, self._claimed, self._observed)
         # The bootstrap peers we are connected to: who we ask to confirm an address.
         self.vouchers = vouchers
-        # Our circuit addresses through relays we hold a reservation on (relay.py).
+        # Our circuit addresses through relays we hold a reservation on (relay.py), and the
+        # router's address and port it forwards to us (upnp.py): direct ones first.
         self.relay_addrs = relay_addrs
+        self.mapped_addrs = mapped_addrs
         self._unconfirmed: dict[str, int] = {}  # peer id -> questions left
         self._confirm_wake = trio.Event()
         self.lookup_count = 0  # DHT lookups begun, for tests
@@ -210,7 +213,11 @@ class Discovery:
             if self._published is None or self._published.withdrawn:
                 return None
             return adverts.tombstone(peer_id=me, channel=self.channel, seq=self._next_seq())
-        addrs = tuple(str(a) for a in self.host.get_addrs()) + tuple(self.relay_addrs())
+        addrs = (
+            tuple(str(a) for a in self.host.get_addrs())
+            + tuple(self.mapped_addrs())
+            + tuple(self.relay_addrs())
+        )
         return adverts.stamp(
             wanted,
             peer_id=me,
@@ -469,7 +476,19 @@ class Discovery:
                 if await self.confirm.ask(voucher, [peer_id]):
                     break
             addrs = self.confirmed.confirmed(peer_id, info.addrs)
+        if not addrs:
+            return
+        # Only its confirmed addresses, and a fresh chance: the DHT's walks teach the
+        # peerstore whatever other peers say of it (one listening on 0.0.0.0 is listed at
+        # 0.0.0.0, which dials ourselves), and a dial that failed on those left the peer in
+        # the swarm's negative cache for a minute, refusing every dial of ours to it
+        # (measured in the NAT lab: a provider behind a UPnP router unreachable for 60 s).
+        pid = peer_id_of(peer_id)
+        self.host.get_peerstore().clear_addrs(pid)
         add_peer_addrs(self.host, peer_id, addrs)
+        unblock = getattr(self.host.get_network(), "unblock_peer", None)
+        if unblock is not None:
+            unblock(pid)
 
     def _want_confirmation(self, peer_id: str) -> None:
         if peer_id not in self._unconfirmed and len(self._unconfirmed) < MAX_UNCONFIRMED:

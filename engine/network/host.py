@@ -31,7 +31,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
-from engine.identity import Identity
+from engine.identity import Identity, short_peer_id
 from engine.network import yamux_credit
 from engine.network.libp2p_guards import (
     bound_multistream_messages,
@@ -203,6 +203,30 @@ def is_connected(host: Any, peer_id: ID) -> bool:
     return bool(host.get_network().connections.get(peer_id))
 
 
+def has_open_connection(host: Any, peer_id: ID) -> bool:
+    """A connection to ``peer_id`` that is not closed: one a relay ended stays listed a
+    while, and ``new_stream`` then fails with "No valid connections" instead of dialling."""
+    try:
+        conns = host.get_network().get_connections(peer_id)
+    except Exception:
+        return False
+    return any(not getattr(conn, "is_closed", False) for conn in conns)
+
+
+def drop_closed(host: Any, peer_id: ID) -> int:
+    """Forget connections to ``peer_id`` that are closed but still listed (a circuit the
+    relay ended): the swarm keeps one connection a peer, and a new one must take its place.
+    Returns how many went."""
+    network = host.get_network()
+    dropped = 0
+    with contextlib.suppress(Exception):
+        for conn in list(network.get_connections(peer_id)):
+            if getattr(conn, "is_closed", False):
+                network.remove_conn(conn)
+                dropped += 1
+    return dropped
+
+
 async def keep_bootstrapped(host: Any, addrs: Sequence[str], on_connected: Any = None) -> None:
     """Stay connected to every bootstrap peer; redial with jittered exponential backoff.
 
@@ -228,7 +252,10 @@ async def keep_bootstrapped(host: Any, addrs: Sequence[str], on_connected: Any =
 async def _keep_one(host: Any, info: PeerInfo, on_connected: Any) -> None:
     backoff = BOOTSTRAP_MIN_BACKOFF_S
     while True:
-        if not is_connected(host, info.peer_id):
+        # Not is_connected: a connection that closed can stay listed (seen after a relay reset
+        # a circuit that was still being written to), and would never be dialled again.
+        if not has_open_connection(host, info.peer_id):
+            drop_closed(host, info.peer_id)
             # Our backoff paces a bootstrap's dials: py-libp2p's own negative cache would keep
             # it away a minute after each failed one (longer while other dials keep failing),
             # so a rig behind a lossy link stayed cut off long after the link came back.
@@ -266,6 +293,50 @@ def is_relayed_conn(conn: Any) -> bool:
     with contextlib.suppress(Exception):
         return any("/p2p-circuit" in str(a) for a in conn.get_transport_addresses())
     return False
+
+
+def _raw_of(conn: Any) -> Any:
+    """The raw connection under a swarm, muxed or secured connection (itself if none)."""
+    for name in ("muxed_conn", "secured_conn", "conn"):
+        inner = getattr(conn, name, None)
+        if inner is not None and inner is not conn:
+            conn = inner
+    return conn
+
+
+def relay_of_conn(conn: Any) -> str:
+    """The relay a relayed connection runs through ("" when it cannot be told). Read from
+    the relay stream it rides on, whose far end is the relay on both sides: the inbound
+    side's circuit address names ourselves instead (docs/network-nat.md, defect 8)."""
+    with contextlib.suppress(Exception):
+        return str(_raw_of(conn).stream.muxed_conn.peer_id)
+    with contextlib.suppress(Exception):
+        for addr in conn.get_transport_addresses():
+            text = str(addr)
+            if "/p2p-circuit" in text:
+                return text.split("/p2p-circuit")[0].rsplit("/p2p/", 1)[1]
+    return ""
+
+
+def connection_path(conn: Any) -> str:
+    """How a connection reaches its peer, as the user is told: "direct" or "via relay
+    <short id>" (engine/identity.short_peer_id)."""
+    if not (is_relayed_conn(conn) or is_relayed_conn(_raw_of(conn))):
+        return "direct"
+    relay = relay_of_conn(conn)
+    return f"via relay {short_peer_id(relay)}" if relay else "via a relay"
+
+
+def peer_path(host: Any, peer_id: ID) -> str:
+    """The path of our connection to ``peer_id``: "direct" when any is, else "via relay …";
+    "" when we have none."""
+    try:
+        paths = [connection_path(c) for c in host.get_network().get_connections(peer_id)]
+    except Exception:
+        return ""
+    if "direct" in paths:
+        return "direct"
+    return paths[0] if paths else ""
 
 
 def observed_addr(host: Any, peer_id: ID) -> str | None:

@@ -177,6 +177,31 @@ class GuardedPubsub(Pubsub):
         # than left half open for the peer to keep writing into.
         await supervise.reset_quietly(stream)
 
+    async def handle_dead_peer_queue(self) -> None:
+        # py-libp2p 0.8.1 ``Pubsub.handle_dead_peer_queue`` keeps a peer whose connection
+        # closed while another connection to it is open. When a peer restarts its network and
+        # is back before its old connection's end is handled, its entry keeps the dead
+        # connection's stream: ``_handle_new_peer`` skipped the new connection (the peer was
+        # known), no hello goes out on it, and the peer never learns our subscriptions (its
+        # heartbeats stopped reaching us). Such an entry is dropped here like any dead peer;
+        # ``_handle_dead_peer`` registers the peer again on the connection it still has.
+        async with self.dead_peer_receive_channel:
+            self.event_handle_dead_peer_queue_started.set()
+            async for peer_id in self.dead_peer_receive_channel:
+                live = [
+                    conn
+                    for conn in self.host.get_network().get_connections(peer_id)
+                    if not _closed(getattr(conn, "muxed_conn", None))
+                ]
+                stream = self.peers.get(peer_id)
+                stale = stream is not None and _closed(getattr(stream, "muxed_conn", None))
+                if live and not stale:
+                    continue
+                try:
+                    self._handle_dead_peer(peer_id)
+                except Exception as exc:
+                    supervise.FAILURES.record("pubsub dead peer", exc)
+
     async def push_msg(self, msg_forwarder: Any, msg: Any) -> None:
         # py-libp2p 0.8.1 runs ``push_msg`` with ``manager.run_task``: a task that raises
         # (a garbage ``from_id``, a validator's exception) would end the whole pubsub service.
@@ -184,3 +209,8 @@ class GuardedPubsub(Pubsub):
             await super().push_msg(msg_forwarder, msg)
         except Exception as exc:
             supervise.FAILURES.record("pubsub message", exc)
+
+
+def _closed(muxed_conn: Any) -> bool:
+    """A connection's muxer has ended (None: its handshake is not done yet: open)."""
+    return muxed_conn is not None and bool(getattr(muxed_conn, "is_closed", False))

@@ -30,6 +30,7 @@ from engine.network.chat import (
     direct_conversation,
 )
 from engine.network.chat_quarantine import ChatQuarantine
+from engine.network.doctor import diagnose
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
 from engine.network.service import NetworkService
@@ -363,6 +364,7 @@ class NodeNetwork:
             api.ChatSend: self._chat_send,
             api.ChatHistory: self._chat_history,
             api.GetNetworkStatus: self._network_status,
+            api.NetworkDoctor: self._doctor,
         }
 
     async def _list_peers(self, command: api.ListPeers) -> api.PeerList:
@@ -545,6 +547,9 @@ class NodeNetwork:
             contained_failures=supervise.FAILURES.snapshot(),
             **jobs,
         )
+
+    async def _doctor(self, command: api.NetworkDoctor) -> api.NetworkDoctorReport:
+        return diagnose(self.service)
 
 
 def _totals(rows: list[api.PeerResources]) -> api.ChannelTotals:

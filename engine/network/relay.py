@@ -51,7 +51,7 @@ from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 
 from engine.config import NetworkSettings
 from engine.domain.ratelimit import address_scopes
-from engine.network.host import is_relayed_conn
+from engine.network.host import has_open_connection, is_relayed_conn
 
 log = logging.getLogger("nunet.network.relay")
 
@@ -66,6 +66,50 @@ STOP_HANDSHAKES_PER_RELAY = 8  # relayed connections being set up at once, per r
 DIAL_TIMEOUT_S = 10.0
 CIRCUIT = "/p2p-circuit"
 
+
+class _Circuit:
+    """The reads of one circuit's two directions (RelayService._relay_data), ended together
+    when one direction ends on a reset stream (issue 24: the library's data cap resets both
+    streams, and the other direction's read of a stream reset here never returned, so the
+    circuit held its peer's share until relay_circuit_s; a fetch in parts was then refused
+    its next circuits). Only reads are cancelled: a write cut mid-frame would break the
+    whole connection under it."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self.reads: set[trio.CancelScope] = set()
+
+    def end(self) -> None:
+        self.ended = True
+        for scope in self.reads:
+            scope.cancel()
+
+
+class _EndableReads:
+    """A circuit's stream whose reads return b"" (the end) once the circuit ended."""
+
+    def __init__(self, stream: Any, circuit: _Circuit) -> None:
+        self._stream = stream
+        self._circuit = circuit
+
+    async def read(self, n: int | None = None) -> bytes:
+        if self._circuit.ended:
+            return b""
+        with trio.CancelScope() as scope:
+            self._circuit.reads.add(scope)
+            try:
+                return bytes(await self._stream.read(n))
+            finally:
+                self._circuit.reads.discard(scope)
+        return b""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_circuit: contextvars.ContextVar[_Circuit | None] = contextvars.ContextVar(
+    "relay_circuit", default=None
+)
 _stop_streams: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
     "relay_stop_streams", default=None
 )
@@ -172,6 +216,8 @@ class RelayService:
         self.bounds = bounds
         recording: Any = _RecordingHost(host)
         self.protocol = CircuitV2Protocol(recording, limits=bounds.limits(), allow_hop=True)
+        self._relay_direction = self.protocol._relay_data
+        self.protocol._relay_data = self._relay_data  # type: ignore[method-assign,assignment]
         self._reserved_from: dict[str, set[ID]] = {}  # address -> peers that reserved from it
         self._reserving: set[ID] = set()  # being answered right now
         self._circuits_of_peer: dict[ID, int] = {}
@@ -257,17 +303,47 @@ class RelayService:
         self._circuits_of_ip[ip] = self._circuits_of_ip.get(ip, 0) + 1
         recorded: list[Any] = []
         token = _stop_streams.set(recorded)
+        circuit_token = _circuit.set(_Circuit())
         try:
             # The circuit's whole life, idle or not, setting up included.
             with trio.move_on_after(self.bounds.circuit_s):
                 await self.protocol._handle_connect(stream, msg)
         finally:
+            _circuit.reset(circuit_token)
             _stop_streams.reset(token)
-            for other in recorded:
+            for other in (*recorded, stream):  # the circuit is over: both of its ends
                 await _reset(other)
-            self.protocol._active_relays.pop(source, None)
+            # Only this circuit's entries: the library keys them by peer, and a newer
+            # circuit of the same peers may have taken the key (defect 5).
+            mine = {id(s) for s in (*recorded, stream)}
+            for key, pair in list(self.protocol._active_relays.items()):
+                if any(id(s) in mine for s in pair if s is not None):
+                    del self.protocol._active_relays[key]
             _decrement(self._circuits_of_peer, source)
             _decrement(self._circuits_of_ip, ip)
+
+    async def _relay_data(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        """One direction of a circuit, the library's, whose reads end with the circuit
+        (:class:`_Circuit`)."""
+        circuit = _circuit.get()
+        if circuit is None:
+            await self._relay_direction(src, dst, *args, **kwargs)
+            return
+        # Its peer id is only a key to the library (the data cap is the circuit's own): our
+        # circuit in its place, so that its cleanup, which closes the streams filed under
+        # that key, never closes a newer circuit of the same peers (defect 5: seen as a
+        # shell's stream hanging on a circuit an older one's end had half-closed).
+        key: Any = circuit
+        try:
+            endable: Any = _EndableReads(src, circuit)
+            await self._relay_direction(endable, dst, key, *args[1:], **kwargs)
+        finally:
+            if _was_reset(src) or _was_reset(dst):
+                circuit.end()
+
+
+def _was_reset(stream: Any) -> bool:
+    return str(getattr(getattr(stream, "_state", None), "name", "")) in ("RESET", "ERROR")
 
 
 def _decrement(counts: dict[Any, int], key: Any) -> None:
@@ -409,13 +485,12 @@ class RelayClient:
     async def dial(self, peer_id: ID, circuits: Sequence[multiaddr.Multiaddr]) -> bool:
         """Connect to ``peer_id`` through one of ``circuits`` whose relay we are connected to
         (no other relay is dialled). True once connected."""
-        network = self.host.get_network()
         for circuit in circuits:
             try:
                 relay = relay_of(circuit)
             except Exception:
                 continue
-            if relay == self.host.get_id() or not network.connections.get(relay):
+            if relay == self.host.get_id() or not has_open_connection(self.host, relay):
                 continue
             try:
                 with trio.fail_after(DIAL_TIMEOUT_S):
@@ -423,7 +498,7 @@ class RelayClient:
             except (Exception, trio.TooSlowError) as exc:
                 log.info("could not reach %s through %s: %s", peer_id, relay, exc)
                 continue
-            if network.connections.get(peer_id):
+            if has_open_connection(self.host, peer_id):  # not a closed one still listed
                 return True
         return False
 

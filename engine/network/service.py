@@ -29,6 +29,7 @@ from engine.domain.peer_info import PeerInfo
 from engine.identity import Identity
 from engine.network import adverts, supervise
 from engine.network import host as hostmod
+from engine.network.autonat import DialBackServer, Reachability
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
 from engine.network.dcutr import HolePunch, has_direct, has_relayed
 from engine.network.dht_bounds import BoundedKadDHT
@@ -45,6 +46,7 @@ from engine.network.relay import (
     circuit_addrs,
     relay_candidates,
 )
+from engine.network.upnp import PortMapper
 
 log = logging.getLogger("nunet.network")
 
@@ -53,6 +55,7 @@ PING_INTERVAL_S = 5.0
 ROUTING_RETRY_MAX_S = 60.0
 CLOSE_TIMEOUT_S = 1.0
 UPGRADE_TIMEOUT_S = 30.0  # one hole punch, its exchange over the relay included
+CIRCUITS_REMEMBERED = 256  # peers whose last circuit addresses reach() keeps (issue 24)
 
 
 def dht_bounds_of(settings: NetworkSettings) -> StoreBounds:
@@ -134,10 +137,16 @@ class NetworkService:
         # Circuit relay v2 (relay.py): reservations, circuit addresses, dials through a relay;
         # the relay service itself only with [network] relay_service.
         self.relay_client: RelayClient | None = None
+        self._circuits_of: dict[str, list[Any]] = {}  # multiaddrs
         self.relay_service: RelayService | None = None
         # Hole punching (dcutr.py): a relayed connection we made is upgraded where the NATs
         # allow; peers' requests are answered on relayed connections only.
         self.hole_punch: HolePunch | None = None
+        # UPnP (upnp.py): the home router forwards our listen port while we advertise.
+        self.port_mapper: PortMapper | None = None
+        # AutoNAT (autonat.py): whether the internet reaches us, and dial-backs for others.
+        self.reachability: Reachability | None = None
+        self.autonat_server: DialBackServer | None = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -146,6 +155,22 @@ class NetworkService:
             return hostmod.our_addrs(self.host) if self.host is not None else []
         except OSError:
             return []  # closing: the listener's socket is already gone (a restart, a stop)
+
+    def _forward_changed(self) -> None:
+        """The router forwards a port to us now, or no longer: advertise it, and learn again
+        whether the internet reaches us."""
+        self.republish_advert()
+        if self.reachability is not None:
+            self.reachability.soon()
+
+    def _tcp_port(self) -> int | None:
+        """The TCP port of our first non-loopback IPv4 listen address (what UPnP forwards)."""
+        for addr in self.bound_listen():
+            parts = addr.split("/")
+            ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
+            if ip4_tcp and not parts[2].startswith("127."):
+                return int(parts[4])
+        return None
 
     def bound_listen(self) -> list[str]:
         """The listen addresses with the ports actually bound (``tcp/0`` resolved).
@@ -174,7 +199,17 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         pid = hostmod.peer_id_of(peer_id)
         await self.reach(peer_id)
-        return await self.host.new_stream(pid, [TProtocol(protocol)])
+        try:
+            return await self.host.new_stream(pid, [TProtocol(protocol)])
+        except Exception as exc:
+            # A circuit the relay has just ended (its time or data cap, issue 24) can still
+            # look open to reach() and be found closed by new_stream, which then does not
+            # dial: once more, through a new circuit, when the peer is reached that way.
+            if self.relay_client is None or hostmod.has_open_connection(self.host, pid):
+                raise
+            log.info("stream to %s failed (%s): trying a new circuit", peer_id, exc)
+            await self._reach_relayed(peer_id)
+            return await self.host.new_stream(pid, [TProtocol(protocol)])
 
     async def reach(self, peer_id: str) -> None:
         """Before dialling ``peer_id``: the peerstore holds its confirmed addresses, asked of
@@ -190,17 +225,31 @@ class NetworkService:
             return
         info = self.table.get(peer_id)
         circuits = circuit_addrs(info.addrs, peer_id) if info is not None else []
+        if circuits:
+            self._circuits_of[peer_id] = circuits
+            while len(self._circuits_of) > CIRCUITS_REMEMBERED:
+                self._circuits_of.pop(next(iter(self._circuits_of)))
+        else:
+            # A peer we reach through a relay can drop out of the table while its circuit is
+            # being replaced (its heartbeats rode the circuit that ended): its last circuit
+            # addresses, from its signed advert, still lead to it (issue 24).
+            circuits = self._circuits_of.get(peer_id, [])
         if not circuits:
             return
         pid = hostmod.peer_id_of(peer_id)
-        if hostmod.is_connected(self.host, pid):
+        # Not is_connected: a circuit the relay ended (its time or data cap) leaves a closed
+        # connection listed, and a stream must then go through a new circuit (issue 24).
+        if hostmod.has_open_connection(self.host, pid):
             return
+        hostmod.drop_closed(self.host, pid)
         direct = [a for a in self.host.get_peerstore().addrs(pid) if "/p2p-circuit" not in str(a)]
         if direct:
             with contextlib.suppress(Exception, trio.TooSlowError):
                 await hostmod.connect(self.host, hostmod.PeerInfo(pid, direct))
                 return
-        if await self.relay_client.dial(pid, circuits) and self._nursery is not None:
+        if not await self.relay_client.dial(pid, circuits):
+            log.info("could not reach %s through any relay we are connected to", peer_id)
+        elif self._nursery is not None:
             # The stream that wanted this peer goes through the relay now; new ones take the
             # direct connection once there is one.
             self._nursery.start_soon(self._upgrade, pid)
@@ -217,6 +266,19 @@ class NetworkService:
             log.info("direct connection to %s %.2fs after the relayed one", pid, took)
         else:
             log.info("no direct connection to %s: staying relayed", pid)
+
+    def path(self, peer_id: str, stream: Any = None) -> str:
+        """How we reach ``peer_id`` now, as the user is told: "direct", "via relay <short
+        id>", or "" (no connection); with ``stream``, the path of the connection it runs on."""
+        if stream is not None and (muxed := getattr(stream, "muxed_conn", None)) is not None:
+            return hostmod.connection_path(muxed)
+        if self.host is None:
+            return ""
+        try:
+            pid = hostmod.peer_id_of(peer_id)
+        except ValueError:
+            return ""
+        return hostmod.peer_path(self.host, pid)
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
@@ -331,12 +393,20 @@ class NetworkService:
         )
         self.chat.before_dial = self.reach
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
+        if self.settings.upnp:
+            self.port_mapper = PortMapper(
+                self._tcp_port, self.identity.peer_id, on_change=self._forward_changed
+            )
         self.relay_client.install()
         self.hole_punch = HolePunch(self.host)
         self.hole_punch.install()
         if self.settings.relay_service:
             self.relay_service = RelayService(self.host, RelayBounds.of(self.settings))
             self.relay_service.install()
+        self.reachability = Reachability(self.host, interval_s=self.settings.autonat_interval_s)
+        if self.settings.autonat_service:
+            self.autonat_server = DialBackServer(self.host)
+            self.autonat_server.install()
         try:
             async with (
                 self.host.run(hostmod.listen_multiaddrs(self.settings.listen)),
@@ -386,6 +456,16 @@ class NetworkService:
             ),
         )
         nursery.start_soon(supervise.supervised, "routing upkeep", self._routing_upkeep)
+        if self.reachability is not None:
+            reachability = self.reachability
+            nursery.start_soon(
+                supervise.supervised,
+                "reachability",
+                # Nothing to republish on a new verdict: the relay client follows it by itself
+                # (relay.py, every few seconds) and republishes when our circuit addresses
+                # change; an advert per verdict told the channel a silent node was alive.
+                lambda: reachability.run(self._autonat_servers, self.bound_listen, lambda: None),
+            )
         relays_only = [r for r in self.settings.relays if r not in self.settings.bootstrap]
         if relays_only:
             nursery.start_soon(
@@ -409,6 +489,7 @@ class NetworkService:
             lookup_s=max(DHT_LOOKUP_INTERVAL_S, self.settings.heartbeat_interval_s),
             vouchers=self._vouchers,
             relay_addrs=self.relay_client.addrs if self.relay_client is not None else list,
+            mapped_addrs=self.port_mapper.addrs if self.port_mapper is not None else list,
         )
         self.heartbeats = Heartbeats(
             pubsub=self.pubsub,
@@ -426,14 +507,33 @@ class NetworkService:
                 "relay reservations",
                 lambda: client.run(self._advertising, self.republish_advert),
             )
+        if self.port_mapper is not None:
+            mapper = self.port_mapper
+            # While an offer is out, public or not: a node public through its router's forward
+            # must keep it (dropping it once public would make it private again).
+            nursery.start_soon(supervise.supervised, "upnp", lambda: mapper.run(self._offer_out))
         nursery.start_soon(supervise.supervised, "heartbeats", self.heartbeats.run)
 
     async def _close(self) -> None:
         """Close connections while our tasks still exist; shielded: we may be cancelled."""
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+            connections = [
+                conn for group in self.host.get_network().connections.values() for conn in group
+            ]
             if self.chat is not None:
                 await self.chat.close()
             await self.host.close()
+            # py-libp2p 0.8.1 ``SwarmConn.close`` marks a connection closed before it closes
+            # its muxer: one whose close was cancelled on the way (the restart's cancellation
+            # reaches the swarm's tasks first) is skipped by ``host.close`` and its socket
+            # stays open. The peer then never sees it end and keeps its pubsub stream on it:
+            # our heartbeats after a restart never reached our bootstrap peer. Each
+            # connection's secured channel is closed here, whatever its swarm wrapper says.
+            for conn in connections:
+                secured = getattr(getattr(conn, "muxed_conn", None), "secured_conn", None)
+                if secured is not None:
+                    with contextlib.suppress(Exception):
+                        await secured.close()
 
     def _stop_threads(self) -> None:
         seen = getattr(self.pubsub, "seen_messages", None)
@@ -450,10 +550,33 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         return self.chat
 
-    def _advertising(self) -> bool:
-        """We have an offer out: a reservation on a relay is worth holding."""
+    def _offer_out(self) -> bool:
+        """We have an offer out (an advert not withdrawn): consumers need to reach us."""
         published = self.discovery.published if self.discovery is not None else None
         return published is not None and not published.withdrawn
+
+    def _advertising(self) -> bool:
+        """We have an offer out and are not known to be publicly reachable: a reservation on
+        a relay is worth holding (an unknown verdict keeps it: the safe side)."""
+        if not self._offer_out():
+            return False
+        return self.reachability is None or self.reachability.verdict != "public"
+
+    def _autonat_servers(self) -> list[Any]:
+        """Whom to ask for a dial-back: bootstrap peers and relays first (configured by the
+        user), then other peers, over direct connections only."""
+        preferred = []
+        for addr in [*self.settings.bootstrap, *self.settings.relays]:
+            with contextlib.suppress(ValueError):
+                preferred.append(hostmod.parse_peer_addr(addr).peer_id)
+        network = self.host.get_network()
+        ordered = list(dict.fromkeys([*preferred, *self.host.get_connected_peers()]))
+        return [
+            peer
+            for peer in ordered
+            if peer != self.host.get_id()
+            and any(not hostmod.is_relayed_conn(c) for c in network.connections.get(peer, []))
+        ]
 
     def _vouchers(self) -> list[Any]:
         """Our bootstrap peers we are connected to: configured by the user and dialled at

@@ -18,9 +18,15 @@ from engine import api
 
 @functools.cache
 def _text() -> dict[type, Callable[[Any], str]]:
-    from nunet_tui.cli import gpu_output, job_output, node_output, reward_output
+    from nunet_tui.cli import doctor_output, gpu_output, job_output, node_output, reward_output
 
-    return {**node_output.TEXT, **job_output.TEXT, **reward_output.TEXT, **gpu_output.TEXT}
+    return {
+        **node_output.TEXT,
+        **job_output.TEXT,
+        **reward_output.TEXT,
+        **gpu_output.TEXT,
+        **doctor_output.TEXT,
+    }
 
 
 @functools.cache

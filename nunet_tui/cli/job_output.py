@@ -498,6 +498,10 @@ def _list_text(result: api.JobList) -> str:
 
 def _results_text(result: api.JobResults) -> str:
     lines = [f"results of {result.job_id} in {result.directory} (sha256 {result.sha256[:16]}…)"]
+    if result.path:  # issue 24: through a relay (in parts, each within its circuit) or direct
+        parts = f", in {result.parts} parts" if result.parts > 1 else ""
+        via = "directly" if result.path == "direct" else result.path
+        lines.append(f"fetched from the provider {via}{parts}")
     lines += [f"  {safe(name)}" for name in result.files]
     return "\n".join(lines)
 
@@ -523,6 +527,7 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
         + (f" · resumed from checkpoint {job.resumed_from}" if job.resumed_from else ""),
         f"  provider  {job.provider}",
         f"  consumer  {job.consumer}",
+        *([f"  path      {job.path}"] if job.path else []),  # via a relay or direct (issue 24)
         f"  script    {safe(job.spec.script_url or str(api.to_builtins(job.spec.git)))}",
         f"  runs as   {job.spec.framework} · {job.spec.device} · "
         f"{job.spec.tier} tier · {job.executor or '?'} executor",

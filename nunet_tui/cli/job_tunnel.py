@@ -140,8 +140,10 @@ def _forward(args: argparse.Namespace, client: EngineClient) -> None:
     if as_json:
         show_json(api.to_builtins(info), indent=None, flush=True)
     else:
+        path = f" {info.path}" if info.path else ""  # "direct" or "via relay …" (issue 24)
         show(
-            f"forwarding {info.url} -> job {info.job_id} port {info.remote_port} (Ctrl-C to stop)",
+            f"forwarding {info.url} -> job {info.job_id} port {info.remote_port}{path} "
+            "(Ctrl-C to stop)",
             flush=True,
         )
     with _stop_requested() as stop:
@@ -191,7 +193,13 @@ def _shell(args: argparse.Namespace, client: EngineClient) -> None:
     finally:
         sock.close()
     if code is None:
-        show_error(f"the shell in job {job.job_id} broke off without an exit status")
+        why = ""
+        if session.path.startswith("via relay"):  # issue 24: a circuit has a time/data limit
+            why = (
+                f": it ran {session.path}, whose circuits end after a time or data limit; "
+                "`job shell` again opens a new one"
+            )
+        show_error(f"the shell in job {job.job_id} broke off without an exit status{why}")
         raise SystemExit(1)
     raise SystemExit(code & 0xFF if code >= 0 else 1)
 

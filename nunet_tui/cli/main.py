@@ -348,6 +348,11 @@ def build_parser(
             dest="network_command", metavar="NETWORK_COMMAND", required=True
         )
         network_sub.add_parser("status", parents=[common], help="totals from heartbeats")
+        network_sub.add_parser(
+            "doctor",
+            parents=[common],
+            help="can peers reach this node? reachability, relays, connections, the fix",
+        )
 
     added: set[str] = set()
     for name, module in COMMAND_MODULES.items():
@@ -431,6 +436,7 @@ def runners(only: str | None = None) -> dict[str, Runner]:
             api.ChatHistory(peer_id=a.peer, limit=a.limit)
         ),
         "network status": lambda a, c: c.call_blocking(api.GetNetworkStatus()),
+        "network doctor": lambda a, c: c.call_blocking(api.NetworkDoctor()),
         "mode": _mode,
     }
     for name, module in COMMAND_MODULES.items():

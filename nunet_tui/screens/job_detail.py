@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import msgspec
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -184,6 +185,8 @@ class JobDetailScreen(CapabilityScreen):
             return
         previous = self.job
         self.job = event.job
+        if previous is not None and previous.path and not event.job.path:
+            self.job = msgspec.structs.replace(event.job, path=previous.path)
         if previous is None or previous.state != event.job.state:
             self.show_job()
             if is_terminal(event.job):
@@ -223,6 +226,8 @@ class JobDetailScreen(CapabilityScreen):
             state_text(job.state, mark=False),
             f" {where} {named_peer(getattr(self.app, 'peer_names', None), who)}",
         ]
+        if path := path_part(job):
+            parts.append(path)
         if job.started_at is not None:
             parts.append(f" · {hms(duration(job, now))}")
         if job.resumed_from:
@@ -433,3 +438,12 @@ __all__ = [
     "log_text",
     "traceback_tail",
 ]
+
+
+def path_part(job: JobInfo) -> tuple[str, str] | None:
+    """How this node reaches the other side of a job not ended (issue 24): " · via relay
+    12D3KooW…MnsH" (a warning's colour: relays cap a circuit's time and data) or " · direct";
+    None when not connected or ended."""
+    if not job.path or is_terminal(job):
+        return None
+    return (f" · {job.path}", "$text-warning" if job.path.startswith("via") else "")

@@ -3,6 +3,11 @@
 From the heartbeats this node has heard (GetNetworkStatus): how many providers, how much CPU,
 RAM, GPUs and VRAM they onboarded and how much of it is free, the load as bars, and one row
 per peer with its latest heartbeat. Refreshed every few seconds and when a peer changes.
+
+While the network is up, the "Reachability" panel is the connectivity doctor
+(``NetworkDoctor``, ``nunet-tui network doctor``): whether peers can dial this node (AutoNAT's
+verdict and who found it), how consumers reach it, the one fix when they cannot, its
+addresses, relay reservations and each connection's path.
 """
 
 from __future__ import annotations
@@ -17,18 +22,28 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import DataTable, Footer, Static
 
-from engine.api import GetNetworkStatus, NetworkStatus, Peer, PeerChanged
+from engine.api import (
+    GetNetworkStatus,
+    NetworkDoctor,
+    NetworkDoctorReport,
+    NetworkStatus,
+    Peer,
+    PeerChanged,
+)
 from engine.domain.peer_names import TABLE_NAME_WIDTH, peer_label
+from engine.errors import EngineError
 from nunet_tui.events import handles
 from nunet_tui.format import (
     DASH,
     ago,
     safe,
     short_addr,
+    short_peer_id,
     table_cell,
     thousands,
 )
 from nunet_tui.screens.base import TABLE_BINDINGS, CapabilityScreen
+from nunet_tui.viewmodels.reachability import VERDICT, consumers_line, evidence_line
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
@@ -36,6 +51,7 @@ from nunet_tui.widgets.sortable_table import AUTO, Row, SortableTables, TableSor
 from oracle_client.ntx import format_ntx
 
 REFRESH_S = 3.0
+SHOWN_CONNECTIONS = 6  # connection rows in the panel; the CLI lists them all
 
 
 class NetworkScreen(SortableTables, CapabilityScreen):
@@ -51,6 +67,7 @@ class NetworkScreen(SortableTables, CapabilityScreen):
     def __init__(self) -> None:
         super().__init__()
         self.status: NetworkStatus | None = None
+        self.doctor: NetworkDoctorReport | None = None
         sorts = (
             ("cpu", "free CPU"),
             ("ram", "free RAM"),
@@ -71,6 +88,10 @@ class NetworkScreen(SortableTables, CapabilityScreen):
                 yield Meter("GPUs", "in use", id="net-gpu", label_width=6, value_width=26)
                 yield Meter("VRAM", "MB in use", id="net-vram", label_width=6, value_width=26)
                 yield Static(id="network-note", markup=False)
+            with Vertical(id="reachability", classes="panel") as panel:
+                panel.border_title = "Reachability"
+                panel.border_subtitle = "nunet-tui network doctor"
+                yield KeyTable(id="doctor-facts")
             with Vertical(id="beats", classes="panel") as panel:
                 panel.border_title = "Recent heartbeats"
                 yield self.filter_box()
@@ -112,6 +133,19 @@ class NetworkScreen(SortableTables, CapabilityScreen):
         if status is not None:
             self.status = status
             self.show(status)
+        try:
+            report: NetworkDoctorReport | None = await self.nunet.client.call(NetworkDoctor())
+        except EngineError:
+            report = None  # an engine without the doctor: no panel, no error every refresh
+        self.show_doctor(report)
+
+    def show_doctor(self, report: NetworkDoctorReport | None) -> None:
+        self.doctor = report
+        panel = self.query_one("#reachability")
+        panel.display = report is not None and report.online
+        if report is None or not report.online:
+            return
+        self.query_one("#doctor-facts", KeyTable).set_rows(doctor_rows(report, self.nunet.clock()))
 
     @handles(PeerChanged)
     def _peer_changed(self, event: PeerChanged) -> None:
@@ -227,6 +261,69 @@ class NetworkScreen(SortableTables, CapabilityScreen):
         self.query_one("#beats").border_subtitle = (
             sorter.caption(len(shown), len(rows), "peer") if beating else ""
         )
+
+
+_VERDICT_STYLE = {"public": "$success", "private": "$warning", "unknown": "$text-muted"}
+
+
+def doctor_rows(report: NetworkDoctorReport, now: float) -> list[tuple[str, Content]]:
+    verdict = report.reachability
+    checked = f" · checked {ago(report.checked_at, now)}" if report.checked_at else ""
+    rows: list[tuple[str, Content]] = [
+        (
+            "Reachable",
+            Content.assemble(
+                (f"{verdict}", f"bold {_VERDICT_STYLE[verdict]}"),
+                f": {VERDICT[verdict]}",
+                (checked, "$text-muted"),
+            ),
+        ),
+        ("Reach", Content(_capitalised(consumers_line(report)))),
+    ]
+    if report.fix:
+        rows.append(("Fix", Content.styled(safe(report.fix), "bold $text-warning")))
+    for i, e in enumerate(report.evidence):
+        line = f"{short_peer_id(e.peer_id)} {evidence_line(e.outcome, e.addr, e.detail)}"
+        rows.append(("Evidence" if i == 0 else "", Content(safe(line))))
+    rows.append(
+        ("Listening", Content(", ".join(short_addr(a) for a in report.listen_addrs) or DASH))
+    )
+    rows.append(("Seen as", Content(", ".join(safe(a) for a in report.observed_addrs) or DASH)))
+    if not report.reservations:
+        rows.append(("Relays", Content.styled("no reservation", "$text-muted")))
+    for i, r in enumerate(report.reservations):
+        left = max(0.0, r.expires_at - now)
+        rows.append(
+            (
+                "Relays" if i == 0 else "",
+                Content(
+                    f"{short_peer_id(r.relay_peer_id)} at {short_addr(r.circuit_addr)} · "
+                    f"reserved, expires in {left / 60:.0f} min"
+                ),
+            )
+        )
+    rows.append(("UPnP", Content(safe(report.upnp))))
+    conns = report.connections
+    direct = sum(1 for c in conns if c.path == "direct")
+    rows.append(("Connections", Content(f"{direct} direct · {len(conns) - direct} relayed")))
+    for c in conns[:SHOWN_CONNECTIONS]:
+        via = f" via {short_peer_id(c.via_relay)}" if c.via_relay else ""
+        rows.append(
+            (
+                "",
+                Content(
+                    f"{short_peer_id(c.peer_id)} {c.path} · {safe(c.transport)}{via} · "
+                    f"{short_addr(c.remote_addr)}"
+                ),
+            )
+        )
+    if len(conns) > SHOWN_CONNECTIONS:
+        rows.append(("", Content.styled(f"+{len(conns) - SHOWN_CONNECTIONS} more", "$text-muted")))
+    return rows
+
+
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _sort_value(peer: Peer, key: str) -> Any:

@@ -5,20 +5,23 @@ Panels sit in a grid: two columns when the terminal is wide, one when it is narr
 come first, across the whole width: a job running for someone is what a provider watches
 (and at 80x24 it is what fits above the fold). They stay hidden until this machine has run
 a job, so a new provider sees its machine first. Later issues add their panels (rewards) to
-the same grid.
+the same grid. While the network is up, the onboarding panel says in one line whether
+consumers can reach this node (the connectivity doctor, ``NetworkDoctor``).
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from engine.api import JobChanged, JobLogEvent, Onboarding
+from engine.api import JobChanged, JobLogEvent, NetworkDoctor, NetworkDoctorReport, Onboarding
+from engine.errors import EngineError
 from nunet_tui.events import handles
 from nunet_tui.format import (
     TIMES,
@@ -31,11 +34,14 @@ from nunet_tui.format import (
 )
 from nunet_tui.screens.base import NodeScreen
 from nunet_tui.viewmodels.node import NodeView
+from nunet_tui.viewmodels.reachability import consumers_line
 from nunet_tui.widgets.gpu_card import GpuSummary
 from nunet_tui.widgets.key_table import KeyTable
 from nunet_tui.widgets.meter import Meter
 from nunet_tui.widgets.node_header import NodeHeader
 from nunet_tui.widgets.provider_jobs import ProviderJobs
+
+REACH_REFRESH_S = 15.0
 
 
 class ProviderDashboard(NodeScreen):
@@ -90,6 +96,7 @@ class ProviderDashboard(NodeScreen):
                 panel.border_title = "Onboarding"
                 yield Static(id="offer-hint", markup=False)
                 yield KeyTable(id="offer-table")
+                yield Static(id="reach-line", markup=False)
             with Vertical(id="readiness", classes="panel") as panel:
                 panel.border_title = "ML readiness"
                 yield KeyTable(id="readiness-checks")
@@ -103,9 +110,43 @@ class ProviderDashboard(NodeScreen):
     def _job_log(self, event: JobLogEvent) -> None:
         self.query_one(ProviderJobs).log_lines(event.job_id, event.lines)
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#reach-line").display = False
+        self.set_interval(REACH_REFRESH_S, self._reach_tick)
+
+    def _reach_tick(self) -> None:
+        if self.is_current:
+            self.load_reach()
+
+    @work(exclusive=True, group="reach")
+    async def load_reach(self) -> None:
+        try:
+            report: NetworkDoctorReport | None = await self.nunet.client.call(NetworkDoctor())
+        except EngineError:
+            report = None  # an engine without the doctor: no line
+        self.show_reach(report)
+
+    def show_reach(self, report: NetworkDoctorReport | None) -> None:
+        line = self.query_one("#reach-line", Static)
+        onboarded = self.nunet.node is not None and self.nunet.node.onboarding is not None
+        line.display = report is not None and report.online and onboarded
+        if report is None or not line.display:
+            return
+        style = {"direct": "$text-success", "relayed": "$text-warning", "no": "$text-error"}
+        text = consumers_line(report)
+        line.update(
+            Content.assemble(
+                ("Reach: ", "bold"),
+                (text[:1].upper() + text[1:], style.get(report.consumers_reach, "$text-muted")),
+                (f" · fix: {safe(report.fix)}" if report.fix else "", "$text-muted"),
+            )
+        )
+
     def on_screen_resume(self) -> None:
         # Back from a job's detail (or any screen): what changed meanwhile, read afresh.
         self.query_one(ProviderJobs).reload()
+        self.load_reach()
 
     def show_node(self, node: NodeView) -> None:
         info, full, onboarded = node.info, node.full, node.onboarded
@@ -181,6 +222,7 @@ class ProviderDashboard(NodeScreen):
             table.set_rows(_offer_rows(onboarding))
 
         readiness = info.readiness
+        self.load_reach()
         self.query_one("#readiness-checks", KeyTable).set_rows(
             [
                 check_row("Docker engine", readiness.docker),

@@ -444,7 +444,7 @@ def test_a_provider_that_goes_silent_behind_an_open_stream_is_found_out(
             quote = p.Quote(
                 job_id=message.job_id,
                 provider=zombie.peer_id,
-                price_units_hour=1_000_000,
+                price_ntx_hour=1.0,
                 total_ntx=0.0,
                 expires_at=time.time() + 60,
                 executor="process",

@@ -130,7 +130,7 @@ class ArchiveProvider:
             answer: p.JobMessage = p.Quote(
                 job_id=job_id,
                 provider=self.peer.peer_id,
-                price_units_hour=1_000_000,
+                price_ntx_hour=1.0,
                 total_ntx=0.05,
                 expires_at=time.time() + 60,
                 executor="process",

@@ -174,3 +174,18 @@ def test_job_results_sends_an_absolute_out_dir(
     assert sent == [
         api.FetchJobResults(job_id="0123456789ab", out_dir=str(tmp_path / "results/run"))
     ]
+
+
+def test_network_doctor_without_the_network(node_home: Paths) -> None:
+    """Without a daemon the command's engine has no network: the doctor says so and what
+    to do, in text and JSON (tests/network/test_autonat_daemons.py runs it on real daemons
+    in the NAT lab)."""
+    report = _json("network", "doctor", home=node_home)
+    assert report["online"] is False and report["reachability"] == "unknown"
+    assert report["upnp"] == "not tried"
+    text = run_cli_fresh("network", "doctor", home=node_home)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.splitlines() == [
+        "network offline",
+        "fix: run the node with its network (`nunet-tui daemon`, or the app) and ask again",
+    ]

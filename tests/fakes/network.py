@@ -112,6 +112,9 @@ class FakePeerLink:
         self.nursery.start_soon(handler, theirs)
         return ours
 
+    def path(self, peer_id: str, stream: Any = None) -> str:
+        return "direct" if peer_id in self.remotes else ""
+
     def set_stream_handler(self, protocol: str, handler: StreamHandler) -> None:
         self.served[protocol] = handler
 
