@@ -116,7 +116,8 @@ class PortMapper:
     async def _map(self) -> bool:
         port = self._listen_port()
         if port is None:
-            self._set(UpnpStatus(problem="not listening on an IPv4 address", tried=True))
+            nothing = "nothing to forward: no TCP listen address but loopback or IPv6"
+            self._set(UpnpStatus(problem=nothing, tried=True))
             return False
         try:
             with trio.fail_after(CALL_TIMEOUT_S):

@@ -146,11 +146,28 @@ def _escrow(daemon: Daemon, job_id: str) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.parametrize(
+    ("provider_kind", "consumer_kind", "path"),
+    [
+        (NatKind.PORT_RESTRICTED, NatKind.SYMMETRIC, "via relay "),
+        # Where the NATs allow it, hole punching (dcutr.py) moves the pair to a direct
+        # connection right after the relayed one: the same job, paid and settled over it.
+        (NatKind.FULL_CONE, NatKind.PORT_RESTRICTED, "direct"),
+    ],
+    ids=["relayed", "punched"],
+)
 def test_a_paid_job_runs_and_settles_through_the_relay(
-    nat_lab: Lab, lab_daemons: Any, lab_market: LabMarket, job_url: str, tmp_path: Path
+    nat_lab: Lab,
+    lab_daemons: Any,
+    lab_market: LabMarket,
+    job_url: str,
+    tmp_path: Path,
+    provider_kind: NatKind,
+    consumer_kind: NatKind,
+    path: str,
 ) -> None:
     """Three daemons, a ledger and an oracle in the lab; an 8 s job and its settlement through
-    4 s circuits: about 75 s."""
+    4 s circuits (or the direct connection punched through both NATs): about 75 s."""
     relay = lab_daemons(
         "relay",
         80,
@@ -171,7 +188,7 @@ def test_a_paid_job_runs_and_settles_through_the_relay(
         bootstrap=boot,
         extra_toml=lab_market.toml() + PROCESS_JOBS + PRICES,
         env={**env, "NUNET_JOBS_FETCH_ALLOW_NETWORKS": "198.18.0.0/15"},
-        netns=nat_lab.homes[NatKind.PORT_RESTRICTED].hosts[0].ns,
+        netns=nat_lab.homes[provider_kind].hosts[0].ns,
     )
     consumer = lab_daemons(
         "consumer",
@@ -179,7 +196,7 @@ def test_a_paid_job_runs_and_settles_through_the_relay(
         bootstrap=boot,
         extra_toml=lab_market.toml(),
         env=env,
-        netns=nat_lab.homes[NatKind.SYMMETRIC].hosts[0].ns,
+        netns=nat_lab.homes[consumer_kind].hosts[1].ns,
     )
     addresses: dict[str, str] = {}
     for role, daemon, ada, ntx in (("consumer", consumer, 20, 5), ("provider", provider, 10, 0)):
@@ -216,7 +233,7 @@ def test_a_paid_job_runs_and_settles_through_the_relay(
     wait_for(lambda: consumer.cli("job", "show", job_id)["results_dir"], "no results came", 120)
     results = consumer.cli("job", "results", job_id, "-o", str(tmp_path / "out"))
     assert (Path(results["directory"]) / "outputs" / "answer.txt").read_text() == "42"
-    assert results["path"].startswith("via relay "), results
+    assert results["path"].startswith(path), results
 
     wait_for(
         lambda: _escrow(provider, job_id).get("state") == "claimed",
