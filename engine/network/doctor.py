@@ -68,7 +68,7 @@ def diagnose(service: NetworkService | None) -> api.NetworkDoctorReport:
 
 def _upnp(service: NetworkService) -> tuple[str, str | None, bool]:
     """(what the router forwards, or why nothing; the advertised address; whether asking the
-    router failed, so that turning UPnP on there is worth saying)."""
+    router failed, so that turning UPnP or NAT-PMP on there is worth saying)."""
     mapper = service.port_mapper
     if mapper is None:
         return "not tried ([network] upnp = false)", None, False
@@ -77,7 +77,7 @@ def _upnp(service: NetworkService) -> tuple[str, str | None, bool]:
     if mapping is not None:
         text = (
             f"the router forwards {mapping.external_ip}:{mapping.external_port} to port "
-            f"{mapping.internal_port} on {mapping.internal_ip}"
+            f"{mapping.internal_port} on {mapping.internal_ip} ({mapping.method})"
         )
         return text, mapper.addrs()[0], False
     if not status.tried:
@@ -96,17 +96,17 @@ def fix_for(
     """One line: what would make this node reachable (None when it is, or nothing is known).
 
     A private node with a TCP port: forward it (direct connections beat any relay), or turn
-    UPnP on in the router when asking it failed (engine/network/upnp.py); one without a port,
-    or not even relayed with no relay configured: add a relay. ``lan_ip``: our address on
-    the LAN (the local end of a direct connection), named when the listen address does not
-    say it."""
+    on UPnP or NAT-PMP in the router when asking it failed (engine/network/port_mapping.py);
+    one without a port, or not even relayed with no relay configured: add a relay.
+    ``lan_ip``: our address on the LAN (the local end of a direct connection), named when the
+    listen address does not say it."""
     if verdict == "public":
         return None
     port, host = _tcp_listen(bound)
     host = host or lan_ip
     if verdict == "private" and port is not None:
         where = f" to this host ({host})" if host else " to this host"
-        upnp = ", or turn UPnP on in the router" if upnp_failed else ""
+        upnp = ", or turn on UPnP or NAT-PMP in the router" if upnp_failed else ""
         return f"forward (or open) TCP port {port} on your router{where}{upnp}"
     if verdict == "private" or (not relayed and not settings.relays and not settings.bootstrap):
         return RELAY_FIX

@@ -37,7 +37,9 @@ from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
+from engine.network.natpmp import NatPmpMethod
 from engine.network.peers import PeerTable
+from engine.network.port_mapping import PortMapper
 from engine.network.record_book import StoreBounds
 from engine.network.relay import (
     RelayBounds,
@@ -46,7 +48,7 @@ from engine.network.relay import (
     circuit_addrs,
     relay_candidates,
 )
-from engine.network.upnp import PortMapper
+from engine.network.upnp import UpnpMethod
 
 log = logging.getLogger("nunet.network")
 
@@ -145,7 +147,8 @@ class NetworkService:
         # Hole punching (dcutr.py): a relayed connection we made is upgraded where the NATs
         # allow; peers' requests are answered on relayed connections only.
         self.hole_punch: HolePunch | None = None
-        # UPnP (upnp.py): the home router forwards our listen port while we advertise.
+        # Port mapping (port_mapping.py): the home router forwards our listen port, asked by
+        # UPnP or NAT-PMP, while we advertise.
         self.port_mapper: PortMapper | None = None
         # AutoNAT (autonat.py): whether the internet reaches us, and dial-backs for others.
         self.reachability: Reachability | None = None
@@ -167,7 +170,8 @@ class NetworkService:
             self.reachability.soon()
 
     def _tcp_port(self) -> int | None:
-        """The TCP port of our first non-loopback IPv4 listen address (what UPnP forwards)."""
+        """The TCP port of our first non-loopback IPv4 listen address (what the router is
+        asked to forward)."""
         for addr in self.bound_listen():
             parts = addr.split("/")
             ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
@@ -412,7 +416,10 @@ class NetworkService:
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
         if self.settings.upnp:
             self.port_mapper = PortMapper(
-                self._tcp_port, self.identity.peer_id, on_change=self._forward_changed
+                self._tcp_port,
+                self.identity.peer_id,
+                [UpnpMethod(), NatPmpMethod()],
+                on_change=self._forward_changed,
             )
         self.relay_client.install()
         self.hole_punch = HolePunch(self.host)
