@@ -10,7 +10,7 @@ from typing import Any
 import multiaddr
 
 from engine import api
-from engine.network.host import is_relayed_conn
+from engine.network.host import is_relayed_conn, tcp_listen
 from engine.network.service import NetworkService
 
 RELAY_FIX = 'add a relay: [network] relays = ["/ip4/…/tcp/…/p2p/<relay peer id>"]'
@@ -102,7 +102,7 @@ def fix_for(
     listen address does not say it."""
     if verdict == "public":
         return None
-    port, host = _tcp_listen(bound)
+    port, host = tcp_listen(bound)
     host = host or lan_ip
     if verdict == "private" and port is not None:
         where = f" to this host ({host})" if host else " to this host"
@@ -113,23 +113,6 @@ def fix_for(
     if verdict == "unknown" and not settings.bootstrap and not settings.relays:
         return "add a bootstrap peer ([network] bootstrap) to learn whether peers reach you"
     return None
-
-
-def _tcp_listen(bound: list[str]) -> tuple[int | None, str | None]:
-    """The first TCP port we listen on, and our address on the LAN when it is a specific
-    one (0.0.0.0: we cannot name it from the listen address alone)."""
-    for addr in bound:
-        with contextlib.suppress(Exception):
-            parts = multiaddr.Multiaddr(addr)
-            names = [p.name for p in parts.protocols()]
-            if names[:2] not in (["ip4", "tcp"], ["ip6", "tcp"]):
-                continue
-            ip = ipaddress.ip_address(parts.value_for_protocol(names[0]))
-            if ip.is_loopback:
-                continue
-            port = int(parts.value_for_protocol("tcp"))
-            return port, None if ip.is_unspecified else str(ip)
-    return None, None
 
 
 def _lan_ip(service: NetworkService) -> str | None:

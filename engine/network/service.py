@@ -31,7 +31,7 @@ from engine.network import adverts, supervise
 from engine.network import host as hostmod
 from engine.network.autonat import DialBackServer, Reachability
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
-from engine.network.dcutr import HolePunch, has_direct, has_relayed
+from engine.network.dcutr import HolePunch
 from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
@@ -172,12 +172,7 @@ class NetworkService:
     def _tcp_port(self) -> int | None:
         """The TCP port of our first non-loopback IPv4 listen address (what the router is
         asked to forward)."""
-        for addr in self.bound_listen():
-            parts = addr.split("/")
-            ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
-            if ip4_tcp and not parts[2].startswith("127."):
-                return int(parts[4])
-        return None
+        return hostmod.tcp_listen([a for a in self.bound_listen() if a.startswith("/ip4/")])[0]
 
     def bound_listen(self) -> list[str]:
         """The listen addresses with the ports actually bound (``tcp/0`` resolved).
@@ -206,7 +201,7 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         pid = hostmod.peer_id_of(peer_id)
         await self.reach(peer_id)
-        relayed = hostmod.peer_path(self.host, pid).startswith("via relay")
+        relayed = hostmod.peer_path(self.host, pid).startswith("via")
         try:
             if not relayed:
                 return await self.host.new_stream(pid, [TProtocol(protocol)])
@@ -667,7 +662,9 @@ class NetworkService:
                 listed = self.table.get(str(peer))
                 if listed is not None:
                     # Direct or through a relay, as it is now (a hole punch makes it direct).
-                    relayed = has_relayed(self.host, peer) and not has_direct(self.host, peer)
+                    relayed = hostmod.has_relayed(self.host, peer) and not hostmod.has_direct(
+                        self.host, peer
+                    )
                     self.table.on_path(str(peer), relayed)
                 if listed is not None or self.discovery is not None:
                     observed = hostmod.observed_addr(self.host, peer)

@@ -9,7 +9,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -42,13 +41,6 @@ def _forwarded(lab: Lab) -> str:
         capture_output=True, text=True, check=False, timeout=10,
     )  # fmt: skip
     return done.stdout
-
-
-def _listed(consumer: Daemon, peer_id: str) -> dict[str, Any] | None:
-    for peer in consumer.cli("peer", "list")["peers"]:
-        if peer["peer_id"] == peer_id:
-            return dict(peer)
-    return None
 
 
 @pytest.mark.timeout(240)
@@ -86,7 +78,7 @@ def test_a_provider_behind_a_mapping_router_is_reached_directly_without_a_relay(
         mapped = f"/ip4/{netlab.UPNP_WAN}/tcp/9001/p2p/{provider.peer_id}"
 
         def advertised() -> bool:
-            peer = _listed(consumer, provider.peer_id)
+            peer = consumer.listed(provider.peer_id)
             return peer is not None and mapped in peer.get("addrs", [])
 
         wait_for(advertised, "the consumer never saw the provider's mapped address", 90)
@@ -96,7 +88,7 @@ def test_a_provider_behind_a_mapping_router_is_reached_directly_without_a_relay(
         assert sent["status"] == "delivered", sent
         history = provider.cli("chat", "history", consumer.peer_id)["messages"]
         assert [m["text"] for m in history] == ["hello through your router"]
-        peer = _listed(consumer, provider.peer_id)
+        peer = consumer.listed(provider.peer_id)
         assert peer is not None and peer["relayed"] is False
         # The doctor says so (issue 24 §3): the forward, and AutoNAT asked again once it
         # was made, a dial-back through it reaching us.
