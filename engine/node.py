@@ -96,6 +96,7 @@ class Node:
                 "jobs": lambda: self.jobs().commands(),
                 "payments": lambda: self.payments().commands(),
                 "resources": self._resource_commands,
+                "data": self._data_commands,
             }
         )
 
@@ -242,6 +243,11 @@ class Node:
 
             self._payments = NodePayments(self.ctx)
         return self._payments
+
+    def _data_commands(self) -> Handlers:
+        from engine.data.service import NodeData
+
+        return NodeData(self.paths.state_dir / "data").commands()
 
     def _resource_commands(self) -> Handlers:
         from engine.resources.commands import commands as resource_commands

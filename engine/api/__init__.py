@@ -14,6 +14,18 @@ Callers keep writing ``from engine import api; api.X``: every name is re-exporte
 from __future__ import annotations
 
 from engine.api.base import Command, Done, Event, Record
+from engine.api.data import (
+    DataAdd,
+    DataExported,
+    DataGet,
+    DataList,
+    DataPin,
+    DataRemove,
+    DataRemoved,
+    DataRoot,
+    DataRoots,
+    DataUnpin,
+)
 from engine.api.gpus import (
     CapabilityReport,
     CapabilitySet,
@@ -226,6 +238,16 @@ __all__ = [
     "CustomRemove",
     "CustomResource",
     "DaemonConnection",
+    "DataAdd",
+    "DataExported",
+    "DataGet",
+    "DataList",
+    "DataPin",
+    "DataRemove",
+    "DataRemoved",
+    "DataRoot",
+    "DataRoots",
+    "DataUnpin",
     "DeleteJobResults",
     "DoctorFinding",
     "DoctorReport",

@@ -1,0 +1,195 @@
+"""The data room (issue 26): ``data add``/``get``/``ls``/``pin``/``unpin``/``rm`` on this node's
+blockstore (``<home>/data/blocks``) and its roots (``<home>/data/roots/<cid>.json``).
+
+A root's record is written after all its blocks are (a crash mid-add leaves blocks no root
+holds, which the next ``rm`` of anything sweeps), and removing a root removes only the blocks
+no other root holds. Blocking file work runs in a worker thread: an add of a large folder
+never stalls the node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import trio
+
+from engine import api
+from engine.commands import Handlers
+from engine.data.blockstore import BlockCorrupt, BlockMissing, Blockstore, write_atomically
+from engine.data.cid import Cid, CidError
+from engine.data.dag import export, summarize, walk
+from engine.data.unixfs import Node, UnixfsError, directory_node, import_file
+from engine.errors import EngineError
+
+MAX_ADD_ENTRIES = 100_000
+
+
+class NodeData:
+    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
+        self.blocks = Blockstore(root / "blocks")
+        self.roots_dir = root / "roots"
+        self.clock = clock
+
+    def commands(self) -> Handlers:
+        return {
+            api.DataAdd: self.add,
+            api.DataGet: self.get,
+            api.DataList: self.list_roots,
+            api.DataPin: self.pin,
+            api.DataUnpin: self.unpin,
+            api.DataRemove: self.remove,
+        }
+
+    async def add(self, command: api.DataAdd) -> api.DataRoot:
+        return await trio.to_thread.run_sync(self._add, command)
+
+    async def get(self, command: api.DataGet) -> api.DataExported:
+        return await trio.to_thread.run_sync(self._get, command)
+
+    async def list_roots(self, command: api.DataList) -> api.DataRoots:
+        return await trio.to_thread.run_sync(self._list)
+
+    async def pin(self, command: api.DataPin) -> api.DataRoot:
+        return self._set_pinned(_cid(command.cid), True)
+
+    async def unpin(self, command: api.DataUnpin) -> api.DataRoot:
+        return self._set_pinned(_cid(command.cid), False)
+
+    async def remove(self, command: api.DataRemove) -> api.DataRemoved:
+        return await trio.to_thread.run_sync(self._remove, _cid(command.cid))
+
+    # -- the work, in a worker thread ----------------------------------------------------------
+
+    def _add(self, command: api.DataAdd) -> api.DataRoot:
+        path = Path(command.path)
+        if not path.is_absolute():
+            raise EngineError("invalid", f"{command.path!r} is not an absolute path")
+        if path.is_symlink() or not path.exists():
+            raise EngineError(
+                "not_found", f"{path}: no such file or folder (links are not followed)"
+            )
+        count = [0]
+        try:
+            node = self._import(path, command.hidden, count)
+        except UnixfsError as exc:
+            raise EngineError("invalid", f"{path}: {exc}") from None
+        except OSError as exc:
+            raise EngineError("io", f"{path}: {exc.strerror or exc}") from None
+        summary = summarize(node.cid, self.blocks.get)
+        root = api.DataRoot(
+            cid=str(node.cid),
+            name=path.name or "root",
+            kind=summary.kind,
+            size=summary.size,
+            blocks=summary.blocks,
+            dag_bytes=summary.dag_bytes,
+            pinned=command.pin,
+            added_at=self.clock(),
+        )
+        old = self._record(node.cid)
+        if old is not None:  # added before: keep its first name and time, pin if asked
+            root = msgspec.structs.replace(
+                root, name=old.name, added_at=old.added_at, pinned=old.pinned or command.pin
+            )
+        self._write(root)
+        return root
+
+    def _import(self, path: Path, hidden: bool, count: list[int]) -> Node:
+        count[0] += 1
+        if count[0] > MAX_ADD_ENTRIES:
+            raise UnixfsError(f"more than {MAX_ADD_ENTRIES} files and folders")
+        if path.is_dir():
+            entries = {}
+            for child in path.iterdir():
+                if child.is_symlink() or (child.name.startswith(".") and not hidden):
+                    continue  # as `ipfs add -r` without --hidden; links are never followed
+                entries[child.name] = self._import(child, hidden, count)
+            return directory_node(entries, self.blocks.put)
+        with path.open("rb") as handle:
+            return import_file(handle, self.blocks.put)
+
+    def _get(self, command: api.DataGet) -> api.DataExported:
+        cid = _cid(command.cid)
+        out = Path(command.out)
+        if not out.is_absolute() or not out.is_dir():
+            raise EngineError("invalid", f"{command.out}: not a folder to write into")
+        record = self._record(cid)
+        name = record.name if record is not None else str(cid)
+        try:
+            path = export(cid, self.blocks.get, out, name)
+        except (BlockMissing, BlockCorrupt) as exc:
+            raise EngineError(
+                "not_found", f"{cid}: {exc} (`nunet-tui data ls` lists what is here)"
+            ) from None
+        except UnixfsError as exc:
+            raise EngineError("invalid", f"{cid}: {exc}") from None
+        size = record.size if record is not None else summarize(cid, self.blocks.get).size
+        return api.DataExported(cid=str(cid), path=str(path), size=size)
+
+    def _list(self) -> api.DataRoots:
+        roots = []
+        if self.roots_dir.is_dir():
+            for path in sorted(self.roots_dir.glob("*.json")):
+                with_record = self._read(path)
+                if with_record is not None:
+                    roots.append(with_record)
+        roots.sort(key=lambda r: r.added_at, reverse=True)
+        files = [p for p in self.blocks.root.iterdir()] if self.blocks.root.is_dir() else []
+        return api.DataRoots(
+            roots=tuple(roots),
+            blocks=sum(1 for p in files if not p.name.startswith(".")),
+            bytes=sum(p.stat().st_size for p in files if not p.name.startswith(".")),
+        )
+
+    def _set_pinned(self, cid: Cid, pinned: bool) -> api.DataRoot:
+        record = self._record(cid)
+        if record is None:
+            raise EngineError("not_found", f"{cid} is not here: `nunet-tui data ls` lists what is")
+        record = msgspec.structs.replace(record, pinned=pinned)
+        self._write(record)
+        return record
+
+    def _remove(self, cid: Cid) -> api.DataRemoved:
+        if self._record(cid) is None:
+            raise EngineError("not_found", f"{cid} is not here: `nunet-tui data ls` lists what is")
+        self._record_path(cid).unlink(missing_ok=True)
+        live: set[Cid] = set()
+        for other in self._list().roots:
+            try:
+                live.update(c for c, _ in walk(Cid.parse(other.cid), self.blocks.get))
+            except (BlockMissing, BlockCorrupt, UnixfsError, CidError):
+                continue  # a damaged root keeps what it still has
+        removed = freed = 0
+        for block in self.blocks.cids():
+            if block not in live:
+                freed += self.blocks.delete(block)
+                removed += 1
+        return api.DataRemoved(cid=str(cid), blocks=removed, bytes=freed)
+
+    # -- the roots' records --------------------------------------------------------------------
+
+    def _record_path(self, cid: Cid) -> Path:
+        return self.roots_dir / f"{cid}.json"
+
+    def _record(self, cid: Cid) -> api.DataRoot | None:
+        return self._read(self._record_path(cid))
+
+    @staticmethod
+    def _read(path: Path) -> api.DataRoot | None:
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=api.DataRoot)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    def _write(self, root: api.DataRoot) -> None:
+        write_atomically(self._record_path(Cid.parse(root.cid)), msgspec.json.encode(root))
+
+
+def _cid(text: str) -> Cid:
+    try:
+        return Cid.parse(text)
+    except CidError as exc:
+        raise EngineError("invalid", str(exc)) from None

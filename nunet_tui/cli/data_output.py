@@ -1,0 +1,91 @@
+"""``nunet-tui data add PATH | get CID | ls | pin CID | unpin CID | rm CID``: files and folders
+by content id (issue 26; engine/data/). ``data add`` prints the CID that ``ipfs add
+--cid-version 1`` gives for the same bytes. Paths are made absolute here: the engine that
+reads or writes them runs on this machine (the daemon, or this process)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from engine import api
+from engine.client import EngineClient
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    data = sub.add_parser("data", help="files and folders by content id (IPFS UnixFS CIDs)")
+    data_sub = data.add_subparsers(dest="data_command", metavar="DATA_COMMAND", required=True)
+    add = data_sub.add_parser("add", parents=[common], help="add a file or folder; print its CID")
+    add.add_argument("path", metavar="PATH")
+    add.add_argument("--hidden", action="store_true", help="a folder's dot files too")
+    add.add_argument("--no-pin", action="store_true", help="keep it unpinned (may be removed)")
+    get = data_sub.add_parser("get", parents=[common], help="write a CID's file or folder out")
+    get.add_argument("cid", metavar="CID")
+    get.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write into")
+    data_sub.add_parser("ls", parents=[common], help="what this node keeps, by CID")
+    for verb, text in (
+        ("pin", "keep a CID until unpinned"),
+        ("unpin", "let a CID be removed to make room"),
+        ("rm", "remove a CID and the blocks no other CID holds"),
+    ):
+        data_sub.add_parser(verb, parents=[common], help=text).add_argument("cid", metavar="CID")
+
+
+def _add(args: argparse.Namespace, client: EngineClient) -> api.DataRoot:
+    path = os.path.abspath(os.path.expanduser(args.path))
+    root: api.DataRoot = client.call_blocking(
+        api.DataAdd(path=path, hidden=args.hidden, pin=not args.no_pin), timeout=3600
+    )
+    return root
+
+
+def _get(args: argparse.Namespace, client: EngineClient) -> api.DataExported:
+    out = str(Path(args.output).expanduser().resolve())
+    done: api.DataExported = client.call_blocking(api.DataGet(cid=args.cid, out=out), timeout=3600)
+    return done
+
+
+RUNNERS = {
+    "data add": _add,
+    "data get": _get,
+    "data ls": lambda a, c: c.call_blocking(api.DataList()),
+    "data pin": lambda a, c: c.call_blocking(api.DataPin(cid=a.cid)),
+    "data unpin": lambda a, c: c.call_blocking(api.DataUnpin(cid=a.cid)),
+    "data rm": lambda a, c: c.call_blocking(api.DataRemove(cid=a.cid)),
+}
+
+
+def _root(root: api.DataRoot) -> str:
+    pinned = "pinned" if root.pinned else "not pinned"
+    return (
+        f"{root.cid}\n  {root.kind} {root.name!r}, {root.size:,} bytes in {root.blocks:,} "
+        f"blocks ({root.dag_bytes:,} on disk), {pinned}"
+    )
+
+
+def _roots(listing: api.DataRoots) -> str:
+    if not listing.roots:
+        return "nothing kept yet: `nunet-tui data add PATH`"
+    now = time.time()
+    lines = []
+    for root in listing.roots:
+        pin = "pinned" if root.pinned else "      "
+        days = max(0, int((now - root.added_at) // 86400))
+        lines.append(
+            f"{root.cid}  {pin}  {root.size:>14,} B  {root.kind:<9}  {root.name!r}  ({days} d)"
+        )
+    lines.append(
+        f"{len(listing.roots)} kept; {listing.blocks:,} blocks, {listing.bytes:,} bytes on disk"
+    )
+    return "\n".join(lines)
+
+
+TEXT: dict[type, Any] = {
+    api.DataRoot: _root,
+    api.DataRoots: _roots,
+    api.DataExported: lambda d: f"{d.path}  ({d.size:,} bytes, {d.cid})",
+    api.DataRemoved: lambda d: f"removed {d.cid}: {d.blocks:,} blocks, {d.bytes:,} bytes freed",
+}
