@@ -59,6 +59,8 @@ class DataGet(Command, tag="data_get", frozen=True):
     reply = DataExported
     cid: CidText
     out: PathText
+    # Peers to ask first (peer ids), before the DHT's providers and our connections.
+    peers: tuple[Annotated[str, Meta(max_length=128)], ...] = ()
 
 
 class DataList(Command, tag="data_ls", frozen=True):
@@ -66,8 +68,11 @@ class DataList(Command, tag="data_ls", frozen=True):
 
 
 class DataPin(Command, tag="data_pin", frozen=True):
+    """Keep ``cid`` (fetched from peers first when it is not all here)."""
+
     reply = DataRoot
     cid: CidText
+    peers: tuple[Annotated[str, Meta(max_length=128)], ...] = ()
 
 
 class DataUnpin(Command, tag="data_unpin", frozen=True):

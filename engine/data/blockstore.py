@@ -11,8 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from engine.data.cid import Cid
 from engine.data.unixfs import MAX_BLOCK_BYTES
+from engine.domain.cid import Cid
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.data.cid import DAG_PB, RAW, Cid
 from engine.data.unixfs import (
     DIRECTORY,
     FILE,
@@ -23,6 +22,7 @@ from engine.data.unixfs import (
     decode_unixfs,
     type_name,
 )
+from engine.domain.cid import DAG_PB, RAW, Cid
 from engine.domain.safe_paths import inside, relative_problem, shown
 
 MAX_ENTRIES = 100_000  # files and folders in one root

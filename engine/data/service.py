@@ -1,5 +1,7 @@
 """The data room (issue 26): ``data add``/``get``/``ls``/``pin``/``unpin``/``rm`` on this node's
-blockstore (``<home>/data/blocks``) and its roots (``<home>/data/roots/<cid>.json``).
+blockstore (``<home>/data/blocks``) and its roots (``<home>/data/roots/<cid>.json``), and
+bitswap (bitswap.py) to serve them and to fetch what is not here from peers: those whose DHT
+provider records name the root, those we are connected to, and any named with ``--from``.
 
 A root's record is written after all its blocks are (a crash mid-add leaves blocks no root
 holds, which the next ``rm`` of anything sweeps), and removing a root removes only the blocks
@@ -9,6 +11,7 @@ never stalls the node.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +21,41 @@ import trio
 
 from engine import api
 from engine.commands import Handlers
+from engine.data.bitswap import Bitswap, BlockUnavailable
 from engine.data.blockstore import BlockCorrupt, BlockMissing, Blockstore, write_atomically
-from engine.data.cid import Cid, CidError
-from engine.data.dag import export, summarize, walk
+from engine.data.dag import MAX_ENTRIES, children, export, summarize, walk
 from engine.data.unixfs import Node, UnixfsError, directory_node, import_file
+from engine.domain.cid import Cid, CidError
 from engine.errors import EngineError
+from engine.ports import NetworkPort, PeerLink
+
+log = logging.getLogger("nunet.data")
 
 MAX_ADD_ENTRIES = 100_000
+FETCH_BATCH = 64  # blocks asked for in one wantlist (16 MiB of 256 KiB chunks)
+MAX_FETCH_BYTES = 64 << 30  # what one fetch may write, whatever the DAG says
+PROVIDE_S = 5.0  # how long `data add` waits for its DHT announcement before answering
 
 
 class NodeData:
-    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
+    """``network``: the node's network, asked for its running service when a root must come
+    from peers or be announced (None: this node never fetches)."""
+
+    def __init__(
+        self,
+        root: Path,
+        network: Callable[[], NetworkPort] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.blocks = Blockstore(root / "blocks")
         self.roots_dir = root / "roots"
         self.clock = clock
+        self._network = network
+        self.bitswap = Bitswap(self.blocks)
+
+    def attach(self, link: PeerLink) -> None:
+        """The network (re)started: serve our blocks on it."""
+        self.bitswap.attach(link)
 
     def commands(self) -> Handlers:
         return {
@@ -44,22 +68,127 @@ class NodeData:
         }
 
     async def add(self, command: api.DataAdd) -> api.DataRoot:
-        return await trio.to_thread.run_sync(self._add, command)
+        root = await trio.to_thread.run_sync(self._add, command)
+        link = self._link(None)
+        if link is not None and root.pinned:
+            with trio.move_on_after(PROVIDE_S):  # the DHT may be slow; we serve it anyway
+                await link.provide(root.cid)
+        return root
 
     async def get(self, command: api.DataGet) -> api.DataExported:
+        cid = _cid(command.cid)
+        await self._ensure(cid, command.peers)
         return await trio.to_thread.run_sync(self._get, command)
 
     async def list_roots(self, command: api.DataList) -> api.DataRoots:
         return await trio.to_thread.run_sync(self._list)
 
     async def pin(self, command: api.DataPin) -> api.DataRoot:
-        return self._set_pinned(_cid(command.cid), True)
+        cid = _cid(command.cid)
+        await self._ensure(cid, command.peers)
+        return self._set_pinned(cid, True)
 
     async def unpin(self, command: api.DataUnpin) -> api.DataRoot:
         return self._set_pinned(_cid(command.cid), False)
 
     async def remove(self, command: api.DataRemove) -> api.DataRemoved:
         return await trio.to_thread.run_sync(self._remove, _cid(command.cid))
+
+    # -- fetching from peers ---------------------------------------------------------------------
+
+    def _link(self, what: str | None) -> PeerLink | None:
+        """The running network service; None when it is not running (an EngineError saying
+        so when ``what`` needs it)."""
+        if self._network is None:
+            if what is None:
+                return None
+            raise EngineError("offline", f"{what} needs the network: this node has none")
+        try:
+            return self._network().require_service(what or "announcing data")
+        except EngineError:
+            if what is None:
+                return None
+            raise
+
+    async def _ensure(self, root: Cid, named: tuple[str, ...]) -> None:
+        """Every block under ``root`` is here, fetched from peers where it was not; a root
+        fetched gets a record (not pinned: kept until room is needed or it is removed)."""
+        if self._record(root) is not None and await trio.to_thread.run_sync(self._whole, root):
+            return
+        link = self._link(f"fetching {root} from peers")
+        assert link is not None
+        found = await link.find_providers(str(root))
+        peers = list(dict.fromkeys([*named, *found, *link.connected_peers()]))
+        if not peers:
+            raise EngineError(
+                "not_found", f"{root}: no peer to ask (none connected, none in the DHT)"
+            )
+        fetched = await self._fetch(root, peers)
+        summary = await trio.to_thread.run_sync(summarize, root, self.blocks.get)
+        if self._record(root) is None:
+            self._write(
+                api.DataRoot(
+                    cid=str(root),
+                    name=str(root),
+                    kind=summary.kind,
+                    size=summary.size,
+                    blocks=summary.blocks,
+                    dag_bytes=summary.dag_bytes,
+                    pinned=False,
+                    added_at=self.clock(),
+                )
+            )
+        log.info("data %s: fetched %d bytes from %d peers", root, fetched, len(peers))
+        with trio.move_on_after(PROVIDE_S):
+            await link.provide(str(root))
+
+    def _whole(self, root: Cid) -> bool:
+        try:
+            for _ in walk(root, self.blocks.get):
+                pass
+        except (BlockMissing, BlockCorrupt, UnixfsError):
+            return False
+        return True
+
+    async def _fetch(self, root: Cid, peers: list[str]) -> int:
+        """Fetches the DAG under ``root`` breadth first, ``FETCH_BATCH`` blocks a wantlist;
+        the peer that sent the last block is asked first. Returns the bytes fetched."""
+        order = list(peers)
+        seen = {root}
+        level = [root]
+        fetched = 0
+        while level:
+            batch, level = level[:FETCH_BATCH], level[FETCH_BATCH:]
+            here = {c: self.blocks.get(c) for c in batch if self.blocks.has(c)}
+            wanted = [c for c in batch if c not in here]
+            if wanted:
+                try:
+                    got = await self.bitswap.get_blocks(wanted, order)
+                except BlockUnavailable as exc:
+                    raise EngineError("not_found", f"{root}: {exc}") from None
+                if self.bitswap.last_peer in order:
+                    order.remove(self.bitswap.last_peer)
+                    order.insert(0, self.bitswap.last_peer)
+                fetched += sum(len(b) for b in got.values())
+                if fetched > MAX_FETCH_BYTES:
+                    raise EngineError(
+                        "too_large", f"{root}: more than {MAX_FETCH_BYTES >> 30} GiB: stopped"
+                    )
+                for cid, block in got.items():
+                    await trio.to_thread.run_sync(self.blocks.put, cid, block)
+                here.update(got)
+            for cid in batch:
+                try:
+                    links = children(cid, here[cid])
+                except UnixfsError as exc:
+                    raise EngineError("invalid", f"{root}: block {cid}: {exc}") from None
+                for child in links:
+                    if child not in seen:
+                        if len(seen) >= MAX_ENTRIES * 8:
+                            raise EngineError("too_large", f"{root}: too many blocks: stopped")
+                        seen.add(child)
+                        level.append(child)
+        return fetched
 
     # -- the work, in a worker thread ----------------------------------------------------------
 

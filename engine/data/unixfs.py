@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from engine.data.cid import DAG_PB, RAW, Cid, CidError, read_varint, varint
+from engine.domain.cid import DAG_PB, RAW, Cid, CidError, read_varint, varint
 
 CHUNK_BYTES = 262_144
 MAX_LINKS_PER_NODE = 174

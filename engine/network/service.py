@@ -51,6 +51,7 @@ from engine.network.relay import (
 from engine.network.upnp import UpnpMethod
 
 log = logging.getLogger("nunet.network")
+PROVIDE_S = 20.0  # one DHT provide or provider lookup at most (data by CID, issue 26)
 
 PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
@@ -204,7 +205,23 @@ class NetworkService:
         relayed = hostmod.peer_path(self.host, pid).startswith("via")
         try:
             if not relayed:
-                return await self.host.new_stream(pid, [TProtocol(protocol)])
+                try:
+                    return await self.host.new_stream(pid, [TProtocol(protocol)])
+                except Exception as exc:
+                    # Both ends dialling at once can leave one connection that looks
+                    # established but never finished its upgrade (py-libp2p 0.8.1: "fail to
+                    # upgrade mux" on the other side); every stream on it fails until it is
+                    # trimmed. Measured: 45 s of failed streams between two new daemons.
+                    # Closed, and dialled afresh once.
+                    if not hostmod.has_open_connection(self.host, pid):
+                        raise
+                    log.info("stream to %s failed (%s): redialling", peer_id, exc)
+                    for conn in list(self.host.get_network().get_connections(pid)):
+                        with contextlib.suppress(Exception):
+                            await conn.close()
+                    hostmod.drop_closed(self.host, pid)
+                    await self.reach(peer_id)
+                    return await self.host.new_stream(pid, [TProtocol(protocol)])
             # A circuit the relay ends under a new stream can leave its negotiation waiting
             # for an answer that never comes (measured: `job shell` right after a forward cut
             # at the data cap, one run in three): bounded, then a new circuit.
@@ -298,6 +315,21 @@ class NetworkService:
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
+
+    async def provide(self, key: str) -> None:
+        if self.dht is not None:
+            with trio.move_on_after(PROVIDE_S):
+                await self.dht.provide(key)
+
+    async def find_providers(self, key: str) -> list[str]:
+        """Peer ids only: a provider record's addresses are its writer's word, never dialled
+        (``open_stream`` reaches a peer at its confirmed addresses)."""
+        if self.dht is None:
+            return []
+        with trio.move_on_after(PROVIDE_S):
+            found = await self.dht.find_providers(key)
+            return [str(p.peer_id) for p in found if str(p.peer_id) != self.identity.peer_id]
+        return []
 
     async def send_chat(
         self, peer_id: str, text: str, conversation: str | None = None

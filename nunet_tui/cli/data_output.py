@@ -25,9 +25,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     get = data_sub.add_parser("get", parents=[common], help="write a CID's file or folder out")
     get.add_argument("cid", metavar="CID")
     get.add_argument("-o", "--output", default=".", metavar="DIR", help="folder to write into")
+    ask = "a peer to ask first (repeatable); then the DHT's providers and our connections"
+    get.add_argument("--from", dest="peers", action="append", default=[], metavar="PEER", help=ask)
     data_sub.add_parser("ls", parents=[common], help="what this node keeps, by CID")
+    pin = data_sub.add_parser("pin", parents=[common], help="keep a CID (fetched if not here)")
+    pin.add_argument("cid", metavar="CID")
+    pin.add_argument("--from", dest="peers", action="append", default=[], metavar="PEER", help=ask)
     for verb, text in (
-        ("pin", "keep a CID until unpinned"),
         ("unpin", "let a CID be removed to make room"),
         ("rm", "remove a CID and the blocks no other CID holds"),
     ):
@@ -44,7 +48,8 @@ def _add(args: argparse.Namespace, client: EngineClient) -> api.DataRoot:
 
 def _get(args: argparse.Namespace, client: EngineClient) -> api.DataExported:
     out = str(Path(args.output).expanduser().resolve())
-    done: api.DataExported = client.call_blocking(api.DataGet(cid=args.cid, out=out), timeout=3600)
+    command = api.DataGet(cid=args.cid, out=out, peers=tuple(args.peers))
+    done: api.DataExported = client.call_blocking(command, timeout=3600)
     return done
 
 
@@ -52,7 +57,9 @@ RUNNERS = {
     "data add": _add,
     "data get": _get,
     "data ls": lambda a, c: c.call_blocking(api.DataList()),
-    "data pin": lambda a, c: c.call_blocking(api.DataPin(cid=a.cid)),
+    "data pin": lambda a, c: c.call_blocking(
+        api.DataPin(cid=a.cid, peers=tuple(a.peers)), timeout=3600
+    ),
     "data unpin": lambda a, c: c.call_blocking(api.DataUnpin(cid=a.cid)),
     "data rm": lambda a, c: c.call_blocking(api.DataRemove(cid=a.cid)),
 }

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.cid import DAG_PB, RAW, Cid, CidError
 from engine.data.dag import export, file_bytes, summarize, walk
 from engine.data.unixfs import (
     DIRECTORY,
@@ -23,6 +22,7 @@ from engine.data.unixfs import (
     encode_unixfs,
     import_file,
 )
+from engine.domain.cid import DAG_PB, RAW, Cid, CidError
 from tests.data.fixtures import EMPTY_CID, HELLO_CID, PINNED, make
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.data.cid import Cid
 from engine.data.dag import walk
 from engine.data.unixfs import Node, directory_node, import_file
+from engine.domain.cid import Cid
 
 JS = Path(__file__).parent / "js"
 
