@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from engine.api.base import Command, Done, Event, Record
 from engine.api.data import (
+    BlockExchange,
     DataAdd,
     DataExported,
     DataGet,
@@ -210,6 +211,7 @@ __all__ = [
     "TERMINAL_STATES",
     "AnyEvent",
     "Balance",
+    "BlockExchange",
     "CancelJob",
     "CapabilityReport",
     "CapabilitySet",

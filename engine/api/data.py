@@ -26,10 +26,22 @@ class DataRoot(Record, frozen=True):
     added_at: float  # POSIX seconds
 
 
+class BlockExchange(Record, frozen=True):
+    """Bitswap since this node started (engine/data/bitswap.py)."""
+
+    served_blocks: int = 0
+    served_bytes: int = 0
+    received_blocks: int = 0
+    unwanted_blocks: int = 0  # blocks peers sent that nobody asked for
+    refused: int = 0  # wants and streams over a peer's, address's or subnet's bounds
+    bad_peers: tuple[str, ...] = ()  # dropped for unasked blocks: never asked again
+
+
 class DataRoots(Record, frozen=True):
     roots: tuple[DataRoot, ...] = ()
     blocks: int = 0  # every block on disk, roots' or not
     bytes: int = 0
+    exchange: BlockExchange = BlockExchange()
 
 
 class DataExported(Record, frozen=True):

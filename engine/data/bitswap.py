@@ -132,6 +132,8 @@ class Bitswap:
                         break
                     if all(peer in told.get(c, ()) for c in lacking):
                         break
+                    if peer in self.figures.bad_peers:
+                        break  # struck out while we waited on it: the next one
             lacking = [c for c in wanted if c not in got]
             if lacking:
                 raise BlockUnavailable(lacking[0], asked)
@@ -206,6 +208,7 @@ class Bitswap:
     async def _serve(self, peer: str, host: str | None, protocol: str, msg: Message) -> None:
         answer = Message()
         size = 0
+        seen: set[Cid] = set()
         for entry in list(msg.wantlist.entries)[:MAX_ENTRIES]:
             if entry.cancel:
                 continue
@@ -213,6 +216,9 @@ class Bitswap:
                 cid = Cid.from_bytes(entry.block)
             except CidError:
                 continue
+            if cid in seen:
+                continue  # one answer a CID: a want repeated is no order for copies
+            seen.add(cid)
             if not self._rate.allow(peer, host, False):
                 self.figures.refused += 1
                 break  # over its bounds: the rest of this message goes unanswered

@@ -267,7 +267,16 @@ class NodeData:
                     roots.append(with_record)
         roots.sort(key=lambda r: r.added_at, reverse=True)
         files = [p for p in self.blocks.root.iterdir()] if self.blocks.root.is_dir() else []
+        figures = self.bitswap.figures
         return api.DataRoots(
+            exchange=api.BlockExchange(
+                served_blocks=figures.served_blocks,
+                served_bytes=figures.served_bytes,
+                received_blocks=figures.received_blocks,
+                unwanted_blocks=figures.unwanted_blocks,
+                refused=figures.refused,
+                bad_peers=tuple(sorted(figures.bad_peers)),
+            ),
             roots=tuple(roots),
             blocks=sum(1 for p in files if not p.name.startswith(".")),
             bytes=sum(p.stat().st_size for p in files if not p.name.startswith(".")),

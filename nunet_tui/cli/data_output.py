@@ -74,8 +74,14 @@ def _root(root: api.DataRoot) -> str:
 
 
 def _roots(listing: api.DataRoots) -> str:
+    x = listing.exchange
+    exchange = (
+        f"bitswap: {x.served_blocks:,} blocks ({x.served_bytes:,} bytes) served, "
+        f"{x.received_blocks:,} received, {x.unwanted_blocks:,} unasked, {x.refused:,} refused"
+        + (f", {len(x.bad_peers)} peers dropped" if x.bad_peers else "")
+    )
     if not listing.roots:
-        return "nothing kept yet: `nunet-tui data add PATH`"
+        return f"nothing kept yet: `nunet-tui data add PATH`\n{exchange}"
     now = time.time()
     lines = []
     for root in listing.roots:
@@ -87,6 +93,7 @@ def _roots(listing: api.DataRoots) -> str:
     lines.append(
         f"{len(listing.roots)} kept; {listing.blocks:,} blocks, {listing.bytes:,} bytes on disk"
     )
+    lines.append(exchange)
     return "\n".join(lines)
 
 
