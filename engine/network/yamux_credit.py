@@ -37,9 +37,13 @@ without end (tests/adversarial/test_yamux_window.py: 64 MiB pushed, 65 MB more R
 go-yamux does (``ErrRecvWindowExceeded`` ends the session), a stream that goes past its
 window drops what it buffered, is reset, and the connection is closed with a protocol error.
 A frame is read whole before its stream sees it, and py-libp2p accepts DATA frames of up to
-16 MiB (22 MB more RSS in the same test), so a frame announcing more than MAX_DATA_FRAME
-closes the connection before its body is read: four times the 64 KiB that go-yamux, js-yamux
-and py-libp2p split writes at (rust-yamux splits at 16 KiB).
+16 MiB (22 MB more RSS in the same test), so a frame announcing more than the connection
+has credited closes the connection before its body is read: MAX_DATA_FRAME (the 256 KiB
+window every stream starts with), or the largest window a stream of it has grown to by being
+read fast (py-libp2p doubles a stream's window up to 16 MiB, as go-yamux does). go-yamux and
+py-libp2p split writes at 64 KiB; js-yamux 8 (@chainsafe/libp2p-yamux) writes a frame as large
+as its credit: 524,276 bytes measured, a Helia peer sending a bitswap message of 2.5 MB
+(tests/interop/test_bitswap_interop.py), which the old fixed 256 KiB bound refused.
 
 A write that finds no send window waits for credit as long as the stream's protocol allows.
 py-libp2p 0.8.1's ``write`` gives up after 5 s without credit and the stream is reset (go-yamux
@@ -198,15 +202,20 @@ async def _close_quietly(conn: Yamux) -> None:
 
 
 class BoundedFrameYamux(Yamux):
-    """A yamux connection that refuses a DATA frame longer than MAX_DATA_FRAME unread."""
+    """A yamux connection that refuses, unread, a DATA frame longer than any window it has
+    credited (at least MAX_DATA_FRAME)."""
 
     async def _read_data_body(self, length: int) -> bytes:
-        if length > MAX_DATA_FRAME:
+        credited = max(
+            (getattr(s, "target_recv_window", 0) for s in list(self.streams.values())),
+            default=0,
+        )
+        if length > max(MAX_DATA_FRAME, credited):
             log.warning(
                 "peer %s announced a %d-byte DATA frame (at most %d): closing the connection",
                 self.peer_id,
                 length,
-                MAX_DATA_FRAME,
+                max(MAX_DATA_FRAME, credited),
             )
             # handle_incoming calls us outside its stream lock, which close() takes; the
             # error then ends that frame's stream, and the loop ends with the connection.
