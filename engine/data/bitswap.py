@@ -3,7 +3,8 @@
 Both sides of the protocol are here, in our own bounded handler (py-libp2p 0.8.1's client
 keeps every peer's wantlist and answers from a nursery per message with no per-peer bound;
 only its protobuf schema is used). As in go-bitswap and Helia, a message goes one way: a
-wantlist is answered with blocks and presences on a stream the answering peer opens.
+wantlist is answered with blocks and presences on the answering peer's own stream to us; each
+side keeps one sending stream a peer and writes its messages on it in turn.
 
 Serving: a want is answered now or never (no wantlist is kept for later, so a peer cannot
 park wants in our memory): a block we hold, HAVE for a want-have, DONT_HAVE where asked. What
@@ -47,6 +48,7 @@ READ_IDLE_S = 30.0
 SEND_S = 30.0  # opening a stream and writing one message, through a relay included
 BLOCK_WAIT_S = 15.0  # one peer's answer to one want
 STRIKES = 8
+OUT_STREAMS = 64  # sending streams kept open (the peers we exchange with now)
 RECENT = 4096  # CIDs fetched lately: a late copy of one (a slow peer's) is no strike
 # Serving bounds: streams at once, and blocks sent a second (burst), per peer, address and
 # subnet. 400 blocks of 256 KiB is 100 MB/s: a fetch from us is never slowed by these.
@@ -86,6 +88,8 @@ class Bitswap:
         self._dont_have: dict[Cid, set[str]] = {}
         self._strikes: dict[str, int] = {}
         self._recent: collections.OrderedDict[Cid, None] = collections.OrderedDict()
+        self._out: dict[str, Any] = {}  # our sending stream to each peer
+        self._locks: dict[str, trio.Lock] = {}
 
     def attach(self, link: PeerLink) -> None:
         self.link = link
@@ -246,16 +250,36 @@ class Bitswap:
             return None
 
     async def _send(self, peer: str, msg: Message, protocol: str = PROTOCOL_120) -> None:
-        """One message on a stream of its own, as go-bitswap and Helia send them."""
+        """One message on our stream to ``peer`` (one a peer, kept open and reused, as
+        go-bitswap and Helia keep theirs; opened again once when it broke)."""
         if self.link is None:
             raise BlockUnavailable(Cid(0x55, bytes(32)), 0)
-        with trio.fail_after(SEND_S):
-            stream = await self.link.open_stream(peer, protocol)
-            try:
-                await stream.write(encode_varint_prefixed(msg.SerializeToString()))
-            finally:
+        data = encode_varint_prefixed(msg.SerializeToString())
+        lock = self._locks.setdefault(peer, trio.Lock())
+        async with lock:
+            for attempt in (1, 2):
+                stream = self._out.pop(peer, None)
+                try:
+                    with trio.fail_after(SEND_S):
+                        if stream is None:
+                            stream = await self.link.open_stream(peer, protocol)
+                        await stream.write(data)
+                except Exception:
+                    if stream is not None:
+                        with contextlib.suppress(Exception):
+                            await stream.reset()
+                    if attempt == 2:
+                        raise
+                    continue
+                self._out[peer] = stream
+                break
+            while len(self._out) > OUT_STREAMS:  # the oldest peer's goes
+                _, oldest = next(iter(self._out.items()))
+                self._out.pop(_)
                 with contextlib.suppress(Exception):
-                    await stream.close()
+                    await oldest.close()
+        if not lock.locked() and peer not in self._out:
+            self._locks.pop(peer, None)
 
 
 def _wants(cids: Sequence[Cid]) -> Message:

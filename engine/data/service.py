@@ -32,7 +32,8 @@ from engine.ports import NetworkPort, PeerLink
 log = logging.getLogger("nunet.data")
 
 MAX_ADD_ENTRIES = 100_000
-FETCH_BATCH = 64  # blocks asked for in one wantlist (16 MiB of 256 KiB chunks)
+FETCH_BATCH = 16  # blocks asked for in one wantlist: one 4 MiB answer of 256 KiB chunks
+FETCH_PARALLEL = 8  # wantlists out at once
 MAX_FETCH_BYTES = 64 << 30  # what one fetch may write, whatever the DAG says
 PROVIDE_S = 5.0  # how long `data add` waits for its DHT announcement before answering
 
@@ -151,44 +152,69 @@ class NodeData:
         return True
 
     async def _fetch(self, root: Cid, peers: list[str]) -> int:
-        """Fetches the DAG under ``root`` breadth first, ``FETCH_BATCH`` blocks a wantlist;
-        the peer that sent the last block is asked first. Returns the bytes fetched."""
+        """Fetches the DAG under ``root`` a level at a time, each level in wantlists of
+        ``FETCH_BATCH`` blocks, ``FETCH_PARALLEL`` of them out at once; the peer that sent
+        the last block is asked first. Returns the bytes fetched."""
         order = list(peers)
         seen = {root}
         level = [root]
-        fetched = 0
+        fetched = [0]
+        failure: list[EngineError] = []
+
+        async def batch_of(batch: list[Cid], found: list[Cid], limit: trio.Semaphore) -> None:
+            async with limit:
+                try:
+                    found.extend(await self._fetch_batch(root, batch, order, fetched))
+                except EngineError as exc:
+                    failure.append(exc)
+                    nursery.cancel_scope.cancel()
+
         while level:
-            batch, level = level[:FETCH_BATCH], level[FETCH_BATCH:]
-            here = {c: self.blocks.get(c) for c in batch if self.blocks.has(c)}
-            wanted = [c for c in batch if c not in here]
-            if wanted:
-                try:
-                    got = await self.bitswap.get_blocks(wanted, order)
-                except BlockUnavailable as exc:
-                    raise EngineError("not_found", f"{root}: {exc}") from None
-                if self.bitswap.last_peer in order:
-                    order.remove(self.bitswap.last_peer)
-                    order.insert(0, self.bitswap.last_peer)
-                fetched += sum(len(b) for b in got.values())
-                if fetched > MAX_FETCH_BYTES:
-                    raise EngineError(
-                        "too_large", f"{root}: more than {MAX_FETCH_BYTES >> 30} GiB: stopped"
-                    )
-                for cid, block in got.items():
-                    await trio.to_thread.run_sync(self.blocks.put, cid, block)
-                here.update(got)
-            for cid in batch:
-                try:
-                    links = children(cid, here[cid])
-                except UnixfsError as exc:
-                    raise EngineError("invalid", f"{root}: block {cid}: {exc}") from None
-                for child in links:
-                    if child not in seen:
-                        if len(seen) >= MAX_ENTRIES * 8:
-                            raise EngineError("too_large", f"{root}: too many blocks: stopped")
-                        seen.add(child)
-                        level.append(child)
-        return fetched
+            found: list[Cid] = []
+            limit = trio.Semaphore(FETCH_PARALLEL)
+            async with trio.open_nursery() as nursery:
+                for i in range(0, len(level), FETCH_BATCH):
+                    nursery.start_soon(batch_of, level[i : i + FETCH_BATCH], found, limit)
+            if failure:
+                raise failure[0]
+            level = []
+            for child in found:
+                if child not in seen:
+                    if len(seen) >= MAX_ENTRIES * 8:
+                        raise EngineError("too_large", f"{root}: too many blocks: stopped")
+                    seen.add(child)
+                    level.append(child)
+        return fetched[0]
+
+    async def _fetch_batch(
+        self, root: Cid, batch: list[Cid], order: list[str], fetched: list[int]
+    ) -> list[Cid]:
+        """One wantlist's blocks, stored; the CIDs they link to."""
+        here = {c: self.blocks.get(c) for c in batch if self.blocks.has(c)}
+        wanted = [c for c in batch if c not in here]
+        if wanted:
+            try:
+                got = await self.bitswap.get_blocks(wanted, order)
+            except BlockUnavailable as exc:
+                raise EngineError("not_found", f"{root}: {exc}") from None
+            if self.bitswap.last_peer in order:
+                order.remove(self.bitswap.last_peer)
+                order.insert(0, self.bitswap.last_peer)
+            fetched[0] += sum(len(b) for b in got.values())
+            if fetched[0] > MAX_FETCH_BYTES:
+                raise EngineError(
+                    "too_large", f"{root}: more than {MAX_FETCH_BYTES >> 30} GiB: stopped"
+                )
+            for cid, block in got.items():
+                await trio.to_thread.run_sync(self.blocks.put, cid, block)
+            here.update(got)
+        links: list[Cid] = []
+        for cid in batch:
+            try:
+                links.extend(children(cid, here[cid]))
+            except UnixfsError as exc:
+                raise EngineError("invalid", f"{root}: block {cid}: {exc}") from None
+        return links
 
     # -- the work, in a worker thread ----------------------------------------------------------
 

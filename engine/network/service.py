@@ -212,8 +212,10 @@ class NetworkService:
                     # established but never finished its upgrade (py-libp2p 0.8.1: "fail to
                     # upgrade mux" on the other side); every stream on it fails until it is
                     # trimmed. Measured: 45 s of failed streams between two new daemons.
-                    # Closed, and dialled afresh once.
-                    if not hostmod.has_open_connection(self.host, pid):
+                    # Closed, and dialled afresh once. Only for a negotiation that could not
+                    # be read: a peer answering "na" (it does not speak the protocol) keeps
+                    # its connection.
+                    if not hostmod.has_open_connection(self.host, pid) or not _unreadable(exc):
                         raise
                     log.info("stream to %s failed (%s): redialling", peer_id, exc)
                     for conn in list(self.host.get_network().get_connections(pid)):
@@ -729,3 +731,19 @@ class NetworkService:
                         continue
                     with trio.move_on_after(PING_TIMEOUT_S), contextlib.suppress(PeerUnreachable):
                         await self.ping(info.peer_id)
+
+
+def _unreadable(exc: BaseException) -> bool:
+    """Whether a failed stream opening failed because nothing could be read on the connection
+    (a broken one), rather than because the peer refused the protocol."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        text = str(seen)
+        if "not supported" in text:
+            return False
+        if "fail to read from multiselect communicator" in text or "read failed" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
