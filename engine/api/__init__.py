@@ -123,6 +123,14 @@ from engine.api.node import (
     StartNetwork,
     Validation,
 )
+from engine.api.overlay import (
+    OverlayJoin,
+    OverlayLeave,
+    OverlayMember,
+    OverlayStats,
+    OverlayStatus,
+    OverlayStatusReply,
+)
 from engine.api.payments import (
     ESCROW_OPEN_STATES,
     Balance,
@@ -295,6 +303,12 @@ __all__ = [
     "Onboarding",
     "OnboardingChanged",
     "OnboardingState",
+    "OverlayJoin",
+    "OverlayLeave",
+    "OverlayMember",
+    "OverlayStats",
+    "OverlayStatus",
+    "OverlayStatusReply",
     "Pause",
     "Peer",
     "PeerChanged",

@@ -1,0 +1,129 @@
+"""Two real daemons, each with a container of its own (``network_mode: none``, every
+capability dropped, as jobs run), joined by a job's overlay (issue 25 §2): shared by the
+overlay's Docker, adversarial and distributed-training tests and bench/cluster_allreduce.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from engine import api
+from tests.daemon_harness import Daemon, wait_for
+
+DOCKER_JOBS = '[jobs]\nexecutors = ["docker"]\ncheckpoint_interval_s = 0\n'
+SUBNET = "10.77.1.0/24"
+IDLE = ["python3", "-c", "import time; time.sleep(3600)"]
+
+
+def docker(docker_host: str, *args: str, timeout: float = 120.0) -> str:
+    done = subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "DOCKER_HOST": docker_host},
+    )
+    assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    return done.stdout
+
+
+@dataclass
+class Replica:
+    """A daemon, its container and the container's address on the overlay."""
+
+    daemon: Daemon
+    container: str
+    address: str
+
+    @property
+    def member(self) -> api.OverlayMember:
+        return api.OverlayMember(peer_id=self.daemon.peer_id, address=self.address)
+
+
+@contextmanager
+def containers(docker_host: str) -> Iterator[Callable[..., str]]:
+    """``start(image, command=IDLE, volume=None)``: a running container with no network and
+    no capabilities, as the Docker executor runs jobs; all removed afterwards."""
+    started: list[str] = []
+
+    def start(image: str, command: Sequence[str] = IDLE, volume: str | None = None) -> str:
+        name = f"nunet-overlay-test-{uuid.uuid4().hex[:10]}"
+        extra = ["-v", volume] if volume else []
+        docker(
+            docker_host,
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--user",
+            "65534:65534",
+            "--label",
+            "nunet.test=overlay",
+            *extra,
+            image,
+            *command,
+        )
+        started.append(name)
+        return name
+
+    try:
+        yield start
+    finally:
+        for name in started:
+            subprocess.run(
+                ["docker", "rm", "-f", name],
+                capture_output=True,
+                timeout=60,
+                env={**os.environ, "DOCKER_HOST": docker_host},
+            )
+
+
+def provider_pair(daemons: Callable[..., Daemon], docker_host: str) -> tuple[Daemon, Daemon]:
+    """Two daemons running Docker jobs, the second bootstrapped from the first."""
+    env = {"DOCKER_HOST": docker_host}
+    first = daemons("rank0", 60, extra_toml=DOCKER_JOBS, env=env)
+    second = daemons("rank1", 61, bootstrap=first.addrs()[0], extra_toml=DOCKER_JOBS, env=env)
+    return first, second
+
+
+def join(replicas: Sequence[Replica], job_id: str, subnet: str = SUBNET) -> None:
+    """Each replica's daemon joins the job's overlay with every replica as a member."""
+    members = tuple(r.member for r in replicas)
+    for replica in replicas:
+        stats = replica.daemon.call(
+            api.OverlayJoin(
+                job_id=job_id,
+                container=replica.container,
+                subnet=subnet,
+                address=replica.address,
+                members=members,
+            )
+        )
+        assert stats.address == replica.address
+    for replica in replicas:
+        wait_for(
+            lambda r=replica: stats_of(r.daemon, job_id).peers_connected == len(replicas) - 1,  # type: ignore[misc]
+            f"the overlay of {job_id} never connected on {replica.daemon.home.home}",
+            timeout=30,
+        )
+
+
+def stats_of(daemon: Daemon, job_id: str) -> api.OverlayStats:
+    found = daemon.call(api.OverlayStatus(job_id=job_id)).overlays
+    assert found, f"no overlay for {job_id}"
+    return found[0]
+
+
+def in_container(docker_host: str, container: str, code: str, timeout: float = 120.0) -> str:
+    """Python run in the container (docker exec), its stdout."""
+    return docker(docker_host, "exec", container, "python3", "-c", code, timeout=timeout)
