@@ -9,11 +9,11 @@
 # Idempotent: an image already present is kept (NUNET_REBUILD_IMAGE=1 forces a build).
 #
 # How: torch's import-time dependencies come from Debian packages (`apt-get download`,
-# `dpkg-deb -x`, as build_test_image.sh does); typing_extensions is the one too old in
-# Debian 12 (4.4; torch needs >= 4.10): the single pure-Python file is copied from the
-# project's .venv (its version is pinned there). The wheel is installed with
-# `pip install --no-deps` in a container with no network, then exported and imported as one
-# layer. Checked: `import torch.distributed` and a gloo all-reduce of world size 1.
+# `dpkg-deb -x`, as build_test_image.sh does), but for the three too old in Debian 12
+# (sympy, mpmath, typing_extensions: pure-Python wheels `pip download`ed once). The wheels are
+# installed with `pip install --no-deps --no-index` in a container with no network, then
+# exported and imported as one layer. Checked: `import torch.distributed`, `torch._dynamo`
+# (which DDP imports) and a gloo all-reduce of world size 1.
 set -euo pipefail
 
 image="${1:-nunet/python-torch:test}"
@@ -21,10 +21,16 @@ base="${NUNET_TORCH_BASE:-nunet/python-sklearn:test}"
 wheel="${NUNET_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 cache="${NUNET_DEB_CACHE:-/tmp/nunet-test-image-debs}"
 root_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# What torch imports at `import torch` / torch.distributed / DDP (sympy needs mpmath, jinja2
-# needs markupsafe).
-packages=(python3-sympy python3-mpmath python3-networkx python3-jinja2 python3-markupsafe
-    python3-filelock python3-fsspec)
+# What torch imports at `import torch` / torch.distributed / DDP, from Debian (jinja2 needs
+# markupsafe).
+packages=(python3-networkx python3-jinja2 python3-markupsafe python3-filelock python3-fsspec)
+# Too old in Debian 12 (sympy 1.11, torch._dynamo, which DDP imports, needs >= 1.13.3;
+# typing_extensions 4.4, torch needs >= 4.10): wheels from the package index pip is
+# configured with (as build_notebook_image.sh gets JupyterLab's), cached for offline rebuilds.
+pip_wheels=("sympy>=1.13.3" "mpmath>=1.1,<1.4" "typing_extensions>=4.10")
+wheels="${NUNET_WHEEL_CACHE:-/tmp/nunet-torch-wheels}"
+python="${PYTHON:-$root_dir/.venv/bin/python}"
+[[ -x "$python" ]] || python=python3
 
 if [[ -z "${NUNET_REBUILD_IMAGE:-}" ]] && docker image inspect "$image" >/dev/null 2>&1; then
     echo "build_torch_image.sh: $image already present" >&2
@@ -58,17 +64,20 @@ for name in "${packages[@]}"; do
         dpkg-deb -x "$deb" "$extra/root"
     done
 done
-te=""
-for py in "$root_dir/.venv/bin/python" "${VIRTUAL_ENV:-/nonexistent}/bin/python" python3; do
-    [[ -x "$(command -v "$py" 2>/dev/null)" ]] || continue
-    te="$("$py" -c 'import typing_extensions as t, sys; assert hasattr(t, "TypeIs"); print(t.__file__)' 2>/dev/null)" && break
-    te=""
-done
-[[ -n "$te" ]] || { echo "build_torch_image.sh: no typing_extensions >= 4.10 in .venv (scripts/setup_venv.sh)" >&2; exit 1; }
-mkdir -p "$extra/root/usr/local/lib/python3.11/dist-packages"
-cp "$te" "$extra/root/usr/local/lib/python3.11/dist-packages/typing_extensions.py"
+mkdir -p "$wheels"
+if ! compgen -G "$wheels/sympy-*.whl" >/dev/null || ! compgen -G "$wheels/typing_extensions-*.whl" >/dev/null; then
+    # Pure-Python wheels, for the image's interpreter (Debian 12's Python 3.11).
+    "$python" -m pip download -q --disable-pip-version-check --no-deps --dest "$wheels" \
+        --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+        --platform any "${pip_wheels[@]}" 2>&1 | grep -v '^WARNING: Location' >&2 || true
+    compgen -G "$wheels/sympy-*.whl" >/dev/null ||
+        { echo "build_torch_image.sh: pip could not download ${pip_wheels[*]}" >&2; exit 1; }
+fi
 mkdir -p "$extra/wheel"
 cp "$wheel" "$extra/wheel/"
+for name in sympy mpmath typing_extensions; do
+    cp "$(ls "$wheels/${name}"-*.whl | sort -V | tail -n 1)" "$extra/wheel/"
+done
 
 run_detached() {
     local name="$1"
@@ -99,7 +108,7 @@ docker rm -f "$builder" >/dev/null
 checker="nunet-torch-check-$$"
 checked=0
 run_detached "$checker" "$image" python3 -c '
-import os, torch, torch.distributed as dist
+import os, torch, torch.distributed as dist, torch._dynamo
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
 dist.init_process_group("gloo", rank=0, world_size=1)
 t = torch.ones(3)

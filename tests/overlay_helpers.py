@@ -4,12 +4,15 @@ overlay's Docker, adversarial and distributed-training tests and bench/cluster_a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from engine import api
 from tests.daemon_harness import Daemon, wait_for
@@ -127,3 +130,48 @@ def stats_of(daemon: Daemon, job_id: str) -> api.OverlayStats:
 def in_container(docker_host: str, container: str, code: str, timeout: float = 120.0) -> str:
     """Python run in the container (docker exec), its stdout."""
     return docker(docker_host, "exec", container, "python3", "-c", code, timeout=timeout)
+
+
+DDP_SCRIPT = Path(__file__).parent / "docker" / "overlay_ddp.py"
+MASTER_PORT = 29500
+
+
+def torch_command(
+    docker_host: str, replica: Replica, master: str, *args: str, env: dict[str, str] | None = None
+) -> list[str]:
+    """The docker exec command line running tests/docker/overlay_ddp.py in ``replica``'s
+    container, its gloo bound to the overlay's device."""
+    environment = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(MASTER_PORT),
+        "GLOO_SOCKET_IFNAME": "nunet0",
+        "HOME": "/tmp",
+        **(env or {}),
+    }
+    flags = [f"--env={k}={v}" for k, v in environment.items()]
+    code = DDP_SCRIPT.read_text()
+    return ["docker", "exec", *flags, replica.container, "python3", "-c", code, *args]
+
+
+def run_ranks(
+    docker_host: str, replicas: Sequence[Replica], *args: str, timeout: float = 240.0
+) -> list[dict[str, Any]]:
+    """Every replica runs overlay_ddp.py with ``args`` as its rank of ``len(replicas)``, at
+    once (gloo's rendezvous waits for all); their printed JSON, by rank."""
+    master = replicas[0].address
+    procs = [
+        subprocess.Popen(
+            torch_command(docker_host, replica, master, *args, str(rank), str(len(replicas))),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "DOCKER_HOST": docker_host},
+        )
+        for rank, replica in enumerate(replicas)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
