@@ -20,6 +20,8 @@ from tests.daemon_harness import Daemon, wait_for
 DOCKER_JOBS = '[jobs]\nexecutors = ["docker"]\ncheckpoint_interval_s = 0\n'
 SUBNET = "10.77.1.0/24"
 IDLE = ["python3", "-c", "import time; time.sleep(3600)"]
+# Prints "yes" once a container's service has written /tmp/ready (it is listening).
+READY = 'import os; print("yes" if os.path.exists("/tmp/ready") else "")'
 
 
 def docker(docker_host: str, *args: str, timeout: float = 120.0) -> str:

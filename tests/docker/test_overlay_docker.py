@@ -12,9 +12,17 @@ from collections.abc import Callable
 import pytest
 
 from engine import api
-from tests.daemon_harness import Daemon, daemons
+from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.docker_fixture import docker_host, sklearn_image
-from tests.overlay_helpers import Replica, containers, in_container, join, provider_pair, stats_of
+from tests.overlay_helpers import (
+    READY,
+    Replica,
+    containers,
+    in_container,
+    join,
+    provider_pair,
+    stats_of,
+)
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
 
@@ -26,6 +34,7 @@ srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("0.0.0.0", 5000))
 srv.listen()
+open("/tmp/ready", "w").close()
 while True:
     conn, peer = srv.accept()
     with conn:
@@ -71,6 +80,10 @@ def test_two_containers_reach_each_other_and_an_outsider_does_not(
         server = Replica(first, start(sklearn_image, ["python3", "-c", ECHO_SERVER]), "10.77.1.1")
         client = Replica(second, start(sklearn_image), "10.77.1.2")
         join([server, client], "ovl-job-1")
+        wait_for(
+            lambda: in_container(docker_host, server.container, READY).strip(),
+            "the echo server never started",
+        )
 
         # TCP from the second provider's container to the first's, 200 kB each way's worth.
         answer = json.loads(
