@@ -156,14 +156,20 @@ def torch_command(
 
 
 def run_ranks(
-    docker_host: str, replicas: Sequence[Replica], *args: str, timeout: float = 240.0
+    docker_host: str,
+    replicas: Sequence[Replica],
+    *args: str,
+    timeout: float = 240.0,
+    env: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Every replica runs overlay_ddp.py with ``args`` as its rank of ``len(replicas)``, at
     once (gloo's rendezvous waits for all); their printed JSON, by rank."""
     master = replicas[0].address
     procs = [
         subprocess.Popen(
-            torch_command(docker_host, replica, master, *args, str(rank), str(len(replicas))),
+            torch_command(
+                docker_host, replica, master, *args, str(rank), str(len(replicas)), env=env
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
