@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -183,3 +184,20 @@ def run_ranks(
         assert proc.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def _checksum(header: bytes) -> int:
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def udp_packet(source: str, destination: str, payload: bytes, port: int = 7000) -> bytes:
+    """An IPv4 UDP datagram (UDP checksum 0: none, as IPv4 allows)."""
+    udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
+    src = bytes(int(x) for x in source.split("."))
+    dst = bytes(int(x) for x in destination.split("."))
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src, dst)
+    header = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
+    return header + udp

@@ -14,7 +14,7 @@ What crosses, and what is refused (each refusal counted in the job's ``OverlaySt
   and whose destination is ours (domain/overlay_packets.py); a frame longer than the MTU
   ends the stream;
 - at most ``rate_bytes_s`` per member each way (a token bucket; past it packets are dropped,
-  as a router drops, and TCP inside backs off), and ``queue_packets`` packets queued per
+  as a router drops, and TCP inside backs off), and ``queue_bytes`` queued per
   member outwards (then dropped).
 Bytes are metered per job, in and out: the IP packets as the container sent or received them.
 """
@@ -42,7 +42,8 @@ OVERLAY_PROTOCOL = "/nunet/overlay/1.0.0"
 HELLO_S = 10.0  # a stream's hello arrives within this or the stream is reset
 RATE_BYTES_S = 64 * 1024 * 1024  # per member and direction
 BURST_BYTES = 4 * 1024 * 1024
-QUEUE_PACKETS = 512  # per member, outwards
+QUEUE_BYTES = 4 * 1024 * 1024  # per member, outwards: past it packets are dropped
+QUEUE_PACKETS = 4096  # and at most this many
 STREAMS_PER_MEMBER = 2  # inbound, at once (one, and its replacement while the old one ends)
 BATCH_BYTES = 64 * 1024  # packets written to a stream in one write, at most
 REDIAL_S = (0.2, 5.0)  # a member not reachable yet (or not joined yet): first and last pause
@@ -91,6 +92,7 @@ class _Member:
     queue_receive: trio.MemoryReceiveChannel[bytes]
     bucket_in: Bucket
     bucket_out: Bucket
+    queued: int = 0  # bytes in the queue now
     inbound: int = 0  # streams from it open now
 
 
@@ -136,12 +138,12 @@ class OverlayCarrier:
         *,
         rate_bytes_s: int = RATE_BYTES_S,
         burst_bytes: int = BURST_BYTES,
-        queue_packets: int = QUEUE_PACKETS,
+        queue_bytes: int = QUEUE_BYTES,
     ) -> None:
         self._link = link
         self.rate_bytes_s = rate_bytes_s
         self.burst_bytes = max(burst_bytes, MTU)
-        self.queue_packets = queue_packets
+        self.queue_bytes = queue_bytes
         self._sessions: dict[str, _Session] = {}
         self._ended: deque[api.OverlayStats] = deque(maxlen=ENDED_KEPT)
         self.strangers_refused = 0  # streams for no overlay of ours at all
@@ -172,7 +174,7 @@ class OverlayCarrier:
         )
         session = _Session(job_id, subnet, own, tuple(members), device)
         for peer_id, packed in others.items():
-            send, receive = trio.open_memory_channel[bytes](self.queue_packets)
+            send, receive = trio.open_memory_channel[bytes](QUEUE_PACKETS)
             member = _Member(
                 peer_id,
                 packed,
@@ -209,10 +211,15 @@ class OverlayCarrier:
             if ends is None or member is None or ends[0] != session.address:
                 session.add("dropped_out")
                 continue
+            if member.queued + len(packet) > self.queue_bytes:
+                session.add("dropped_out")
+                continue
             try:
                 member.queue_send.send_nowait(packet)
             except trio.WouldBlock:
                 session.add("dropped_out")
+                continue
+            member.queued += len(packet)
 
     async def _sender(self, session: _Session, member: _Member) -> None:
         """One stream to ``member``, opened again whenever it fails (the member may not have
@@ -239,16 +246,7 @@ class OverlayCarrier:
                         raise OverlayError("refused")
                 pause = REDIAL_S[0]
                 while True:
-                    if not pending:
-                        pending = [await member.queue_receive.receive()]
-                        size = len(pending[0])
-                        while size < BATCH_BYTES:
-                            try:
-                                packet = member.queue_receive.receive_nowait()
-                            except trio.WouldBlock:
-                                break
-                            pending.append(packet)
-                            size += len(packet)
+                    pending = pending or await _batch(member)
                     size = sum(len(p) for p in pending)
                     # The rate bound outwards: wait for the tokens (the queue fills
                     # meanwhile, and drops past its bound).
@@ -332,6 +330,22 @@ class OverlayCarrier:
             return
         session.add("bytes_in", len(packet))
         session.add("packets_in")
+
+
+async def _batch(member: _Member) -> list[bytes]:
+    """The next packets queued for ``member``: one (waited for), then what else is there, up
+    to BATCH_BYTES, so a burst is written (and encrypted) at once."""
+    batch = [await member.queue_receive.receive()]
+    size = len(batch[0])
+    while size < BATCH_BYTES:
+        try:
+            packet = member.queue_receive.receive_nowait()
+        except trio.WouldBlock:
+            break
+        batch.append(packet)
+        size += len(packet)
+    member.queued -= size
+    return batch
 
 
 async def _read_exactly(stream: Any, n: int) -> bytes:

@@ -20,7 +20,14 @@ from engine.network.overlay import ACCEPTED, OVERLAY_PROTOCOL
 from tests.adversarial.hostile import HostilePeer
 from tests.daemon_harness import Daemon, wait_for
 from tests.docker_fixture import docker_host, sklearn_image
-from tests.overlay_helpers import DOCKER_JOBS, READY, containers, in_container, stats_of
+from tests.overlay_helpers import (
+    DOCKER_JOBS,
+    READY,
+    containers,
+    in_container,
+    stats_of,
+    udp_packet,
+)
 
 __all__ = ["docker_host", "sklearn_image"]
 
@@ -45,23 +52,6 @@ READ_GOT = """
 import json, os
 print(json.dumps(open("/tmp/got").read().splitlines() if os.path.exists("/tmp/got") else []))
 """
-
-
-def _checksum(header: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def udp_packet(source: str, destination: str, payload: bytes, port: int = 7000) -> bytes:
-    """An IPv4 UDP datagram (UDP checksum 0: none, as IPv4 allows)."""
-    udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
-    src = bytes(int(x) for x in source.split("."))
-    dst = bytes(int(x) for x in destination.split("."))
-    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, src, dst)
-    header = header[:10] + struct.pack("!H", _checksum(header)) + header[12:]
-    return header + udp
 
 
 def frame(packet: bytes) -> bytes:
