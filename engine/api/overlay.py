@@ -44,6 +44,7 @@ class OverlayStats(Record, frozen=True):
     # bad header, over the size or the rate)
     strangers_refused: int = 0  # streams from peers that are not members of this job
     peers_connected: int = 0  # members whose stream to us is open now
+    carrying: bool = True  # False: ended (left, or its container exited); figures final
 
 
 class OverlayStatusReply(Record, frozen=True):

@@ -5,6 +5,9 @@ this room's nursery, until ``OverlayLeave`` or the node stops."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import os
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -60,7 +63,7 @@ class JobOverlays:
         scope = trio.CancelScope()
         self._scopes[command.job_id] = scope
         try:
-            await self._nursery.start(self._carry, carriage, command, device, scope)
+            await self._nursery.start(self._carry, carriage, command, device, scope, pid)
         except BaseException:
             self._scopes.pop(command.job_id, None)
             device.close()
@@ -73,18 +76,27 @@ class JobOverlays:
         command: api.OverlayJoin,
         device: TunDevice,
         scope: trio.CancelScope,
+        pid: int,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
             with scope:
-                await carriage.carry(
-                    command.job_id,
-                    command.subnet,
-                    command.address,
-                    command.members,
-                    device,
-                    task_status=task_status,
-                )
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(
+                        functools.partial(
+                            carriage.carry,
+                            command.job_id,
+                            command.subnet,
+                            command.address,
+                            command.members,
+                            device,
+                        )
+                    )
+                    task_status.started()
+                    # The container's end ends its overlay: its device no longer reads (the
+                    # namespace is gone), so nothing else would say so.
+                    await _exited(pid)
+                    nursery.cancel_scope.cancel()
         finally:
             if self._scopes.get(command.job_id) is scope:
                 del self._scopes[command.job_id]
@@ -105,3 +117,17 @@ class JobOverlays:
         except EngineError:
             return api.OverlayStatusReply()
         return api.OverlayStatusReply(overlays=carriage.stats(command.job_id))
+
+
+async def _exited(pid: int) -> None:
+    """Returns once process ``pid`` (the container's first) has exited."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        trio.lowlevel.notify_closing(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)

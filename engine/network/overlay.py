@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 import trio
 
 from engine import api
@@ -194,7 +195,7 @@ class OverlayCarrier:
                 await self._from_device(session)
         finally:
             del self._sessions[job_id]
-            self._ended.append(session.stats())
+            self._ended.append(msgspec.structs.replace(session.stats(), carrying=False))
 
     # --- outwards --------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from tests.overlay_helpers import (
     READY,
     Replica,
     containers,
+    docker,
     in_container,
     join,
     provider_pair,
@@ -136,3 +137,13 @@ def test_two_containers_reach_each_other_and_an_outsider_does_not(
             in_container(docker_host, client.container, REFUSED.format(addresses=["10.77.1.1"]))
         )
         assert gone["10.77.1.1"] != "connected"
+        assert not stats_of(second, "ovl-job-1").carrying
+
+        # A container that exits ends its overlay on its node (nothing else would: its
+        # device no longer reads once its namespace is gone).
+        assert stats_of(first, "ovl-job-1").carrying
+        docker(docker_host, "rm", "-f", server.container)
+        wait_for(
+            lambda: not stats_of(first, "ovl-job-1").carrying,
+            "the overlay outlived its container",
+        )
