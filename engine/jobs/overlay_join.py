@@ -41,14 +41,18 @@ class JobOverlays:
             await trio.sleep_forever()
 
     async def join(self, command: api.OverlayJoin) -> api.OverlayStats:
-        if self._nursery is None:
-            raise EngineError("offline", "the overlay: the node is still starting; retry")
         try:
             net, own, _others = check_members(
                 command.subnet, command.address, [(m.peer_id, m.address) for m in command.members]
             )
         except OverlayError as exc:
             raise EngineError("invalid", f"overlay: {exc}") from exc
+        if self._nursery is None:
+            raise EngineError(
+                "no_network",
+                "the overlay needs a running node: start `nunet-tui daemon` for this home, "
+                "and run the command again",
+            )
         if command.job_id in self._scopes:
             raise EngineError(
                 "invalid", f"job {command.job_id} already has an overlay here: leave it first"

@@ -99,6 +99,9 @@ def test_two_containers_reach_each_other_and_an_outsider_does_not(
         # that drops nothing here).
         sent, got = stats_of(second, "ovl-job-1"), stats_of(first, "ovl-job-1")
         assert sent.bytes_out >= 200000 and got.bytes_in == sent.bytes_out
+        # The same figures on the command line.
+        [listed] = first.cli("overlay", "status", "ovl-job-1")
+        assert listed["bytes_in"] == got.bytes_in and listed["address"] == "10.77.1.1"
 
         # An outsider: a container of another job on the first node, in a /24 of its own
         # subnet's numbers but not a member of job 1; its overlay names the second node,
