@@ -13,8 +13,6 @@ import json
 import struct
 from collections.abc import Callable
 
-import pytest
-
 from engine import api
 from engine.network.overlay import ACCEPTED, OVERLAY_PROTOCOL
 from tests.adversarial.hostile import HostilePeer
@@ -31,7 +29,6 @@ from tests.overlay_helpers import (
 
 __all__ = ["docker_host", "sklearn_image"]
 
-pytestmark = pytest.mark.docker
 
 JOB = "ovl-victim"
 REPLICA = "10.77.1.1"

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-import pytest
-
 from engine import api
 from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.docker_fixture import docker_host, sklearn_image
@@ -27,7 +25,6 @@ from tests.overlay_helpers import (
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]
 
-pytestmark = pytest.mark.docker
 
 ECHO_SERVER = """
 import socket

@@ -15,8 +15,6 @@ from tests.overlay_helpers import Replica, containers, join, provider_pair, run_
 
 __all__ = ["daemons", "docker_host", "sklearn_image", "torch_image"]
 
-pytestmark = pytest.mark.docker
-
 
 def test_gloo_all_reduce_and_ddp_across_two_providers(
     daemons: Callable[..., Daemon], docker_host: str, torch_image: str
