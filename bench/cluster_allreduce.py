@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,7 @@ def main() -> None:
     finally:
         for daemon in started:
             daemon.stop(kill=True)
+        shutil.rmtree(root, ignore_errors=True)
     mib = 1024 * 1024
     print(f"all-reduce, gloo, world size 2, {args.rounds} rounds (this machine: both providers)")
     print(f"{'':24}{'latency (4 floats)':>20}{'bandwidth (4 MiB)':>20}")
