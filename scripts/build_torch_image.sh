@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The distributed-training test image: nunet/python-sklearn:test plus PyTorch (CPU) from a
-# local wheel, built without any registry (none is reachable from the test machines).
+# local wheel, built without a container registry (none is reachable from the test machines).
 #
 #   scripts/build_torch_image.sh [IMAGE]      default IMAGE: nunet/python-torch:test
 #
