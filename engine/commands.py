@@ -88,6 +88,15 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.GroupAdd,
         api.GroupRemove,
     ),
+    # engine/data/service.py NodeData: files and folders by content id (issue 26)
+    "data": (
+        api.DataAdd,
+        api.DataGet,
+        api.DataList,
+        api.DataPin,
+        api.DataUnpin,
+        api.DataRemove,
+    ),
     # engine/payments/service.py NodePayments
     "payments": (
         api.WalletNew,

@@ -241,8 +241,9 @@ class NetworkSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         default_factory=list
     )
     relay_via_bootstrap: bool = True
-    # UPnP (engine/network/upnp.py): while this node has an offer out, ask the home router
-    # (UPnP IGD) to forward its TCP listen port, and advertise the router's address for it.
+    # Port mapping (engine/network/port_mapping.py): while this node has an offer out, ask the
+    # home router (UPnP IGD, else NAT-PMP) to forward its TCP listen port, and advertise the
+    # router's address for it. Named for the better-known of the two.
     upnp: bool = True
     # AutoNAT (engine/network/autonat.py): this node dials back peers that ask whether they
     # are reachable (their own address only, bounded and rate-limited), and asks its own

@@ -39,6 +39,7 @@ from engine.resources.readiness import for_executors
 from engine.store import Store
 
 if TYPE_CHECKING:
+    from engine.data.service import NodeData
     from engine.jobs.service import NodeJobs
     from engine.network.link import NodeNetwork
     from engine.network.service import NetworkService
@@ -87,6 +88,7 @@ class Node:
         self._network: NodeNetwork | None = None
         self._jobs: NodeJobs | None = None
         self._payments: NodePayments | None = None
+        self._data: NodeData | None = None
         self.machine = detect_machine(settings.machine, host=self.probes.host_files)
         self._dispatch = Dispatch(
             {
@@ -96,6 +98,7 @@ class Node:
                 "jobs": lambda: self.jobs().commands(),
                 "payments": lambda: self.payments().commands(),
                 "resources": self._resource_commands,
+                "data": self._data_commands,
             }
         )
 
@@ -214,7 +217,9 @@ class Node:
             # Imported here: py-libp2p costs about a second to import.
             from engine.network.link import NodeNetwork
 
-            self._network = NodeNetwork(self.ctx, facts=self, jobs=self.jobs, totals=self)
+            self._network = NodeNetwork(
+                self.ctx, facts=self, jobs=self.jobs, totals=self, data=self.data
+            )
         return self._network
 
     def jobs(self) -> NodeJobs:
@@ -243,6 +248,16 @@ class Node:
 
             self._payments = NodePayments(self.ctx)
         return self._payments
+
+    def data(self) -> NodeData:
+        if self._data is None:
+            from engine.data.service import NodeData
+
+            self._data = NodeData(self.paths.state_dir / "data", network=self.network)
+        return self._data
+
+    def _data_commands(self) -> Handlers:
+        return self.data().commands()
 
     def _resource_commands(self) -> Handlers:
         from engine.resources.commands import commands as resource_commands

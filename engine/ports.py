@@ -11,11 +11,13 @@ one-shot CLI command must not pay for a room it never enters.
 
 | port              | implemented by                    | used by                                |
 |-------------------|-----------------------------------|----------------------------------------|
-| ``PeerLink``      | network/service.py NetworkService | jobs (consumer, tunnels), jobs.attach  |
+| ``PeerLink``      | network/service.py NetworkService | jobs (consumer, tunnels), jobs.attach; |
+|                   |                                   | data (bitswap, DHT provider records)   |
 | ``NetworkPort``   | network/link.py NodeNetwork       | jobs (provider, consumer, tunnels)     |
 | ``EscrowPort``    | payments/escrow.py Escrows        | jobs (provider, consumer)              |
 | ``WalletPort``    | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
 | ``JobsPort``      | jobs/service.py NodeJobs          | network/link.py NodeNetwork            |
+| ``DataPort``      | data/service.py NodeData          | network/link.py NodeNetwork            |
 | ``TotalsPort``    | node.py Node                      | network/link.py NodeNetwork            |
 | ``NodeFacts``     | node.py Node                      | network/link.py NodeNetwork            |
 | ``MachinePort``   | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)    |
@@ -95,6 +97,26 @@ class PeerLink(Protocol):
 
     def set_stream_handler(self, protocol: str, handler: StreamHandler) -> None:
         """Serve ``protocol``: each incoming stream goes to ``handler``."""
+        ...
+
+    def connected_peers(self) -> list[str]:
+        """The peers we hold a connection to now, listed on our channel or not."""
+        ...
+
+    async def provide(self, key: str) -> None:
+        """Announce in the DHT that we hold ``key`` (a CID): a provider record."""
+        ...
+
+    async def find_providers(self, key: str) -> list[str]:
+        """The peers whose provider records for ``key`` the DHT holds (their word only)."""
+        ...
+
+
+class DataPort(Protocol):
+    """The data room as the network sees it: serves bitswap on each (re)started host."""
+
+    def attach(self, link: PeerLink) -> None:
+        """Called each time the network (re)starts."""
         ...
 
 

@@ -96,6 +96,13 @@ class Daemon:
         assert result.returncode == 0, (args, result.stderr)
         return json.loads(result.stdout)
 
+    def listed(self, peer_id: str) -> dict[str, Any] | None:
+        """``peer_id``'s row in this node's ``peer list`` (None: not listed)."""
+        for peer in self.cli("peer", "list")["peers"]:
+            if peer["peer_id"] == peer_id:
+                return dict(peer)
+        return None
+
     def addrs(self) -> list[str]:
         self._check_running()
         return [str(addr) for addr in self.call(api.GetPeerSelf()).addrs]

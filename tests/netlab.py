@@ -242,9 +242,10 @@ def upnp_unavailable_reason() -> str | None:
     return reason
 
 
-def add_upnp_home(lab: Lab, *, hosts: int = 1) -> Home:
+def add_upnp_home(lab: Lab, *, hosts: int = 1, upnp: bool = True) -> Home:
     """Home 4 (10.77.4.0/24) behind a port-restricted router whose miniupnpd maps ports for
-    its LAN (secure mode: a host maps only to itself; NAT-PMP too). Every public host and
+    its LAN (secure mode: a host maps only to itself) by NAT-PMP, and by UPnP unless ``upnp``
+    is False (a router that speaks NAT-PMP only, as Apple's did). Every public host and
     router learns the route to its WAN address; miniupnpd is stopped with the lab."""
     n = UPNP_HOME
     subnet = UPNP_WAN.rsplit(".", 1)[0] + ".0/24"
@@ -260,7 +261,8 @@ def add_upnp_home(lab: Lab, *, hosts: int = 1) -> Home:
     _nft(router.ns, _UPNP_RULES)
     conf = Path(f"/tmp/{lab.tag}-miniupnpd.conf")
     conf.write_text(
-        "ext_ifname=wan\nlistening_ip=br-lan\nport=0\nenable_natpmp=yes\nenable_upnp=yes\n"
+        "ext_ifname=wan\nlistening_ip=br-lan\nport=0\nenable_natpmp=yes\n"
+        f"enable_upnp={'yes' if upnp else 'no'}\n"
         "secure_mode=yes\nsystem_uptime=yes\nuuid=4b79b16e-83a8-4195-88ae-052702c8debd\n"
         f"allow 1024-65535 10.77.{n}.0/24 1024-65535\ndeny 0-65535 0.0.0.0/0 0-65535\n"
     )

@@ -14,6 +14,19 @@ Callers keep writing ``from engine import api; api.X``: every name is re-exporte
 from __future__ import annotations
 
 from engine.api.base import Command, Done, Event, Record
+from engine.api.data import (
+    BlockExchange,
+    DataAdd,
+    DataExported,
+    DataGet,
+    DataList,
+    DataPin,
+    DataRemove,
+    DataRemoved,
+    DataRoot,
+    DataRoots,
+    DataUnpin,
+)
 from engine.api.gpus import (
     CapabilityReport,
     CapabilitySet,
@@ -206,6 +219,7 @@ __all__ = [
     "TERMINAL_STATES",
     "AnyEvent",
     "Balance",
+    "BlockExchange",
     "CancelJob",
     "CapabilityReport",
     "CapabilitySet",
@@ -234,6 +248,16 @@ __all__ = [
     "CustomRemove",
     "CustomResource",
     "DaemonConnection",
+    "DataAdd",
+    "DataExported",
+    "DataGet",
+    "DataList",
+    "DataPin",
+    "DataRemove",
+    "DataRemoved",
+    "DataRoot",
+    "DataRoots",
+    "DataUnpin",
     "DeleteJobResults",
     "DoctorFinding",
     "DoctorReport",

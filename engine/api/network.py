@@ -133,9 +133,9 @@ class NetworkDoctorReport(Record, frozen=True):
     listen_addrs: tuple[str, ...] = ()
     observed_addrs: tuple[str, ...] = ()  # how peers see us (the dial-back servers said)
     reservations: tuple[RelayReservation, ...] = ()
-    # The home router's UPnP port forward (engine/network/upnp.py): what it forwards, or why
-    # nothing ("not tried": upnp = false, or no offer out yet); upnp_addr: the address
-    # advertised for it.
+    # The home router's port forward, by UPnP or NAT-PMP (engine/network/port_mapping.py):
+    # what it forwards, or why nothing ("not tried": upnp = false, or no offer out yet);
+    # upnp_addr: the address advertised for it.
     upnp: str = "not tried"
     upnp_addr: str | None = None
     connections: tuple[PeerConnection, ...] = ()

@@ -253,7 +253,7 @@ class Reachability:
     evidence: list[Evidence] = field(default_factory=list)
     observed: dict[str, str] = field(default_factory=dict)  # peer id -> what it saw of us
     rounds: int = 0
-    again: bool = False  # ask at the next tick (the router forwards a port now: upnp.py)
+    again: bool = False  # ask at the next tick (the router forwards a port now: port_mapping.py)
 
     def soon(self) -> None:
         """Ask again at once: what reaches us changed (a port forward made or gone)."""

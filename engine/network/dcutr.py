@@ -41,7 +41,7 @@ from libp2p.relay.circuit_v2.utils import write_delimited_msg
 from libp2p.utils.varint import read_varint_prefixed_bytes_limited
 
 from engine.domain.ratelimit import PeerRateLimiter, ThrottledWarning
-from engine.network.host import is_relayed_conn
+from engine.network.host import has_direct, has_relayed, is_relayed_conn
 
 log = logging.getLogger("nunet.network.dcutr")
 
@@ -128,21 +128,6 @@ def decode_addrs(raw: Sequence[bytes]) -> list[multiaddr.Multiaddr]:
             str(addr)  # bytes are parsed lazily: a bad one raises here, not in dial_target
             out.append(addr)
     return out
-
-
-def has_direct(host: Any, peer_id: ID) -> bool:
-    with contextlib.suppress(Exception):
-        return any(
-            not is_relayed_conn(c) and not c.is_closed
-            for c in host.get_network().get_connections(peer_id)
-        )
-    return False
-
-
-def has_relayed(host: Any, peer_id: ID) -> bool:
-    with contextlib.suppress(Exception):
-        return any(is_relayed_conn(c) for c in host.get_network().get_connections(peer_id))
-    return False
 
 
 async def _read(stream: Any) -> HolePunchMsg:

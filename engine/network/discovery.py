@@ -155,7 +155,7 @@ class Discovery:
         # The bootstrap peers we are connected to: who we ask to confirm an address.
         self.vouchers = vouchers
         # Our circuit addresses through relays we hold a reservation on (relay.py), and the
-        # router's address and port it forwards to us (upnp.py): direct ones first.
+        # router's address and port it forwards to us (port_mapping.py): direct ones first.
         self.relay_addrs = relay_addrs
         self.mapped_addrs = mapped_addrs
         self._unconfirmed: dict[str, int] = {}  # peer id -> questions left

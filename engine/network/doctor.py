@@ -10,7 +10,7 @@ from typing import Any
 import multiaddr
 
 from engine import api
-from engine.network.host import is_relayed_conn
+from engine.network.host import is_relayed_conn, tcp_listen
 from engine.network.service import NetworkService
 
 RELAY_FIX = 'add a relay: [network] relays = ["/ip4/…/tcp/…/p2p/<relay peer id>"]'
@@ -68,7 +68,7 @@ def diagnose(service: NetworkService | None) -> api.NetworkDoctorReport:
 
 def _upnp(service: NetworkService) -> tuple[str, str | None, bool]:
     """(what the router forwards, or why nothing; the advertised address; whether asking the
-    router failed, so that turning UPnP on there is worth saying)."""
+    router failed, so that turning UPnP or NAT-PMP on there is worth saying)."""
     mapper = service.port_mapper
     if mapper is None:
         return "not tried ([network] upnp = false)", None, False
@@ -77,7 +77,7 @@ def _upnp(service: NetworkService) -> tuple[str, str | None, bool]:
     if mapping is not None:
         text = (
             f"the router forwards {mapping.external_ip}:{mapping.external_port} to port "
-            f"{mapping.internal_port} on {mapping.internal_ip}"
+            f"{mapping.internal_port} on {mapping.internal_ip} ({mapping.method})"
         )
         return text, mapper.addrs()[0], False
     if not status.tried:
@@ -96,40 +96,23 @@ def fix_for(
     """One line: what would make this node reachable (None when it is, or nothing is known).
 
     A private node with a TCP port: forward it (direct connections beat any relay), or turn
-    UPnP on in the router when asking it failed (engine/network/upnp.py); one without a port,
-    or not even relayed with no relay configured: add a relay. ``lan_ip``: our address on
-    the LAN (the local end of a direct connection), named when the listen address does not
-    say it."""
+    on UPnP or NAT-PMP in the router when asking it failed (engine/network/port_mapping.py);
+    one without a port, or not even relayed with no relay configured: add a relay.
+    ``lan_ip``: our address on the LAN (the local end of a direct connection), named when the
+    listen address does not say it."""
     if verdict == "public":
         return None
-    port, host = _tcp_listen(bound)
+    port, host = tcp_listen(bound)
     host = host or lan_ip
     if verdict == "private" and port is not None:
         where = f" to this host ({host})" if host else " to this host"
-        upnp = ", or turn UPnP on in the router" if upnp_failed else ""
+        upnp = ", or turn on UPnP or NAT-PMP in the router" if upnp_failed else ""
         return f"forward (or open) TCP port {port} on your router{where}{upnp}"
     if verdict == "private" or (not relayed and not settings.relays and not settings.bootstrap):
         return RELAY_FIX
     if verdict == "unknown" and not settings.bootstrap and not settings.relays:
         return "add a bootstrap peer ([network] bootstrap) to learn whether peers reach you"
     return None
-
-
-def _tcp_listen(bound: list[str]) -> tuple[int | None, str | None]:
-    """The first TCP port we listen on, and our address on the LAN when it is a specific
-    one (0.0.0.0: we cannot name it from the listen address alone)."""
-    for addr in bound:
-        with contextlib.suppress(Exception):
-            parts = multiaddr.Multiaddr(addr)
-            names = [p.name for p in parts.protocols()]
-            if names[:2] not in (["ip4", "tcp"], ["ip6", "tcp"]):
-                continue
-            ip = ipaddress.ip_address(parts.value_for_protocol(names[0]))
-            if ip.is_loopback:
-                continue
-            port = int(parts.value_for_protocol("tcp"))
-            return port, None if ip.is_unspecified else str(ip)
-    return None, None
 
 
 def _lan_ip(service: NetworkService) -> str | None:

@@ -9,6 +9,7 @@ and ``close()`` before cancelling so peers see us go.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import random
 from collections.abc import Callable, Sequence
@@ -327,16 +328,47 @@ def connection_path(conn: Any) -> str:
     return f"via relay {short_peer_id(relay)}" if relay else "via a relay"
 
 
+def _paths(host: Any, peer_id: ID) -> list[str]:
+    """``connection_path`` of each open connection to ``peer_id``."""
+    try:
+        conns = host.get_network().get_connections(peer_id)
+        return [connection_path(c) for c in conns if not getattr(c, "is_closed", False)]
+    except Exception:
+        return []
+
+
 def peer_path(host: Any, peer_id: ID) -> str:
     """The path of our connection to ``peer_id``: "direct" when any is, else "via relay …";
     "" when we have none."""
-    try:
-        paths = [connection_path(c) for c in host.get_network().get_connections(peer_id)]
-    except Exception:
-        return ""
+    paths = _paths(host, peer_id)
     if "direct" in paths:
         return "direct"
     return paths[0] if paths else ""
+
+
+def has_direct(host: Any, peer_id: ID) -> bool:
+    return "direct" in _paths(host, peer_id)
+
+
+def has_relayed(host: Any, peer_id: ID) -> bool:
+    return any(path != "direct" for path in _paths(host, peer_id))
+
+
+def tcp_listen(bound: list[str]) -> tuple[int | None, str | None]:
+    """The first TCP port we listen on, and our address on the LAN when it is a specific
+    one (0.0.0.0: we cannot name it from the listen address alone)."""
+    for addr in bound:
+        with contextlib.suppress(Exception):
+            parts = multiaddr.Multiaddr(addr)
+            names = [p.name for p in parts.protocols()]
+            if names[:2] not in (["ip4", "tcp"], ["ip6", "tcp"]):
+                continue
+            ip = ipaddress.ip_address(parts.value_for_protocol(names[0]))
+            if ip.is_loopback:
+                continue
+            port = int(parts.value_for_protocol("tcp"))
+            return port, None if ip.is_unspecified else str(ip)
+    return None, None
 
 
 def observed_addr(host: Any, peer_id: ID) -> str | None:

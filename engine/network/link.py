@@ -35,7 +35,7 @@ from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
 from engine.network.overlay import OVERLAY_PROTOCOL, OverlayCarrier
 from engine.network.service import NetworkService
-from engine.ports import JobsPort, NodeFacts, TotalsPort
+from engine.ports import DataPort, JobsPort, NodeFacts, TotalsPort
 
 log = logging.getLogger("nunet.network.link")
 
@@ -76,10 +76,12 @@ class NodeNetwork:
         facts: NodeFacts,
         jobs: Callable[[], JobsPort],
         totals: TotalsPort,
+        data: Callable[[], DataPort] | None = None,
     ) -> None:
         self.ctx = ctx
         self._facts = facts
         self._jobs = jobs
+        self._data = data
         self._totals = totals
         self.service: NetworkService | None = None
         self._scope: trio.CancelScope | None = None
@@ -156,6 +158,8 @@ class NodeNetwork:
                         self.service = service
                         self._running_channel = channel
                         self._jobs().attach(service)
+                        if self._data is not None:
+                            self._data().attach(service)
                         service.set_stream_handler(OVERLAY_PROTOCOL, self.overlay.handle)
                         failures = 0
                         self._announce(online=True, channel=channel)

@@ -31,13 +31,15 @@ from engine.network import adverts, supervise
 from engine.network import host as hostmod
 from engine.network.autonat import DialBackServer, Reachability
 from engine.network.chat import ChatHooks, ChatService, PeerUnreachable
-from engine.network.dcutr import HolePunch, has_direct, has_relayed
+from engine.network.dcutr import HolePunch
 from engine.network.dht_bounds import BoundedKadDHT
 from engine.network.discovery import DHT_LOOKUP_INTERVAL_S, Discovery
 from engine.network.heartbeat import HeartbeatFigures, Heartbeats
 from engine.network.libp2p_guards import GuardedPubsub
 from engine.network.mdns import LocalDiscovery
+from engine.network.natpmp import NatPmpMethod
 from engine.network.peers import PeerTable
+from engine.network.port_mapping import PortMapper
 from engine.network.record_book import StoreBounds
 from engine.network.relay import (
     RelayBounds,
@@ -46,9 +48,10 @@ from engine.network.relay import (
     circuit_addrs,
     relay_candidates,
 )
-from engine.network.upnp import PortMapper
+from engine.network.upnp import UpnpMethod
 
 log = logging.getLogger("nunet.network")
+PROVIDE_S = 20.0  # one DHT provide or provider lookup at most (data by CID, issue 26)
 
 PING_TIMEOUT_S = 3.0
 PING_INTERVAL_S = 5.0
@@ -145,7 +148,8 @@ class NetworkService:
         # Hole punching (dcutr.py): a relayed connection we made is upgraded where the NATs
         # allow; peers' requests are answered on relayed connections only.
         self.hole_punch: HolePunch | None = None
-        # UPnP (upnp.py): the home router forwards our listen port while we advertise.
+        # Port mapping (port_mapping.py): the home router forwards our listen port, asked by
+        # UPnP or NAT-PMP, while we advertise.
         self.port_mapper: PortMapper | None = None
         # AutoNAT (autonat.py): whether the internet reaches us, and dial-backs for others.
         self.reachability: Reachability | None = None
@@ -167,13 +171,9 @@ class NetworkService:
             self.reachability.soon()
 
     def _tcp_port(self) -> int | None:
-        """The TCP port of our first non-loopback IPv4 listen address (what UPnP forwards)."""
-        for addr in self.bound_listen():
-            parts = addr.split("/")
-            ip4_tcp = len(parts) >= 5 and parts[1] == "ip4" and parts[3] == "tcp"
-            if ip4_tcp and not parts[2].startswith("127."):
-                return int(parts[4])
-        return None
+        """The TCP port of our first non-loopback IPv4 listen address (what the router is
+        asked to forward)."""
+        return hostmod.tcp_listen([a for a in self.bound_listen() if a.startswith("/ip4/")])[0]
 
     def bound_listen(self) -> list[str]:
         """The listen addresses with the ports actually bound (``tcp/0`` resolved).
@@ -202,10 +202,26 @@ class NetworkService:
             raise PeerUnreachable("the network is not running")
         pid = hostmod.peer_id_of(peer_id)
         await self.reach(peer_id)
-        relayed = hostmod.peer_path(self.host, pid).startswith("via relay")
+        relayed = hostmod.peer_path(self.host, pid).startswith("via")
         try:
             if not relayed:
-                return await self.host.new_stream(pid, [TProtocol(protocol)])
+                try:
+                    return await self.host.new_stream(pid, [TProtocol(protocol)])
+                except Exception as exc:
+                    # Both ends dialling at once can leave one connection that looks
+                    # established but never finished its upgrade (py-libp2p 0.8.1: "fail to
+                    # upgrade mux" on the other side); every stream on it fails until it is
+                    # trimmed. Measured: 45 s of failed streams between two new daemons.
+                    # Closed, and dialled afresh once.
+                    if not hostmod.has_open_connection(self.host, pid):
+                        raise
+                    log.info("stream to %s failed (%s): redialling", peer_id, exc)
+                    for conn in list(self.host.get_network().get_connections(pid)):
+                        with contextlib.suppress(Exception):
+                            await conn.close()
+                    hostmod.drop_closed(self.host, pid)
+                    await self.reach(peer_id)
+                    return await self.host.new_stream(pid, [TProtocol(protocol)])
             # A circuit the relay ends under a new stream can leave its negotiation waiting
             # for an answer that never comes (measured: `job shell` right after a forward cut
             # at the data cap, one run in three): bounded, then a new circuit.
@@ -299,6 +315,21 @@ class NetworkService:
 
     def set_stream_handler(self, protocol: str, handler: Callable[[Any], Awaitable[None]]) -> None:
         self.host.set_stream_handler(TProtocol(protocol), handler)
+
+    async def provide(self, key: str) -> None:
+        if self.dht is not None:
+            with trio.move_on_after(PROVIDE_S):
+                await self.dht.provide(key)
+
+    async def find_providers(self, key: str) -> list[str]:
+        """Peer ids only: a provider record's addresses are its writer's word, never dialled
+        (``open_stream`` reaches a peer at its confirmed addresses)."""
+        if self.dht is None:
+            return []
+        with trio.move_on_after(PROVIDE_S):
+            found = await self.dht.find_providers(key)
+            return [str(p.peer_id) for p in found if str(p.peer_id) != self.identity.peer_id]
+        return []
 
     async def send_chat(
         self, peer_id: str, text: str, conversation: str | None = None
@@ -412,7 +443,10 @@ class NetworkService:
         self.relay_client = RelayClient(self.host, relay_candidates(self.settings))
         if self.settings.upnp:
             self.port_mapper = PortMapper(
-                self._tcp_port, self.identity.peer_id, on_change=self._forward_changed
+                self._tcp_port,
+                self.identity.peer_id,
+                [UpnpMethod(), NatPmpMethod()],
+                on_change=self._forward_changed,
             )
         self.relay_client.install()
         self.hole_punch = HolePunch(self.host)
@@ -660,7 +694,9 @@ class NetworkService:
                 listed = self.table.get(str(peer))
                 if listed is not None:
                     # Direct or through a relay, as it is now (a hole punch makes it direct).
-                    relayed = has_relayed(self.host, peer) and not has_direct(self.host, peer)
+                    relayed = hostmod.has_relayed(self.host, peer) and not hostmod.has_direct(
+                        self.host, peer
+                    )
                     self.table.on_path(str(peer), relayed)
                 if listed is not None or self.discovery is not None:
                     observed = hostmod.observed_addr(self.host, peer)

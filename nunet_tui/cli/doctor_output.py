@@ -1,5 +1,6 @@
 """The text of ``nunet-tui network doctor``: reachability, its evidence, addresses, relay
-reservations, UPnP, each connection's path, and the one fix (registered in formatters.py)."""
+reservations, port mapping (UPnP, NAT-PMP), each connection's path, and the one fix
+(registered in formatters.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def doctor_lines(report: api.NetworkDoctorReport, now: float) -> list[str]:
         lines.append("  no reservation")
     for r in report.reservations:
         lines.append(f"  {r.relay_peer_id} {r.circuit_addr} ({_until(r.expires_at, now)})")
-    lines.append(f"UPnP          {report.upnp}")
+    lines.append(f"port forward  {report.upnp}")
     lines.append(f"connections   {len(report.connections)}")
     for c in report.connections:
         via = f" via {c.via_relay}" if c.via_relay else ""

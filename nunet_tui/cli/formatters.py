@@ -18,9 +18,17 @@ from engine import api
 
 @functools.cache
 def _text() -> dict[type, Callable[[Any], str]]:
-    from nunet_tui.cli import doctor_output, gpu_output, job_output, node_output, reward_output
+    from nunet_tui.cli import (
+        data_output,
+        doctor_output,
+        gpu_output,
+        job_output,
+        node_output,
+        reward_output,
+    )
 
     return {
+        **data_output.TEXT,
         **node_output.TEXT,
         **job_output.TEXT,
         **reward_output.TEXT,

@@ -201,6 +201,7 @@ COMMAND_MODULES = {
     "log": "log_archive",
     "notebook": "notebook",
     "resource": "resource",
+    "data": "data_output",
     "overlay": "overlay",
 }
 

@@ -302,7 +302,7 @@ def doctor_rows(report: NetworkDoctorReport, now: float) -> list[tuple[str, Cont
                 ),
             )
         )
-    rows.append(("UPnP", Content(safe(report.upnp))))
+    rows.append(("Forward", Content(safe(report.upnp))))
     conns = report.connections
     direct = sum(1 for c in conns if c.path == "direct")
     rows.append(("Connections", Content(f"{direct} direct · {len(conns) - direct} relayed")))

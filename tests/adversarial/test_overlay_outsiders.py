@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from engine import api
 from engine.network.overlay import ACCEPTED, OVERLAY_PROTOCOL
@@ -51,6 +52,13 @@ print(json.dumps(open("/tmp/got").read().splitlines() if os.path.exists("/tmp/go
 """
 
 
+async def _drain(stream: Any) -> None:
+    await stream.read(256)
+    await stream.write(ACCEPTED)
+    while await stream.read(65536):
+        pass
+
+
 def frame(packet: bytes) -> bytes:
     return struct.pack("!H", len(packet)) + packet
 
@@ -69,6 +77,9 @@ def test_strangers_and_forged_packets_get_nothing(
     member = hostile(seed=b"\x71" * 32, bootstrap=[victim.addrs()[0]])
     stranger = hostile(seed=b"\x72" * 32, bootstrap=[victim.addrs()[0]])
     member.wait_connected(victim.peer_id)
+    # The hostile member speaks the overlay as a member would (the victim's own stream to it
+    # is taken and drained): a peer that cannot negotiate a protocol has its connection closed.
+    member.serve(OVERLAY_PROTOCOL, _drain)
     stranger.wait_connected(victim.peer_id)
     with containers(docker_host) as start:
         container = start(sklearn_image, ["python3", "-c", LISTENER])

@@ -4,27 +4,17 @@ that it is not; its doctor lists its relay reservation and names the port to for
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemon_harness import Daemon, spawner, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.netlab import Lab, NatKind
 
 RELAY_PORT = 4001
 # A fixed port on every address: what the dial-backs try, and what the doctor's fix names.
 ANYWHERE = {"NUNET_NETWORK_LISTEN": "/ip4/0.0.0.0/tcp/9001"}
-
-
-@pytest.fixture
-def lab_daemons(nat_lab: Lab, tmp_path: Path) -> Iterator[Any]:
-    started: list[Daemon] = []
-    yield spawner(tmp_path, started)
-    for daemon in started:
-        daemon.stop(kill=True)
 
 
 def _doctor(daemon: Daemon) -> dict[str, Any]:

@@ -5,27 +5,18 @@ it (full cone ↔ port-restricted cone), and stays relayed, still working, where
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import TEST_ADDRESS
-from tests.daemon_harness import Daemon, spawner, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.netlab import Lab, NatKind
 
 RELAY_PORT = 4001
 # Not the default listen address (test_relay_daemons.py says why).
 ANYWHERE = {"NUNET_NETWORK_LISTEN": "/ip4/0.0.0.0/tcp/9001"}
-
-
-@pytest.fixture
-def lab_daemons(nat_lab: Lab, tmp_path: Path) -> Iterator[Any]:
-    started: list[Daemon] = []
-    yield spawner(tmp_path, started)
-    for daemon in started:
-        daemon.stop(kill=True)
 
 
 def listed(consumer: Daemon, peer_id: str) -> dict[str, Any] | None:

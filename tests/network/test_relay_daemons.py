@@ -14,25 +14,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemon_harness import Daemon, spawner, wait_for
+from tests.daemon_harness import wait_for
 from tests.netlab import Lab, NatKind
 
 RELAY_PORT = 4001
-
-
-@pytest.fixture
-def lab_daemons(nat_lab: Lab, tmp_path: Path) -> Iterator[Any]:
-    started: list[Daemon] = []
-    yield spawner(tmp_path, started)
-    for daemon in started:
-        daemon.stop(kill=True)
-
-
-def _listed(consumer: Daemon, peer_id: str) -> dict[str, Any] | None:
-    for peer in consumer.cli("peer", "list")["peers"]:
-        if peer["peer_id"] == peer_id:
-            return dict(peer)
-    return None
 
 
 @pytest.mark.timeout(300)
@@ -77,7 +62,7 @@ def test_consumer_reaches_a_provider_behind_nat_through_the_relay(
     circuit = f"{boot}/p2p-circuit/p2p/{provider_id}"
 
     def listed_with_circuit() -> bool:
-        peer = _listed(consumer, provider_id)
+        peer = consumer.listed(provider_id)
         return peer is not None and circuit in peer.get("addrs", [])
 
     wait_for(listed_with_circuit, "the consumer never listed the provider's relay address", 120)
@@ -162,7 +147,7 @@ def test_a_job_runs_on_a_provider_behind_nat_through_the_relay(
     provider_id = provider.peer_id
     circuit = f"{boot}/p2p-circuit/p2p/{provider_id}"
     wait_for(
-        lambda: circuit in (_listed(consumer, provider_id) or {}).get("addrs", []),
+        lambda: circuit in (consumer.listed(provider_id) or {}).get("addrs", []),
         "the consumer never listed the provider's relay address",
         120,
     )

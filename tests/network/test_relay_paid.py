@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, TEST_ADDRESS, run_cli
-from tests.daemon_harness import Daemon, spawner, wait_for
+from tests.daemon_harness import Daemon, wait_for
 from tests.netlab import Host, Lab, NatKind
 from tests.network.test_relay_daemons import JOB, PROCESS_JOBS, RELAY_PORT
 
@@ -111,14 +111,6 @@ def lab_market(nat_lab: Lab, tmp_path: Path) -> Iterator[LabMarket]:
         for proc in procs:
             proc.kill()
             proc.wait(timeout=10)
-
-
-@pytest.fixture
-def lab_daemons(nat_lab: Lab, tmp_path: Path) -> Iterator[Any]:
-    started: list[Daemon] = []
-    yield spawner(tmp_path, started)
-    for daemon in started:
-        daemon.stop(kill=True)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 from engine.identity import short_peer_id
 from tests.conftest import TEST_ADDRESS, run_cli
-from tests.daemon_harness import Daemon, spawner, wait_for
+from tests.daemon_harness import wait_for
 from tests.netlab import Host, Lab, NatKind
 from tests.tunnel_helpers import SERVICE, Forwarding
 
@@ -39,14 +39,6 @@ JOB = (
 PROVIDER_JOBS = (
     '\n[jobs]\nexecutors = ["process"]\ncheckpoint_interval_s = 0\nallow_process_shell = true\n'
 )
-
-
-@pytest.fixture
-def lab_daemons(nat_lab: Lab, tmp_path: Path) -> Iterator[Any]:
-    started: list[Daemon] = []
-    yield spawner(tmp_path, started)
-    for daemon in started:
-        daemon.stop(kill=True)
 
 
 @pytest.fixture

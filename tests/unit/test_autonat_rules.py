@@ -108,7 +108,7 @@ def test_the_one_fix() -> None:
     )
     assert fix_for("private", ["/ip4/10.0.0.5/tcp/9001"], False, settings, upnp_failed=True) == (
         "forward (or open) TCP port 9001 on your router to this host (10.0.0.5), "
-        "or turn UPnP on in the router"
+        "or turn on UPnP or NAT-PMP in the router"
     )
     assert fix_for("private", ["/ip4/127.0.0.1/tcp/9001"], False, settings) == RELAY_FIX
     assert fix_for("unknown", ["/ip4/0.0.0.0/tcp/9001"], False, settings) is None
@@ -154,7 +154,7 @@ def test_the_cli_text() -> None:
     assert "fix           forward (or open) TCP port 9001 on your router to this host" in lines
     assert "  R could not reach /ip4/1.2.3.4/tcp/9001: refused" in lines
     assert "  R /p2p/R/p2p-circuit (expires in 10m)" in lines
-    assert "UPnP          not tried" in lines
+    assert "port forward  not tried" in lines
     assert "  R direct over tcp /ip4/x" in lines
     assert doctor_lines(api.NetworkDoctorReport(online=False, fix="start it"), 0) == [
         "network offline",

@@ -1,0 +1,2 @@
+"""Data by content id (issue 26): UnixFS files and folders, their blocks on disk, and the
+roots this node keeps."""
