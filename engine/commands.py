@@ -70,6 +70,10 @@ ROOMS: dict[str, tuple[type[api.Command], ...]] = {
         api.JobShell,
         api.StopJob,
         api.DeleteJobResults,
+        # jobs/overlay_join.py: a job's private network across providers (issue 25 §2)
+        api.OverlayJoin,
+        api.OverlayLeave,
+        api.OverlayStatus,
     ),
     # engine/resources/commands.py: what a provider sells (issue 12)
     "resources": (

@@ -237,6 +237,7 @@ class Node:
                 capacity=self.full,
                 machine=MachineFacts(self.ctx),
                 container_host=ContainerFacts(),
+                overlay=lambda: self.network().overlay,
             )
         return self._jobs
 

@@ -24,6 +24,7 @@ one-shot CLI command must not pay for a room it never enters.
 | ``ContainerHost`` | resources/container_host.py       | jobs (the Docker executor)             |
 | ``SandboxProbe``  | jobs/executors/sandbox.py probe   | resources/readiness.py, via probes.py  |
 | ``CreditWindow``  | network/yamux_credit.py streams   | jobs (tunnels: wait_for_credit_up_to)  |
+| ``OverlayCarriage``| network/overlay.py OverlayCarrier| jobs (overlay_join.py: a job's overlay)|
 
 ``OfferView`` is the one record of what a provider offers now (jobs/provider_offer.py makes
 it): its admission judges it, and the network's advert and heartbeats carry the same object.
@@ -351,3 +352,41 @@ class SandboxStatus(Protocol):
 # The jobs room's sandbox probe (jobs/executors/sandbox.py ``probe``), as the resources room's
 # readiness checks ask it; engine/probes.py hands one to the other.
 SandboxProbe = Callable[[], SandboxStatus]
+
+
+class PacketDevice(Protocol):
+    """A container's end of a job's overlay (jobs/executors/overlay_tun.py ``TunDevice``):
+    whole IPv4 packets."""
+
+    async def read(self) -> bytes:
+        """The next packet the container sent (OSError once the device is gone)."""
+        ...
+
+    def write(self, packet: bytes) -> bool:
+        """Hand a packet to the container; False when it was dropped (its queue full)."""
+        ...
+
+
+class OverlayCarriage(Protocol):
+    """A job's overlay carried between providers (issue 25 §2; docs/cluster-overlay.md)."""
+
+    async def carry(
+        self,
+        job_id: str,
+        subnet: str,
+        address: str,
+        members: Sequence[api.OverlayMember],
+        device: PacketDevice,
+        task_status: Any = ...,
+    ) -> None:
+        """Pump ``device``'s packets to the job's other members and theirs to it, until
+        cancelled; started with ``nursery.start``."""
+        ...
+
+    def joined(self, job_id: str) -> bool:
+        """Whether this node carries the job's overlay now."""
+        ...
+
+    def stats(self, job_id: str = "") -> tuple[api.OverlayStats, ...]:
+        """What each overlay (``job_id``'s, or all) carried and refused."""
+        ...

@@ -20,6 +20,10 @@ from tests.conftest import REPO
 
 SKLEARN_IMAGE = "nunet/python-sklearn:test"
 NOTEBOOK_IMAGE = "nunet/jupyterlab:test"  # scripts/build_notebook_image.sh
+TORCH_IMAGE = "nunet/python-torch:test"  # scripts/build_torch_image.sh
+TORCH_WHEEL = os.environ.get(
+    "NUNET_TORCH_WHEEL", "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+)
 
 
 def _unavailable(reason: str) -> None:
@@ -85,6 +89,15 @@ def notebook_image(docker_host: str) -> str:
     """The test image plus JupyterLab (wheels from the package index pip is configured
     with, installed in a container without network), built when it is not there yet."""
     return _built("build_notebook_image.sh", NOTEBOOK_IMAGE, docker_host, "the notebook image")
+
+
+@pytest.fixture(scope="session")
+def torch_image(docker_host: str, sklearn_image: str) -> str:
+    """The test image plus PyTorch (CPU) from the local wheel: the distributed-training tests'
+    (issue 25). Skipped, naming the file, only where the wheel is absent."""
+    if not os.path.isfile(TORCH_WHEEL):
+        pytest.skip(f"no torch wheel at {TORCH_WHEEL} (set NUNET_TORCH_WHEEL)")
+    return _built("build_torch_image.sh", TORCH_IMAGE, docker_host, "the torch image")
 
 
 # Run a test with each executor (`@EXECUTORS` on a test taking ``executor`` and ``request``);

@@ -136,6 +136,14 @@ from engine.api.node import (
     StartNetwork,
     Validation,
 )
+from engine.api.overlay import (
+    OverlayJoin,
+    OverlayLeave,
+    OverlayMember,
+    OverlayStats,
+    OverlayStatus,
+    OverlayStatusReply,
+)
 from engine.api.payments import (
     ESCROW_OPEN_STATES,
     Balance,
@@ -319,6 +327,12 @@ __all__ = [
     "Onboarding",
     "OnboardingChanged",
     "OnboardingState",
+    "OverlayJoin",
+    "OverlayLeave",
+    "OverlayMember",
+    "OverlayStats",
+    "OverlayStatus",
+    "OverlayStatusReply",
     "Pause",
     "Peer",
     "PeerChanged",

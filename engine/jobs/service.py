@@ -6,6 +6,7 @@ they answer even in a one-shot CLI engine; submitting and cancelling need the ru
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,6 +22,7 @@ from engine.errors import EngineError
 from engine.jobs.consumer import ConsumerJobs
 from engine.jobs.executors.base import Executor
 from engine.jobs.joblog import MB, JobLogs, LogLimits
+from engine.jobs.overlay_join import JobOverlays
 from engine.jobs.provider import ProviderJobs
 from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import (
@@ -29,12 +31,28 @@ from engine.ports import (
     MachinePort,
     NetworkPort,
     OfferView,
+    OverlayCarriage,
     PeerLink,
 )
 
 log = logging.getLogger("nunet.jobs")
 
 LOG_SWEEP_S = 3600.0  # besides after every job's end: the age rule needs no job to end
+
+
+def _no_overlay() -> OverlayCarriage:
+    raise EngineError("no_network", "the overlay needs the network: this engine runs without it")
+
+
+async def _container_pid(executors: Mapping[str, Executor], ref: str) -> int:
+    # The Docker executor's (by name: importing it here would load it for every command).
+    container_pid = getattr(executors.get("docker"), "container_pid", None)
+    if container_pid is None:
+        raise EngineError(
+            "invalid", 'the overlay joins Docker containers: add "docker" to [jobs] executors'
+        )
+    pid: int = await container_pid(ref)
+    return pid
 
 
 def build_executors(ctx: NodeContext, *, container_host: ContainerHost) -> dict[str, Executor]:
@@ -98,6 +116,7 @@ class NodeJobs:
         *,
         machine: MachinePort,
         container_host: ContainerHost,
+        overlay: Callable[[], OverlayCarriage] | None = None,
     ) -> None:
         self.ctx = ctx
         if executors is None:
@@ -122,12 +141,17 @@ class NodeJobs:
         self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows, logs=self.logs)
         # job forward / job shell (the provider's side: .provider.tunnels)
         self.tunnels = ConsumerTunnels(ctx, network)
+        # A job's private network across providers (issue 25 §2): the network room carries it.
+        self.overlays = JobOverlays(
+            overlay or _no_overlay, functools.partial(_container_pid, executors)
+        )
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.provider.serve)
             await nursery.start(self.consumer.serve)
             await nursery.start(self.tunnels.serve)
+            await nursery.start(self.overlays.serve)
             nursery.start_soon(self._sweep_logs)
             task_status.started()
 
@@ -191,6 +215,9 @@ class NodeJobs:
             api.JobShell: self.tunnels.shell,
             api.StopJob: self.consumer.stop,
             api.DeleteJobResults: self.consumer.delete_results,
+            api.OverlayJoin: self.overlays.join,
+            api.OverlayLeave: self.overlays.leave,
+            api.OverlayStatus: self.overlays.status,
         }
 
     async def _list(self, command: api.ListJobs) -> api.JobList:

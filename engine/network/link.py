@@ -33,6 +33,7 @@ from engine.network.chat_quarantine import ChatQuarantine
 from engine.network.doctor import diagnose
 from engine.network.heartbeat import HeartbeatFigures
 from engine.network.host import peer_id_of
+from engine.network.overlay import OVERLAY_PROTOCOL, OverlayCarrier
 from engine.network.service import NetworkService
 from engine.ports import DataPort, JobsPort, NodeFacts, TotalsPort
 
@@ -90,6 +91,8 @@ class NodeNetwork:
         self._in_flight: set[int] = set()
         # Chat from peers not in good standing waits here, not in the database (issue 21).
         self.quarantine = ChatQuarantine()
+        # Jobs' private networks across providers (issue 25 §2), carried while the network runs.
+        self.overlay = OverlayCarrier(lambda: self.require_service("the overlay"))
         self._accepted: set[str] = set()  # peers the user accepted a chat with, as learnt
         self._job_peers: set[str] = set()
         self._job_peers_at = -JOB_PEERS_TTL_S
@@ -157,6 +160,7 @@ class NodeNetwork:
                         self._jobs().attach(service)
                         if self._data is not None:
                             self._data().attach(service)
+                        service.set_stream_handler(OVERLAY_PROTOCOL, self.overlay.handle)
                         failures = 0
                         self._announce(online=True, channel=channel)
                         nursery.start_soon(

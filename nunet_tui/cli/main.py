@@ -202,6 +202,7 @@ COMMAND_MODULES = {
     "notebook": "notebook",
     "resource": "resource",
     "data": "data_output",
+    "overlay": "overlay",
 }
 
 

@@ -516,6 +516,20 @@ class DockerExecutor(BaseExecutor):
             raise EngineError("tunnel", f"job {run.job_id} has no running container now")
         return container
 
+    async def container_pid(self, ref: str) -> int:
+        """The host pid of running container ``ref`` (id or name): the overlay's device is
+        made in its network namespace (jobs/overlay_join.py)."""
+        import docker.errors
+
+        try:
+            attrs = (await self._call(self.client().containers.get, ref)).attrs
+        except docker.errors.NotFound as exc:
+            raise EngineError("not_found", f"no container {ref!r} on this node") from exc
+        pid = int(attrs.get("State", {}).get("Pid") or 0)
+        if pid <= 0:
+            raise EngineError("invalid", f"container {ref!r} is not running")
+        return pid
+
     async def open_tunnel(self, run: JobRun, port: int) -> Any:
         """A pipe to 127.0.0.1:``port`` in the job's container, which keeps no network: a
         forwarder run there by ``docker exec`` (executors/docker_exec.py)."""
