@@ -409,6 +409,22 @@ class MetricsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ] = ""
 
 
+class ApiSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[api]: the local HTTP API (engine/http_api.py); off unless ``listen`` is set. Every
+    request but the OpenAPI document needs the token in ``<home>/state/api-token`` (0600)."""
+
+    # HOST:PORT, served only there; "" is off. Keep it on 127.0.0.1 (an SSH tunnel reaches it
+    # from elsewhere): the token is all that guards it.
+    listen: Annotated[
+        str,
+        _text(
+            300,
+            pattern=r"^$|^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$",
+            description='HOST:PORT such as "127.0.0.1:9999", or "" for off',
+        ),
+    ] = ""
+
+
 class NotifySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """[notify]: told when a job ends or a reward is paid (engine/notify.py)."""
 
@@ -453,6 +469,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     jobs: JobSettings = msgspec.field(default_factory=JobSettings)
     payments: PaymentsSettings = msgspec.field(default_factory=PaymentsSettings)
     metrics: MetricsSettings = msgspec.field(default_factory=MetricsSettings)
+    api: ApiSettings = msgspec.field(default_factory=ApiSettings)
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
     keys: KeyRemaps = msgspec.field(default_factory=dict)

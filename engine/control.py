@@ -141,25 +141,29 @@ class ControlServer:
     async def _run_command(
         self, req_id: Any, raw: object, send: Callable[[dict[str, Any]], Any]
     ) -> None:
-        try:
-            command = decode_command(raw)
-        except msgspec.ValidationError as exc:
-            await send({"id": req_id, "error": command_error(exc).to_wire()})
-            return
-        try:
-            reply = await self._node.handle(command)
-        except EngineError as exc:
-            await send({"id": req_id, "error": exc.to_wire()})
-            return
-        except Exception as exc:
-            name = type(command).__name__
-            log.exception("command %s failed", name)
-            # Some exceptions say nothing (a timeout's str() is ""): their type does.
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            message = f"internal error in {name}: {detail} (the daemon's log has the traceback)"
-            await send({"id": req_id, "error": EngineError("internal", message).to_wire()})
-            return
-        await send({"id": req_id, "ok": api.to_builtins(reply)})
+        await send({"id": req_id, **await answer(self._node, raw)})
+
+
+async def answer(node: Any, raw: object) -> dict[str, Any]:
+    """One command in its wire form, decoded and handled: ``{"ok": reply}`` or ``{"error":
+    {"code", "message", "problems"}}``. The one way in for the control socket and the HTTP
+    API (engine/http_api.py)."""
+    try:
+        command = decode_command(raw)
+    except msgspec.ValidationError as exc:
+        return {"error": command_error(exc).to_wire()}
+    try:
+        reply = await node.handle(command)
+    except EngineError as exc:
+        return {"error": exc.to_wire()}
+    except Exception as exc:
+        name = type(command).__name__
+        log.exception("command %s failed", name)
+        # Some exceptions say nothing (a timeout's str() is ""): their type does.
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        message = f"internal error in {name}: {detail} (the daemon's log has the traceback)"
+        return {"error": EngineError("internal", message).to_wire()}
+    return {"ok": api.to_builtins(reply)}
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -171,6 +171,13 @@ class Node:
                     "notifications",
                     partial(serve_notifications, self.ctx, self.add_sink),
                 )
+                if self.settings.api.listen:
+                    from engine.http_api import serve_http_api  # starlette: only when on
+
+                    serve_api = partial(
+                        serve_http_api, self, self.settings.api.listen, self.paths.state_dir
+                    )
+                    nursery.start_soon(supervised, "http api", serve_api)
                 if self.settings.metrics.listen:
                     from engine.metrics import serve_metrics  # prometheus-client: only when on
 
