@@ -239,7 +239,7 @@ def judge(
     resource, unusable, offers = choose_spec(needs, res, consumer)
     estimate = lock = 0
     if resource is not None:
-        estimate, lock = quote_units(resource, spec)
+        estimate, lock = quote_units(resource, spec, spec.most_replicas())
     budget = budget_units(spec)
     free_ram = res.free_memory_mb
     gpu = spec.device == "gpu"

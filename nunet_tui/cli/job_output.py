@@ -90,6 +90,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the provider's resource spec (default: the tier's cheapest you may use)",
     )
     submit.add_argument("--name", default="")
+    submit.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        metavar="'NAME x N: COMMAND'",
+        help="a step of the job, in order (repeat it); x N: replicas run at once, each with "
+        "REPLICA_INDEX and REPLICAS set; no command: the job's script; '@path': a script",
+    )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
     resubmit = job_sub.add_parser(
@@ -223,6 +231,7 @@ def _spec(args: argparse.Namespace) -> JobSpec:
                 ("resource_spec", args.spec),
                 ("max_minutes", args.max_minutes),
                 ("budget_ntx", args.budget),
+                ("subtasks", _steps(args.step)),
             )
             if value is not None
         }
@@ -246,7 +255,20 @@ def _spec(args: argparse.Namespace) -> JobSpec:
         spec["max_minutes"] = args.max_minutes
     if args.spec is not None:
         spec["resource_spec"] = args.spec
+    if args.step:
+        spec["subtasks"] = _steps(args.step)
     return _check_spec(spec)
+
+
+def _steps(lines: list[str]) -> list[dict[str, Any]] | None:
+    """``--step`` lines as the spec's subtasks (None: no --step given)."""
+    if not lines:
+        return None
+    import msgspec
+
+    from engine.domain.step_lines import parse_step
+
+    return [msgspec.to_builtins(parse_step(line, i)) for i, line in enumerate(lines, start=1)]
 
 
 def _check_spec(spec: dict[str, Any]) -> JobSpec:

@@ -1,0 +1,110 @@
+"""A job's steps (issue 25 §1): the spec's ``subtasks``, their checks per field, their TOML and
+their one-line form (the CLI's --step, the submit form's steps box)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.domain.spec import JobSpec, StepSpec, load_job_file, offer_spec, validate_spec
+from engine.domain.step_lines import parse_steps, step_line
+from engine.errors import EngineError
+from nunet_tui.cli.job_output import _spec
+from nunet_tui.cli.main import build_parser
+
+BASE = {"framework": "scikit-learn", "script_url": "https://example.org/train.py"}
+
+
+def _fields(spec: JobSpec) -> dict[str, str]:
+    return {problem.field: problem.message for problem in validate_spec(spec).problems}
+
+
+def test_a_spec_without_steps_is_as_before_and_its_offer_does_not_name_them() -> None:
+    spec = JobSpec(**BASE)  # type: ignore[arg-type]
+    assert spec.subtasks == () and spec.most_replicas() == 1
+    assert "subtasks" not in offer_spec(spec)
+    assert not validate_spec(spec).problems
+
+
+def test_each_bad_step_is_named_by_its_field() -> None:
+    steps = (
+        StepSpec(name="prepare", command="python3 prepare.py"),
+        StepSpec(name="prepare", replicas=0),
+        StepSpec(name="../etc", command="true", script="x.py"),
+        StepSpec(name="eval", script="/etc/passwd", replicas=65),
+    )
+    problems = _fields(JobSpec(**BASE, subtasks=steps))  # type: ignore[arg-type]
+    assert "named twice" in problems["subtasks[2].name"]
+    assert "1 to 64, not 0" in problems["subtasks[2].replicas"]
+    assert "not a step name" in problems["subtasks[3].name"]
+    assert "not both" in problems["subtasks[3]"]
+    assert "absolute" in problems["subtasks[4].script"]
+    assert "not 65" in problems["subtasks[4].replicas"]
+    assert "subtasks[1].name" not in problems
+
+
+def test_too_many_or_too_long_steps_are_refused_on_that_alone() -> None:
+    many = tuple(StepSpec(name=f"s{i}") for i in range(17))
+    assert "at most 16" in _fields(JobSpec(**BASE, subtasks=many))["subtasks"]  # type: ignore[arg-type]
+    long = (StepSpec(name="s", command="x" * 5000),)
+    assert "at most 4,096" in _fields(JobSpec(**BASE, subtasks=long))["subtasks[1].command"]  # type: ignore[arg-type]
+
+
+def test_a_service_has_no_steps() -> None:
+    spec = JobSpec(**BASE, kind="service", subtasks=(StepSpec(name="a"),))  # type: ignore[arg-type]
+    assert "batch jobs" in _fields(spec)["subtasks"]
+
+
+def test_the_lock_covers_the_most_replicas_of_a_step() -> None:
+    steps = (StepSpec(name="a"), StepSpec(name="b", replicas=3), StepSpec(name="c", replicas=2))
+    assert JobSpec(**BASE, subtasks=steps).most_replicas() == 3  # type: ignore[arg-type]
+
+
+def test_steps_from_toml(tmp_path: Path) -> None:
+    file = tmp_path / "job.toml"
+    file.write_text(
+        'framework = "scikit-learn"\nscript_url = "https://example.org/t.py"\n'
+        '[[subtasks]]\nname = "prepare"\ncommand = "python3 prepare.py"\n'
+        '[[subtasks]]\nname = "train"\nreplicas = 2\n'
+    )
+    spec = load_job_file(file)
+    assert spec.subtasks == (
+        StepSpec(name="prepare", command="python3 prepare.py"),
+        StepSpec(name="train", replicas=2),
+    )
+    file.write_text(file.read_text().replace("replicas = 2", "replicas = 100"))
+    with pytest.raises(EngineError, match=r"subtasks\[2\]\.replicas"):
+        load_job_file(file)
+
+
+def test_step_lines_read_back_what_they_write() -> None:
+    steps = parse_steps("prepare: python3 prepare.py\n# a comment\n\nsweep x 4\neval: @src/ev.py\n")
+    assert steps == (
+        StepSpec(name="prepare", command="python3 prepare.py"),
+        StepSpec(name="sweep", replicas=4),
+        StepSpec(name="eval", script="src/ev.py"),
+    )
+    assert parse_steps("\n".join(step_line(step) for step in steps)) == steps
+    with pytest.raises(EngineError, match=r"step 1: .*'name x N: command'"):
+        parse_steps("two words: x")
+
+
+def test_the_cli_takes_steps() -> None:
+    args = build_parser().parse_args(
+        [
+            "job", "submit", "--url", "https://example.org/t.py", "--framework", "sklearn",
+            "--step", "prepare: python3 prepare.py", "--step", "train x 2",
+        ]
+    )  # fmt: skip
+    spec = _spec(args)
+    assert [(s.name, s.command, s.replicas) for s in spec.subtasks] == [
+        ("prepare", "python3 prepare.py", 1),
+        ("train", None, 2),
+    ]
+    bad = build_parser().parse_args(
+        ["job", "submit", "--url", "https://example.org/t.py", "--framework", "sklearn",
+         "--step", "train x 99"]
+    )  # fmt: skip
+    with pytest.raises(EngineError, match=r"subtasks\[1\]\.replicas"):
+        _spec(bad)
