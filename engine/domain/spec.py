@@ -71,7 +71,8 @@ _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 
 class StepSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One step of a job: a shell ``command``, or a Python ``script`` (a path relative to the
+    """One step of a job: a ``command`` (split into words as a shell would, run without
+    one), or a Python ``script`` (a path relative to the
     job's code, like git.entry), or neither (the job's own script); ``replicas`` copies of it
     run at once, each with REPLICA_INDEX and REPLICAS in its environment."""
 
@@ -371,6 +372,22 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
     return ValidationReport(tuple(problems))
 
 
+def _command_problem(command: str) -> str | None:
+    """Why ``command`` cannot run: it is split into words as a shell would, and run without
+    a shell (no pipes, redirects or variables: a script does those)."""
+    import shlex
+
+    if "\x00" in command:
+        return "the command has a NUL byte"
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        return f"the command cannot be split into words ({exc}): check its quotes"
+    if not words:
+        return "the command is empty: give one, or leave it out to run the job's script"
+    return None
+
+
 def step_problems(spec: JobSpec) -> list[FieldProblem]:
     """What is wrong with the spec's steps, each under its field (``subtasks[2].replicas``)."""
     problems: list[FieldProblem] = []
@@ -394,8 +411,8 @@ def step_problems(spec: JobSpec) -> list[FieldProblem]:
         seen.add(step.name)
         if step.command is not None and step.script is not None:
             _problem(problems, field, "give a step either a command or a script, not both")
-        if step.command is not None and (not step.command.strip() or "\x00" in step.command):
-            _problem(problems, f"{field}.command", "the command is empty or has a NUL byte")
+        if step.command is not None and (why := _command_problem(step.command)):
+            _problem(problems, f"{field}.command", why)
         if step.script is not None and (why := _check_relative(step.script)):
             _problem(problems, f"{field}.script", f"script {why}")
         if not 1 <= step.replicas <= MAX_REPLICAS:

@@ -108,3 +108,10 @@ def test_the_cli_takes_steps() -> None:
     )  # fmt: skip
     with pytest.raises(EngineError, match=r"subtasks\[1\]\.replicas"):
         _spec(bad)
+
+
+def test_a_command_is_split_into_words_and_unbalanced_quotes_are_refused() -> None:
+    steps = (StepSpec(name="a", command="python3 -c 'print(1)"), StepSpec(name="b", command="  "))
+    problems = _fields(JobSpec(**BASE, subtasks=steps))  # type: ignore[arg-type]
+    assert "check its quotes" in problems["subtasks[1].command"]
+    assert "empty" in problems["subtasks[2].command"]
