@@ -18,6 +18,7 @@ from engine.identity import short_peer_id
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
+from nunet_tui.viewmodels.steps import replica_rows, steps_summary
 from nunet_tui.viewmodels.usage import usage_line
 
 if TYPE_CHECKING:
@@ -570,6 +571,9 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
             lines.append(f"  refund    {refund.short}")
     if len(job.runs) > 1:
         lines.append(f"  runs      {_runs_text(job)}")
+    if summary_line := steps_summary(job):  # issue 25 §1: each replica of each step
+        lines.append(f"  steps     {summary_line}")
+        lines += [f"    {row.line()}" for row in replica_rows(job, time.time())]
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.results_error:

@@ -115,3 +115,32 @@ def test_a_command_is_split_into_words_and_unbalanced_quotes_are_refused() -> No
     problems = _fields(JobSpec(**BASE, subtasks=steps))  # type: ignore[arg-type]
     assert "check its quotes" in problems["subtasks[1].command"]
     assert "empty" in problems["subtasks[2].command"]
+
+
+def test_job_show_lists_each_replica_of_each_step() -> None:
+    from engine import api
+    from nunet_tui.cli.job_output import _detail
+
+    steps = (StepSpec(name="prepare"), StepSpec(name="train", replicas=2))
+    job = api.JobInfo(
+        job_id="j1", role="consumer", state="failed", provider="p" * 20, consumer="c" * 20,
+        spec=JobSpec(**BASE, subtasks=steps), finished_at=1_000.0,  # type: ignore[arg-type]
+        steps=(
+            api.StepInfo(name="prepare", replicas=(
+                api.ReplicaInfo(state="done", started_at=900.0, ended_at=910.0),)),
+            api.StepInfo(name="train", replicas=(
+                api.ReplicaInfo(state="stopped", started_at=910.0, ended_at=925.5),
+                api.ReplicaInfo(state="failed", started_at=910.0, ended_at=920.0,
+                                frozen_s=1.0, exit_code=3, reason="exit code 3: \x1b[2Jboom"),
+            )),
+        ),
+    )  # fmt: skip
+    text = _detail(job)
+    assert "  steps     2 steps · 1 of 3 replicas done" in text
+    assert "    prepare 1/1   done     10.0 s machine time" in text
+    assert "    train 1/2   stopped  15.5 s machine time" in text
+    # The provider's reason is shown literally: no escape sequence reaches the terminal.
+    assert "    train 2/2   failed   9.0 s machine time · exit code 3: \\x1b[2Jboom" in text
+    assert "\x1b" not in text
+    # --json: the steps as the record has them.
+    assert api.to_builtins(job)["steps"][1]["replicas"][1]["exit_code"] == 3

@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 if TYPE_CHECKING:
+    from engine import api
     from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Outcome, RunState
     from engine.jobs.metering import Meter, Usage
 
@@ -252,3 +253,27 @@ def summed_reading(meters: Iterable[tuple[Meter, bool]]) -> tuple[float, float, 
         at = max(at, reading[0])
         ram += reading[2] if running else 0.0
     return (at, cpu, ram) if any_reading else None
+
+
+def step_infos(spec_steps: Iterable[str], replicas: list[Replica]) -> tuple[api.StepInfo, ...]:
+    """The job's steps as its record keeps them (api.StepInfo), replicas in order."""
+    from engine import api
+
+    return tuple(
+        api.StepInfo(
+            name=name,
+            replicas=tuple(
+                api.ReplicaInfo(
+                    state=r.state,
+                    started_at=r.started_at,
+                    ended_at=r.ended_at,
+                    frozen_s=round(r.frozen_s, 3),
+                    exit_code=r.exit_code,
+                    reason=r.reason[:500],
+                )
+                for r in replicas
+                if r.step == number
+            ),
+        )
+        for number, name in enumerate(spec_steps)
+    )
