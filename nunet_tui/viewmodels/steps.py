@@ -54,3 +54,29 @@ def steps_summary(job: api.JobInfo) -> str:
     total = sum(step.replicas for step in job.spec.subtasks)
     done = sum(r.state == "done" for r in replicas)
     return f"{steps} step{'s' * (steps != 1)} · {done} of {total} replicas done"
+
+
+MAX_STEP_ROWS = 6  # the job view at 80x24 keeps room for its log
+
+
+def step_facts(job: api.JobInfo, now: float) -> list[tuple[str, str]]:
+    """The job view's rows: "Steps" (the summary), then one a step (at most MAX_STEP_ROWS):
+    each replica's state and machine time, and a failed one's reason."""
+    summary = steps_summary(job)
+    if not summary:
+        return []
+    rows = [("Steps", summary)]
+    by_step: dict[str, list[ReplicaRow]] = {}
+    for row in replica_rows(job, now):
+        by_step.setdefault(row.step, []).append(row)
+    for name, replicas in list(by_step.items())[:MAX_STEP_ROWS]:
+        parts = [
+            f"#{row.replica.split('/')[0]} {row.state}"
+            + (f" {row.machine_s:.1f} s" if row.machine_s is not None else "")
+            for row in replicas
+        ]
+        failed = next((row.reason for row in replicas if row.reason), "")
+        rows.append((f" {name}"[:14], " · ".join(parts)[:160] + (f" · {failed}" if failed else "")))
+    if len(by_step) > MAX_STEP_ROWS:
+        rows.append(("", f"… {len(by_step) - MAX_STEP_ROWS} more steps (job show lists all)"))
+    return rows
