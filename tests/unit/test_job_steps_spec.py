@@ -144,3 +144,15 @@ def test_job_show_lists_each_replica_of_each_step() -> None:
     assert "\x1b" not in text
     # --json: the steps as the record has them.
     assert api.to_builtins(job)["steps"][1]["replicas"][1]["exit_code"] == 3
+
+
+def test_a_provider_needs_room_for_a_step_s_replicas_at_once() -> None:
+    from engine.domain.admission import Needs
+    from engine.domain.tiers import estimate_resource
+
+    one = estimate_resource("low", "cpu")
+    steps = (StepSpec(name="a"), StepSpec(name="b", replicas=3))
+    needs = Needs.of(JobSpec(**BASE, subtasks=steps))  # type: ignore[arg-type]
+    assert (needs.min_ram_mb, needs.min_cpu_mhz) == (3 * one.min_ram_mb, 3 * one.min_cpu_mhz)
+    plain = Needs.of(JobSpec(**BASE))  # type: ignore[arg-type]
+    assert (plain.min_ram_mb, plain.min_cpu_mhz) == (one.min_ram_mb, one.min_cpu_mhz)
