@@ -6,17 +6,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from textual.widgets import Input
 
 from engine import api
-from engine.api import JobInfo, SetMode, SubmitJob
+from engine.api import (
+    GetJob,
+    GetJobLogs,
+    GetJobUsage,
+    JobChanged,
+    JobInfo,
+    JobLogs,
+    JobUsage,
+    SetMode,
+    SubmitJob,
+)
 from engine.domain.spec import JobSpec, StepSpec
 from engine.errors import EngineError
 from engine.facade import Engine
 from nunet_tui.app import NunetApp
+from nunet_tui.screens.job_detail import JobDetailScreen
 from nunet_tui.widgets.job_facts import facts
-from tests.pilot import FakeEngineClient, anyio_backend, text_of, until
+from tests.pilot import FakeEngineClient, anyio_backend, on_screen, text_of, until
 from tests.tui.test_tui_jobs import _submit_form
 
 __all__ = ["anyio_backend"]
@@ -51,7 +63,7 @@ async def test_the_form_takes_steps_and_names_a_bad_one(engine_client: Engine) -
     )
 
 
-def test_the_job_view_shows_each_step_and_replica() -> None:
+def steps_job(**extra: Any) -> JobInfo:
     spec = JobSpec(
         framework="scikit-learn",
         script_url="https://example.org/t.py",
@@ -69,9 +81,48 @@ def test_the_job_view_shows_each_step_and_replica() -> None:
                                 reason="exit code 3: [bold]boom[/]"),
             )),
         ),
+        updated_at=910.0,
     )  # fmt: skip
-    rows: dict[str, Any] = dict(facts(job, now=910.0))
+    return msgspec.structs.replace(job, **extra)
+
+
+def test_the_job_view_shows_each_step_and_replica() -> None:
+    rows: dict[str, Any] = dict(facts(steps_job(), now=910.0))
     assert rows["Steps"] == "2 steps · 1 of 3 replicas done"
     assert rows[" prep"] == "#1 done 4.0 s"
     # Running: its machine time so far; failed: why, literally (no markup).
     assert rows[" train"] == "#1 running 6.0 s · #2 failed 2.0 s · exit code 3: [bold]boom[/]"
+
+
+@pytest.mark.anyio
+async def test_the_job_view_follows_its_replicas_at_80x24(engine_client: Engine) -> None:
+    engine_client.call_blocking(SetMode(mode="consumer"))
+    client = FakeEngineClient(
+        {
+            GetJob: steps_job(),
+            GetJobLogs: JobLogs(job_id="j1"),
+            GetJobUsage: JobUsage(job_id="j1"),
+        },
+        delegate=engine_client,
+    )
+    app = NunetApp(client=client, clock=lambda: 910.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: type(app.screen).__name__ == "ConsumerDashboard")
+        app.push_screen(JobDetailScreen("j1"))
+        detail: JobDetailScreen = await on_screen(pilot, JobDetailScreen)
+        await until(pilot, lambda: "1 of 3 replicas done" in text_of(detail, "#job-facts"))
+        shown = text_of(detail, "#job-facts")
+        assert "#1 running" in shown and "#2 failed 2.0 s" in shown
+        assert "[bold]boom[/]" in shown  # the provider's text, literally
+        # The provider's next Update: the running replica is done.
+        done = steps_job().steps[1].replicas[0]
+        train = msgspec.structs.replace(
+            steps_job().steps[1],
+            replicas=(
+                msgspec.structs.replace(done, state="done", ended_at=909.0),
+                steps_job().steps[1].replicas[1],
+            ),
+        )
+        client.emit(JobChanged(at=911.0, job=steps_job(steps=(steps_job().steps[0], train))))
+        await until(pilot, lambda: "2 of 3 replicas done" in text_of(detail, "#job-facts"))
+        assert "#1 done 5.0 s" in text_of(detail, "#job-facts")
