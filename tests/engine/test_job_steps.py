@@ -6,6 +6,7 @@ evaluate (a script of the job's reading what both replicas wrote), in one worksp
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import trio
@@ -138,3 +139,19 @@ def test_a_failing_replica_ends_the_job_with_its_step_named(tmp_path: Path) -> N
 
 def test_cancelling_a_job_with_steps_stops_its_replicas(tmp_path: Path) -> None:
     check_cancel_stops_every_replica(ProcessExecutor(), tmp_path)
+
+
+def test_a_job_with_steps_ends_at_its_time_limit_with_its_replicas(tmp_path: Path) -> None:
+    """The job's time limit bounds all its steps: the running replicas are stopped, each
+    ends (its span closed, so it bills up to then), and later steps never start."""
+    limits = dataclasses.replace(LIMITS, timeout_s=2.0)
+    run = new_run(tmp_path, spec(subtasks=STEPS, env={"SLOW_AT": "0"}), limits)
+    run.workspace.mkdir(parents=True)
+    executor = ProcessExecutor()
+    status, _ = run_steps(executor, run)
+    assert status.outcome == "timeout"
+    states = [(r.name, r.state) for r in executor.replicas(run)]
+    assert states == [("prepare", "done"), ("train", "failed"), ("train", "done"),
+                      ("evaluate", "waiting")]  # fmt: skip
+    slow = executor.replicas(run)[1]
+    assert slow.ended_at is not None and "time limit" in slow.reason

@@ -101,6 +101,7 @@ async def run_steps(executor: BaseExecutor, parent: RunState) -> None:
             reason = executor._timeout_reason(run)
             with trio.CancelScope(shield=True):
                 await stop_replicas(executor, parent, "timeout", reason)
+            _close_open(parent, "failed", reason)
             status = ExitStatus(None, "timeout", reason)
         if parent.stop is not None:
             status = ExitStatus(None, *parent.stop)
@@ -108,7 +109,18 @@ async def run_steps(executor: BaseExecutor, parent: RunState) -> None:
         executor._finish(parent, status or ExitStatus(0, "completed", ""))
     finally:
         if not parent.done.is_set():
+            _close_open(parent, "stopped", "the provider shut down")
             executor._finish(parent, ExitStatus(None, "interrupted", "the provider shut down"))
+
+
+def _close_open(parent: RunState, state: ReplicaState, reason: str) -> None:
+    """Replicas whose own end was never seen (their step was cancelled: the job's time ran
+    out, the provider shut down) end now, with the job's reason."""
+    now = time.time()
+    for replica in parent.replicas:
+        if replica.state == "running":
+            replica.state, replica.ended_at, replica.reason = state, now, reason
+    parent.notify()
 
 
 async def _run_step(executor: BaseExecutor, parent: RunState, number: int) -> ExitStatus | None:
