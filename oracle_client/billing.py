@@ -79,6 +79,16 @@ def runs(spans: Iterable[tuple[int, int, int]]) -> tuple[Subtask, ...]:
     return (Subtask(replicas=replicas),) if replicas else ()
 
 
+def grouped(groups: Iterable[Iterable[tuple[int, int, int]]]) -> tuple[Subtask, ...]:
+    """The subtasks of a job with steps (issue 25 §1): one per step, each replica that ran
+    one replica of it, (start, end, paused); a replica that never started is in none."""
+    subtasks = (
+        tuple(Replica(started_at=s, ended_at=e, paused_ms=p) for s, e, p in group)
+        for group in groups
+    )
+    return tuple(Subtask(replicas=replicas) for replicas in subtasks if replicas)
+
+
 def shortened(subtasks: tuple[Subtask, ...], machine_ms: int) -> tuple[Subtask, ...]:
     """``subtasks`` billing at most ``machine_ms``: the latest ends are brought forward
     (the last replica of the last subtask first), every start kept. What a consumer offers

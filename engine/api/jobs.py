@@ -52,6 +52,44 @@ class RunSpan(Record, frozen=True):
     frozen_s: float = 0.0
 
 
+ReplicaState = Literal["waiting", "running", "done", "failed", "stopped"]
+# Bounded where decoded (a provider's Update, the store): a hostile provider's steps cost
+# the consumer no more than a spec's own (engine/domain/spec.py MAX_STEPS, billing's replicas).
+MAX_JOB_STEPS = 16
+MAX_STEP_REPLICAS = 64
+_Time = Annotated[float, msgspec.Meta(ge=0, le=1e11)]
+
+
+class ReplicaInfo(Record, frozen=True):
+    """One replica of a job's step (issue 25 §1): its state and its span on the provider's
+    clock (POSIX s); ``frozen_s`` of it checkpoints held it frozen. Never started: no span,
+    and it bills nothing."""
+
+    state: ReplicaState = "waiting"
+    started_at: _Time | None = None
+    ended_at: _Time | None = None
+    frozen_s: Annotated[float, msgspec.Meta(ge=0, le=1e9)] = 0.0
+    exit_code: Annotated[int, msgspec.Meta(ge=-1, le=1 << 16)] | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=500)] = ""
+
+    def span_ms(self, end: float) -> tuple[int, int, int] | None:
+        """(start, end, frozen) in ms, what bills; an open one ends at ``end``; None: it
+        never started."""
+        if self.started_at is None:
+            return None
+        start_ms = int(self.started_at * 1000)
+        stop = self.ended_at if self.ended_at is not None else end
+        end_ms = max(start_ms, int(stop * 1000))
+        return start_ms, end_ms, min(end_ms - start_ms, max(0, int(self.frozen_s * 1000)))
+
+
+class StepInfo(Record, frozen=True):
+    """One step of a job and its replicas, in order."""
+
+    name: Annotated[str, msgspec.Meta(max_length=40)]
+    replicas: Annotated[tuple[ReplicaInfo, ...], msgspec.Meta(max_length=MAX_STEP_REPLICAS)] = ()
+
+
 class Measured(Record, frozen=True):
     """What a provider measured of a job's run (its Updates carry this much:
     engine/jobs/protocol.py ``WireMetering``)."""
@@ -124,6 +162,9 @@ class JobInfo(Record, frozen=True):
     # a crash and the resume nor the work redone after the checkpoint resumed from. Empty in
     # records from before runs were kept: one span, started_at to finished_at.
     runs: tuple[RunSpan, ...] = ()
+    # A job with steps (issue 25 §1): each step's replicas as the provider tells them; their
+    # spans, not ``runs``, are what bills (one subtask per step, one replica each).
+    steps: Annotated[tuple[StepInfo, ...], msgspec.Meta(max_length=MAX_JOB_STEPS)] = ()
     log_lines: int = 0
     metering: JobMetering | None = None
     results_sha256: str = ""
@@ -155,15 +196,27 @@ class JobInfo(Record, frozen=True):
 
     def run_spans_ms(self, now: float) -> list[tuple[int, int, int]]:
         """Each run's (start, end, frozen) in ms (POSIX for the first two), what machine time
-        bills: its span less its frozen time. An open run ends at the job's end, or ``now``."""
+        bills: its span less its frozen time. An open run ends at the job's end, or ``now``.
+        A job with steps: each replica that started, every step's in turn."""
+        return [span for group in self.subtask_spans_ms(now) for span in group]
+
+    def subtask_spans_ms(self, now: float) -> list[list[tuple[int, int, int]]]:
+        """``run_spans_ms`` per subtask of the receipt: a job with steps, one per step that
+        started (its replicas' spans); any other, one with each run."""
         end = self.finished_at or now
+        if any(r.started_at is not None for step in self.steps for r in step.replicas):
+            groups = [
+                [span for r in step.replicas if (span := r.span_ms(end)) is not None]
+                for step in self.steps
+            ]
+            return [group for group in groups if group]
         spans = []
         for run in self.run_spans():
             start_ms = int(run.started_at * 1000)
             end_ms = max(start_ms, int((run.ended_at if run.ended_at is not None else end) * 1000))
             frozen_ms = min(end_ms - start_ms, max(0, int(run.frozen_s * 1000)))
             spans.append((start_ms, end_ms, frozen_ms))
-        return spans
+        return [spans] if spans else []
 
 
 class JobList(Record, frozen=True):

@@ -72,10 +72,12 @@ class Needs:
     @classmethod
     def of(cls, spec: JobSpec, accepted: Collection[str] | None = None) -> Needs:
         need = estimate_resource(spec.tier, spec.device)
+        # A step's replicas run at once on the one provider, each with the tier's needs.
+        replicas = spec.most_replicas()
         return cls(
             spec,
-            need.min_ram_mb,
-            need.min_cpu_mhz,
+            need.min_ram_mb * replicas,
+            need.min_cpu_mhz * replicas,
             need.min_vram_mb,
             frozenset(accepted) if accepted is not None else None,
         )
@@ -239,7 +241,7 @@ def judge(
     resource, unusable, offers = choose_spec(needs, res, consumer)
     estimate = lock = 0
     if resource is not None:
-        estimate, lock = quote_units(resource, spec)
+        estimate, lock = quote_units(resource, spec, spec.most_replicas())
     budget = budget_units(spec)
     free_ram = res.free_memory_mb
     gpu = spec.device == "gpu"
@@ -297,12 +299,23 @@ def _resource_reasons(needs: Needs, res: PeerResources) -> list[str]:
     elif spec.device == "gpu" and not usable_executors("gpu", res.executors):
         reasons.append(f"no executor there can run a gpu job (offers {offered})")
     if res.memory_mb < min_ram:
-        reasons.append(f"not enough RAM: {res.memory_mb} MB, the {tier} tier needs {min_ram} MB")
+        reasons.append(
+            f"not enough RAM: {res.memory_mb} MB, the {tier} tier needs {min_ram} MB"
+            + _times_replicas(spec)
+        )
     elif res.free_memory_mb is not None and res.free_memory_mb < min_ram:
         reasons.append(f"busy: {res.free_memory_mb} MB RAM free now, needs {min_ram} MB")
     if res.cpu_mhz < min_mhz:
-        reasons.append(f"not enough CPU: {res.cpu_mhz} MHz, the {tier} tier needs {min_mhz} MHz")
+        reasons.append(
+            f"not enough CPU: {res.cpu_mhz} MHz, the {tier} tier needs {min_mhz} MHz"
+            + _times_replicas(spec)
+        )
     return reasons
+
+
+def _times_replicas(spec: JobSpec) -> str:
+    replicas = spec.most_replicas()
+    return f" ({replicas} replicas at once)" if replicas > 1 else ""
 
 
 def _gpu_reasons(res: PeerResources, vendor: str | None, min_vram: int, out: list[str]) -> None:

@@ -18,6 +18,7 @@ import msgspec
 
 from engine.domain.safe_paths import relative_problem, shown
 from engine.errors import EngineError, FieldProblem, ValidationReport
+from oracle_client.billing import MAX_REPLICAS
 
 FRAMEWORKS = ("pytorch", "tensorflow", "scikit-learn")
 DEVICES = ("cpu", "gpu")
@@ -41,7 +42,16 @@ MAX_PORTS = 8
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the executors set themselves, or that would let a job reach into the provider's
 # process (loader and interpreter hooks) or our own state (NUNET_*).
-_RESERVED_ENV = {"HOME", "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "WORKSPACE"}
+_RESERVED_ENV = {
+    "HOME",
+    "PATH",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONUNBUFFERED",
+    "WORKSPACE",
+    "REPLICA_INDEX",  # each replica of a step: its index (0..REPLICAS-1) and the count
+    "REPLICAS",
+}
 _RESERVED_ENV_PREFIXES = ("NUNET_", "LD_", "DOCKER_", "VIRTUAL_ENV", "KEYRING")
 # Names GPU runtimes read to choose a container's or a process's cards: with NVIDIA's as
 # Docker's default runtime, NVIDIA_VISIBLE_DEVICES=all in a CPU job's env would hand it every
@@ -53,6 +63,23 @@ class GitSource(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     url: str
     entry: str  # the script to run, relative to the repository root
     ref: str = "main"  # branch or tag (cloned shallow)
+
+
+# Steps (issue 25 §1): run in order in the job's one workspace, each step's replicas at once.
+MAX_STEPS = 16
+_STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+
+class StepSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One step of a job: a ``command`` (split into words as a shell would, run without
+    one), or a Python ``script`` (a path relative to the
+    job's code, like git.entry), or neither (the job's own script); ``replicas`` copies of it
+    run at once, each with REPLICA_INDEX and REPLICAS in its environment."""
+
+    name: str
+    command: str | None = None
+    script: str | None = None
+    replicas: int = 1
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -83,6 +110,13 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # matching spec) and the maximum time the lock covers (None: expected_minutes).
     resource_spec: str | None = None
     max_minutes: float | None = None
+    # Ordered steps sharing the workspace (issue 25 §1); none: the script runs once, as one
+    # step with one replica.
+    subtasks: tuple[StepSpec, ...] = ()
+
+    def most_replicas(self) -> int:
+        """The most replicas any step runs at once: what the lock multiplies (1 without steps)."""
+        return max((step.replicas for step in self.subtasks), default=1)
 
 
 def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
@@ -143,6 +177,9 @@ TEXT_LIMITS = {
     "env": 128,  # a variable's name; values are held to MAX_ENV_VALUE
     "outputs": 512,
     "kind": 32,
+    "subtasks.name": 40,
+    "subtasks.command": 4096,
+    "subtasks.script": 512,
 }
 MAX_OUTPUTS = 64
 # Room for every field at its limit; a larger file is not a job description.
@@ -166,6 +203,10 @@ def _size_problems(spec: JobSpec) -> list[FieldProblem]:
     texts += [("deps", dep) for dep in spec.deps[:MAX_DEPS]]
     texts += [("env", name) for name in list(spec.env)[:MAX_ENV]]
     texts += [("outputs", path) for path in spec.outputs[:MAX_OUTPUTS]]
+    steps: list[tuple[str, str, str | None]] = []
+    for i, step in enumerate(spec.subtasks[:MAX_STEPS]):
+        for part in ("name", "command", "script"):
+            steps.append((f"subtasks[{i + 1}].{part}", f"subtasks.{part}", getattr(step, part)))
     problems = [
         FieldProblem(
             field, f"{field} is {len(text):,} characters long: at most {TEXT_LIMITS[field]:,}"
@@ -173,6 +214,17 @@ def _size_problems(spec: JobSpec) -> list[FieldProblem]:
         for field, text in texts
         if text is not None and len(text) > TEXT_LIMITS[field]
     ]
+    problems += [
+        FieldProblem(
+            field, f"{field} is {len(text):,} characters long: at most {TEXT_LIMITS[key]:,}"
+        )
+        for field, key, text in steps
+        if text is not None and len(text) > TEXT_LIMITS[key]
+    ]
+    if len(spec.subtasks) > MAX_STEPS:
+        problems.append(
+            FieldProblem("subtasks", f"{len(spec.subtasks)} steps: at most {MAX_STEPS}")
+        )
     if len(spec.outputs) > MAX_OUTPUTS:
         problems.append(
             FieldProblem("outputs", f"{len(spec.outputs)} output paths: at most {MAX_OUTPUTS}")
@@ -303,6 +355,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
                 _problem(problems, "ports", f"port {port} is not a TCP port (1 to 65535)")
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
+    problems += step_problems(spec)
     # A budget is not checked against the static estimate (engine/domain/tiers.py static_units, a
     # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
     # estimate says 0.375. The matcher and the provider check it against each provider's real
@@ -319,6 +372,60 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
     return ValidationReport(tuple(problems))
 
 
+def _command_problem(command: str) -> str | None:
+    """Why ``command`` cannot run: it is split into words as a shell would, and run without
+    a shell (no pipes, redirects or variables: a script does those)."""
+    import shlex
+
+    if "\x00" in command:
+        return "the command has a NUL byte"
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        return f"the command cannot be split into words ({exc}): check its quotes"
+    if not words:
+        return "the command is empty: give one, or leave it out to run the job's script"
+    return None
+
+
+def step_problems(spec: JobSpec) -> list[FieldProblem]:
+    """What is wrong with the spec's steps, each under its field (``subtasks[2].replicas``)."""
+    problems: list[FieldProblem] = []
+
+    def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
+        # Named in the text too: the CLI prints only the messages, and "step 3" is which.
+        problems.append(FieldProblem(field, f"{field}: {message}"))
+
+    seen: set[str] = set()
+    for i, step in enumerate(spec.subtasks, start=1):
+        field = f"subtasks[{i}]"
+        if not _STEP_NAME.match(step.name):
+            _problem(
+                problems,
+                f"{field}.name",
+                f"{step.name!r} is not a step name: 1 to 40 letters, digits, '_', '.' or '-', "
+                "starting with a letter or digit",
+            )
+        elif step.name in seen:
+            _problem(problems, f"{field}.name", f"step {step.name!r} is named twice")
+        seen.add(step.name)
+        if step.command is not None and step.script is not None:
+            _problem(problems, field, "give a step either a command or a script, not both")
+        if step.command is not None and (why := _command_problem(step.command)):
+            _problem(problems, f"{field}.command", why)
+        if step.script is not None and (why := _check_relative(step.script)):
+            _problem(problems, f"{field}.script", f"script {why}")
+        if not 1 <= step.replicas <= MAX_REPLICAS:
+            _problem(
+                problems,
+                f"{field}.replicas",
+                f"replicas must be 1 to {MAX_REPLICAS}, not {step.replicas}",
+            )
+    if spec.subtasks and spec.kind == "service":
+        _problem(problems, "subtasks", "a service runs as one process: steps are for batch jobs")
+    return problems
+
+
 # Fields added after the first release: left out of an Offer at their defaults, so providers
 # that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
 _NEWER_FIELDS = {
@@ -327,6 +434,7 @@ _NEWER_FIELDS = {
     "shell": False,
     "resource_spec": None,
     "max_minutes": None,
+    "subtasks": (),
 }
 
 

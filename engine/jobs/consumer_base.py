@@ -93,7 +93,7 @@ def quoted_units(quote: p.Quote, spec: JobSpec) -> tuple[int, int, str]:
             price_units_hour=quote.price_units_hour,
             min_charge_units=quote.min_charge_units,
         )
-        estimate, lock = quote_units(resource, spec)
+        estimate, lock = quote_units(resource, spec, spec.most_replicas())
         if (quote.estimate_units, quote.lock_units) != (estimate, lock):
             return (
                 0,

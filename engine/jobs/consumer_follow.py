@@ -215,8 +215,14 @@ class ConsumerFollow(ConsumerResults):
         seen_usage: dict[str, api.UsageSample] = {}
         if update.usage and (newest := self._usage.ring(job.job_id).take(update.usage, now)):
             seen_usage["usage"] = newest
+        progress = update.progress()
+        if not p.steps_fit(job.spec, update.steps):
+            # Steps the spec never asked for (other names, more replicas): not this job's,
+            # and never billed; the rest of the Update stands.
+            log.warning("job %s: the provider's steps are not the spec's: ignored", job.job_id)
+            progress["steps"] = job.steps
         changed = msgspec.structs.replace(
-            job, **update.progress(), log_lines=len(joblog), **seen, **seen_usage
+            job, **progress, log_lines=len(joblog), **seen, **seen_usage
         )
         if changed.metering is not None:
             # The metering's charge is this node's own figure from its record (the provider

@@ -24,7 +24,8 @@ from typing import Annotated, Any
 import msgspec
 import trio
 
-from engine.api import JobLogLine, JobMetering, Measured, RunSpan, UsageSample
+from engine.api import JobLogLine, JobMetering, Measured, RunSpan, StepInfo, UsageSample
+from engine.api.jobs import MAX_JOB_STEPS
 from engine.domain import wire
 from engine.domain.safe_paths import JobId, is_job_id
 from engine.domain.spec import JobSpec, offer_spec
@@ -174,6 +175,7 @@ PROGRESS_FIELDS = (
     "metering",
     "results_sha256",
     "results_size",
+    "steps",
 )
 
 
@@ -200,6 +202,9 @@ class Update(JobMessage, tag="update", frozen=True):
     checkpoint: int = 0
     resumed_from: int | None = None
     runs: Annotated[tuple[RunSpan, ...], msgspec.Meta(max_length=MAX_RUNS)] = ()
+    # A job with steps: each replica's state and span (issue 25 §1), bounded in api/jobs.py.
+    # Older peers neither send nor read it.
+    steps: Annotated[tuple[StepInfo, ...], msgspec.Meta(max_length=MAX_JOB_STEPS)] = ()
     started_at: float | None = None
     finished_at: float | None = None
     metering: WireMetering | None = None
@@ -217,6 +222,15 @@ class Update(JobMessage, tag="update", frozen=True):
         fields = {name: getattr(self, name) for name in PROGRESS_FIELDS}
         fields["metering"] = self.metering.record() if self.metering is not None else None
         return fields
+
+
+def steps_fit(spec: Any, steps: tuple[StepInfo, ...]) -> bool:
+    """Whether a provider's ``steps`` are the spec's own: none yet, or each step by name,
+    in order, with as many replicas as the spec asks (more would bill what nobody asked)."""
+    if not steps:
+        return True
+    wanted = [(step.name, step.replicas) for step in spec.subtasks]
+    return [(step.name, len(step.replicas)) for step in steps] == wanted
 
 
 def progress_of(job: Any) -> dict[str, Any]:

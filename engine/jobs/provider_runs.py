@@ -106,6 +106,10 @@ class ProviderRuns(ProviderBase):
             if resume_from is not None:
                 await executor.restore(run, resume_from)
             await executor.prepare(run, script)
+            if job.spec.subtasks:  # each replica's start and end goes into the record
+                executor.watch_replicas(  # type: ignore[attr-defined]
+                    run, functools.partial(self._replicas_changed, executor, run)
+                )
             await executor.start(run)
         except Exception as exc:
             message = exc.message if isinstance(exc, EngineError) else str(exc)
@@ -152,7 +156,16 @@ class ProviderRuns(ProviderBase):
         ):
             self.ctx.emit(api.JobLogEvent(at=now, job_id=job.job_id, lines=tuple(written)))
         current = self.ctx.store.get_job(job.job_id) or job
+        if job.spec.subtasks:
+            current = msgspec.structs.replace(current, steps=_steps_of(executor, run))
         self._finish(current, status, executor.usage(run), results)
+
+    def _replicas_changed(self, executor: Executor, run: JobRun) -> None:
+        """A replica of the job started or ended: its record (and followers) say so."""
+        job = self.ctx.store.get_job(run.job_id)
+        if job is not None and job.state not in api.TERMINAL_STATES:
+            self._save(msgspec.structs.replace(job, steps=_steps_of(executor, run)))
+            self._poke(run.job_id)
 
     def _service_end(self, job: api.JobInfo, status: ExitStatus) -> ExitStatus:
         """A service stopped by its consumer, or at its maximum time, ended normally."""
@@ -310,6 +323,12 @@ class ProviderRuns(ProviderBase):
             log.warning("job %s cannot resume: %s", job.job_id, exc.message)
             self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=exc.message))
             return
+        if job.spec.subtasks:
+            # Its replicas' spans so far are its record's (they bill); a resumed run would
+            # start its steps again over them.
+            reason = "the provider restarted; a job with steps is not resumed from a checkpoint"
+            self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))
+            return
         if checkpoint is None or job.executor not in self.executors:
             reason = "the provider restarted and the job had no checkpoint to resume from"
             self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))
@@ -353,6 +372,13 @@ class ProviderRuns(ProviderBase):
             log.exception("job %s: stopping it failed", run.job_id)
         finally:
             self._cancelling.discard(run.job_id)
+
+
+def _steps_of(executor: Executor, run: JobRun) -> tuple[api.StepInfo, ...]:
+    from engine.jobs.executors.steps import step_infos
+
+    replicas = executor.replicas(run)  # type: ignore[attr-defined]
+    return step_infos((step.name for step in run.spec.subtasks), replicas)
 
 
 def _with_tunnel_bytes(usage: Any, traffic: tuple[int, int] | None, executor: str) -> Any:

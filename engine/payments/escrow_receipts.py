@@ -67,8 +67,10 @@ def billing_fields(job: api.JobInfo, amount: int) -> dict[str, Any]:
         price, min_charge = job.price_units_hour, job.min_charge_units
     # Each run its own replica (engine/jobs/runs.py): the downtime between a crash and a
     # resume, and the work redone after the checkpoint, are in none of them.
-    spans = job.run_spans_ms(time.time())
-    subtasks = billing.runs(spans)
+    # A job with steps: one subtask per step, each of its replicas that started one replica.
+    groups = job.subtask_spans_ms(time.time())
+    spans = [span for group in groups for span in group]
+    subtasks = billing.runs(spans) if not job.steps else billing.grouped(groups)
     # The one charge every figure of the job shows (engine/domain/charges.py, issue 20 §9).
     charge = charge_units(job, billing.machine_time_ms(subtasks), cap=amount)
     if charge is None or not spans:  # no price: the whole lock; never started: nothing
@@ -300,9 +302,12 @@ class EscrowReceipts(EscrowLocks):
         bound_ms, why = told_ms, f"its updates told {told_ms / 1000:.1f} s"
         if job.seen_started_at is not None and job.seen_finished_at is not None:
             watched_ms = max(0, int((job.seen_finished_at - job.seen_started_at) * 1000))
-            if watched_ms + COUNTER_SLACK_MS < bound_ms:
-                bound_ms = watched_ms + COUNTER_SLACK_MS
+            # Replicas of a step run at once: each may bill the whole watched time.
+            replicas = job.spec.most_replicas()
+            if watched_ms * replicas + COUNTER_SLACK_MS < bound_ms:
+                bound_ms = watched_ms * replicas + COUNTER_SLACK_MS
                 why = f"this node watched the job run {watched_ms / 1000:.1f} s"
+                why += f" (x {replicas} replicas)" if replicas > 1 else ""
         return receipt, bound_ms, why
 
     def accept_countersigned(self, job_id: str, consumer_peer: str, text: str) -> str:

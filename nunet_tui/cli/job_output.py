@@ -18,6 +18,7 @@ from engine.identity import short_peer_id
 from nunet_tui.cli.output import show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
+from nunet_tui.viewmodels.steps import replica_rows, steps_summary
 from nunet_tui.viewmodels.usage import usage_line
 
 if TYPE_CHECKING:
@@ -90,6 +91,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the provider's resource spec (default: the tier's cheapest you may use)",
     )
     submit.add_argument("--name", default="")
+    submit.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        metavar="'NAME x N: COMMAND'",
+        help="a step of the job, in order (repeat it); x N: replicas run at once, each with "
+        "REPLICA_INDEX and REPLICAS set; no command: the job's script; '@path': a script",
+    )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
     resubmit = job_sub.add_parser(
@@ -223,6 +232,7 @@ def _spec(args: argparse.Namespace) -> JobSpec:
                 ("resource_spec", args.spec),
                 ("max_minutes", args.max_minutes),
                 ("budget_ntx", args.budget),
+                ("subtasks", _steps(args.step)),
             )
             if value is not None
         }
@@ -246,7 +256,20 @@ def _spec(args: argparse.Namespace) -> JobSpec:
         spec["max_minutes"] = args.max_minutes
     if args.spec is not None:
         spec["resource_spec"] = args.spec
+    if args.step:
+        spec["subtasks"] = _steps(args.step)
     return _check_spec(spec)
+
+
+def _steps(lines: list[str]) -> list[dict[str, Any]] | None:
+    """``--step`` lines as the spec's subtasks (None: no --step given)."""
+    if not lines:
+        return None
+    import msgspec
+
+    from engine.domain.step_lines import parse_step
+
+    return [msgspec.to_builtins(parse_step(line, i)) for i, line in enumerate(lines, start=1)]
 
 
 def _check_spec(spec: dict[str, Any]) -> JobSpec:
@@ -548,6 +571,9 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
             lines.append(f"  refund    {refund.short}")
     if len(job.runs) > 1:
         lines.append(f"  runs      {_runs_text(job)}")
+    if summary_line := steps_summary(job):  # issue 25 §1: each replica of each step
+        lines.append(f"  steps     {summary_line}")
+        lines += [f"    {row.line()}" for row in replica_rows(job, time.time())]
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.results_error:

@@ -39,7 +39,7 @@ from nunet_tui.format import safe
 from nunet_tui.messages import OpenJob
 from nunet_tui.presets import MAX_PRESETS, Preset
 from nunet_tui.screens.base import CapabilityScreen
-from nunet_tui.viewmodels.job_form import FIELD_OF, FormCheck, check_form, read_spec
+from nunet_tui.viewmodels.job_form import FormCheck, check_form, field_of, read_spec
 from nunet_tui.widgets.job_estimate import JobEstimate
 from nunet_tui.widgets.job_form import JobForm
 from nunet_tui.widgets.node_header import NodeHeader
@@ -257,7 +257,7 @@ class SubmitScreen(CapabilityScreen):
             message = safe(exc.message)
             self.check.general = [message]
             for problem in exc.problems:
-                name = FIELD_OF.get(problem.field)
+                name = field_of(problem.field)
                 if name is not None:
                     self.check.problems.setdefault(name, []).append(problem.message)
             form.show_check(self.check, reveal_all=self.submitted)

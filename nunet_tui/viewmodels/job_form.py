@@ -10,7 +10,9 @@ from typing import Any
 
 import msgspec
 
-from engine.domain.spec import JobSpec, validate_spec
+from engine.domain.spec import JobSpec, StepSpec, validate_spec
+from engine.domain.step_lines import parse_steps, step_line
+from engine.errors import EngineError
 from oracle_client.ntx import UNITS_PER_NTX, digits, parse_ntx, units_of
 
 FRAMEWORK_LABELS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "scikit-learn": "sklearn"}
@@ -27,8 +29,18 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "max_minutes": ("max_minutes",),
     "budget_ntx": ("budget_ntx",),
     "peer_id": ("peer_id",),
+    "subtasks": ("subtasks",),  # and each step's own fields (subtasks[2].replicas): below
 }
 FIELD_OF = {alias: name for name, aliases in FIELDS.items() for alias in aliases}
+# The steps box holds every step: "; " between them (one line, as every field of the form).
+STEP_SEPARATOR = "; "
+
+
+def field_of(problem_field: str) -> str | None:
+    """The form field that shows a spec field's problems (None: under no field)."""
+    if problem_field.startswith("subtasks["):
+        return "subtasks"
+    return FIELD_OF.get(problem_field)
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class FormValues:
     framework: str = "pytorch"
     device: str = "cpu"
     tier: str = "low"
+    # The job's steps, "name x N: command" each, separated by ";" (empty: one run).
+    subtasks: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)  # env, outputs, gpu_vendor of a preset
 
 
@@ -86,6 +100,11 @@ def read_spec(values: FormValues) -> tuple[JobSpec, dict[str, list[str]]]:
         except ValueError as exc:
             local.setdefault("budget_ntx", []).append(f"{exc} (or nothing: no cap)")
     deps = tuple(d.strip() for d in values.deps.split(",") if d.strip())
+    steps: tuple[StepSpec, ...] = ()
+    try:
+        steps = parse_steps(values.subtasks.replace(";", "\n"))
+    except EngineError as exc:
+        local.setdefault("subtasks", []).append(exc.message)
     fields: dict[str, Any] = {
         "script_url": values.script_url,
         "name": values.name,
@@ -97,6 +116,7 @@ def read_spec(values: FormValues) -> tuple[JobSpec, dict[str, list[str]]]:
         "max_minutes": longest,
         "resource_spec": values.resource_spec or None,
         "budget_ntx": budget,
+        "subtasks": steps,
         **values.extra,
     }
     return msgspec.convert(fields, JobSpec), local
@@ -109,9 +129,9 @@ def check_form(
     problems: dict[str, list[str]] = {k: list(v) for k, v in local.items()}
     general: list[str] = []
     for problem in validate_spec(spec).problems:
-        if problem.field in local:
+        if problem.field in local or field_of(problem.field) in local:
             continue
-        name = FIELD_OF.get(problem.field)
+        name = field_of(problem.field)
         if name is None:
             general.append(problem.message)
         elif problem.message not in problems.setdefault(name, []):
@@ -140,6 +160,7 @@ def form_values_of(spec: JobSpec) -> FormValues:
         framework=spec.framework,
         device=spec.device,
         tier=spec.tier,
+        subtasks=STEP_SEPARATOR.join(step_line(step) for step in spec.subtasks),
         extra=preset_extra(spec),
     )
 

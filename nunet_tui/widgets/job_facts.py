@@ -20,6 +20,7 @@ from nunet_tui.viewmodels.money import (
     settle_tx,
     summary,
 )
+from nunet_tui.viewmodels.steps import step_facts
 from nunet_tui.widgets import escrow_view
 from nunet_tui.widgets.job_log import clean_line
 from nunet_tui.widgets.job_state import FAILED_STATES, job_name, runs_as
@@ -95,6 +96,7 @@ def facts(
                 f"{m.ram_mb_s:,.0f} MB·s RAM (peak {m.peak_ram_mb:,.0f} MB)",
             )
         )
+    rows += step_facts(job, now or time.time())  # issue 25 §1: each step and its replicas
     if job.state not in FAILED_STATES:
         if job.reason:
             rows.append(("Reason", safe(job.reason)))

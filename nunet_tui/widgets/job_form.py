@@ -103,6 +103,15 @@ class JobForm(Vertical):
             Input(placeholder="pip packages, comma-separated", id="deps", compact=True),
         )
         yield from self._field(
+            "subtasks",
+            "Steps",
+            Input(
+                placeholder="one run (or: prep: python3 prep.py; train x 4)",
+                id="subtasks",
+                compact=True,
+            ),
+        )
+        yield from self._field(
             "expected_minutes",
             "Expected min",
             Input("10", type="number", id="expected_minutes", compact=True),
@@ -172,6 +181,7 @@ class JobForm(Vertical):
             framework=self.framework,
             device=self.device,
             tier=self.tier,
+            subtasks=self.value("subtasks"),
             extra=self.extra,
         )
 
@@ -268,6 +278,7 @@ class JobForm(Vertical):
             "budget_ntx",
             "max_minutes",
             "resource_spec",
+            "subtasks",
         ):
             self.query_one(f"#{name}", Input).value = getattr(values, name)
         self.extra = dict(values.extra)

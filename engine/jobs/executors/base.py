@@ -35,6 +35,7 @@ from engine.domain.spec import FRAMEWORKS, JobSpec
 from engine.domain.tiers import estimate_resource
 from engine.errors import EngineError
 from engine.jobs.checkpoints import Checkpoint
+from engine.jobs.executors import steps
 from engine.jobs.logbuffer import LogBuffer, LogLine
 from engine.jobs.metering import Meter, Usage
 from engine.jobs.results import ResultArchive
@@ -117,6 +118,7 @@ class JobRun:
     # Where its code may be fetched from: the provider's jobs.fetch_allow_networks; the
     # default refuses loopback, LAN and metadata addresses.
     fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
+    replica: str = ""  # one replica of a job's step ("2.0": step 2, index 0; steps.py)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,17 @@ class RunState:
     stop: tuple[Outcome, str] | None = None  # why we stopped it (cancel, shutdown)
     checkpoints: int = 0
     stderr_tail: StderrTail = field(default_factory=StderrTail)
+    # A job with steps (steps.py): its replicas, each a run of its own; the job's own state
+    # runs nothing itself. ``replica``: this state is one of them. ``command``: a replica's
+    # shell command (None: ``entry``, a Python script).
+    replicas: list[steps.Replica] = field(default_factory=list)
+    replica: bool = False
+    command: tuple[str, ...] | None = None
+    on_change: Callable[[], object] | None = None  # a replica started or ended
+
+    def notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
 
 def script_name(url: str) -> str:
@@ -275,8 +288,19 @@ class BaseExecutor:
         return state
 
     def release(self, run: JobRun) -> None:
-        """Forget a finished run (its files stay where they are)."""
-        self._runs.pop(run.job_id, None)
+        """Forget a finished run (its files stay where they are), and its replicas."""
+        state = self._runs.pop(run.job_id, None)
+        for replica in state.replicas if state is not None else ():
+            self._runs.pop(replica.run.job_id, None)
+
+    def replicas(self, run: JobRun) -> list[steps.Replica]:
+        """A job with steps: each replica of each step, as it stands (empty: no steps)."""
+        state = self._runs.get(run.job_id)
+        return state.replicas if state is not None else []
+
+    def watch_replicas(self, run: JobRun, on_change: Callable[[], object]) -> None:
+        """Call ``on_change`` whenever one of the job's replicas starts or ends."""
+        self.state(run).on_change = on_change
 
     # --- the interface -----------------------------------------------------------------
 
@@ -326,6 +350,20 @@ class BaseExecutor:
         raise NotImplementedError
 
     async def start(self, run: JobRun) -> None:
+        """Start the job: its script, or (a job with steps) its first step's replicas."""
+        if not run.spec.subtasks:
+            await self._start_one(run)
+            return
+        state = self.state(run)
+        if state.started:
+            raise EngineError("job", f"job {run.job_id} was already started")
+        state.replicas = steps.replicas_of(run)
+        state.started = True
+        state.meter.start()
+        self._spawn(steps.run_steps, self, state)
+        self._watch_disk(state)
+
+    async def _start_one(self, run: JobRun) -> None:
         raise NotImplementedError
 
     def logs(self, run: JobRun, from_seq: int = 0) -> AsyncIterator[LogLine]:
@@ -352,13 +390,20 @@ class BaseExecutor:
         await self._stop_run(state, "cancelled", reason)
 
     async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+        if not state.replicas:
+            await self._stop_one(state, outcome, reason)
+            return
+        await steps.stop_replicas(self, state, outcome, reason)
+        await state.done.wait()
+
+    async def _stop_one(self, state: RunState, outcome: Outcome, reason: str) -> None:
         raise NotImplementedError
 
     def _watch_disk(self, state: RunState) -> None:
         """Once a run started: stop it when its workspace holds more than its disk, or more
         files and folders than the provider allows a job."""
         disk_mb, max_files = state.run.limits.disk_mb, state.run.limits.max_files
-        if not disk_mb and max_files is None:
+        if state.replica or (not disk_mb and max_files is None):  # the job's watch is theirs
             return
         from engine.jobs.executors import disk_quota
 
@@ -370,10 +415,42 @@ class BaseExecutor:
         self._spawn(disk_quota.watch, state.run.workspace, disk_mb, max_files, stop, state.done)
 
     async def _pause(self, state: RunState) -> None:
-        """Hook: freeze the job while a snapshot is taken (consistent files)."""
+        """Freeze the job while a snapshot is taken (consistent files): each running replica
+        of a job with steps."""
+        for child in self._live_replicas(state) if state.replicas else [state]:
+            if child is not state:
+                child.meter.freeze()
+            await self._pause_one(child)
 
     async def _resume(self, state: RunState) -> None:
-        """Hook: undo _pause."""
+        """Undo _pause."""
+        for child in self._live_replicas(state) if state.replicas else [state]:
+            await self._resume_one(child)
+            if child is not state:
+                child.meter.thaw()
+
+    def _live_replicas(self, state: RunState) -> list[RunState]:
+        """The states of a job's replicas running now."""
+        return [
+            self._runs[r.run.job_id]
+            for r in state.replicas
+            if r.state == "running" and r.run.job_id in self._runs
+        ]
+
+    def live_run(self, run: JobRun) -> JobRun:
+        """The run a tunnel or shell reaches: the job's own, or (steps) its first running
+        replica's."""
+        state = self._runs.get(run.job_id)
+        if state is None or not state.replicas:
+            return run
+        live = self._live_replicas(state)
+        return live[0].run if live else run
+
+    async def _pause_one(self, state: RunState) -> None:
+        """Hook: freeze one run."""
+
+    async def _resume_one(self, state: RunState) -> None:
+        """Hook: undo _pause_one."""
 
     async def checkpoint(self, run: JobRun, dest_dir: Path) -> Checkpoint:
         from engine.jobs.checkpoints import snapshot
@@ -464,12 +541,28 @@ class BaseExecutor:
         return archive
 
     def usage(self, run: JobRun) -> Usage:
-        return self.state(run).meter.usage()
+        state = self.state(run)
+        own = state.meter.usage()
+        if not state.replicas:
+            return own
+        children = [
+            self._runs[r.run.job_id].meter.usage()
+            for r in state.replicas
+            if r.run.job_id in self._runs
+        ]
+        return steps.summed(own, children)
 
     def reading(self, run: JobRun) -> tuple[float, float, float] | None:
-        """The run's latest sample (Meter.reading); None before one, or once forgotten."""
+        """The run's latest sample (Meter.reading); None before one, or once forgotten. A
+        job with steps: its replicas' CPU seconds summed, and the RAM of those running."""
         state = self._runs.get(run.job_id)
-        return state.meter.reading() if state is not None else None
+        if state is None or not state.replicas:
+            return state.meter.reading() if state is not None else None
+        return steps.summed_reading(
+            (self._runs[r.run.job_id].meter, r.state == "running")
+            for r in state.replicas
+            if r.run.job_id in self._runs
+        )
 
     # --- shared by the subclasses --------------------------------------------------------
 

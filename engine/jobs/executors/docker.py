@@ -344,13 +344,13 @@ class DockerExecutor(BaseExecutor):
             return {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)}
         return dict(NO_NVIDIA_GPU)
 
-    async def start(self, run: JobRun) -> None:
+    async def _start_one(self, run: JobRun) -> None:
         state = self.state(run)
         if state.started:
             raise EngineError("job", f"job {run.job_id} was already started")
         options = self._base_options(run, "run")
         options.update(
-            command=["python3", "-u", f"/workspace/{state.entry}"],
+            command=list(state.command or ("python3", "-u", f"/workspace/{state.entry}")),
             environment=self.environment(run),
             network_mode="none",
         )
@@ -496,7 +496,7 @@ class DockerExecutor(BaseExecutor):
         with scope, contextlib.suppress(Exception):
             await trio.to_thread.run_sync(read, abandon_on_cancel=True)
 
-    async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+    async def _stop_one(self, state: RunState, outcome: Outcome, reason: str) -> None:
         state.stop = (outcome, reason)
         container = self._containers.get(state.run.job_id)
         if container is None:
@@ -511,6 +511,7 @@ class DockerExecutor(BaseExecutor):
     # --- tunnels (engine/jobs/tunnel_provider.py, Pipes: tunnel_relay.py) -------------------------
 
     def _running_container(self, run: JobRun) -> Any:
+        run = self.live_run(run)  # a job with steps: its first running replica's
         container = self._containers.get(run.job_id)
         if container is None or run.job_id in self._paused:
             raise EngineError("tunnel", f"job {run.job_id} has no running container now")
@@ -559,7 +560,7 @@ class DockerExecutor(BaseExecutor):
             self.environment(run),
         )
 
-    async def _pause(self, state: RunState) -> None:
+    async def _pause_one(self, state: RunState) -> None:
         container = self._containers.get(state.run.job_id)
         if container is None:
             return
@@ -578,7 +579,7 @@ class DockerExecutor(BaseExecutor):
                 raise
             self._paused.discard(state.run.job_id)
 
-    async def _resume(self, state: RunState) -> None:
+    async def _resume_one(self, state: RunState) -> None:
         container = self._containers.get(state.run.job_id)
         if container is not None:
             await self._thaw(state.run.job_id, container)

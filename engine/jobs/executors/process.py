@@ -146,7 +146,8 @@ class ProcessExecutor(BaseExecutor):
     # --- prepare -------------------------------------------------------------------------
 
     def pid_file(self, run: JobRun) -> Path:
-        return safe_paths.child(run.workspace.parent, "process.pid", what="pid file")
+        name = f"process.{run.replica}.pid" if run.replica else "process.pid"  # one a replica
+        return safe_paths.child(run.workspace.parent, name, what="pid file")
 
     def kill_orphan(self, run: JobRun) -> bool:
         """End a run's process group left behind by a provider that crashed; True if one was.
@@ -268,7 +269,7 @@ class ProcessExecutor(BaseExecutor):
             "MPLBACKEND": "Agg",
         }
 
-    async def start(self, run: JobRun) -> None:
+    async def _start_one(self, run: JobRun) -> None:
         state = self.state(run)
         if state.started:
             raise EngineError("job", f"job {run.job_id} was already started")
@@ -276,7 +277,7 @@ class ProcessExecutor(BaseExecutor):
         safe_paths.real_dir(run.workspace / ".tmp", what="the job's temporary folder").mkdir(
             exist_ok=True
         )
-        job = [str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry]
+        job = list(state.command or (str(self.venv_dir(run) / "bin" / "python"), "-u", state.entry))
         sandboxed = await trio.to_thread.run_sync(self._use_sandbox, run)
         if sandboxed:
             job = sandbox.wrap(
@@ -394,7 +395,7 @@ class ProcessExecutor(BaseExecutor):
                 state.meter.sample(cpu_s=cpu, ram_mb=ram)
                 await trio.sleep(SAMPLE_S)
 
-    async def _stop_run(self, state: RunState, outcome: Outcome, reason: str) -> None:
+    async def _stop_one(self, state: RunState, outcome: Outcome, reason: str) -> None:
         process = self._procs.get(state.run.job_id)
         state.stop = (outcome, reason)
         if process is None:
@@ -419,6 +420,7 @@ class ProcessExecutor(BaseExecutor):
     async def open_tunnel(self, run: JobRun, port: int) -> Any:
         from engine.jobs.tunnel_relay import TrioPipe
 
+        run = self.live_run(run)  # a job with steps: its first running replica's
         process = self._procs.get(run.job_id)
         if process is None:
             raise EngineError("tunnel", f"job {run.job_id} is not running here")
@@ -453,6 +455,7 @@ class ProcessExecutor(BaseExecutor):
     ) -> Any:
         from engine.jobs.executors.pty_shell import default_shell, open_pty_shell
 
+        run = self.live_run(run)  # a job with steps: its first running replica's
         process = self._procs.get(run.job_id)
         if process is None:
             raise EngineError("tunnel", f"job {run.job_id} is not running here")
@@ -475,11 +478,11 @@ class ProcessExecutor(BaseExecutor):
                 "tunnel", f"cannot start {argv[0][:100]!r}: {exc.strerror or exc}"
             ) from None
 
-    async def _pause(self, state: RunState) -> None:
+    async def _pause_one(self, state: RunState) -> None:
         if process := self._procs.get(state.run.job_id):
             _kill_group(process, signal.SIGSTOP)
 
-    async def _resume(self, state: RunState) -> None:
+    async def _resume_one(self, state: RunState) -> None:
         if process := self._procs.get(state.run.job_id):
             _kill_group(process, signal.SIGCONT)
 
