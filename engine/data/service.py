@@ -12,8 +12,9 @@ never stalls the node.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -50,6 +51,7 @@ class NodeData:
     ) -> None:
         self.blocks = Blockstore(root / "blocks")
         self.roots_dir = root / "roots"
+        self.exports_dir = root / "exports"  # job inputs, read-only, by CID
         self.clock = clock
         self._network = network
         self.bitswap = Bitswap(self.blocks)
@@ -94,6 +96,31 @@ class NodeData:
 
     async def remove(self, command: api.DataRemove) -> api.DataRemoved:
         return await trio.to_thread.run_sync(self._remove, _cid(command.cid))
+
+    async def materialize(self, cid: str, peers: Sequence[str]) -> tuple[Path, int, bool]:
+        """A job's input (ports.InputData): fetched if need be, exported once into
+        ``exports/<cid>`` (files 0444, folders 0555) and kept for later jobs."""
+        root = _cid(cid)
+        here = self._record(root) is not None and await trio.to_thread.run_sync(self._whole, root)
+        if not here:
+            await self._ensure(root, tuple(peers))
+        return (*await trio.to_thread.run_sync(self._exported, root), here)
+
+    def _exported(self, root: Cid) -> tuple[Path, int]:
+        folder = self.exports_dir / str(root)
+        done = folder / ".done"
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-made one from a crash
+            folder.mkdir(parents=True)
+            try:
+                export(root, self.blocks.get, folder, "content")
+            except (BlockMissing, BlockCorrupt, UnixfsError) as exc:
+                raise EngineError("not_found", f"{root}: {exc}") from None
+            for path in sorted(folder.rglob("*"), reverse=True):
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            done.touch()
+        summary = summarize(root, self.blocks.get)
+        return folder / "content", summary.size
 
     # -- fetching from peers ---------------------------------------------------------------------
 
@@ -320,6 +347,12 @@ class NodeData:
         if self._record(cid) is None:
             raise EngineError("not_found", f"{cid} is not here: `nunet-tui data ls` lists what is")
         self._record_path(cid).unlink(missing_ok=True)
+        exported = self.exports_dir / str(cid)
+        if exported.is_dir():  # a job input's read-only copy: writable again to be removed
+            for path in exported.rglob("*"):
+                if path.is_dir() and not path.is_symlink():
+                    path.chmod(0o755)
+            shutil.rmtree(exported, ignore_errors=True)
         live: set[Cid] = set()
         for other in self._list().roots:
             try:

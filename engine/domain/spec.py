@@ -36,6 +36,7 @@ MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_EXPECTED_MINUTES = 7 * 24 * 60
 KINDS = ("batch", "service")
+MAX_INPUTS = 16
 # Ports a job may declare for tunnels (engine/jobs/tunnel_provider.py): a notebook, a web UI,
 # an API.
 MAX_PORTS = 8
@@ -82,6 +83,15 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     replicas: int = 1
 
 
+class InputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Data the job reads, by CID (issue 26): the provider fetches it (bitswap) and verifies it
+    before the job starts, and mounts it read-only at ``path`` in the workspace: a folder's
+    contents there; a file there, or inside it under its CID when ``path`` ends with "/"."""
+
+    cid: str
+    path: str = "data/"
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ML job. Exactly one of ``script_url`` and ``git``."""
 
@@ -113,6 +123,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Ordered steps sharing the workspace (issue 25 §1); none: the script runs once, as one
     # step with one replica.
     subtasks: tuple[StepSpec, ...] = ()
+    # Data by CID, mounted read-only before the job starts (issue 26); fetching it is not
+    # machine time.
+    inputs: tuple[InputSpec, ...] = ()
 
     def most_replicas(self) -> int:
         """The most replicas any step runs at once: what the lock multiplies (1 without steps)."""
@@ -356,6 +369,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
     problems += step_problems(spec)
+    problems += input_problems(spec)
     # A budget is not checked against the static estimate (engine/domain/tiers.py static_units, a
     # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
     # estimate says 0.375. The matcher and the provider check it against each provider's real
@@ -426,6 +440,32 @@ def step_problems(spec: JobSpec) -> list[FieldProblem]:
     return problems
 
 
+def input_problems(spec: JobSpec) -> list[FieldProblem]:
+    """What is wrong with the spec's inputs, each under its field (``inputs[2].cid``)."""
+    from engine.domain.cid import Cid, CidError
+
+    problems: list[FieldProblem] = []
+    if len(spec.inputs) > MAX_INPUTS:
+        return [FieldProblem("inputs", f"{len(spec.inputs)} inputs: at most {MAX_INPUTS}")]
+    paths: list[PurePosixPath] = []
+    for i, item in enumerate(spec.inputs, start=1):
+        field = f"inputs[{i}]"
+        try:
+            Cid.parse(item.cid)
+        except CidError as exc:
+            problems.append(FieldProblem(f"{field}.cid", f"{field}.cid: {exc}"))
+        if why := _check_relative(item.path):
+            problems.append(FieldProblem(f"{field}.path", f"{field}.path: {why}"))
+            continue
+        path = PurePosixPath(item.path.rstrip("/"))
+        if any(path == p or path in p.parents or p in path.parents for p in paths):
+            problems.append(
+                FieldProblem(f"{field}.path", f"{field}.path: {item.path!r} overlaps another input")
+            )
+        paths.append(path)
+    return problems
+
+
 # Fields added after the first release: left out of an Offer at their defaults, so providers
 # that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
 _NEWER_FIELDS = {
@@ -435,6 +475,7 @@ _NEWER_FIELDS = {
     "resource_spec": None,
     "max_minutes": None,
     "subtasks": (),
+    "inputs": (),
 }
 
 

@@ -99,6 +99,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="a step of the job, in order (repeat it); x N: replicas run at once, each with "
         "REPLICA_INDEX and REPLICAS set; no command: the job's script; '@path': a script",
     )
+    submit.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="CID[:PATH]",
+        help="data by CID the provider fetches and mounts read-only at PATH in the workspace "
+        "(default data/; repeat it); add it first with `nunet-tui data add`",
+    )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
     resubmit = job_sub.add_parser(
@@ -233,6 +241,7 @@ def _spec(args: argparse.Namespace) -> JobSpec:
                 ("max_minutes", args.max_minutes),
                 ("budget_ntx", args.budget),
                 ("subtasks", _steps(args.step)),
+                ("inputs", _inputs(args.input)),
             )
             if value is not None
         }
@@ -258,7 +267,20 @@ def _spec(args: argparse.Namespace) -> JobSpec:
         spec["resource_spec"] = args.spec
     if args.step:
         spec["subtasks"] = _steps(args.step)
+    if args.input:
+        spec["inputs"] = _inputs(args.input)
     return _check_spec(spec)
+
+
+def _inputs(values: list[str]) -> list[dict[str, str]] | None:
+    """``--input CID[:PATH]`` as the spec's inputs (None: none given)."""
+    if not values:
+        return None
+    inputs = []
+    for value in values:
+        cid, _, path = value.partition(":")
+        inputs.append({"cid": cid, "path": path} if path else {"cid": cid})
+    return inputs
 
 
 def _steps(lines: list[str]) -> list[dict[str, Any]] | None:
