@@ -1,0 +1,377 @@
+"""py-libp2p 0.8.1's QUIC transport (``libp2p/transport/quic``, aioquic underneath), probed.
+
+    python -m tests.network.quic_probe basic      two hosts: echo both ways, 10 MiB, close
+    python -m tests.network.quic_probe streams N  one peer opens N streams and holds them
+    python -m tests.network.quic_probe noread MB  a sender writes MB to a handler that never reads
+    python -m tests.network.quic_probe fill N     N streams, 2 MiB written on each, never read
+    python -m tests.network.quic_probe flood N    N Initial packets, each from a new UDP port
+    python -m tests.network.quic_probe stall      one Initial, then silence: how long is it kept?
+
+Each prints one JSON object (what was measured) on stdout. The hosts are configured like ours
+(engine/network/host.py build_host: our resource manager with its per-peer stream cap, one
+connection per peer, the stream/multistream guards), with QUIC instead of TCP + Noise + yamux:
+QUIC brings its own security (TLS 1.3 with libp2p's certificate extension) and streams.
+tests/network/test_quic_probe.py turns each finding into a test (docs/network-nat.md, "QUIC").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.transport.quic.config import QUICTransportConfig
+
+from engine.network.host import DIAL_TIMEOUT_S, PerPeerResourceManager
+from engine.network.libp2p_guards import bound_multistream_messages, guard_host
+
+QUIC_ANY = "/ip4/127.0.0.1/udp/0/quic-v1"
+ECHO = TProtocol("/nunet-probe/echo/1")
+BULK = TProtocol("/nunet-probe/bulk/1")
+HOLD = TProtocol("/nunet-probe/hold/1")  # a handler that never reads, and keeps the stream
+MIB = 1 << 20
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (Linux: /proc/self/statm), in MiB."""
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return round(pages * resource.getpagesize() / MIB, 1)
+
+
+def quic_host(handlers: dict[TProtocol, Callable[[Any], Awaitable[None]]] | None = None) -> Any:
+    """A host like build_host's, over QUIC (QUICTransportConfig is a ConnectionConfig)."""
+    host = new_host(
+        key_pair=create_new_key_pair(),
+        resource_manager=PerPeerResourceManager(),
+        listen_addrs=[multiaddr.Multiaddr(QUIC_ANY)],
+        connection_config=QUICTransportConfig(
+            max_connections_per_peer=1, dial_timeout=DIAL_TIMEOUT_S
+        ),
+        enable_mDNS=False,
+    )
+    guard_host(host)
+    bound_multistream_messages()
+    for protocol, handler in (handlers or {}).items():
+        host.set_stream_handler(protocol, handler)
+    return host
+
+
+@contextlib.asynccontextmanager
+async def running(*hosts: Any) -> AsyncIterator[None]:
+    async with contextlib.AsyncExitStack() as stack:
+        for host in hosts:
+            await stack.enter_async_context(host.run([multiaddr.Multiaddr(QUIC_ANY)]))
+        yield
+
+
+async def connect(a: Any, b: Any) -> float:
+    started = time.monotonic()
+    with trio.fail_after(10):
+        await a.connect(PeerInfo(b.get_id(), b.get_addrs()))
+    return time.monotonic() - started
+
+
+def udp_port(host: Any) -> int:
+    for addr in host.get_addrs():
+        return int(addr.value_for_protocol("udp"))
+    raise RuntimeError("the host listens on no UDP address")
+
+
+async def read_all(stream: Any) -> bytes:
+    """Everything until the writer's FIN (py-libp2p raises StreamEOF at the end)."""
+    chunks = []
+    with contextlib.suppress(Exception):
+        while data := await stream.read(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+async def echo(stream: Any) -> None:
+    data = await stream.read(65536)
+    await stream.write(data[::-1])
+    await stream.close()
+
+
+# -- 1. what works ------------------------------------------------------------------------
+
+
+async def basic(size: int = 10 * MIB) -> dict[str, Any]:
+    received: dict[str, Any] = {}
+    done = trio.Event()
+
+    async def bulk(stream: Any) -> None:
+        data = await read_all(stream)
+        received.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        await stream.close()
+        done.set()
+
+    a = quic_host({ECHO: echo, BULK: bulk})
+    b = quic_host({ECHO: echo, BULK: bulk})
+    result: dict[str, Any] = {"probe": "basic"}
+    async with running(a, b):
+        result["connect_s"] = round(await connect(a, b), 3)
+        echoes = []
+        for x, y in ((a, b), (b, a)):  # a request/response each way on the one connection
+            stream = await x.new_stream(y.get_id(), [ECHO])
+            await stream.write(b"request" * 100)
+            answer = await stream.read(65536)
+            echoes.append(answer == (b"request" * 100)[::-1])
+            await stream.close()
+        result["echo_both_ways"] = all(echoes)
+        blob = os.urandom(size)
+        started = time.monotonic()
+        stream = await a.new_stream(b.get_id(), [BULK])
+        for offset in range(0, size, 65536):
+            await stream.write(blob[offset : offset + 65536])
+        await stream.close()
+        with trio.move_on_after(60):
+            await done.wait()
+        result["bulk_s"] = round(time.monotonic() - started, 2)
+        result["bulk_sent"] = size
+        result["bulk_received"] = received.get("bytes")
+        result["bulk_intact"] = received.get("sha256") == hashlib.sha256(blob).hexdigest()
+        result["connections"] = len(a.get_network().get_connections(b.get_id()))
+    result["closed"] = True
+    return result
+
+
+# -- 2. attacks ---------------------------------------------------------------------------
+
+
+async def many_streams(count: int) -> dict[str, Any]:
+    """One peer opens ``count`` streams to a handler that holds them open: how many one
+    connection carries at once, and whether the connection survives the attempt."""
+    per_connection: dict[int, int] = {}
+
+    async def hold(stream: Any) -> None:
+        key = id(stream.muxed_conn)
+        per_connection[key] = per_connection.get(key, 0) + 1
+        await trio.sleep_forever()
+
+    victim = quic_host({HOLD: hold})
+    attacker = quic_host()
+    opened = failed = 0
+    errors: set[str] = set()
+    async with running(victim, attacker):
+        await connect(attacker, victim)
+        with trio.move_on_after(60):
+            for _ in range(count):
+                try:
+                    with trio.fail_after(5):
+                        stream = await attacker.new_stream(victim.get_id(), [HOLD])
+                        await stream.write(b"x")
+                    opened += 1
+                except (Exception, trio.TooSlowError) as exc:
+                    failed += 1
+                    errors.add(type(exc).__name__)
+                    if failed > 3:
+                        break
+    return {
+        "probe": "streams",
+        "asked": count,
+        "opened_by_attacker": opened,
+        "failed": failed,
+        "errors": sorted(errors),
+        "connections_used": len(per_connection),
+        "max_streams_one_connection": max(per_connection.values(), default=0),
+    }
+
+
+async def never_reads(megabytes: int, write_s: float = 20.0) -> dict[str, Any]:
+    """A sender writes ``megabytes`` to a handler that reads nothing for a while, then reads
+    everything: does flow control stop the sender, and does what was written all arrive?"""
+    size = megabytes * MIB
+    opened = trio.Event()
+    release = trio.Event()
+    received: dict[str, int] = {}
+
+    async def hold(stream: Any) -> None:
+        opened.set()
+        await release.wait()
+        received["bytes"] = len(await read_all(stream))
+
+    victim = quic_host({HOLD: hold})
+    sender = quic_host()
+    rss_before = rss_mb()
+    async with running(victim, sender):
+        await connect(sender, victim)
+        stream = await sender.new_stream(victim.get_id(), [HOLD])
+        written = 0
+        started = time.monotonic()
+        with trio.move_on_after(write_s):  # a sender held by flow control stops here
+            while written < size:
+                await stream.write(b"\0" * 65536)
+                written += 65536
+        write_s = time.monotonic() - started
+        rss_peak = rss_mb()
+        with contextlib.suppress(Exception):
+            await stream.close()
+        release.set()
+        with trio.move_on_after(20):
+            while "bytes" not in received:
+                await trio.sleep(0.05)
+    return {
+        "probe": "noread",
+        "asked_mb": megabytes,
+        "written_before_blocked": written,
+        "write_s": round(write_s, 2),
+        "received_after_reading": received.get("bytes"),
+        "rss_growth_mb": round(rss_peak - rss_before, 1),
+    }
+
+
+async def fill(streams: int, per_stream_mb: int = 2) -> dict[str, Any]:
+    """One peer opens ``streams`` streams to a handler that never reads and writes
+    ``per_stream_mb`` on each: what the victim buffers for it (its RSS growth)."""
+    opened = 0
+
+    async def hold(stream: Any) -> None:
+        nonlocal opened
+        opened += 1
+        await trio.sleep_forever()
+
+    victim = quic_host({HOLD: hold})
+    attacker = quic_host()
+    chunk = b"\0" * 65536
+    async with running(victim, attacker):
+        await connect(attacker, victim)
+        rss_before = rss_mb()
+        written = 0
+        with trio.move_on_after(60):
+            for _ in range(streams):
+                stream = await attacker.new_stream(victim.get_id(), [HOLD])
+                for _ in range(per_stream_mb * 16):
+                    await stream.write(chunk)
+                    written += len(chunk)
+        await trio.sleep(1.0)
+        growth = rss_mb() - rss_before
+    return {
+        "probe": "fill",
+        "streams": streams,
+        "opened_at_victim": opened,
+        "written_mb": written // MIB,
+        "rss_growth_mb_both_hosts": round(growth, 1),
+    }
+
+
+def initial_datagrams(port: int) -> list[bytes]:
+    """The datagrams an aioquic QUIC v1 client sends first (a fresh connection's Initial)."""
+    from aioquic.quic.configuration import QuicConfiguration
+    from aioquic.quic.connection import QuicConnection
+
+    config = QuicConfiguration(is_client=True, alpn_protocols=["libp2p"])
+    client = QuicConnection(configuration=config)
+    client.connect(("127.0.0.1", port), now=time.time())
+    return [data for data, _ in client.datagrams_to_send(now=time.time())]
+
+
+def pending_count(host: Any) -> int:
+    """Handshakes the host's QUIC listener holds, not yet connections."""
+    total = 0
+    for transport in host.get_network().transport_manager.get_transports():
+        for listener in getattr(transport, "_listeners", []):
+            total += len(getattr(listener, "_pending_cid_by_quic_id", {}))
+    return total
+
+
+async def flood(count: int) -> dict[str, Any]:
+    """``count`` Initial packets, each from a new source port and never followed up: what
+    the listener holds, and whether an honest peer still connects."""
+    victim = quic_host()
+    honest = quic_host()
+    async with running(victim, honest):
+        port = udp_port(victim)
+        packets = [initial_datagrams(port) for _ in range(count)]  # the attacker's work
+        rss_before = rss_mb()
+        started = time.monotonic()
+        cpu_before = time.process_time()
+        answered = 0
+        sockets = []
+        for datagrams in packets:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            for datagram in datagrams:
+                sock.sendto(datagram, ("127.0.0.1", port))
+            sockets.append(sock)
+            await trio.sleep(0.002)  # paced: the listener reads each (none lost in buffers)
+        await trio.sleep(1.0)
+        cpu_s = time.process_time() - cpu_before
+        for sock in sockets:
+            with contextlib.suppress(BlockingIOError):
+                while sock.recv(2048):
+                    answered += 1
+            sock.close()
+        pending = pending_count(victim)
+        rss_growth = rss_mb() - rss_before
+        send_s = time.monotonic() - started
+        try:
+            honest_s: float | None = round(await connect(honest, victim), 3)
+        except (Exception, trio.TooSlowError):
+            honest_s = None
+    return {
+        "probe": "flood",
+        "initials": count,
+        "send_s": round(send_s, 2),
+        "server_datagrams_back": answered,
+        "victim_cpu_ms_per_initial": round(cpu_s * 1000 / count, 2),
+        "pending_handshakes_held": pending,
+        "rss_growth_mb": round(rss_growth, 1),
+        "honest_connect_s": honest_s,
+    }
+
+
+async def stall(wait_s: float = 40.0) -> dict[str, Any]:
+    """One Initial and then nothing: how long the listener keeps the half-open handshake."""
+    victim = quic_host()
+    async with running(victim):
+        port = udp_port(victim)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for datagram in initial_datagrams(port):
+            sock.sendto(datagram, ("127.0.0.1", port))
+        started = time.monotonic()
+        held_s = None
+        await trio.sleep(0.2)
+        held_at_start = pending_count(victim)
+        while time.monotonic() - started < wait_s:
+            if pending_count(victim) == 0:
+                held_s = round(time.monotonic() - started, 1)
+                break
+            await trio.sleep(0.5)
+        sock.close()
+    return {"probe": "stall", "held_at_start": held_at_start, "dropped_after_s": held_s}
+
+
+def main(argv: list[str]) -> None:
+    what = argv[1] if len(argv) > 1 else "basic"
+    arg = argv[2] if len(argv) > 2 else ""
+    probes: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+        "basic": lambda: basic(int(arg or 10) * MIB),
+        "streams": lambda: many_streams(int(arg or 300)),
+        "noread": lambda: never_reads(int(arg or 16)),
+        "fill": lambda: fill(int(arg or 100)),
+        "flood": lambda: flood(int(arg or 500)),
+        "stall": lambda: stall(float(arg or 40)),
+    }
+    emit(**trio.run(probes[what]))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
