@@ -4,6 +4,7 @@
     python -m tests.network.quic_probe streams N  one peer opens N streams and holds them
     python -m tests.network.quic_probe noread MB  a sender writes MB to a handler that never reads
     python -m tests.network.quic_probe fill N     N streams, 2 MiB written on each, never read
+    python -m tests.network.quic_probe oversized  a multistream message announcing 1 GiB
     python -m tests.network.quic_probe flood N    N Initial packets, each from a new UDP port
     python -m tests.network.quic_probe stall      one Initial, then silence: how long is it kept?
 
@@ -272,6 +273,34 @@ async def fill(streams: int, per_stream_mb: int = 2) -> dict[str, Any]:
     }
 
 
+async def oversized(announced: int = 1 << 30) -> dict[str, Any]:
+    """A raw QUIC stream whose first multistream-select message announces ``announced``
+    bytes (the length prefix of engine/network/libp2p_guards.py bound_multistream_messages),
+    then sends 256 KiB: is it refused before the body is read, and does the connection live?"""
+    from libp2p.utils.varint import encode_uvarint
+
+    victim = quic_host({ECHO: echo})
+    attacker = quic_host()
+    outcome = "open"
+    async with running(victim, attacker):
+        await connect(attacker, victim)
+        conn = attacker.get_network().get_connections(victim.get_id())[0]
+        raw = await conn.muxed_conn.open_stream()
+        with contextlib.suppress(Exception):
+            await raw.write(encode_uvarint(announced) + b"\0" * (256 * 1024))
+        answered = 0  # the listener's own multistream header comes first (20 bytes)
+        with trio.move_on_after(10):
+            try:
+                while True:
+                    answered += len(await raw.read(65536))
+            except Exception as exc:
+                outcome = f"{type(exc).__name__} after {answered} bytes"
+        stream = await attacker.new_stream(victim.get_id(), [ECHO])  # the connection lives on
+        await stream.write(b"still here")
+        alive = await stream.read(65536) == b"still here"[::-1]
+    return {"probe": "oversized", "announced": announced, "outcome": outcome, "alive": alive}
+
+
 def initial_datagrams(port: int) -> list[bytes]:
     """The datagrams an aioquic QUIC v1 client sends first (a fresh connection's Initial)."""
     from aioquic.quic.configuration import QuicConfiguration
@@ -366,6 +395,7 @@ def main(argv: list[str]) -> None:
         "basic": lambda: basic(int(arg or 10) * MIB),
         "streams": lambda: many_streams(int(arg or 300)),
         "noread": lambda: never_reads(int(arg or 16)),
+        "oversized": lambda: oversized(),
         "fill": lambda: fill(int(arg or 100)),
         "flood": lambda: flood(int(arg or 500)),
         "stall": lambda: stall(float(arg or 40)),

@@ -91,3 +91,12 @@ def test_a_stalled_handshake_is_dropped_within_30_s() -> None:
     result = trio.run(quic_probe.stall, 30.0)
     assert result["held_at_start"] == 1, result
     assert result["dropped_after_s"] is not None, result
+
+
+def test_an_oversized_multistream_message_is_refused_and_the_connection_lives() -> None:
+    # QUIC's own frames are bounded by aioquic (CRYPTO 16 KiB per epoch, connection.py:59 and
+    # :2008; STREAM frames by flow control and the datagram size); what a stream carries
+    # first is multistream-select, bounded by our guard (libp2p_guards.py) on QUIC as on TCP.
+    result = trio.run(quic_probe.oversized, 1 << 30)
+    assert result["outcome"] == "QUICStreamResetError after 20 bytes", result
+    assert result["alive"], result
