@@ -5,6 +5,10 @@
     python -m tests.network.quic_probe noread MB  a sender writes MB to a handler that never reads
     python -m tests.network.quic_probe fill N     N streams, 2 MiB written on each, never read
     python -m tests.network.quic_probe oversized  a multistream message announcing 1 GiB
+    python -m tests.network.quic_probe source     the UDP port a dial leaves from
+    python -m tests.network.quic_probe mismatch   a dial for X to an address naming B
+    python -m tests.network.quic_probe punch ME PEER PEER_IP PORT START  (one side, in the lab)
+    python -m tests.network.quic_probe udp PEER_IP PORT START RELAY_IP  (the control: UDP)
     python -m tests.network.quic_probe flood N    N Initial packets, each from a new UDP port
     python -m tests.network.quic_probe stall      one Initial, then silence: how long is it kept?
 
@@ -33,6 +37,7 @@ import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.transport.quic.config import QUICTransportConfig
 
@@ -388,14 +393,133 @@ async def stall(wait_s: float = 40.0) -> dict[str, Any]:
     return {"probe": "stall", "held_at_start": held_at_start, "dropped_after_s": held_s}
 
 
+async def dial_source_port() -> dict[str, Any]:
+    """The UDP port an outbound QUIC connection leaves from, as the far end sees it, against
+    the dialer's listen port. Hole punching needs them equal: the peer was told, and the NAT
+    mapped, the listen port."""
+    seen: list[int] = []
+
+    async def note(stream: Any) -> None:
+        conn: Any = stream.muxed_conn  # a QUICConnection: (ip, port)
+        remote = conn.get_remote_address()
+        seen.append(int(remote[1]))
+        await echo(stream)
+
+    listener = quic_host({ECHO: note})
+    dialer = quic_host()
+    async with running(listener, dialer):
+        await connect(dialer, listener)
+        stream = await dialer.new_stream(listener.get_id(), [ECHO])
+        await stream.write(b"which port?")
+        await stream.read(65536)
+        return {"probe": "source", "listen_port": udp_port(dialer), "dial_port": seen[0]}
+
+
+async def mismatched_id() -> dict[str, Any]:
+    """A dial for peer X at an address that ends in /p2p/B (B listening there): refused,
+    or connected to B? And which peer answers ``new_stream(X)``?"""
+    listener = quic_host({ECHO: echo})
+    dialer = quic_host()
+    stranger = ID.from_pubkey(create_new_key_pair().public_key)
+    result: dict[str, Any] = {"probe": "mismatch"}
+    async with running(listener, dialer):
+        try:
+            with trio.fail_after(10):
+                await dialer.connect(PeerInfo(stranger, listener.get_addrs()))
+            result["connect"] = "connected"
+        except (Exception, trio.TooSlowError) as exc:
+            result["connect"] = type(exc).__name__
+        try:
+            with trio.fail_after(10):
+                stream = await dialer.new_stream(stranger, [ECHO])
+                await stream.write(b"who?")
+                await stream.read(65536)
+            result["stream_reached"] = (
+                "the listener" if stream.muxed_conn.peer_id == listener.get_id() else "?"
+            )
+        except (Exception, trio.TooSlowError) as exc:
+            result["stream_reached"] = type(exc).__name__
+    return result
+
+
+def seeded_key_pair(seed: str) -> Any:
+    return create_new_key_pair(hashlib.sha256(seed.encode()).digest())
+
+
+async def punch(me: str, peer: str, peer_ip: str, port: int, start_at: float) -> dict[str, Any]:
+    """One side of a simultaneous QUIC dial through two NATs (run in a lab namespace): both
+    listen on ``port``, wait for ``start_at`` (wall clock, shared), then dial the other's
+    router at ``port`` three times, 3 s each, while accepting whatever comes in."""
+    host = new_host(
+        key_pair=seeded_key_pair(me),
+        listen_addrs=[multiaddr.Multiaddr(f"/ip4/0.0.0.0/udp/{port}/quic-v1")],
+        enable_mDNS=False,
+    )
+    # The peer's id follows from its seed: nothing to exchange.
+    peer_id = ID.from_pubkey(seeded_key_pair(peer).public_key)
+    target = multiaddr.Multiaddr(f"/ip4/{peer_ip}/udp/{port}/quic-v1")
+    outcome: dict[str, Any] = {"probe": "punch", "me": me, "dials": []}
+    async with host.run([multiaddr.Multiaddr(f"/ip4/0.0.0.0/udp/{port}/quic-v1")]):
+        await trio.sleep(max(0.0, start_at - time.time()))
+        for _ in range(3):
+            if host.get_network().get_connections(peer_id):
+                break
+            try:
+                with trio.fail_after(3):
+                    await host.connect(PeerInfo(peer_id, [target]))
+                outcome["dials"].append("connected")
+            except (Exception, trio.TooSlowError) as exc:
+                outcome["dials"].append(type(exc).__name__)
+        await trio.sleep(1.0)  # the other side's last dial
+        conns: list[Any] = host.get_network().get_connections(peer_id)
+        outcome["connected"] = bool(conns)
+        outcome["remote"] = [list(c.muxed_conn.get_remote_address() or ()) for c in conns]
+    return outcome
+
+
+def udp_punch(peer_ip: str, port: int, start_at: float, relay_ip: str) -> dict[str, Any]:
+    """The control for ``punch``: the same two hosts, plain UDP from the listen port itself
+    (what a QUIC stack that dials from its listen socket sends): first to a public host (as
+    to a bootstrap peer: the NAT maps the port), then, from ``start_at``, to the peer every
+    0.5 s until one of the peer's datagrams comes in. Says from where."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", port))
+    sock.settimeout(0.5)
+    sock.sendto(b"hello", (relay_ip, 9))  # the listen port's first contact: a bootstrap
+    time.sleep(max(0.0, start_at - time.time()))
+    heard = None
+    for _ in range(20):  # 10 s: the other side may start a little late
+        sock.sendto(b"punch", (peer_ip, port))
+        try:
+            _, source = sock.recvfrom(2048)
+        except TimeoutError:
+            continue
+        heard = [source[0], source[1]]
+        for _ in range(3):  # so the other side hears us too, if it has not yet
+            sock.sendto(b"punch", (peer_ip, port))
+            time.sleep(0.2)
+        break
+    sock.close()
+    return {"probe": "udp_punch", "heard_from": heard}
+
+
 def main(argv: list[str]) -> None:
     what = argv[1] if len(argv) > 1 else "basic"
+    if what == "punch":  # punch ME PEER PEER_ROUTER_IP PORT START_AT
+        me, peer, peer_ip, port, start_at = argv[2:7]
+        emit(**trio.run(punch, me, peer, peer_ip, int(port), float(start_at)))
+        return
+    if what == "udp":  # udp PEER_IP PORT START_AT
+        emit(**udp_punch(argv[2], int(argv[3]), float(argv[4]), argv[5]))
+        return
     arg = argv[2] if len(argv) > 2 else ""
     probes: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         "basic": lambda: basic(int(arg or 10) * MIB),
         "streams": lambda: many_streams(int(arg or 300)),
         "noread": lambda: never_reads(int(arg or 16)),
         "oversized": lambda: oversized(),
+        "source": dial_source_port,
+        "mismatch": mismatched_id,
         "fill": lambda: fill(int(arg or 100)),
         "flood": lambda: flood(int(arg or 500)),
         "stall": lambda: stall(float(arg or 40)),
