@@ -7,8 +7,9 @@
     python -m tests.network.quic_probe oversized  a multistream message announcing 1 GiB
     python -m tests.network.quic_probe source     the UDP port a dial leaves from
     python -m tests.network.quic_probe mismatch   a dial for X to an address naming B
-    python -m tests.network.quic_probe punch ME PEER PEER_IP PORT START  (one side, in the lab)
-    python -m tests.network.quic_probe udp PEER_IP PORT START RELAY_IP  (the control: UDP)
+    python -m tests.network.quic_probe punch ME PEER PEER_IP PORT DELAY  (one side, in the lab)
+    python -m tests.network.quic_probe udp PEER_IP PORT DELAY RELAY_IP   (the control: UDP)
+        (both print {"event": "ready"}, then start DELAY s after a line on stdin)
     python -m tests.network.quic_probe flood N    N Initial packets, each from a new UDP port
     python -m tests.network.quic_probe stall      one Initial, then silence: how long is it kept?
 
@@ -201,18 +202,20 @@ async def many_streams(count: int) -> dict[str, Any]:
     }
 
 
-async def never_reads(megabytes: int, write_s: float = 20.0) -> dict[str, Any]:
+async def never_reads(megabytes: int, blocked_s: float = 5.0) -> dict[str, Any]:
     """A sender writes ``megabytes`` to a handler that reads nothing for a while, then reads
-    everything: does flow control stop the sender, and does what was written all arrive?"""
+    everything: does flow control stop the sender, and does what was written all arrive?
+    A write (64 KiB) that has not returned after ``blocked_s`` counts as held back: a slow
+    machine slows every write, it does not hold one for seconds."""
     size = megabytes * MIB
-    opened = trio.Event()
     release = trio.Event()
+    read_done = trio.Event()
     received: dict[str, int] = {}
 
     async def hold(stream: Any) -> None:
-        opened.set()
         await release.wait()
         received["bytes"] = len(await read_all(stream))
+        read_done.set()
 
     victim = quic_host({HOLD: hold})
     sender = quic_host()
@@ -222,18 +225,19 @@ async def never_reads(megabytes: int, write_s: float = 20.0) -> dict[str, Any]:
         stream = await sender.new_stream(victim.get_id(), [HOLD])
         written = 0
         started = time.monotonic()
-        with trio.move_on_after(write_s):  # a sender held by flow control stops here
-            while written < size:
+        while written < size:
+            with trio.move_on_after(blocked_s) as held:
                 await stream.write(b"\0" * 65536)
-                written += 65536
+            if held.cancelled_caught:
+                break
+            written += 65536
         write_s = time.monotonic() - started
         rss_peak = rss_mb()
         with contextlib.suppress(Exception):
             await stream.close()
         release.set()
-        with trio.move_on_after(20):
-            while "bytes" not in received:
-                await trio.sleep(0.05)
+        with trio.move_on_after(30):
+            await read_done.wait()
     return {
         "probe": "noread",
         "asked_mb": megabytes,
@@ -328,7 +332,9 @@ def pending_count(host: Any) -> int:
 
 async def flood(count: int) -> dict[str, Any]:
     """``count`` Initial packets, each from a new source port and never followed up: what
-    the listener holds, and whether an honest peer still connects."""
+    the listener holds, and whether an honest peer still connects. Each Initial waits for
+    the listener's answer (at most 1 s) before the next goes, so none is lost in a socket
+    buffer on a busy machine: what is held is what the listener chose to keep."""
     victim = quic_host()
     honest = quic_host()
     async with running(victim, honest):
@@ -340,22 +346,19 @@ async def flood(count: int) -> dict[str, Any]:
         answered = 0
         sockets = []
         for datagrams in packets:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.setblocking(False)
-            for datagram in datagrams:
-                sock.sendto(datagram, ("127.0.0.1", port))
+            sock = trio.socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sockets.append(sock)
-            await trio.sleep(0.002)  # paced: the listener reads each (none lost in buffers)
-        await trio.sleep(1.0)
+            for datagram in datagrams:
+                await sock.sendto(datagram, ("127.0.0.1", port))
+            with trio.move_on_after(1.0):
+                await sock.recv(2048)
+                answered += 1
         cpu_s = time.process_time() - cpu_before
-        for sock in sockets:
-            with contextlib.suppress(BlockingIOError):
-                while sock.recv(2048):
-                    answered += 1
-            sock.close()
+        send_s = time.monotonic() - started
         pending = pending_count(victim)
         rss_growth = rss_mb() - rss_before
-        send_s = time.monotonic() - started
+        for sock in sockets:
+            sock.close()
         try:
             honest_s: float | None = round(await connect(honest, victim), 3)
         except (Exception, trio.TooSlowError):
@@ -364,7 +367,7 @@ async def flood(count: int) -> dict[str, Any]:
         "probe": "flood",
         "initials": count,
         "send_s": round(send_s, 2),
-        "server_datagrams_back": answered,
+        "answered": answered,
         "victim_cpu_ms_per_initial": round(cpu_s * 1000 / count, 2),
         "pending_handshakes_held": pending,
         "rss_growth_mb": round(rss_growth, 1),
@@ -446,9 +449,17 @@ def seeded_key_pair(seed: str) -> Any:
     return create_new_key_pair(hashlib.sha256(seed.encode()).digest())
 
 
-async def punch(me: str, peer: str, peer_ip: str, port: int, start_at: float) -> dict[str, Any]:
+def ready_then_go(delay_s: float) -> None:
+    """Say this side is up (listening, imports done), wait for the test's "go" line on
+    stdin, then ``delay_s`` more: both sides start together, or in the order given."""
+    emit(event="ready")
+    sys.stdin.readline()
+    time.sleep(delay_s)
+
+
+async def punch(me: str, peer: str, peer_ip: str, port: int, delay_s: float) -> dict[str, Any]:
     """One side of a simultaneous QUIC dial through two NATs (run in a lab namespace): both
-    listen on ``port``, wait for ``start_at`` (wall clock, shared), then dial the other's
+    listen on ``port``, wait for the go (``ready_then_go``), then dial the other's
     router at ``port`` three times, 3 s each, while accepting whatever comes in."""
     host = new_host(
         key_pair=seeded_key_pair(me),
@@ -460,7 +471,7 @@ async def punch(me: str, peer: str, peer_ip: str, port: int, start_at: float) ->
     target = multiaddr.Multiaddr(f"/ip4/{peer_ip}/udp/{port}/quic-v1")
     outcome: dict[str, Any] = {"probe": "punch", "me": me, "dials": []}
     async with host.run([multiaddr.Multiaddr(f"/ip4/0.0.0.0/udp/{port}/quic-v1")]):
-        await trio.sleep(max(0.0, start_at - time.time()))
+        await trio.to_thread.run_sync(ready_then_go, delay_s)
         for _ in range(3):
             if host.get_network().get_connections(peer_id):
                 break
@@ -477,16 +488,16 @@ async def punch(me: str, peer: str, peer_ip: str, port: int, start_at: float) ->
     return outcome
 
 
-def udp_punch(peer_ip: str, port: int, start_at: float, relay_ip: str) -> dict[str, Any]:
+def udp_punch(peer_ip: str, port: int, delay_s: float, relay_ip: str) -> dict[str, Any]:
     """The control for ``punch``: the same two hosts, plain UDP from the listen port itself
     (what a QUIC stack that dials from its listen socket sends): first to a public host (as
-    to a bootstrap peer: the NAT maps the port), then, from ``start_at``, to the peer every
+    to a bootstrap peer: the NAT maps the port), then, from the go, to the peer every
     0.5 s until one of the peer's datagrams comes in. Says from where."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("0.0.0.0", port))
     sock.settimeout(0.5)
     sock.sendto(b"hello", (relay_ip, 9))  # the listen port's first contact: a bootstrap
-    time.sleep(max(0.0, start_at - time.time()))
+    ready_then_go(delay_s)
     heard = None
     for _ in range(20):  # 10 s: the other side may start a little late
         sock.sendto(b"punch", (peer_ip, port))
@@ -505,11 +516,11 @@ def udp_punch(peer_ip: str, port: int, start_at: float, relay_ip: str) -> dict[s
 
 def main(argv: list[str]) -> None:
     what = argv[1] if len(argv) > 1 else "basic"
-    if what == "punch":  # punch ME PEER PEER_ROUTER_IP PORT START_AT
-        me, peer, peer_ip, port, start_at = argv[2:7]
-        emit(**trio.run(punch, me, peer, peer_ip, int(port), float(start_at)))
+    if what == "punch":  # punch ME PEER PEER_ROUTER_IP PORT DELAY_S
+        me, peer, peer_ip, port, delay_s = argv[2:7]
+        emit(**trio.run(punch, me, peer, peer_ip, int(port), float(delay_s)))
         return
-    if what == "udp":  # udp PEER_IP PORT START_AT
+    if what == "udp":  # udp PEER_IP PORT DELAY_S RELAY_IP
         emit(**udp_punch(argv[2], int(argv[3]), float(argv[4]), argv[5]))
         return
     arg = argv[2] if len(argv) > 2 else ""

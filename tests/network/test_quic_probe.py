@@ -31,8 +31,8 @@ def test_two_hosts_talk_over_quic_both_ways_and_close_cleanly() -> None:
 
 @pytest.fixture(scope="module")
 def unread() -> dict[str, Any]:
-    """8 MiB written to a handler that reads nothing until the writer is done (or held for
-    5 s by flow control), then reads everything."""
+    """8 MiB written to a handler that reads nothing until the writer is done (or until one
+    write has been held 5 s by flow control), then reads everything."""
     return trio.run(quic_probe.never_reads, 8, 5.0)
 
 
