@@ -18,7 +18,7 @@ one-shot CLI command must not pay for a room it never enters.
 | ``WalletPort``    | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
 | ``JobsPort``      | jobs/service.py NodeJobs          | network/link.py NodeNetwork            |
 | ``DataPort``      | data/service.py NodeData          | network/link.py NodeNetwork            |
-| ``InputData``     | data/service.py NodeData          | jobs (provider: a job's inputs by CID) |
+| ``JobData``       | data/service.py NodeData          | jobs (provider: inputs, results by CID)|
 | ``TotalsPort``    | node.py Node                      | network/link.py NodeNetwork            |
 | ``NodeFacts``     | node.py Node                      | network/link.py NodeNetwork            |
 | ``MachinePort``   | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)    |
@@ -122,13 +122,18 @@ class DataPort(Protocol):
         ...
 
 
-class InputData(Protocol):
-    """The data room as a provider's jobs use it: a job's inputs by CID (issue 26)."""
+class JobData(Protocol):
+    """The data room as a provider's jobs use it: a job's inputs and published results by
+    CID (issue 26)."""
 
     async def materialize(self, cid: str, peers: Sequence[str]) -> tuple[Path, int, bool]:
         """The root of ``cid`` as a read-only file or folder on this machine, fetched from
         ``peers`` first (then the DHT's providers) and verified if not here: (its path, its
         size in bytes, whether it was here already). EngineError saying why not."""
+        ...
+
+    async def publish(self, path: Path) -> str:
+        """``path`` (a job's results) kept, pinned and announced in the DHT: its CID."""
         ...
 
 

@@ -170,6 +170,9 @@ class JobInfo(Record, frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     results_dir: str = ""
+    # The results archive's CID when the spec asked them published (issue 26): a CIDv1 of
+    # sha2-256 in base32, checked at decode on the consumer; "": not published.
+    results_cid: Annotated[str, msgspec.Meta(pattern=r"^(b[a-z2-7]{58})?$")] = ""
     # Consumer: when this node saw the job start and end, on its own clock, as it happened
     # (an Update on a follow that had already shown the state before); None: not seen live.
     # What a receipt may bill is bounded by it (payments/escrow_receipts.py), never by the times the

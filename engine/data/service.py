@@ -98,13 +98,18 @@ class NodeData:
         return await trio.to_thread.run_sync(self._remove, _cid(command.cid))
 
     async def materialize(self, cid: str, peers: Sequence[str]) -> tuple[Path, int, bool]:
-        """A job's input (ports.InputData): fetched if need be, exported once into
+        """A job's input (ports.JobData): fetched if need be, exported once into
         ``exports/<cid>`` (files 0444, folders 0555) and kept for later jobs."""
         root = _cid(cid)
         here = self._record(root) is not None and await trio.to_thread.run_sync(self._whole, root)
         if not here:
             await self._ensure(root, tuple(peers))
         return (*await trio.to_thread.run_sync(self._exported, root), here)
+
+    async def publish(self, path: Path) -> str:
+        """A job's results by CID (ports.JobData): added pinned, announced."""
+        root = await self.add(api.DataAdd(path=str(path.resolve())))
+        return root.cid
 
     def _exported(self, root: Cid) -> tuple[Path, int]:
         folder = self.exports_dir / str(root)

@@ -126,6 +126,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Data by CID, mounted read-only before the job starts (issue 26); fetching it is not
     # machine time.
     inputs: tuple[InputSpec, ...] = ()
+    # The results archive also published by CID (issue 26): kept by the provider, announced
+    # in the DHT, fetchable by anyone given the CID (`nunet-tui data get`).
+    publish_results: bool = False
 
     def most_replicas(self) -> int:
         """The most replicas any step runs at once: what the lock multiplies (1 without steps)."""
@@ -476,6 +479,7 @@ _NEWER_FIELDS = {
     "max_minutes": None,
     "subtasks": (),
     "inputs": (),
+    "publish_results": False,
 }
 
 

@@ -32,7 +32,7 @@ from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.provider_offer import ProviderOffer
 from engine.jobs.quote_book import ConfirmInFlight, QuoteBook
 from engine.jobs.tunnel_provider import TunnelServer
-from engine.ports import Committed, EscrowPort, InputData, MachinePort, NetworkPort, OfferView
+from engine.ports import Committed, EscrowPort, JobData, MachinePort, NetworkPort, OfferView
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -68,7 +68,7 @@ class ProviderBase:
         logs: JobLogs | None = None,
         capacity: Callable[[], api.Capacity] | None = None,
         machine: MachinePort,
-        data: Callable[[], InputData] | None = None,
+        data: Callable[[], JobData] | None = None,
     ) -> None:
         self.ctx = ctx
         self._data = data

@@ -166,6 +166,10 @@ class ProviderRuns(ProviderBase):
         ):
             self.ctx.emit(api.JobLogEvent(at=now, job_id=job.job_id, lines=tuple(written)))
         current = self.ctx.store.get_job(job.job_id) or job
+        if job.spec.publish_results and results is not None:
+            current = msgspec.structs.replace(
+                current, results_cid=await self._publish(job.job_id, results.path)
+            )
         if job.spec.subtasks:
             current = msgspec.structs.replace(current, steps=_steps_of(executor, run))
         self._finish(current, status, executor.usage(run), results)
@@ -194,6 +198,19 @@ class ProviderRuns(ProviderBase):
             self._system_line(job.job_id, f"input {item.cid}: {size:,} bytes at {target} ({took})")
             mounts.append((source, target))
         return dataclasses.replace(run, inputs=tuple(mounts))
+
+    async def _publish(self, job_id: str, archive: Path) -> str:
+        """The results archive by CID (issue 26), said in the job's log; "" when it cannot be
+        (the results are still fetched from us as always)."""
+        if self._data is None:
+            return ""
+        try:
+            cid = await self._data().publish(archive)
+        except EngineError as exc:
+            self._system_line(job_id, f"results not published: {exc.message}")
+            return ""
+        self._system_line(job_id, f"results published as {cid}")
+        return cid
 
     def _system_line(self, job_id: str, text: str) -> None:
         joblog, now = self.job_log(job_id), time.time()

@@ -28,7 +28,7 @@ from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import (
     ContainerHost,
     EscrowPort,
-    InputData,
+    JobData,
     MachinePort,
     NetworkPort,
     OfferView,
@@ -118,7 +118,7 @@ class NodeJobs:
         machine: MachinePort,
         container_host: ContainerHost,
         overlay: Callable[[], OverlayCarriage] | None = None,
-        data: Callable[[], InputData] | None = None,
+        data: Callable[[], JobData] | None = None,
     ) -> None:
         self.ctx = ctx
         if executors is None:

@@ -107,6 +107,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         help="data by CID the provider fetches and mounts read-only at PATH in the workspace "
         "(default data/; repeat it); add it first with `nunet-tui data add`",
     )
+    submit.add_argument(
+        "--publish-results",
+        action="store_true",
+        default=None,
+        help="the provider also publishes the results archive by CID (job show says it; "
+        "anyone with it can `nunet-tui data get` it)",
+    )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
     resubmit = job_sub.add_parser(
@@ -242,6 +249,7 @@ def _spec(args: argparse.Namespace) -> JobSpec:
                 ("budget_ntx", args.budget),
                 ("subtasks", _steps(args.step)),
                 ("inputs", _inputs(args.input)),
+                ("publish_results", args.publish_results),
             )
             if value is not None
         }
@@ -269,6 +277,8 @@ def _spec(args: argparse.Namespace) -> JobSpec:
         spec["subtasks"] = _steps(args.step)
     if args.input:
         spec["inputs"] = _inputs(args.input)
+    if args.publish_results:
+        spec["publish_results"] = True
     return _check_spec(spec)
 
 
@@ -615,6 +625,8 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     lines.append(f"  log       {job.log_lines} lines (`nunet-tui job logs {job.job_id} -f`)")
     if job.results_sha256:
         lines.append(f"  results   {job.results_size:,} bytes, sha256 {job.results_sha256[:16]}…")
+        if job.results_cid:
+            lines.append(f"  published {job.results_cid}  (nunet-tui data get)")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ it there already. Real daemons, the process executor (sandboxed by bubblewrap)."
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -94,3 +95,43 @@ def test_a_job_whose_input_nobody_has_fails_before_it_starts(
 
 
 __all__ = ["daemons", "docker_host", "sklearn_image"]  # fixtures, imported for pytest
+
+
+def test_results_published_by_cid_are_fetched_by_another_node(
+    daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    provider, consumer = _pair(daemons)
+    with serve_files(tmp_path / "www", {"reads.py": READS}) as base:
+        dataset = make(tmp_path / "in", ("dataset",)) / "dataset"
+        cid = consumer.cli("data", "add", str(dataset))["cid"]
+        job = consumer.cli(
+            "job", "submit", "--url", f"{base}/reads.py", "--framework", "scikit-learn",
+            "--expected-minutes", "1", "--input", cid, "--publish-results",
+        )  # fmt: skip
+    job_id = str(job["job_id"])
+    wait_for(lambda: _state(consumer, job_id) == "completed", "the job never completed", 90)
+    shown = wait_for(
+        lambda: (j := consumer.cli("job", "show", job_id))["results_cid"] and j,
+        "no results CID reached the consumer",
+        30,
+    )
+    published = shown["results_cid"]
+    assert provider.cli("job", "show", job_id)["results_cid"] == published
+    # A third node, given only the CID, fetches the archive from the provider (its record
+    # in the DHT names it) and gets the bytes the consumer's checksum says.
+    third = daemons("third", 33, bootstrap=consumer.addrs()[0])
+    out = tmp_path / "fetched"
+    out.mkdir()
+    got = wait_for(
+        lambda: (
+            (
+                r := run_cli("data", "get", published, "-o", str(out), "--json", home=third.home)
+            ).returncode
+            == 0
+            and json.loads(r.stdout)
+        ),
+        "the third node never fetched the results",
+        60,
+    )
+    archive = Path(got["path"]).read_bytes()
+    assert hashlib.sha256(archive).hexdigest() == shown["results_sha256"]
