@@ -15,6 +15,7 @@ silence, the receipt) and this one (serving, submit and resubmit, cancel and sto
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 
@@ -41,6 +42,7 @@ from engine.jobs.consumer_base import (
     quoted_units,
 )
 from engine.jobs.consumer_follow import ConsumerFollow
+from engine.jobs.consumer_queue import JobQueue
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
@@ -48,18 +50,50 @@ class ConsumerJobs(ConsumerFollow):
     """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
     are off). Both are built on first use."""
 
+    @functools.cached_property
+    def queue(self) -> JobQueue:
+        return JobQueue(self.ctx.store, self._place_queued, self._save)
+
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for job in self.ctx.store.list_jobs():
-                if job.role == "consumer" and (
-                    job.state not in api.TERMINAL_STATES or self._results_missing(job)
+                if (
+                    job.role == "consumer"
+                    and job.state != "queued"
+                    and (job.state not in api.TERMINAL_STATES or self._results_missing(job))
                 ):
                     self._follow_soon(job.job_id)
+            nursery.start_soon(self.queue.run)
             task_status.started()
             await trio.sleep_forever()
 
     async def submit(self, command: api.SubmitJob) -> api.JobInfo:
+        job_id = secrets.token_hex(6)
+        try:
+            return await self._place(command, job_id)
+        except NoMatch as exc:
+            if not command.queue:
+                raise
+            spec = command.spec
+            waiting = api.JobInfo(
+                job_id=job_id,
+                role="consumer",
+                state="queued",
+                provider=command.peer_id or "",
+                consumer=self.ctx.identity.peer_id,
+                spec=spec,
+                created_at=time.time(),
+            )
+            return self.queue.enqueue(waiting, exc, command.queue_timeout_s)
+
+    async def _place_queued(self, job: api.JobInfo) -> api.JobInfo:
+        """A queued job offered again, under its own id (NoMatch: still no provider)."""
+        return await self._place(
+            api.SubmitJob(spec=job.spec, peer_id=job.provider or None), job.job_id
+        )
+
+    async def _place(self, command: api.SubmitJob, job_id: str) -> api.JobInfo:
         began = time.monotonic()
         spec = command.spec
         validate_spec(spec).raise_if_failed()
@@ -120,7 +154,6 @@ class ConsumerJobs(ConsumerFollow):
                         continue
                 candidates.append(c.peer_id)
             refusals.extend(result.excluded)
-        job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id
         deadline = trio.current_time() + SUBMIT_S
         for provider in candidates:
@@ -281,6 +314,12 @@ class ConsumerJobs(ConsumerFollow):
         if job.state in api.TERMINAL_STATES:
             raise EngineError(
                 "ended", f"job {job.job_id} already ended ({job.state}): nothing to end"
+            )
+        if job.state == "queued":  # nothing locked, no provider told: it just leaves the queue
+            return self._save(
+                msgspec.structs.replace(
+                    job, state="cancelled", finished_at=time.time(), reason="left the queue"
+                )
             )
         if job.state in UNDECIDED:
             ended = await self._release(job)

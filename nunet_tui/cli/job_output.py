@@ -15,7 +15,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.domain.safe_text import safe
 from engine.identity import short_peer_id
-from nunet_tui.cli.output import show, show_json
+from nunet_tui.cli.output import bounded_int, show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
 from nunet_tui.viewmodels.steps import replica_rows, steps_summary
@@ -113,6 +113,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="the provider also publishes the results archive by CID (job show says it; "
         "anyone with it can `nunet-tui data get` it)",
+    )
+    submit.add_argument(
+        "--no-queue",
+        action="store_true",
+        help="fail at once when no provider can take it now (default: it waits in the queue)",
+    )
+    submit.add_argument(
+        "--queue-timeout",
+        type=bounded_int(1, 10080),
+        default=60,
+        metavar="MIN",
+        help="how long a queued job waits for a provider (default 60 minutes, at most 10080)",
     )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
@@ -325,7 +337,13 @@ def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo | Non
     return _submit_and_follow(
         args,
         client,
-        lambda submit_id: api.SubmitJob(spec=spec, peer_id=args.peer, submit_id=submit_id),
+        lambda submit_id: api.SubmitJob(
+            spec=spec,
+            peer_id=args.peer,
+            submit_id=submit_id,
+            queue=not args.no_queue,
+            queue_timeout_s=args.queue_timeout * 60,
+        ),
     )
 
 
