@@ -12,7 +12,9 @@ never stalls the node.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -295,7 +297,13 @@ class NodeData:
                     continue  # as `ipfs add -r` without --hidden; links are never followed
                 entries[child.name] = self._import(child, hidden, count)
             return directory_node(entries, self.blocks.put)
-        with path.open("rb") as handle:
+        # Opened without following a link and without blocking (a FIFO would wait forever
+        # for a writer), then checked: only a regular file is read, as `ipfs add` refuses
+        # any other kind ("unrecognized file type").
+        _regular(path, os.lstat(path).st_mode)  # a socket cannot even be opened
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            _regular(path, os.fstat(fd).st_mode)  # what was opened, if it changed meanwhile
             return import_file(handle, self.blocks.put)
 
     def _get(self, command: api.DataGet) -> api.DataExported:
@@ -388,6 +396,12 @@ class NodeData:
 
     def _write(self, root: api.DataRoot) -> None:
         write_atomically(self._record_path(Cid.parse(root.cid)), msgspec.json.encode(root))
+
+
+def _regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket or device"
+        raise UnixfsError(f"{path} is {kind}, not a file or folder: move it out, or add another")
 
 
 def _cid(text: str) -> Cid:
