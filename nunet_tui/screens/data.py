@@ -28,7 +28,12 @@ from textual.widgets import DataTable, Footer, Static
 from engine import api
 from engine.errors import EngineError
 from nunet_tui.format import DASH, ELLIPSIS, ago, byte_size, plural, safe, table_cell, tilde
-from nunet_tui.screens.base import TABLE_BINDINGS, FilteredTableScreen
+from nunet_tui.screens.base import (
+    FILTER_BINDING,
+    HELP_BINDING,
+    SORT_BINDINGS,
+    FilteredTableScreen,
+)
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.data_dialogs import AddPathScreen, DataFetch, GetCidScreen
 from nunet_tui.widgets.node_header import NodeHeader
@@ -82,12 +87,18 @@ class DataScreen(FilteredTableScreen):
         Binding("escape", "back", "Back", tooltip="Back to the dashboard", id="data.back"),
         Binding("a", "add", "Add", tooltip="Add a file or folder by its CID", id="data.add"),
         Binding("g", "get", "Get", tooltip="Fetch a CID into a folder", id="data.get"),
+        # p, u, d and c are always on (without a row they do nothing): a key turned off
+        # here would fall through to the app's (p Peers, c Chat, d this screen again).
         Binding("p", "pin", "Pin", tooltip="Keep the selected root", id="data.pin"),
         Binding("u", "unpin", "Unpin", tooltip="Let the selected root be removed", id="data.unpin"),
         Binding("d", "remove", "Remove", tooltip="Remove the selected root (asks)", id="data.rm"),
-        Binding("c", "copy_cid", "Copy CID", tooltip="Copy the selected CID", id="data.copy"),
+        # ? before the rest: at 80 columns the footer cuts the keys at its end (the list is
+        # read again after every action: r matters less).
+        HELP_BINDING,
         Binding("r", "reload", "Refresh", tooltip="Read the list again", id="data.reload"),
-        *TABLE_BINDINGS,
+        Binding("c", "copy_cid", "Copy", tooltip="Copy the selected CID", id="data.copy"),
+        FILTER_BINDING,
+        *SORT_BINDINGS,
     ]
 
     def __init__(self) -> None:
@@ -213,7 +224,6 @@ class DataScreen(FilteredTableScreen):
             note.update(Content.assemble("No root matches ", (repr(self.sorter.query), "bold")))
         self._detail()
         self._summary()
-        self.refresh_bindings()  # p, u, d and c need a selected root
 
     def _detail(self) -> None:
         """The selected root in full: its CID, its name as given, what it takes on disk."""
@@ -255,25 +265,12 @@ class DataScreen(FilteredTableScreen):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._detail()
-        self.refresh_bindings()
 
     # --- actions -------------------------------------------------------------------------
 
     def _selected(self) -> api.DataRoot | None:
         cid = selected_key(self.query_one("#data-table", DataTable))
         return self.roots.get(cid) if cid is not None else None
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("pin", "unpin", "remove", "copy_cid"):
-            root = self._selected() if self.is_mounted else None
-            if root is None:
-                return False
-            if action == "pin":
-                return not root.pinned
-            if action == "unpin":
-                return root.pinned
-            return True
-        return super().check_action(action, parameters)
 
     def _start(self, what: str) -> int:
         self._next_busy += 1
@@ -355,6 +352,8 @@ class DataScreen(FilteredTableScreen):
             await self.nunet.client.call(api.DataPin(cid=root.cid))
         except EngineError as exc:
             self.notify(safe(exc.message), title="Pin", severity="error", markup=False)
+        else:
+            self.notify(f"{short_cid(root.cid)} is kept until unpinned", title="Pinned")
         finally:
             self._done(ticket)
         self.load()
@@ -368,6 +367,8 @@ class DataScreen(FilteredTableScreen):
             await self.nunet.client.call(api.DataUnpin(cid=root.cid))
         except EngineError as exc:
             self.notify(safe(exc.message), title="Unpin", severity="error", markup=False)
+        else:
+            self.notify(f"{short_cid(root.cid)} may be removed to make room", title="Unpinned")
         self.load()
 
     @work(group="data-op")

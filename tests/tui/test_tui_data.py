@@ -5,6 +5,7 @@ name with markup and a bidi override is shown literally."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.data import DataScreen, fit_columns, short_cid
 from nunet_tui.screens.data_dialogs import AddPathScreen, GetCidScreen
 from nunet_tui.screens.help import HelpScreen
-from tests.pilot import anyio_backend, on_screen, rows, text_of, until
+from tests.pilot import FakeEngineClient, anyio_backend, on_screen, rows, text_of, until
 
 __all__ = ["anyio_backend"]
 
@@ -95,6 +96,51 @@ async def test_add_list_unpin_pin_remove_by_keys(engine_client: Engine, tmp_path
         await until(pilot, lambda: not screen.roots)
         assert engine_client.call_blocking(api.DataList()).roots == ()
         assert "On disk: 0 blocks" in text_of(screen, "#data-summary")
+
+
+class GatedClient(FakeEngineClient):
+    """The real engine behind a gate for ``DataAdd``: the add stays in flight until the
+    test opens it, as a large folder's would."""
+
+    def __init__(self, delegate: Engine) -> None:
+        super().__init__(delegate=delegate)
+        self.gate = asyncio.Event()
+
+    async def call(self, command: api.Command) -> Any:
+        if isinstance(command, api.DataAdd):
+            await self.gate.wait()
+        return await super().call(command)
+
+
+async def test_an_add_in_flight_is_named_and_the_screen_stays_usable(
+    engine_client: Engine, tmp_path: Path
+) -> None:
+    engine_client.call_blocking(api.SetMode(mode="provider"))
+    kept = tmp_path / "kept.txt"
+    kept.write_text("first\n")
+    first = engine_client.call_blocking(api.DataAdd(path=str(kept)))
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "a.txt").write_text("a\n")
+    client = GatedClient(engine_client)
+    app = NunetApp(client=client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _data_screen(pilot)
+        await pilot.press("a")
+        await on_screen(pilot, AddPathScreen)
+        await _type(pilot, "#data-path", str(big))
+        await pilot.press("enter")
+        await on_screen(pilot, DataScreen)
+        await until(pilot, lambda: "adding " in text_of(screen, "#data-busy"))
+        assert text_of(screen, "#data-busy").endswith("big…")
+        # Meanwhile the list works: c copies the root that is there, r reads it again.
+        copied: list[str] = []
+        app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+        await pilot.press("c", "r")
+        assert copied == [first.cid]
+        client.gate.set()
+        await until(pilot, lambda: len(screen.roots) == 2 and not screen.busy)
+        assert not screen.query_one("#data-busy").display
 
 
 async def test_a_bad_path_is_one_line_under_the_field(
