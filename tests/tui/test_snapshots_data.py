@@ -36,7 +36,7 @@ def _pattern(size: int, seed: int) -> bytes:
     return bytes((i + seed) % 251 for i in range(size))
 
 
-def _tree(root: Path) -> list[tuple[Path, float, bool]]:
+def data_tree(root: Path) -> list[tuple[Path, float, bool]]:
     """The files and folders to add: (path, when, pinned)."""
     folder = root / "cifar10-subset"
     (folder / "train").mkdir(parents=True)
@@ -62,7 +62,7 @@ def stored_data(node_home: Paths, tmp_path: Path) -> Iterator[list[DataRoot]]:
     now = [T0]
     data = NodeData(node_home.state_dir / "data", clock=lambda: now[0])
     added: list[DataRoot] = []
-    for path, when, pinned in _tree(tmp_path / "files"):
+    for path, when, pinned in data_tree(tmp_path / "files"):
         now[0] = when
         added.append(trio.run(data.add, DataAdd(path=str(path), pin=pinned)))
     yield added
