@@ -27,7 +27,7 @@ EVERYWHERE: tuple[tuple[str, str], ...] = (
     ("app.jobs", "jobs: the ones you bought and the ones this machine runs"),
     ("app.submit", "submit an ML job (consumer mode)"),
     ("app.notebooks", "notebooks: JupyterLab on a provider (consumer mode)"),
-    ("app.data", "data: files and folders by content id (CID): add, get, pin, remove"),
+    ("app.data", "data: files and folders by CID: add, get, pin"),
     ("app.wallet", "wallet: address, NTX and ADA balance, transactions"),
     ("app.rewards", "rewards: claim what paid jobs earned, locks and refunds"),
     ("app.resources", "resources: specs, prices, custom GPUs, pools (provider mode)"),
