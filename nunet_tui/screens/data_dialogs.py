@@ -19,9 +19,9 @@ from nunet_tui.format import safe
 
 DIALOG_CSS = """
     align: center middle;
-    #dialog { width: 76; max-width: 100%; height: auto; border: round $primary;
-              background: $surface; padding: 0 2; }
-    #dialog Label { margin-top: 1; }
+    /* At 80x24 the get dialog with a two-line error fits in the 21 rows under the header. */
+    #dialog { width: 76; max-width: 100%; height: auto; max-height: 100%; border: round $primary;
+              background: $surface; padding: 1 2 0 2; }
     .data-error { height: auto; color: $text-error; }
     #buttons { height: auto; margin-top: 1; align-horizontal: right; }
     #buttons Button { margin-left: 1; }

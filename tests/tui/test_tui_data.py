@@ -17,6 +17,7 @@ from engine import api
 from engine.domain.cid import RAW, Cid
 from engine.facade import Engine
 from nunet_tui.app import NunetApp
+from nunet_tui.format import byte_size
 from nunet_tui.screens.confirm import ConfirmScreen
 from nunet_tui.screens.data import DataScreen, fit_columns, short_cid
 from nunet_tui.screens.data_dialogs import AddPathScreen, GetCidScreen
@@ -258,3 +259,19 @@ def test_the_columns_fit_80_and_160_columns() -> None:
     assert name_narrow >= 12
     wide, name_wide = fit_columns(160 - 6)
     assert len(wide) == 7 and name_wide == 60
+
+
+def test_sizes_read_in_binary_units_and_stay_narrow() -> None:
+    assert [byte_size(n) for n in (0, 1023, 1024, 1536, 10 * 1024, 5 * 2**30, 3 * 2**40)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "1.5 KiB",
+        "10 KiB",
+        "5.0 GiB",
+        "3.0 TiB",
+    ]
+    assert max(len(byte_size(n)) for n in range(0, 2**50, 2**50 // 997)) <= 8
+    cid = "bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq"
+    assert short_cid(cid) == "bafkreibm…4yeq"
+    assert short_cid("bafy\u202e") == "bafy\\u202e"  # escaped, never obeyed
