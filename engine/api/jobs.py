@@ -268,6 +268,9 @@ class SubmitJob(Command, tag="job_submit", frozen=True):
     # as providers free up or appear, for at most ``queue_timeout_s``; False: refused at once.
     queue: bool = False
     queue_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 86400)] = 3600.0
+    # Only providers whose record with us scores at least this (issue 27 §2;
+    # engine/domain/reputation.py); one with no history with us is passed over too.
+    min_score: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
 
 class ResubmitJob(Command, tag="job_resubmit", frozen=True):

@@ -43,6 +43,7 @@ from engine.jobs.consumer_base import (
 )
 from engine.jobs.consumer_follow import ConsumerFollow
 from engine.jobs.consumer_queue import JobQueue
+from engine.store import consumer_reputations
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
@@ -86,6 +87,26 @@ class ConsumerJobs(ConsumerFollow):
                 created_at=time.time(),
             )
             return self.queue.enqueue(waiting, exc, command.queue_timeout_s)
+
+    def _with_score(
+        self, candidates: list[str], least: float, refusals: list[tuple[str, str]]
+    ) -> list[str]:
+        """The candidates whose record with us scores ``least`` or more, best first; the
+        others refused with their record said."""
+        records = consumer_reputations(self.ctx.store)
+        kept = []
+        for peer in candidates:
+            record = records.get(peer)
+            if record is None or record.score is None or record.score < least:
+                shown = (
+                    f"{record.score:.2f} ({record.basis})"
+                    if record and record.score
+                    else ("none (no history with us)")
+                )
+                refusals.append((peer, f"its score {shown} is under --min-score {least:g}"))
+            else:
+                kept.append(peer)
+        return sorted(kept, key=lambda p: -(records[p].score or 0))
 
     async def _place_queued(self, job: api.JobInfo) -> api.JobInfo:
         """A queued job offered again, under its own id (NoMatch: still no provider)."""
@@ -154,6 +175,10 @@ class ConsumerJobs(ConsumerFollow):
                         continue
                 candidates.append(c.peer_id)
             refusals.extend(result.excluded)
+        if command.min_score is not None:
+            candidates = self._with_score(candidates, command.min_score, refusals)
+            if not candidates:
+                raise NoMatch(refusals)
         me = self.ctx.identity.peer_id
         deadline = trio.current_time() + SUBMIT_S
         for provider in candidates:

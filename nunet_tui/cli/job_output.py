@@ -115,6 +115,13 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "anyone with it can `nunet-tui data get` it)",
     )
     submit.add_argument(
+        "--min-score",
+        type=_score,
+        metavar="0..1",
+        help="only providers whose record with you scores this much (`peer list` shows it); "
+        "one with no history with you is passed over too",
+    )
+    submit.add_argument(
         "--no-queue",
         action="store_true",
         help="fail at once when no provider can take it now (default: it waits in the queue)",
@@ -294,6 +301,17 @@ def _spec(args: argparse.Namespace) -> JobSpec:
     return _check_spec(spec)
 
 
+def _score(text: str) -> float:
+    """An argparse type: a score from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text[:40]}")
+    return value
+
+
 def _inputs(values: list[str]) -> list[dict[str, str]] | None:
     """``--input CID[:PATH]`` as the spec's inputs (None: none given)."""
     if not values:
@@ -342,6 +360,7 @@ def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo | Non
             peer_id=args.peer,
             submit_id=submit_id,
             queue=not args.no_queue,
+            min_score=args.min_score,
             queue_timeout_s=args.queue_timeout * 60,
         ),
     )

@@ -68,3 +68,33 @@ def test_a_job_waits_for_a_busy_provider_across_a_restart(
 
 
 __all__ = ["daemons"]  # the fixture, imported for pytest
+
+
+def test_a_providers_record_with_us_is_listed_and_can_be_required(
+    daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """Issue 27 §2: after a job it completed, `peer list` shows the provider's record with
+    this node; --min-score passes over a provider whose record is short of it."""
+    consumer = daemons("consumer", 37)
+    provider = daemons(
+        "provider", 38, bootstrap=consumer.addrs()[0], extra_toml=PROCESS_JOBS + "slots = 1\n"
+    )
+    provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    wait_for(lambda: consumer.listed(provider.peer_id), "the consumer never saw the provider")
+    assert consumer.listed(provider.peer_id)["reputation"] is None  # no history with us
+    with serve_files(tmp_path / "www", {"quick.py": QUICK}) as base:
+        done = str(_submit(consumer, f"{base}/quick.py")["job_id"])
+        wait_for(lambda: _state(consumer, done) == "completed", "the job never completed", 60)
+        record = consumer.listed(provider.peer_id)["reputation"]
+        assert record["completed"] == 1 and record["provider_faults"] == 0
+        assert abs(record["score"] - 2 / 3) < 1e-9
+        listed = run_cli("peer", "list", home=consumer.home).stdout
+        assert "record with us: 0.67 (1 completed of 1 jobs)" in listed
+        picky = run_cli(
+            "job", "submit", "--url", f"{base}/quick.py", "--framework", "scikit-learn",
+            "--min-score", "0.9", "--no-queue", home=consumer.home,
+        )  # fmt: skip
+        assert picky.returncode == 1
+        assert "its score 0.67 (1 completed of 1 jobs) is under --min-score 0.9" in picky.stderr
+        fine = _submit(consumer, f"{base}/quick.py", "--min-score", "0.6")
+        assert fine["provider"] == provider.peer_id
