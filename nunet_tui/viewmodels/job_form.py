@@ -168,7 +168,17 @@ def form_values_of(spec: JobSpec) -> FormValues:
 # The spec's fields that the form has no widget for: a preset's values for them travel in
 # ``FormValues.extra``. Every field of JobSpec is a form field or listed here (a test checks
 # it), so a new spec field cannot be dropped by the form unnoticed, as kind and ports were.
-EXTRA_FIELDS = ("env", "outputs", "gpu_vendor", "kind", "ports", "shell", "git")
+EXTRA_FIELDS = (
+    "env",
+    "outputs",
+    "gpu_vendor",
+    "kind",
+    "ports",
+    "shell",
+    "git",
+    "inputs",
+    "publish_results",
+)
 
 
 def preset_extra(spec: JobSpec) -> dict[str, Any]:

@@ -133,7 +133,7 @@ async def fill_form(pilot: Pilot[Any], url: str) -> None:
     await pilot.press(*url)
     await pilot.press("tab", "tab")  # name, then the framework
     await pilot.press("right", "right", "enter")  # PyTorch → TensorFlow → scikit-learn
-    await pilot.press("tab", "tab", "tab")  # device, usage, deps
+    await pilot.press("tab", "tab", "tab", "tab")  # device, usage, deps, steps
     await pilot.press("tab", "ctrl+u", "1")  # expected minutes
     await pilot.press("tab", "tab", "tab", *"1")  # max minutes, spec, then the budget NTX
 
