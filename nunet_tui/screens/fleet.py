@@ -1,0 +1,265 @@
+"""``nunet-tui fleet``: every rig of ``[fleet]`` on one screen (engine/fleet.py reads them).
+
+One row per rig: its state (online, offline, unreachable), mode, onboarded or paused, GPUs
+(count, the hottest, mean load), running jobs, NTX paid to it today, and its alerts; below the
+table, the selected rig's details (the reason it is unreachable, its alerts, how to open its
+dashboard). Each rig is polled in its own thread worker, so a slow or dead one holds up
+neither the others nor the keys; ``r`` polls them all again, space pauses or resumes the
+selected rig, Enter says how to open its dashboard.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from engine.config import FleetRig
+from engine.errors import EngineError
+from engine.fleet import RigSnapshot, RigSource, act, describe, snapshot
+from nunet_tui.format import DASH, safe
+from oracle_client.ntx import PAID, format_ntx
+
+COLUMNS = (
+    ("rig", "Rig"),
+    ("state", "State"),
+    ("mode", "Mode"),
+    ("node", "Node"),
+    ("gpus", "GPUs"),
+    ("hot", "Hottest"),
+    ("load", "GPU load"),
+    ("jobs", "Jobs"),
+    ("paid", "Paid today"),
+    ("alerts", "Alerts"),
+)
+STATE_STYLE = {"online": "green", "offline": "yellow", "unreachable": "red", "polling": "dim"}
+
+
+class FleetScreen(Screen[None]):
+    """The rigs of a ``RigSource``; ``clock`` is the time "today" is counted from."""
+
+    CSS_PATH = "fleet.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(
+            "space",
+            "toggle_pause",
+            "Pause/Resume",
+            tooltip="Pause the selected rig (it takes no new jobs), or resume it",
+            id="fleet.pause",
+        ),
+        Binding(
+            "enter",
+            "open_rig",
+            "Dashboard",
+            tooltip="How to open the selected rig's dashboard",
+            id="fleet.open",
+        ),
+        Binding("r", "refresh", "Refresh", tooltip="Poll every rig again", id="fleet.refresh"),
+        Binding("question_mark", "help", "Help", key_display="?", id="fleet.help"),
+        Binding("q", "app.quit", "Quit", id="fleet.quit"),
+    ]
+
+    def __init__(
+        self,
+        source: RigSource,
+        timeout: float = 5.0,
+        refresh_s: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.timeout = timeout
+        self.refresh_s = refresh_s
+        self.clock = clock
+        self.rigs: list[FleetRig] = list(source.rigs)
+        self.snapshots: dict[str, RigSnapshot] = {}
+        self.note: Content | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="fleet-title", markup=False)
+        with Vertical(id="fleet-panel", classes="panel") as panel:
+            panel.border_title = "Fleet"
+            table: DataTable[Text] = DataTable(
+                id="fleet-table", cursor_type="row", zebra_stripes=True
+            )
+            for key, label in COLUMNS:
+                table.add_column(label, key=key)
+            yield table
+        with Vertical(id="fleet-detail", classes="panel") as detail:
+            detail.border_title = "Selected rig"
+            yield Static(id="fleet-detail-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#fleet-table", DataTable).focus()
+        self.show()
+        self.action_refresh()
+        if self.refresh_s:
+            self.set_interval(self.refresh_s, self.action_refresh)
+
+    # --- polling: one thread worker per rig ----------------------------------------------
+
+    def action_refresh(self) -> None:
+        for rig in self.rigs:
+            self.poll_rig(rig)
+
+    @work(thread=True, group="fleet")
+    def poll_rig(self, rig: FleetRig) -> None:
+        shot = snapshot(self.source, rig, self.clock())
+        self.app.call_from_thread(self._got, shot)
+
+    def _got(self, shot: RigSnapshot) -> None:
+        self.snapshots[shot.name] = shot
+        self.show()
+
+    # --- actions -------------------------------------------------------------------------
+
+    def selected(self) -> FleetRig | None:
+        table: DataTable[Text] = self.query_one("#fleet-table", DataTable)
+        if not self.rigs or table.row_count == 0:
+            return None
+        return self.rigs[min(table.cursor_row, len(self.rigs) - 1)]
+
+    def action_toggle_pause(self) -> None:
+        rig = self.selected()
+        if rig is None:
+            return
+        shot = self.snapshots.get(rig.name)
+        if shot is None or shot.state == "unreachable" or not shot.onboarded:
+            why = "it is unreachable" if shot and shot.state == "unreachable" else "not onboarded"
+            self.notify(f"{rig.name}: nothing to pause or resume ({why})", severity="warning")
+            return
+        self.act_on(rig, "resume" if shot.paused else "pause")
+
+    @work(thread=True, group="fleet-act")
+    def act_on(self, rig: FleetRig, action: Any) -> None:
+        try:
+            act(self.source, rig, action)
+        except (EngineError, OSError) as exc:
+            message = exc.message if isinstance(exc, EngineError) else str(exc)
+            self.app.call_from_thread(
+                self.notify, f"{rig.name}: {action} failed: {safe(message)}", severity="error"
+            )
+            return
+        done = "paused" if action == "pause" else "resumed"
+        self.app.call_from_thread(self.notify, f"{rig.name}: {done}")
+        self.poll_rig(rig)
+
+    def action_open_rig(self) -> None:
+        rig = self.selected()
+        if rig is None:
+            return
+        self.note = Content(open_command(rig, self.snapshots.get(rig.name)))
+        self.show()
+
+    def action_help(self) -> None:
+        from nunet_tui.screens.fleet_help import FleetHelpScreen
+
+        self.app.push_screen(FleetHelpScreen(self))
+
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self.note = None
+        self.show_detail()
+
+    # --- showing -------------------------------------------------------------------------
+
+    def show(self) -> None:
+        table: DataTable[Text] = self.query_one("#fleet-table", DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for rig in self.rigs:
+            shot = self.snapshots.get(rig.name)
+            table.add_row(*_row(rig, shot), key=rig.name)
+        if self.rigs:
+            table.move_cursor(row=min(cursor, len(self.rigs) - 1))
+        counts = {state: 0 for state in ("online", "offline", "unreachable")}
+        for shot in self.snapshots.values():
+            counts[shot.state] += 1
+        alerts = sum(len(shot.alerts) for shot in self.snapshots.values())
+        title = self.query_one("#fleet-title", Static)
+        title.update(
+            f"nunet-tui fleet · {len(self.rigs)} rigs: {counts['online']} online, "
+            f"{counts['offline']} offline, {counts['unreachable']} unreachable · {alerts} alerts"
+        )
+        panel = self.query_one("#fleet-panel")
+        panel.border_subtitle = "Paid today: NTX paid to the rig since midnight"
+        self.show_detail()
+
+    def show_detail(self) -> None:
+        text = self.query_one("#fleet-detail-text", Static)
+        rig = self.selected()
+        if rig is None:
+            text.update(
+                Content.assemble(
+                    ("No rigs. ", "bold"),
+                    'List them in config.toml: [fleet] rigs = [{ name = "rig-1", home = '
+                    '"/path" }, { name = "rig-2", socket = "/path/control.sock" }, { name = '
+                    '"rig-3", url = "http://127.0.0.1:9999", token_file = "…" }]',
+                )
+            )
+            return
+        shot = self.snapshots.get(rig.name)
+        lines = [Content.assemble((rig.name, "bold"), f"  {safe(describe(rig))}")]
+        if shot is None:
+            lines.append(Content("polling…"))
+        else:
+            if shot.peer_id:
+                lines.append(Content(f"peer {shot.peer_id}"))
+            if shot.state == "unreachable":
+                lines.append(Content.assemble(("unreachable: ", "bold red"), shot.reason))
+            else:
+                lines.extend(
+                    Content.assemble(("⚠ ", "bold yellow"), alert) for alert in shot.alerts
+                )
+                if not shot.alerts:
+                    lines.append(Content("no alerts"))
+        if self.note is not None:
+            lines.append(self.note)
+        text.update(Content("\n").join(lines))
+
+
+def open_command(rig: FleetRig, shot: RigSnapshot | None) -> str:
+    """The command that opens ``rig``'s dashboard (the app attached to its daemon)."""
+    home = rig.home or (shot.home if shot is not None else "")
+    if home:
+        return f"Open its dashboard: nunet-tui --home {shlex.quote(home)} --attach"
+    if rig.url:
+        return (
+            "Its dashboard needs its control socket: on its host run nunet-tui --home <its "
+            "home> --attach (or forward the socket with ssh -L and list it as socket =)"
+        )
+    return "Open its dashboard on its host: nunet-tui --home <its home> --attach"
+
+
+def _row(rig: FleetRig, shot: RigSnapshot | None) -> list[Text]:
+    if shot is None:
+        return [Text(rig.name), Text("polling…", style="dim"), *[Text(DASH)] * 8]
+    state = Text(shot.state, style=STATE_STYLE[shot.state])
+    if shot.state == "unreachable":
+        return [Text(rig.name), state, *[Text(DASH)] * 7, Text(str(len(shot.alerts)), "red")]
+    node = "paused" if shot.paused else "onboarded" if shot.onboarded else "not onboarded"
+    hot = f"{shot.gpu_hottest_c:.0f} °C" if shot.gpu_hottest_c is not None else DASH
+    load = f"{shot.gpu_utilization:.0f} %" if shot.gpu_utilization is not None else DASH
+    alerts = Text(str(len(shot.alerts)), "bold yellow" if shot.alerts else "")
+    return [
+        Text(rig.name),
+        state,
+        Text(shot.mode or DASH),
+        Text(node, "yellow" if shot.paused else ""),
+        Text(str(shot.gpu_count)),
+        Text(hot, "bold red" if any(a.startswith("GPU") for a in shot.alerts) else ""),
+        Text(load),
+        Text(str(shot.running_jobs)),
+        Text(format_ntx(shot.paid_today_units, PAID)),
+        alerts,
+    ]
