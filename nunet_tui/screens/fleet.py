@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -28,6 +28,7 @@ from engine.config import FleetRig
 from engine.errors import EngineError
 from engine.fleet import RigSnapshot, RigSource, act, describe, snapshot
 from nunet_tui.format import DASH, safe
+from nunet_tui.widgets.table_columns import fit
 from oracle_client.ntx import PAID, format_ntx
 
 COLUMNS = (
@@ -35,13 +36,25 @@ COLUMNS = (
     ("state", "State"),
     ("mode", "Mode"),
     ("node", "Node"),
-    ("gpus", "GPUs"),
-    ("hot", "Hottest"),
-    ("load", "GPU load"),
+    ("gpus", "GPUs · hottest · load"),
     ("jobs", "Jobs"),
     ("paid", "Paid today"),
     ("alerts", "Alerts"),
 )
+# Each column's usual widest cell, and which go first when the terminal is narrow: what needs
+# a look (state: paused shows there too, GPUs, alerts) and what a rig earns, then the rest.
+WIDTHS = {
+    "rig": 7,
+    "state": 11,
+    "mode": 8,
+    "node": 13,
+    "gpus": 21,
+    "jobs": 4,
+    "paid": 13,
+    "alerts": 6,
+}
+KEPT_FIRST = ("rig", "state", "gpus", "jobs", "paid", "alerts", "node", "mode")
+PANEL_CHROME = 6  # the panel's margin, border and padding (fleet.tcss), both sides
 STATE_STYLE = {"online": "green", "offline": "yellow", "unreachable": "red", "polling": "dim"}
 
 
@@ -63,6 +76,7 @@ class FleetScreen(Screen[None]):
             "Dashboard",
             tooltip="How to open the selected rig's dashboard",
             id="fleet.open",
+            priority=True,  # before the table's own Enter, so the footer names it
         ),
         Binding("r", "refresh", "Refresh", tooltip="Poll every rig again", id="fleet.refresh"),
         Binding("question_mark", "help", "Help", key_display="?", id="fleet.help"),
@@ -83,22 +97,31 @@ class FleetScreen(Screen[None]):
         self.clock = clock
         self.rigs: list[FleetRig] = list(source.rigs)
         self.snapshots: dict[str, RigSnapshot] = {}
-        self.note: Content | None = None
+        # What Enter said, for the rig it was said about (shown while that rig is selected).
+        self.note: tuple[str, Content] | None = None
+        self.columns: tuple[str, ...] = ()  # shown now: those that fit (on_resize)
 
     def compose(self) -> ComposeResult:
         yield Static(id="fleet-title", markup=False)
         with Vertical(id="fleet-panel", classes="panel") as panel:
             panel.border_title = "Fleet"
-            table: DataTable[Text] = DataTable(
-                id="fleet-table", cursor_type="row", zebra_stripes=True
-            )
-            for key, label in COLUMNS:
-                table.add_column(label, key=key)
-            yield table
+            yield DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
         with Vertical(id="fleet-detail", classes="panel") as detail:
             detail.border_title = "Selected rig"
             yield Static(id="fleet-detail-text")
         yield Footer()
+
+    def on_resize(self, event: events.Resize) -> None:
+        columns = fit([k for k, _ in COLUMNS], WIDTHS, KEPT_FIRST, event.size.width - PANEL_CHROME)
+        if columns == self.columns:
+            return
+        self.columns = columns
+        table: DataTable[Text] = self.query_one("#fleet-table", DataTable)
+        table.clear(columns=True)
+        labels = dict(COLUMNS)
+        for key in columns:
+            table.add_column(labels[key], key=key)
+        self.show()
 
     def on_mount(self) -> None:
         self.query_one("#fleet-table", DataTable).focus()
@@ -159,7 +182,7 @@ class FleetScreen(Screen[None]):
         rig = self.selected()
         if rig is None:
             return
-        self.note = Content(open_command(rig, self.snapshots.get(rig.name)))
+        self.note = (rig.name, Content(open_command(rig, self.snapshots.get(rig.name))))
         self.show()
 
     def action_help(self) -> None:
@@ -167,8 +190,10 @@ class FleetScreen(Screen[None]):
 
         self.app.push_screen(FleetHelpScreen(self))
 
+    def on_data_table_row_selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_open_rig()
+
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
-        self.note = None
         self.show_detail()
 
     # --- showing -------------------------------------------------------------------------
@@ -177,10 +202,12 @@ class FleetScreen(Screen[None]):
         table: DataTable[Text] = self.query_one("#fleet-table", DataTable)
         cursor = table.cursor_row
         table.clear()
-        for rig in self.rigs:
-            shot = self.snapshots.get(rig.name)
-            table.add_row(*_row(rig, shot), key=rig.name)
-        if self.rigs:
+        keys = [key for key, _ in COLUMNS]
+        at = [keys.index(key) for key in self.columns]
+        for rig in self.rigs if self.columns else ():
+            cells = _row(rig, self.snapshots.get(rig.name))
+            table.add_row(*[cells[i] for i in at], key=rig.name)
+        if self.rigs and self.columns:
             table.move_cursor(row=min(cursor, len(self.rigs) - 1))
         counts = {state: 0 for state in ("online", "offline", "unreachable")}
         for shot in self.snapshots.values():
@@ -223,8 +250,8 @@ class FleetScreen(Screen[None]):
                 )
                 if not shot.alerts:
                     lines.append(Content("no alerts"))
-        if self.note is not None:
-            lines.append(self.note)
+        if self.note is not None and self.note[0] == rig.name:
+            lines.append(self.note[1])
         text.update(Content("\n").join(lines))
 
 
@@ -242,24 +269,30 @@ def open_command(rig: FleetRig, shot: RigSnapshot | None) -> str:
 
 
 def _row(rig: FleetRig, shot: RigSnapshot | None) -> list[Text]:
+    """The cells of COLUMNS for ``rig``."""
     if shot is None:
-        return [Text(rig.name), Text("polling…", style="dim"), *[Text(DASH)] * 8]
-    state = Text(shot.state, style=STATE_STYLE[shot.state])
+        return [Text(rig.name), Text("polling…", style="dim"), *[Text(DASH)] * 6]
     if shot.state == "unreachable":
-        return [Text(rig.name), state, *[Text(DASH)] * 7, Text(str(len(shot.alerts)), "red")]
+        state = Text(shot.state, style=STATE_STYLE[shot.state])
+        return [Text(rig.name), state, *[Text(DASH)] * 5, Text(str(len(shot.alerts)), "red")]
+    # A paused rig that answers says so where the eye goes first (the node column may not fit).
+    shown = "paused" if shot.paused and shot.state == "online" else shot.state
+    state = Text(shown, style="yellow" if shown == "paused" else STATE_STYLE[shot.state])
     node = "paused" if shot.paused else "onboarded" if shot.onboarded else "not onboarded"
-    hot = f"{shot.gpu_hottest_c:.0f} °C" if shot.gpu_hottest_c is not None else DASH
-    load = f"{shot.gpu_utilization:.0f} %" if shot.gpu_utilization is not None else DASH
-    alerts = Text(str(len(shot.alerts)), "bold yellow" if shot.alerts else "")
+    gpus = Text(str(shot.gpu_count))
+    if shot.gpu_hottest_c is not None:
+        hot = any(alert.startswith("GPU") for alert in shot.alerts)
+        gpus.append(" · ")
+        gpus.append(f"{shot.gpu_hottest_c:.0f} °C", "bold red" if hot else "")
+    if shot.gpu_utilization is not None:
+        gpus.append(f" · {shot.gpu_utilization:.0f} %")
     return [
         Text(rig.name),
         state,
         Text(shot.mode or DASH),
         Text(node, "yellow" if shot.paused else ""),
-        Text(str(shot.gpu_count)),
-        Text(hot, "bold red" if any(a.startswith("GPU") for a in shot.alerts) else ""),
-        Text(load),
+        gpus,
         Text(str(shot.running_jobs)),
         Text(format_ntx(shot.paid_today_units, PAID)),
-        alerts,
+        Text(str(len(shot.alerts)), "bold yellow" if shot.alerts else ""),
     ]
