@@ -10,9 +10,10 @@ timeout is "unreachable", never a stall of the others (each is polled in its own
 
 from __future__ import annotations
 
-import concurrent.futures
 import datetime
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -147,7 +148,7 @@ class LiveRigs:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                data = response.read(MAX_LINE + 1)
+                data = _read(response, time.monotonic() + self.timeout)
         except urllib.error.HTTPError as exc:
             data = exc.read(MAX_LINE + 1)
             error = _json(data).get("error") if isinstance(_json(data), dict) else None
@@ -163,6 +164,20 @@ class LiveRigs:
             return api.decode_reply(command, _json(data))
         except msgspec.ValidationError as exc:
             raise EngineError("protocol", f"its API sent a malformed reply: {exc}") from None
+
+
+def _read(response: Any, deadline: float) -> bytes:
+    """The body, at most MAX_LINE + 1 bytes, read by ``deadline``: a rig that sends a byte
+    now and then never holds its poll past it (each read alone has the socket's timeout)."""
+    data = bytearray()
+    while len(data) <= MAX_LINE:
+        if time.monotonic() > deadline:
+            raise EngineError(UNREACHABLE, "its API did not finish its reply in time")
+        chunk = response.read1(65536)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def _answer(call: Callable[[], Any]) -> Any:
@@ -205,7 +220,7 @@ def snapshot(source: RigSource, rig: FleetRig, now: float) -> RigSnapshot:
     try:
         info, network, gpus, jobs, escrows, disk = source.ask(rig, FLEET_COMMANDS)
         if isinstance(info, EngineError):
-            raise info
+            raise EngineError(info.code, f"it refused the info command: {info.message}")
     except (EngineError, OSError) as exc:
         reason = exc.message if isinstance(exc, EngineError) else str(exc.strerror or exc)
         return RigSnapshot(
@@ -267,28 +282,35 @@ def poll(
     source: RigSource, timeout: float, now: float, rigs: Sequence[FleetRig] | None = None
 ) -> list[RigSnapshot]:
     """Every rig at once, each in its own thread; one that has not answered within
-    ``timeout`` (its own calls time out too) is unreachable, and the others never wait on it."""
+    ``2 x timeout + 1`` s (its own calls time out sooner) is unreachable, and the others never
+    wait on it. Daemon threads: a rig that hangs on never keeps the process from exiting."""
     rigs = list(source.rigs if rigs is None else rigs)
-    if not rigs:
-        return []
-    pool = concurrent.futures.ThreadPoolExecutor(len(rigs), thread_name_prefix="nunet-fleet")
-    try:
-        futures = [pool.submit(snapshot, source, rig, now) for rig in rigs]
-        concurrent.futures.wait(futures, timeout=timeout * 2 + 1)
+    results: dict[int, RigSnapshot] = {}
+    done = threading.Condition()
+
+    def run(index: int, rig: FleetRig) -> None:
+        shot = snapshot(source, rig, now)
+        with done:
+            results[index] = shot
+            done.notify_all()
+
+    for index, rig in enumerate(rigs):
+        threading.Thread(target=run, args=(index, rig), name="nunet-fleet", daemon=True).start()
+    limit = timeout * 2 + 1
+    with done:
+        done.wait_for(lambda: len(results) == len(rigs), timeout=limit)
         return [
-            future.result()
-            if future.done()
-            else RigSnapshot(
+            results.get(index)
+            or RigSnapshot(
                 name=rig.name,
                 via=safe(describe(rig)),
                 state="unreachable",
-                reason=f"no answer within {timeout * 2 + 1:.0f} s",
-                alerts=(f"unreachable: no answer within {timeout * 2 + 1:.0f} s",),
+                reason=f"no answer within {limit:.0f} s",
+                alerts=(f"unreachable: no answer within {limit:.0f} s",),
+                home=rig.home,
             )
-            for rig, future in zip(rigs, futures, strict=True)
+            for index, rig in enumerate(rigs)
         ]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def act(source: RigSource, rig: FleetRig, action: Literal["pause", "resume"]) -> api.Onboarding:
