@@ -60,7 +60,8 @@ class RigSnapshot(msgspec.Struct, kw_only=True):
     paid_today_units: int = 0
     disk_free_mb: int | None = None
     alerts: tuple[str, ...] = ()
-    home: str = ""  # the rig's home, where it has one here: `nunet-tui --home … --attach`
+    # The rig's home: the listed one, else the one its daemon reports (on its own host).
+    home: str = ""
 
 
 class RigSource(Protocol):
@@ -274,7 +275,7 @@ def snapshot(source: RigSource, rig: FleetRig, now: float) -> RigSnapshot:
         paid_today_units=paid_today,
         disk_free_mb=disk_mb,
         alerts=tuple(alerts),
-        home=home if home else safe(info.home) if rig.socket else "",
+        home=home or safe(info.home),
     )
 
 

@@ -257,15 +257,13 @@ class FleetScreen(Screen[None]):
 
 def open_command(rig: FleetRig, shot: RigSnapshot | None) -> str:
     """The command that opens ``rig``'s dashboard (the app attached to its daemon)."""
-    home = rig.home or (shot.home if shot is not None else "")
-    if home:
-        return f"Open its dashboard: nunet-tui --home {shlex.quote(home)} --attach"
-    if rig.url:
-        return (
-            "Its dashboard needs its control socket: on its host run nunet-tui --home <its "
-            "home> --attach (or forward the socket with ssh -L and list it as socket =)"
-        )
-    return "Open its dashboard on its host: nunet-tui --home <its home> --attach"
+    if rig.home:
+        return f"Open its dashboard: nunet-tui --home {shlex.quote(rig.home)} --attach"
+    home = shlex.quote(shot.home) if shot is not None and shot.home else "<its home>"
+    return (
+        f"Open its dashboard on the host that runs it: nunet-tui --home {home} --attach "
+        "(the app attaches by home, not by a forwarded socket or URL)"
+    )
 
 
 def _row(rig: FleetRig, shot: RigSnapshot | None) -> list[Text]:

@@ -69,3 +69,13 @@ async def test_enter_shows_how_to_open_the_rigs_dashboard_and_help_lists_the_key
             assert words in keys
         await pilot.press("escape")
         await on_screen(pilot, FleetScreen)
+
+
+async def test_enter_on_a_rig_listed_by_socket_names_its_host_and_home() -> None:
+    app = _app(FakeRigs())
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await on_screen(pilot, FleetScreen)
+        await until(pilot, lambda: len(screen.snapshots) == 3)
+        await pilot.press("down", "enter")
+        shown = text_of(screen, "#fleet-detail-text")
+        assert "on the host that runs it: nunet-tui --home /srv/nunet/rig --attach" in shown
