@@ -70,7 +70,10 @@ def _rig(settings: Settings, name: str | None) -> FleetRig:
 
 def _act(source: LiveRigs, settings: Settings, args: argparse.Namespace) -> int:
     rig = _rig(settings, args.rig)
-    onboarding = act(source, rig, args.action)
+    try:
+        onboarding = act(source, rig, args.action)
+    except EngineError as exc:  # the rig's own words ("not onboarded"): say whose they are
+        raise EngineError(exc.code, f"{rig.name}: {exc.message}") from None
     if getattr(args, "json", False):
         output.show_json({"rig": rig.name, "state": onboarding.state})
     else:

@@ -79,8 +79,10 @@ class FleetScreen(Screen[None]):
             priority=True,  # before the table's own Enter, so the footer names it
         ),
         Binding("r", "refresh", "Refresh", tooltip="Poll every rig again", id="fleet.refresh"),
-        Binding("question_mark", "help", "Help", key_display="?", id="fleet.help"),
-        Binding("q", "app.quit", "Quit", id="fleet.quit"),
+        Binding(
+            "question_mark", "help", "Help", key_display="?", tooltip="This help", id="fleet.help"
+        ),
+        Binding("q", "app.quit", "Quit", tooltip="Quit", id="fleet.quit"),
     ]
 
     def __init__(

@@ -68,6 +68,8 @@ def _bindings(screen: Screen[Any]) -> list[Binding]:
     """The screen's own bindings as the keymap has them now (a ``[keys]`` remap shown)."""
     seen: dict[str, Binding] = {}
     for active in screen.active_bindings.values():
-        if active.node is screen and active.binding.action not in seen:
+        binding_id = active.binding.id or ""
+        # The fleet's own keys: not Textual's focus and copy keys every screen has.
+        if binding_id.startswith("fleet.") and active.binding.action not in seen:
             seen[active.binding.action] = active.binding
     return list(seen.values())

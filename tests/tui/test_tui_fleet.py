@@ -67,6 +67,7 @@ async def test_enter_shows_how_to_open_the_rigs_dashboard_and_help_lists_the_key
         keys = " ".join(f"{k} {t}" for k, t in help_screen.rows)
         for words in ("space", "Pause the selected rig", "Poll every rig again", "dashboard"):
             assert words in keys
+        assert "Focus Next" not in keys  # Textual's own keys are not the fleet's
         await pilot.press("escape")
         await on_screen(pilot, FleetScreen)
 
