@@ -60,16 +60,18 @@ def snapshot_json(shot: RigSnapshot) -> dict[str, Any]:
     return data
 
 
-def _rig(settings: Settings, name: str | None) -> FleetRig:
+def _rig(settings: Settings, name: str | None, action: str) -> FleetRig:
+    names = ", ".join(rig.name for rig in settings.fleet.rigs) or "none"
+    if name is None:
+        raise EngineError("usage", f"name the rig: nunet-tui fleet {action} RIG (rigs: {names})")
     for rig in settings.fleet.rigs:
         if rig.name == name:
             return rig
-    names = ", ".join(rig.name for rig in settings.fleet.rigs) or "none"
     raise EngineError("no_rig", f"no rig {name!r} in [fleet] rigs (there: {names})")
 
 
 def _act(source: LiveRigs, settings: Settings, args: argparse.Namespace) -> int:
-    rig = _rig(settings, args.rig)
+    rig = _rig(settings, args.rig, args.action)
     try:
         onboarding = act(source, rig, args.action)
     except EngineError as exc:  # the rig's own words ("not onboarded"): say whose they are

@@ -83,3 +83,11 @@ def test_fleet_without_rigs_or_with_a_bad_one_is_one_line(tmp_path: Path) -> Non
     result = run_cli("--home", str(home.home), "fleet", "--json")
     assert result.returncode == 1
     assert "give exactly one of home" in result.stderr and "Traceback" not in result.stderr
+    # No rig named, or one not listed: one line with the rigs there are.
+    home.config_file.write_text('[fleet]\nrigs = [{ name = "a", home = "/x" }]\n')
+    for words, said in (
+        (("resume",), "fleet resume RIG (rigs: a)"),
+        (("pause", "b"), "no rig 'b'"),
+    ):
+        result = run_cli("--home", str(home.home), "fleet", *words)
+        assert result.returncode == 1 and said in result.stderr, result.stderr
