@@ -77,6 +77,20 @@ class RigSource(Protocol):
         ...
 
 
+def local_home(rig: FleetRig, shot: RigSnapshot | None) -> str | None:
+    """The home the app can attach to for ``rig`` on this machine, or None: a rig listed by
+    its home, or by the very socket its reported home uses; never one that is unreachable
+    (nor one reached by URL: the app attaches by home and socket, not HTTP)."""
+    if shot is None or shot.state == "unreachable":
+        return None
+    if rig.home:
+        return rig.home
+    local = rig.socket and shot.home
+    if local and Paths.for_home(shot.home).control_socket == Path(rig.socket):
+        return shot.home
+    return None
+
+
 def describe(rig: FleetRig) -> str:
     if rig.home:
         return f"home {rig.home}"
@@ -91,10 +105,22 @@ class LiveRigs:
     def __init__(self, fleet: FleetSettings, config_dir: Path) -> None:
         self._fleet = fleet
         self._config_dir = config_dir
+        # Each rig with its paths made absolute, as it is shown and reached.
+        self._rigs = [
+            msgspec.structs.replace(
+                rig,
+                **{
+                    way: str(self.path(getattr(rig, way)))
+                    for way in ("home", "socket", "token_file")
+                    if getattr(rig, way)
+                },
+            )
+            for rig in fleet.rigs
+        ]
 
     @property
     def rigs(self) -> Sequence[FleetRig]:
-        return self._fleet.rigs
+        return self._rigs
 
     @property
     def timeout(self) -> float:
@@ -105,8 +131,8 @@ class LiveRigs:
 
     def socket_of(self, rig: FleetRig) -> Path:
         if rig.home:
-            return Paths.for_home(self.path(rig.home)).control_socket
-        return self.path(rig.socket)
+            return Paths.for_home(rig.home).control_socket
+        return Path(rig.socket)
 
     def ask(self, rig: FleetRig, commands: Sequence[api.Command]) -> list[Any]:
         if rig.url:
@@ -131,7 +157,7 @@ class LiveRigs:
             client.close()
 
     def _http(self, rig: FleetRig, command: api.Command) -> Any:
-        token_path = self.path(rig.token_file)
+        token_path = Path(rig.token_file)
         try:
             with open(token_path, "rb") as handle:
                 token = handle.read(MAX_TOKEN).decode("ascii", "replace").strip()

@@ -14,7 +14,9 @@ from engine.fleet import RigSource
 from nunet_tui.screens.fleet import FleetScreen
 
 
-class FleetApp(App[None]):
+class FleetApp(App[str]):
+    """Ends with the home of the rig whose dashboard to open (Enter, ``attach``), or None."""
+
     TITLE = "nunet-tui fleet"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True, id="fleet_app.quit"),
@@ -28,8 +30,10 @@ class FleetApp(App[None]):
         refresh_s: float = 10.0,
         clock: Callable[[], float] = time.time,
         keys: Mapping[str, str] | None = None,
+        attach: bool = False,
     ) -> None:
         super().__init__()
+        self.attach = attach
         self.source = source
         self.timeout = timeout
         self.refresh_s = refresh_s
@@ -44,4 +48,6 @@ class FleetApp(App[None]):
             self.set_keymap(self.keys)
             for problem in problems:
                 self.notify(problem, severity="warning")
-        self.push_screen(FleetScreen(self.source, self.timeout, self.refresh_s, self.clock))
+        self.push_screen(
+            FleetScreen(self.source, self.timeout, self.refresh_s, self.clock, self.attach)
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -32,13 +33,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     fleet.add_argument("rig", nargs="?", help="the rig's name in [fleet] rigs")
 
 
-def run_fleet(paths: Paths, args: argparse.Namespace) -> int:
+def run_fleet(paths: Paths, args: argparse.Namespace, dashboard: Callable[[Paths], int]) -> int:
+    """``dashboard(paths)``: the app attached to the daemon of that home (main.py's)."""
     settings = load_settings(paths, addresses=False)
     source = LiveRigs(settings.fleet, paths.config_dir)
     if args.action is not None:
         return _act(source, settings, args)
     if not getattr(args, "json", False):
-        return _run_app(source, settings)
+        return _run_app(source, settings, dashboard)
     if not settings.fleet.rigs:
         raise EngineError("no_rigs", _NO_RIGS.format(file=paths.config_file))
     shots = poll(source, settings.fleet.timeout_s, time.time())
@@ -83,13 +85,19 @@ def _act(source: LiveRigs, settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_app(source: LiveRigs, settings: Settings) -> int:
+def _run_app(source: LiveRigs, settings: Settings, dashboard: Callable[[Paths], int]) -> int:
+    """The fleet screen; Enter on a rig of this machine opens its dashboard (the app attached
+    to its daemon) and, once that is quit, the fleet again."""
     from nunet_tui.fleet_app import FleetApp
 
-    FleetApp(
-        source,
-        timeout=settings.fleet.timeout_s,
-        refresh_s=settings.fleet.refresh_s,
-        keys=settings.keys,
-    ).run()
-    return 0
+    while True:
+        home = FleetApp(
+            source,
+            timeout=settings.fleet.timeout_s,
+            refresh_s=settings.fleet.refresh_s,
+            keys=settings.keys,
+            attach=True,
+        ).run()
+        if not home:
+            return 0
+        dashboard(Paths.for_home(home))

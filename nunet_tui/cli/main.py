@@ -488,7 +488,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "fleet":  # no engine here: the rigs are other daemons
             from nunet_tui.cli.fleet_output import run_fleet
 
-            return run_fleet(paths, args)
+            return run_fleet(paths, args, lambda home: _run_tui(home, attach=True))
         if args.command == "daemon" and args.executor:
             os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
         if args.command == "log":  # no engine: it must work on a node that will not start

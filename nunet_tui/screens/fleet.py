@@ -26,7 +26,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from engine.config import FleetRig
 from engine.errors import EngineError
-from engine.fleet import RigSnapshot, RigSource, act, describe, snapshot
+from engine.fleet import RigSnapshot, RigSource, act, describe, local_home, snapshot
 from nunet_tui.format import DASH, safe
 from nunet_tui.widgets.table_columns import fit
 from oracle_client.ntx import PAID, format_ntx
@@ -74,7 +74,7 @@ class FleetScreen(Screen[None]):
             "enter",
             "open_rig",
             "Dashboard",
-            tooltip="How to open the selected rig's dashboard",
+            tooltip="Open the selected rig's dashboard (or say how, for a rig elsewhere)",
             id="fleet.open",
             priority=True,  # before the table's own Enter, so the footer names it
         ),
@@ -91,8 +91,12 @@ class FleetScreen(Screen[None]):
         timeout: float = 5.0,
         refresh_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        attach: bool = False,
     ) -> None:
+        """``attach``: Enter on a rig of this machine ends the app with its home (the command
+        line then attaches the dashboard to it); else, and for other rigs, it shows how."""
         super().__init__()
+        self.attach = attach
         self.source = source
         self.timeout = timeout
         self.refresh_s = refresh_s
@@ -184,7 +188,11 @@ class FleetScreen(Screen[None]):
         rig = self.selected()
         if rig is None:
             return
-        self.note = (rig.name, Content(open_command(rig, self.snapshots.get(rig.name))))
+        shot = self.snapshots.get(rig.name)
+        if self.attach and (home := local_home(rig, shot)) is not None:
+            self.app.exit(home)  # the command line opens the app on it, then the fleet again
+            return
+        self.note = (rig.name, Content(open_command(rig, shot)))
         self.show()
 
     def action_help(self) -> None:

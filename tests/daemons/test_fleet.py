@@ -8,7 +8,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from engine import api
+from engine.config import Paths, load_settings
+from engine.fleet import RigSnapshot, local_home
 from tests.conftest import TEST_ADDRESS, make_home, run_cli
 from tests.daemon_harness import Daemon, daemons, wait_for
 
@@ -53,6 +57,12 @@ def test_fleet_snapshot_and_pause_over_three_daemons(
         assert rigs[name]["paid_today"] == "0 NTX paid"
     assert rigs["rig-2"]["onboarded"] and not rigs["rig-2"]["paused"]
     assert not rigs["rig-3"]["onboarded"]
+    # Enter opens the dashboard in place for a rig listed by its home or by its home's own
+    # socket (the app attaches by home), never for one reached by URL or unreachable.
+    fleet = load_settings(Paths.for_home(viewer), addresses=False).fleet
+    shots = {name: msgspec.convert(rig, RigSnapshot) for name, rig in rigs.items()}
+    homes = [local_home(rig, shots[rig.name]) for rig in fleet.rigs]
+    assert homes == [None, str(by_socket.home.home), None]
 
     # Pause through the fleet: the rig listed by its socket is paused, then resumed.
     paused = run_cli("--home", str(viewer), "fleet", "pause", "rig-2", "--json")

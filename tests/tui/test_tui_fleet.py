@@ -80,3 +80,17 @@ async def test_enter_on_a_rig_listed_by_socket_names_its_host_and_home() -> None
         await pilot.press("down", "enter")
         shown = text_of(screen, "#fleet-detail-text")
         assert "on the host that runs it: nunet-tui --home /srv/nunet/rig --attach" in shown
+
+
+async def test_enter_on_a_rig_of_this_machine_ends_the_fleet_with_its_home() -> None:
+    """The command line then opens the app attached to that home (and the fleet after it)."""
+    app = FleetApp(FakeRigs(), refresh_s=0, clock=lambda: NOW, attach=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await on_screen(pilot, FleetScreen)
+        await until(pilot, lambda: len(screen.snapshots) == 3)
+        await pilot.press("down", "enter")  # rig-2: a socket that is not its home's
+        assert "on the host that runs it" in text_of(screen, "#fleet-detail-text")
+        await pilot.press("down", "enter")  # rig-3: unreachable
+        assert app.is_running
+        await pilot.press("up", "up", "enter")  # rig-1: listed by its home
+    assert app.return_value == "/srv/nunet/rig-1"
