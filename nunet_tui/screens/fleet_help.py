@@ -18,7 +18,8 @@ ABOUT = (
     "up the others. Alerts: offline, unreachable, a GPU at 85 °C or more, under 5 GB of "
     "disk free. Paid today: NTX paid to the rig as provider by escrows settled since "
     "midnight. A rig behind SSH: forward its socket (ssh -L /tmp/rig.sock:<its socket>) or "
-    "its API port and list that."
+    "its API port and list that. Enter opens a rig's dashboard in place when the rig is on "
+    "this machine (quit it to come back here); for a rig elsewhere it shows the command."
 )
 
 
