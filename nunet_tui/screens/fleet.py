@@ -103,6 +103,7 @@ class FleetScreen(Screen[None]):
         self.clock = clock
         self.rigs: list[FleetRig] = list(source.rigs)
         self.snapshots: dict[str, RigSnapshot] = {}
+        self.polling: set[str] = set()  # the rigs whose poll is out now
         # What Enter said, for the rig it was said about (shown while that rig is selected).
         self.note: tuple[str, Content] | None = None
         self.columns: tuple[str, ...] = ()  # shown now: those that fit (on_resize)
@@ -142,12 +143,20 @@ class FleetScreen(Screen[None]):
         for rig in self.rigs:
             self.poll_rig(rig)
 
-    @work(thread=True, group="fleet")
     def poll_rig(self, rig: FleetRig) -> None:
+        # A rig still answering the last poll is not asked again: a slow one would gather a
+        # thread per refresh.
+        if rig.name not in self.polling:
+            self.polling.add(rig.name)
+            self._poll(rig)
+
+    @work(thread=True, group="fleet")
+    def _poll(self, rig: FleetRig) -> None:
         shot = snapshot(self.source, rig, self.clock())
         self.app.call_from_thread(self._got, shot)
 
     def _got(self, shot: RigSnapshot) -> None:
+        self.polling.discard(shot.name)
         self.snapshots[shot.name] = shot
         self.show()
 
@@ -182,7 +191,7 @@ class FleetScreen(Screen[None]):
             return
         done = "paused" if action == "pause" else "resumed"
         self.app.call_from_thread(self.notify, f"{rig.name}: {done}")
-        self.poll_rig(rig)
+        self.app.call_from_thread(self.poll_rig, rig)
 
     def action_open_rig(self) -> None:
         rig = self.selected()

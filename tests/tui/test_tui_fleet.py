@@ -50,9 +50,12 @@ async def test_a_slow_rig_holds_up_neither_the_others_nor_the_keys() -> None:
         assert "polling" in text_of(screen, "#fleet-detail-text")
         await pilot.press("down")  # the keys answer while rig-1 is still out
         assert "rig-2" in text_of(screen, "#fleet-detail-text")
+        await pilot.press("r")  # rig-1 is not asked again while its poll is out
+        await until(pilot, lambda: rigs.asked["rig-2"].count("GetInfo") == 2)
         rigs.release.set()
         await until(pilot, lambda: "rig-1" in screen.snapshots)
         assert screen.snapshots["rig-1"].state == "online"
+        assert rigs.asked["rig-1"].count("GetInfo") == 1
 
 
 async def test_enter_shows_how_to_open_the_rigs_dashboard_and_help_lists_the_keys() -> None:
