@@ -453,6 +453,59 @@ class ProviderSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     display_name: Annotated[str, _text(4 * MAX_DISPLAY_NAME)] = ""
 
 
+class FleetRig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One rig of ``[fleet] rigs``: reached by exactly one of its home (its control socket),
+    a control socket (one forwarded with ``ssh -L`` is just a socket) or the URL of its HTTP
+    API with the file holding its token. Relative paths are from the config folder."""
+
+    name: Annotated[
+        str, _text(32, 1, pattern=r"^[A-Za-z0-9._-]+$", description="A-Z, a-z, 0-9, '.', '_', '-'")
+    ]
+    home: Annotated[str, _text(4096)] = ""
+    socket: Annotated[str, _text(4096)] = ""
+    url: Annotated[
+        str, _text(2048, pattern=r"^$|^https?://", description="an http:// or https:// URL")
+    ] = ""
+    token_file: Annotated[str, _text(4096)] = ""
+
+
+class FleetSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """[fleet]: the rigs ``nunet-tui fleet`` shows side by side (nunet_tui/fleet.py)."""
+
+    rigs: Annotated[list[FleetRig], msgspec.Meta(max_length=64)] = msgspec.field(
+        default_factory=list
+    )
+    # Each rig's poll gives up after this long (the rig is then "unreachable": no answer).
+    timeout_s: Annotated[float, msgspec.Meta(ge=0.5, le=60)] = 5.0
+    # Every this often the fleet screen polls every rig again.
+    refresh_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 10.0
+
+
+def fleet_problem(fleet: FleetSettings, label: str) -> str | None:
+    """Why ``[fleet] rigs`` cannot be used as written (one line naming the rig), or None."""
+    seen: set[str] = set()
+    for index, rig in enumerate(fleet.rigs):
+        where = f"fleet.rigs[{index}] ({rig.name!r}, in {label})"
+        ways = [way for way in ("home", "socket", "url") if getattr(rig, way)]
+        if len(ways) != 1:
+            given = " and ".join(ways) if ways else "none of them"
+            return (
+                f'{where} gives {given}: give exactly one of home = "/path", socket = '
+                f'"/path/control.sock" or url = "http://127.0.0.1:9999" (with token_file)'
+            )
+        if rig.url and not rig.token_file:
+            return (
+                f"{where} has a url but no token_file: add "
+                'token_file = "<its home>/state/api-token"'
+            )
+        if rig.token_file and not rig.url:
+            return f"{where} has a token_file but no url: the token is for the HTTP API only"
+        if rig.name in seen:
+            return f"{where}: the name {rig.name!r} is used twice; give each rig its own"
+        seen.add(rig.name)
+    return None
+
+
 # [keys]: the TUI's key remaps, binding id -> key(s), e.g. "jobs.open" = "space". Only the
 # shape is checked here (the engine knows nothing of keys); the TUI checks ids and keys as it
 # starts (nunet_tui/keymap.py), and a bad entry there is one line and the default key.
@@ -473,6 +526,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     provider: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
     keys: KeyRemaps = msgspec.field(default_factory=dict)
+    fleet: FleetSettings = msgspec.field(default_factory=FleetSettings)
 
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -508,6 +562,8 @@ def load_settings(
     parse_networks(settings.jobs.fetch_allow_networks)
     metrics_address(settings.metrics.listen)
     _check_display_name(settings.provider, where, label)
+    if problem := fleet_problem(settings.fleet, label):
+        raise EngineError("config", safe(problem))
     return settings
 
 

@@ -433,14 +433,30 @@ def shoot_size(out: Path, size: tuple[int, int]) -> None:
             engine.close()
 
 
+def shoot_fleet(out: Path, size: tuple[int, int]) -> None:
+    """The fleet screen (``nunet-tui fleet``) over the three rigs of tests/fakes/fleet.py."""
+    from nunet_tui.fleet_app import FleetApp
+    from tests.fakes.fleet import NOW as FLEET_NOW
+    from tests.fakes.fleet import FakeRigs
+
+    async def run() -> None:
+        app = FleetApp(FakeRigs(), refresh_s=0, clock=lambda: FLEET_NOW)
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: len(getattr(app.screen, "snapshots", {})) == 3)
+            await shoot(pilot, out, "fleet", size)
+
+    asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "screenshots")
     parser.add_argument("--size", action="append", default=None, help="WIDTHxHEIGHT")
     parser.add_argument(
         "--only",
-        choices=["payments", "billing"],
-        help="only the wallet and rewards, or only the resources, account and billing screens",
+        choices=["payments", "billing", "fleet"],
+        help="only the wallet and rewards, only the resources, account and billing screens, "
+        "or only the fleet",
     )
     args = parser.parse_args()
     sizes = [tuple(int(n) for n in s.split("x")) for s in (args.size or ["160x48", "80x24"])]
@@ -457,6 +473,8 @@ def main() -> None:
         if args.only in (None, "billing"):
             # What a provider sells and what a consumer pays (issue 12).
             screenshots_billing.shoot_size(args.out, (width, height))
+        if args.only in (None, "fleet"):
+            shoot_fleet(args.out, (width, height))
 
 
 if __name__ == "__main__":

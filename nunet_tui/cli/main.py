@@ -204,6 +204,7 @@ OWN_COMMANDS = (
     "network",
     "mode",
     "keys",
+    "fleet",
 )
 
 
@@ -354,6 +355,11 @@ def build_parser(
             "keys", parents=[common], help="the TUI's keys by id, for [keys] in config.toml"
         )
 
+    if want("fleet"):
+        from nunet_tui.cli.fleet_output import add_parser
+
+        add_parser(sub, common)
+
     if want("completion"):
         from nunet_tui.cli.completion import SHELLS
 
@@ -479,6 +485,10 @@ def _run(args: argparse.Namespace) -> int:
             from nunet_tui.cli.keys import run_keys
 
             return run_keys(paths, as_json=getattr(args, "json", False))
+        if args.command == "fleet":  # no engine here: the rigs are other daemons
+            from nunet_tui.cli.fleet_output import run_fleet
+
+            return run_fleet(paths, args, lambda home: _run_tui(home, attach=True))
         if args.command == "daemon" and args.executor:
             os.environ["NUNET_JOBS_EXECUTORS"] = ",".join(dict.fromkeys(args.executor))
         if args.command == "log":  # no engine: it must work on a node that will not start
