@@ -609,6 +609,12 @@ def _statements(script: str) -> list[str]:
     return [part.strip() for part in script.split(";") if part.strip()]
 
 
+class _EscrowRow(msgspec.Struct):
+    """An escrow row's public part (the payments room's EscrowRecord keeps more)."""
+
+    info: EscrowInfo
+
+
 def consumer_reputations(store: Store) -> dict[str, Reputation]:
     """Each provider's record with this node (engine/domain/reputation.py): our consumer
     jobs and our escrows, nothing a provider says."""
@@ -616,7 +622,7 @@ def consumer_reputations(store: Store) -> dict[str, Reputation]:
     escrows = {}
     for raw in store.list_escrows():
         with contextlib.suppress(msgspec.DecodeError):
-            escrow = msgspec.json.decode(raw, type=EscrowInfo)
+            escrow = msgspec.json.decode(raw, type=_EscrowRow).info
             if escrow.role == "consumer":
                 escrows[escrow.job_id] = escrow
     return reputations(jobs, escrows)

@@ -71,7 +71,7 @@ def reputations(jobs: Iterable[Any], escrows: Mapping[str, Any]) -> dict[str, Re
             row["fault"] += 1
         elif job.state in OWN_FAILURES and (job.state != "failed" or job.exit_code is not None):
             row["own"] += 1
-        if escrow is not None and escrow.settle_tx and job.finished_at:
+        if escrow is not None and (escrow.settle_tx or escrow.claim_tx) and job.finished_at:
             settles.setdefault(job.provider, []).append(
                 max(0.0, escrow.updated_at - job.finished_at)
             )

@@ -122,6 +122,7 @@ class ProviderMatch(Vertical):
                 _offer(peer),
                 f"  {latency(candidate.latency_ms)}  ",
                 *_price(candidate),
+                *_record(peer),
                 ("  ← picked" if peer.peer_id == chosen else "", "bold $text-accent"),
                 ("  best" if rank == 0 and not chosen else "", "$text-success"),
                 *_reserved(candidate),
@@ -278,3 +279,11 @@ def _label(peer_id: str, peers: Mapping[str, Peer]) -> str:
 
 
 __all__ = ["ProviderMatch"]
+
+
+def _record(peer: Any) -> tuple[tuple[str, str], ...]:
+    """Its record with us (issue 27 §2): the score and its basis; nothing without history."""
+    record = getattr(peer, "reputation", None)
+    if record is None or record.score is None:
+        return ()
+    return ((f"  record {record.score:.2f} ({record.basis})", "$text-muted"),)

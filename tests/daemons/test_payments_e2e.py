@@ -223,6 +223,11 @@ def test_completed_job_pays_the_provider_once(market: Market, scripts: str, tmp_
         20,
     )
     _every_figure_is_the_charge(provider, consumer, job_id, charge, tmp_path)
+    # The provider's record with the consumer (issue 27 §2) counts this job as the chain
+    # settled it: one completed, paid out by the tx the ledger holds, a settle time measured.
+    record = consumer.listed(provider.peer_id)["reputation"]
+    assert (record["jobs"], record["completed"], record["provider_faults"]) == (1, 1, 0)
+    assert record["settle_s"] is not None and paid_out["settle_tx"] == claimed["claim_tx"]
 
 
 def _every_figure_is_the_charge(
@@ -294,6 +299,10 @@ def test_provider_crash_refunds_the_consumer_and_cannot_be_claimed(
     )
     assert consumer.cli("job", "show", job_id)["state"] == "interrupted"
     assert market.ntx(_address(consumer)) == before
+    # Held against the provider in its record with the consumer (issue 27 §2).
+    record = consumer.listed(provider.peer_id)["reputation"]
+    assert (record["completed"], record["provider_faults"]) == (0, 1)
+    assert abs(record["score"] - 1 / 3) < 1e-9
     refused = run_cli("reward", "claim", job_id, "--json", home=provider.home)
     assert refused.returncode != 0 and "nothing to claim" in refused.stderr
     assert market.ntx(_address(provider)) == 0

@@ -60,3 +60,13 @@ def test_only_the_jobs_this_node_paid_for_count() -> None:
     # Jobs this node ran for others (provider side) say nothing of anyone's record.
     ran_for_others = msgspec.structs.replace(_job(1, "p", "completed"), role="provider")
     assert reputations([ran_for_others], {}) == {}
+
+
+def test_who_can_run_it_shows_the_record_and_nothing_without_one() -> None:
+    from engine.domain.offers import Peer
+    from nunet_tui.widgets.provider_match import _record
+
+    record = reputations([_job(1, "p", "completed")], {})["p"]
+    shown = _record(Peer(peer_id="p", reputation=record))
+    assert shown == (("  record 0.67 (1 completed of 1 jobs)", "$text-muted"),)
+    assert _record(Peer(peer_id="p")) == ()
