@@ -24,8 +24,9 @@ import trio
 from engine import api
 from engine.api import notebooks
 from engine.domain.admission import max_minutes
+from engine.domain.gang import gang_size
 from engine.domain.matching import NoMatch, match
-from engine.domain.spec import validate_spec
+from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.identity import short_peer_id
 from engine.jobs import protocol as p
@@ -40,11 +41,11 @@ from engine.jobs.consumer_base import (
     _why,
     quoted_units,
 )
-from engine.jobs.consumer_follow import ConsumerFollow
+from engine.jobs.consumer_gang import ConsumerGang
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
-class ConsumerJobs(ConsumerFollow):
+class ConsumerJobs(ConsumerGang):
     """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
     are off). Both are built on first use."""
 
@@ -120,6 +121,28 @@ class ConsumerJobs(ConsumerFollow):
                         continue
                 candidates.append(c.peer_id)
             refusals.extend(result.excluded)
+        if gang_size(spec):
+            return await self._submit_gang(command, began, spec, candidates, refusals)
+        job = await self._place(command, began, spec, candidates, refusals)
+        if job is None:
+            raise NoMatch(refusals)
+        return job
+
+    async def _place(
+        self,
+        command: api.SubmitJob,
+        began: float,
+        spec: JobSpec,
+        candidates: list[str],
+        refusals: list[tuple[str, str]],
+    ) -> api.JobInfo | None:
+        """The job on the first of ``candidates`` that accepts it: quoted, locked, confirmed
+        (``accepted``), or left ``confirming`` when a provider gave no final answer in time
+        (asked again in the background). None: every candidate refused (``refusals``)."""
+        service = self._service()
+        from engine.domain.peer_info import to_api_peer
+
+        peers = [to_api_peer(info) for info in service.peers()]
         job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id
         deadline = trio.current_time() + SUBMIT_S
@@ -228,7 +251,7 @@ class ConsumerJobs(ConsumerFollow):
             self._progress(command, began, "accepted", f"{who}: job {job_id} accepted")
             self._follow_soon(job_id)
             return job
-        raise NoMatch(refusals)
+        return None
 
     async def resubmit(self, command: api.ResubmitJob) -> api.JobInfo:
         """`job resubmit`: a finished job's stored spec submitted again as a new job (its own
