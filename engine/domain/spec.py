@@ -493,8 +493,8 @@ def gang_problems(spec: JobSpec) -> list[FieldProblem]:
             "gang.world_size",
             f"gang.world_size: {gang.world_size}, but the distributed step has {world} replicas",
         )
-    if not 0 <= gang.rank < gang.world_size:
-        _problem(problems, "gang.rank", f"gang.rank: 0 to world_size - 1, not {gang.rank}")
+    if not 0 <= gang.rank < min(world, gang.world_size):
+        _problem(problems, "gang.rank", f"gang.rank: 0 to {world - 1}, not {gang.rank}")
     return problems
 
 
