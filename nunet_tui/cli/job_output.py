@@ -574,6 +574,14 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     if summary_line := steps_summary(job):  # issue 25 §1: each replica of each step
         lines.append(f"  steps     {summary_line}")
         lines += [f"    {row.line()}" for row in replica_rows(job, time.time())]
+    if job.gang and job.spec.gang is not None:  # issue 25 §2: each rank, its job and provider
+        lines.append(f"  gang      {job.spec.gang.gang_id}: {len(job.gang)} ranks, one job each")
+        for member in job.gang:
+            why = f" · {safe(member.reason)}" if member.reason else ""
+            lines.append(
+                f"    rank {member.rank}  {member.job_id}  provider "
+                f"{short_peer_id(member.provider)}  {member.state}{why}"
+            )
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.results_error:

@@ -113,3 +113,32 @@ def test_a_gang_start_is_bounded_on_the_wire() -> None:
             {"t": "gang_start", "job_id": "j1", "gang_id": "../a", "members": ["x", "y"]},
             p.GangStart,
         )
+
+
+def test_job_show_lists_each_rank_its_job_provider_and_state() -> None:
+    from engine import api
+    from nunet_tui.cli.job_output import _detail
+
+    spec = slot_spec(JobSpec(**BASE, subtasks=STEPS), "0a1b", 0)  # type: ignore[arg-type]
+    job = api.JobInfo(
+        job_id="j0",
+        role="consumer",
+        state="cancelled",
+        provider="12D3KooWprovider0",
+        consumer="me",
+        spec=spec,
+        gang=(
+            api.GangMember(rank=0, job_id="j0", provider="12D3KooWprovider0", state="cancelled"),
+            api.GangMember(
+                rank=1,
+                job_id="j1",
+                provider="12D3KooWprovider1",
+                state="failed",
+                reason="[red]boom[/red]\x1b[2J",
+            ),
+        ),
+    )
+    text = _detail(job)
+    assert "gang      0a1b: 2 ranks, one job each" in text
+    line = next(line for line in text.splitlines() if "rank 1" in line)
+    assert "j1" in line and "failed" in line and "\x1b" not in line
