@@ -142,3 +142,24 @@ def test_job_show_lists_each_rank_its_job_provider_and_state() -> None:
     assert "gang      0a1b: 2 ranks, one job each" in text
     line = next(line for line in text.splitlines() if "rank 1" in line)
     assert "j1" in line and "failed" in line and "\x1b" not in line
+
+
+def test_the_job_view_names_the_slots_rank_and_lists_the_gang() -> None:
+    from engine import api
+    from nunet_tui.viewmodels.steps import gang_facts
+
+    spec = slot_spec(JobSpec(**BASE, subtasks=STEPS), "0a1b", 1)  # type: ignore[arg-type]
+    job = api.JobInfo(
+        job_id="j1", role="consumer", state="running", provider="p1", consumer="me", spec=spec
+    )
+    assert gang_facts(job) == [("Gang", "0a1b · rank 1 of 2")]
+    member = api.GangMember(rank=0, job_id="j0", provider="p0\x1b[2J", state="running")
+    rows = gang_facts(msgspec.structs.replace(job, gang=(member,)))
+    assert rows[1][0] == " rank 0" and "j0" in rows[1][1] and "\x1b" not in rows[1][1]
+    plain = api.JobInfo(
+        job_id="x", role="consumer", state="running", provider="p", consumer="me", spec=STEPS_SPEC
+    )
+    assert gang_facts(plain) == []
+
+
+STEPS_SPEC = JobSpec(**BASE, subtasks=(StepSpec(name="a"),))  # type: ignore[arg-type]
