@@ -30,6 +30,7 @@ from engine.jobs.consumer_follow import ConsumerFollow
 log = logging.getLogger("nunet.jobs.consumer")
 
 START_TRIES = 3  # a GangStart lost on the way is sent again (a repeat is harmless)
+CANCEL_GANG_S = 60.0  # for the slots' cancels when the submit itself is cancelled
 
 
 class ConsumerGang(ConsumerFollow):
@@ -81,9 +82,29 @@ class ConsumerGang(ConsumerFollow):
         candidates: list[str],
         refusals: list[tuple[str, str]],
     ) -> api.JobInfo:
-        world = gang_size(spec)
         gang_id = secrets.token_hex(6)
         placed: list[api.JobInfo] = []
+        try:
+            return await self._place_gang(
+                command, began, spec, candidates, refusals, gang_id, placed
+            )
+        except trio.Cancelled:
+            # The submit itself was cancelled midway: no slot placed so far is left held.
+            with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_GANG_S):
+                await self._cancel_gang(placed, f"gang {gang_id}: its submit was interrupted")
+            raise
+
+    async def _place_gang(
+        self,
+        command: api.SubmitJob,
+        began: float,
+        spec: JobSpec,
+        candidates: list[str],
+        refusals: list[tuple[str, str]],
+        gang_id: str,
+        placed: list[api.JobInfo],
+    ) -> api.JobInfo:
+        world = gang_size(spec)
         for rank in range(world):
             free = [c for c in candidates if c not in {job.provider for job in placed}]
             self._progress(
