@@ -288,12 +288,6 @@ class GangStart(JobMessage, tag="gang_start", frozen=True):
     members: Annotated[tuple[PeerIdText, ...], msgspec.Meta(min_length=2, max_length=MAX_GANG)]
 
 
-# A gang's start, nested like the Confirm's: a provider holds an accepted slot this long for
-# its GangStart, then ends it (never started: nothing billed); the consumer places the other
-# slots within SUBMIT_S each, and sends the start at once.
-GANG_START_WAIT_S = 600.0
-
-
 AnyJobMessage = (
     Offer
     | Quote

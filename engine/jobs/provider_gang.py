@@ -7,8 +7,8 @@ gang's overlay (the ``OverlayJoin`` path, called here rather than by hand).
 States, on this side: ``accepted`` without ``gang_members`` (held), ``accepted`` with them
 (started: its run begins), then the usual ones. A repeated start with the same members is
 answered ``Accepted`` and changes nothing; a start for an ended slot is refused with its end.
-A slot whose start never comes ends ``failed`` after ``GANG_START_WAIT_S``, never started
-(nothing billed), saying what it waited for."""
+A slot whose start never comes ends ``failed`` after ``[jobs] gang_start_wait_s`` (600 s),
+never started (nothing billed), saying what it waited for."""
 
 from __future__ import annotations
 
@@ -44,9 +44,10 @@ class ProviderGang(ProviderRuns):
         """An accepted slot waits for its start (bounded), then runs."""
         assert job.spec.gang is not None
         event = self._gang_event(job.job_id)
+        wait_s = self.ctx.settings.jobs.gang_start_wait_s
         try:
             if not job.gang_members:
-                with trio.move_on_after(p.GANG_START_WAIT_S):
+                with trio.move_on_after(wait_s):
                     await event.wait()
         finally:
             self._gang_events.pop(job.job_id, None)
@@ -56,7 +57,7 @@ class ProviderGang(ProviderRuns):
         if not current.gang_members:
             reason = (
                 f"never started: the consumer's start of gang {job.spec.gang.gang_id} (its "
-                f"members' peer ids) did not come within {p.GANG_START_WAIT_S:g} s"
+                f"members' peer ids) did not come within {wait_s:g} s"
             )
             log.info("job %s: %s", job.job_id, reason)
             self._finish(current, ExitStatus(exit_code=None, outcome="failed", reason=reason))

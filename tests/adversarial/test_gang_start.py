@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.adversarial.hostile import JOB_PROTOCOL, HostilePeer, open_job, seal_job
 from tests.conftest import TEST_ADDRESS
-from tests.daemon_harness import Daemon, daemons
+from tests.daemon_harness import Daemon, daemons, wait_for
 from tests.docker_fixture import TORCH_IMAGE, docker_host, sklearn_image, torch_image
 from tests.http_files import serve_files
 
@@ -99,3 +99,35 @@ def test_a_held_slot_starts_only_for_its_owner_and_the_right_members(
     # A start for the ended slot says so, and starts nothing.
     answer = _ask(owner, me, _start(JOB_ID, GANG, [me, owner.peer_id]))
     assert answer["t"] == "refusal" and "the slot ended (cancelled)" in answer["reason"]
+
+
+def test_a_slot_whose_start_never_comes_ends_never_started_saying_so(
+    daemons: Callable[..., Daemon],
+    docker_host: str,
+    torch_image: str,
+    hostile: Callable[..., HostilePeer],
+    tmp_path: Path,
+) -> None:
+    """A consumer that places a slot and never starts it holds the provider's slot for
+    ``[jobs] gang_start_wait_s`` only (2 s here; 600 s by default)."""
+    jobs = JOBS.replace(
+        "checkpoint_interval_s = 0\n", "checkpoint_interval_s = 0\ngang_start_wait_s = 2\n"
+    )
+    provider = daemons("provider", 83, extra_toml=jobs, env={"DOCKER_HOST": docker_host})
+    provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
+    owner = hostile(seed=b"\x84" * 32, bootstrap=[provider.addrs()[0]])
+    me = provider.peer_id
+    with serve_files(tmp_path / "www", {"train.py": "print('ran')\n"}) as base:
+        slot = {"gang_id": GANG, "rank": 1, "world_size": 2}
+        offer = {"t": "offer", "v": 1, "consumer": owner.peer_id, "job_id": JOB_ID}
+        quote = _ask(owner, me, {**offer, "spec": _spec(f"{base}/train.py", slot)})
+        assert quote["t"] == "quote", quote
+        confirm = {"t": "confirm", "v": 1, "job_id": JOB_ID, "total_ntx": quote["total_ntx"]}
+        assert _ask(owner, me, confirm)["t"] == "accepted"
+    ended = wait_for(
+        lambda: (job := provider.cli("job", "show", JOB_ID))["state"] == "failed" and job,
+        "the held slot never ended",
+        30,
+    )
+    assert "never started" in ended["reason"] and f"start of gang {GANG}" in ended["reason"]
+    assert "within 2 s" in ended["reason"] and not ended["steps"], ended
