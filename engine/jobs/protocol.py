@@ -230,7 +230,11 @@ def steps_fit(spec: Any, steps: tuple[StepInfo, ...]) -> bool:
     in order, with as many replicas as the spec asks (more would bill what nobody asked)."""
     if not steps:
         return True
-    wanted = [(step.name, step.replicas) for step in spec.subtasks]
+    # A gang's slot runs one replica of its distributed step (its rank's): issue 25 §2.
+    wanted = [
+        (step.name, 1 if step.distributed and spec.gang is not None else step.replicas)
+        for step in spec.subtasks
+    ]
     return [(step.name, len(step.replicas)) for step in steps] == wanted
 
 

@@ -96,6 +96,13 @@ def test_a_ddp_gang_on_two_providers_trains_as_one_process_would(
     assert [slot["state"] for slot in gang] == ["completed", "completed"], gang
     weights = []
     for slot in gang:
+        # The consumer's record of each rank's job: its steps, one replica each (its rank's).
+        steps = consumer.cli("job", "show", slot["job_id"])["steps"]
+        assert [(s["name"], [r["state"] for r in s["replicas"]]) for s in steps] == [
+            ("prepare", ["done"]),
+            ("train", ["done"]),
+            ("evaluate", ["done"]),
+        ], steps
         logs = _logs(consumer, slot["job_id"])
         assert f"rank {slot['rank']} of 2 joined" in logs, logs[-3000:]
         assert "evaluated: mse" in logs

@@ -15,7 +15,15 @@ import pytest
 from engine import api
 from tests.conftest import TEST_ADDRESS
 from tests.daemon_harness import Daemon, daemons, wait_for
-from tests.daemons.test_payments_e2e import PASSPHRASE, PRICES, Market, _address, _escrow, market
+from tests.daemons.test_payments_e2e import (
+    PASSPHRASE,
+    PRICES,
+    Market,
+    _address,
+    _escrow,
+    _subtasks,
+    market,
+)
 from tests.docker.test_gang_docker import EXAMPLE, JOBS, _ended, _gang, _logs, _submit
 from tests.docker_fixture import docker_host, sklearn_image, torch_image
 from tests.http_files import serve_files
@@ -90,6 +98,8 @@ def test_a_paid_gang_locks_every_rank_first_and_settles_each_after_a_kill(
         ours = _escrow(consumer, slot["job_id"])
         receipt = json.loads(provider.cli("job", "show", slot["job_id"])["receipt"])
         assert receipt["consumer_signature"] and receipt["provider_signature"]
+        # Billed: prepare's replica and its rank's train replica; evaluate never started.
+        assert [len(s.replicas) for s in _subtasks(receipt["subtasks"])] == [1, 1], receipt
         # Its provider paid its own machine time (prepare and the train replica ran), the
         # rest of its lock back: one split, both books agree with the receipt.
         assert 0 < receipt["charge"] < ours["amount"], (receipt, ours)

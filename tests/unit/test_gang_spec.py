@@ -163,3 +163,14 @@ def test_the_job_view_names_the_slots_rank_and_lists_the_gang() -> None:
 
 
 STEPS_SPEC = JobSpec(**BASE, subtasks=(StepSpec(name="a"),))  # type: ignore[arg-type]
+
+
+def test_a_slots_steps_fit_its_spec_with_one_replica_of_the_distributed_step() -> None:
+    spec = slot_spec(JobSpec(**BASE, subtasks=STEPS), "0a1b", 1)  # type: ignore[arg-type]
+    from engine import api
+
+    one = (api.ReplicaInfo(state="done"),)
+    steps = (api.StepInfo(name="prepare", replicas=one), api.StepInfo(name="train", replicas=one))
+    assert p.steps_fit(spec, steps)
+    two = (api.StepInfo(name="prepare", replicas=one), api.StepInfo(name="train", replicas=one * 2))
+    assert not p.steps_fit(spec, two)  # a second replica would bill what nobody asked
