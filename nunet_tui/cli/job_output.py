@@ -97,7 +97,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="'NAME x N: COMMAND'",
         help="a step of the job, in order (repeat it); x N: replicas run at once, each with "
-        "REPLICA_INDEX and REPLICAS set; no command: the job's script; '@path': a script",
+        "REPLICA_INDEX and REPLICAS set; 'x N distributed': a gang, one replica a provider "
+        "with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torch.distributed); no command: "
+        "the job's script; '@path': a script",
     )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)

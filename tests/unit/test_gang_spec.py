@@ -174,3 +174,15 @@ def test_a_slots_steps_fit_its_spec_with_one_replica_of_the_distributed_step() -
     assert p.steps_fit(spec, steps)
     two = (api.StepInfo(name="prepare", replicas=one), api.StepInfo(name="train", replicas=one * 2))
     assert not p.steps_fit(spec, two)  # a second replica would bill what nobody asked
+
+
+def test_a_step_line_says_distributed_and_reads_back() -> None:
+    from engine.domain.step_lines import parse_steps, step_line
+
+    steps = parse_steps("prep: python3 prep.py\ntrain x 2 distributed: python3 train.py")
+    assert steps[1] == StepSpec(
+        name="train", command="python3 train.py", replicas=2, distributed=True
+    )
+    assert step_line(steps[1]) == "train x 2 distributed: python3 train.py"
+    assert parse_steps(step_line(steps[1])) == steps[1:]
+    assert not parse_steps("distributed: echo hi")[0].distributed  # a step of that name
