@@ -614,7 +614,17 @@ def _check_multiaddrs(network: NetworkSettings) -> None:
                     f"{kind}: {addr!r} is not a multiaddr ({exc}); "
                     "write it like /ip4/127.0.0.1/tcp/9000",
                 ) from exc
-            if kind != "network.listen" and "p2p" not in [p.name for p in parsed.protocols()]:
+            names = [p.name for p in parsed.protocols()]
+            if kind == "network.listen" and (len(names) != 2 or names[1] != "tcp"):
+                # py-libp2p builds a transport for whatever a listen address names: a
+                # /udp/…/quic-v1 one would bring in its QUIC, evaluated and not enabled
+                # (docs/network-nat.md, "QUIC: evaluated, not enabled").
+                raise EngineError(
+                    "config",
+                    f"{kind}: {addr!r} is not a TCP address (the node listens on TCP only; "
+                    "QUIC is not enabled); write it like /ip4/0.0.0.0/tcp/9000",
+                )
+            if kind != "network.listen" and "p2p" not in names:
                 raise EngineError(
                     "config",
                     f"{kind}: {addr!r} names no peer; end it with /p2p/12D3KooW… "

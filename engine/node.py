@@ -245,6 +245,7 @@ class Node:
                 machine=MachineFacts(self.ctx),
                 container_host=ContainerFacts(),
                 overlay=lambda: self.network().overlay,
+                data=self.data,
             )
         return self._jobs
 

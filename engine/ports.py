@@ -18,6 +18,7 @@ one-shot CLI command must not pay for a room it never enters.
 | ``WalletPort``    | payments/service.py NodePayments  | payments/escrow.py, payments/settle.py |
 | ``JobsPort``      | jobs/service.py NodeJobs          | network/link.py NodeNetwork            |
 | ``DataPort``      | data/service.py NodeData          | network/link.py NodeNetwork            |
+| ``JobData``       | data/service.py NodeData          | jobs (provider: inputs, results by CID)|
 | ``TotalsPort``    | node.py Node                      | network/link.py NodeNetwork            |
 | ``NodeFacts``     | node.py Node                      | network/link.py NodeNetwork            |
 | ``MachinePort``   | resources/machine.py MachineFacts | jobs (provider: offer, specs, GPUs)    |
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from engine import api
@@ -117,6 +119,21 @@ class DataPort(Protocol):
 
     def attach(self, link: PeerLink) -> None:
         """Called each time the network (re)starts."""
+        ...
+
+
+class JobData(Protocol):
+    """The data room as a provider's jobs use it: a job's inputs and published results by
+    CID (issue 26)."""
+
+    async def materialize(self, cid: str, peers: Sequence[str]) -> tuple[Path, int, bool]:
+        """The root of ``cid`` as a read-only file or folder on this machine, fetched from
+        ``peers`` first (then the DHT's providers) and verified if not here: (its path, its
+        size in bytes, whether it was here already). EngineError saying why not."""
+        ...
+
+    async def publish(self, path: Path) -> str:
+        """``path`` (a job's results) kept, pinned and announced in the DHT: its CID."""
         ...
 
 

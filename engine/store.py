@@ -7,6 +7,7 @@ a newer release is refused rather than silently misread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -16,7 +17,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from engine.api import JobInfo, Onboarding
+from engine.api import EscrowInfo, JobInfo, Onboarding
+from engine.domain.reputation import Reputation, reputations
 from engine.errors import EngineError
 
 # Each entry moves the schema from version i to i+1. Never edit a released entry: append.
@@ -605,3 +607,16 @@ class _Transaction:
 
 def _statements(script: str) -> list[str]:
     return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def consumer_reputations(store: Store) -> dict[str, Reputation]:
+    """Each provider's record with this node (engine/domain/reputation.py): our consumer
+    jobs and our escrows, nothing a provider says."""
+    jobs = [j for j in store.list_jobs(limit=100_000) if j.role == "consumer"]
+    escrows = {}
+    for raw in store.list_escrows():
+        with contextlib.suppress(msgspec.DecodeError):
+            escrow = msgspec.json.decode(raw, type=EscrowInfo)
+            if escrow.role == "consumer":
+                escrows[escrow.job_id] = escrow
+    return reputations(jobs, escrows)

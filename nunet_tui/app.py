@@ -84,6 +84,7 @@ CAPABILITY_SCREENS: dict[str, tuple[str, str]] = {
     "gpus": ("nunet_tui.screens.gpus", "GpuScreen"),
     "jobs": ("nunet_tui.screens.jobs", "JobsScreen"),
     "notebooks": ("nunet_tui.screens.notebooks", "NotebooksScreen"),
+    "data": ("nunet_tui.screens.data", "DataScreen"),
     "submit": ("nunet_tui.screens.submit", "SubmitScreen"),
     "wallet": ("nunet_tui.screens.wallet", "WalletScreen"),
     "rewards": ("nunet_tui.screens.rewards", "RewardsScreen"),
@@ -196,6 +197,14 @@ class NunetApp(EventHandlers, App[None]):
             show=False,
             tooltip="JupyterLab notebooks",
             id="app.notebooks",
+        ),
+        Binding(
+            "d",
+            "open('data')",
+            "Data",
+            show=False,
+            tooltip="Files and folders by content id (CID)",
+            id="app.data",
         ),
         Binding(
             "e",

@@ -71,6 +71,11 @@ class NodeCommands(Provider):
                 partial(app.action_open, "jobs"),
             )
             yield (
+                "Data",
+                "Files and folders by content id: add, get, pin, remove (d)",
+                partial(app.action_open, "data"),
+            )
+            yield (
                 "Wallet",
                 "Address, NTX and ADA balance, escrow transactions; new or import (w)",
                 partial(app.action_open, "wallet"),

@@ -42,6 +42,20 @@ def thousands(value: float) -> str:
     return f"{round(value):,}"
 
 
+def byte_size(value: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``250 MiB``, ``3.2 GiB``: a size in bytes, binary units (as
+    UnixFS chunks are counted: 256 KiB), at most 8 characters up to 1023 TiB."""
+    size = float(max(value, 0))
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    step = 0
+    while size >= 1024 and step < len(units) - 1:
+        size /= 1024
+        step += 1
+    if step == 0:
+        return f"{int(size)} B"
+    return f"{size:.1f} {units[step]}" if size < 10 else f"{size:.0f} {units[step]}"
+
+
 def mb(value: int) -> str:
     return f"{thousands(value)} MB"
 

@@ -11,10 +11,10 @@ network pictures have someone in them.
 The script walks a provider through the first run: choose the mode, onboard (with a typo
 first), look at the GPUs, peers, chat and network status, a job running here (the dashboard's
 job panels, then its detail with the GPUs beside the log), pause, then help, the command
-palette and consumer mode, its jobs and notebooks. Then scripts/screenshots_payments.py walks
-the wallet and the rewards (``--only payments``: just those), and scripts/screenshots_billing.py
-the Resources screen, the account, the submit form with a spec and the cancel dialog of a paid
-job (``--only billing``).
+palette and consumer mode, its jobs, notebooks and data by CID. Then
+scripts/screenshots_payments.py walks the wallet and the rewards (``--only payments``: just
+those), and scripts/screenshots_billing.py the Resources screen, the account, the submit form
+with a spec and the cancel dialog of a paid job (``--only billing``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from textual.widgets import Input  # noqa: E402
 
 from engine.api import (  # noqa: E402
     ChatSend,
+    DataAdd,
     GetCapacity,
     GetPeerSelf,
     JobLogLine,
@@ -56,6 +57,7 @@ from nunet_tui.app import NunetApp  # noqa: E402
 from nunet_tui.screens.job_detail import JobDetailScreen  # noqa: E402
 from tests.doubles.fake_pynvml import FakeNvml  # noqa: E402
 from tests.doubles.host import RIG_GPUS, fixed_host  # noqa: E402
+from tests.tui.test_snapshots_data import data_tree  # noqa: E402
 from tests.tui.test_snapshots_jobs import EXAMPLES, JOBS, NOW, SERVICE, SERVICE_LOG  # noqa: E402
 from tests.tui.test_snapshots_notebooks import NOTEBOOKS  # noqa: E402
 from tests.tui.test_snapshots_notebooks import NOW as NOTEBOOKS_NOW  # noqa: E402
@@ -304,6 +306,17 @@ async def tour(
         await until(pilot, on(pilot, "JobDetailScreen"))
         await until(pilot, lambda: len(app.screen.query_one("#job-log").lines) >= 2)  # type: ignore[attr-defined]
         await shoot(pilot, out, "job-detail-service", size)
+
+        # Data by CID (d): the snapshot tests' files, added through the engine now.
+        with tempfile.TemporaryDirectory() as files:
+            for path, _, pinned in data_tree(Path(files)):
+                engine.call_blocking(DataAdd(path=str(path), pin=pinned))
+        await pilot.press("escape")
+        await until(pilot, on(pilot, "ConsumerDashboard"))
+        await pilot.press("d")
+        await until(pilot, on(pilot, "DataScreen"))
+        await until(pilot, lambda: len(app.screen.roots) == 4)  # type: ignore[attr-defined]
+        await shoot(pilot, out, "data", size)
     moving.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await moving

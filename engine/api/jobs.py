@@ -13,6 +13,7 @@ from engine.api.base import Command, Done, Event, Record
 from engine.domain.spec import JobSpec
 
 JobState = Literal[
+    "queued",  # consumer: no provider could take it yet; offered again as providers free up
     "pending",  # consumer: created, looking for a provider
     "confirming",  # consumer: locked and confirmed; the provider's final answer not in yet
     "accepted",  # both sides agreed; the provider prepares it
@@ -186,6 +187,11 @@ class JobInfo(Record, frozen=True):
     results_sha256: str = ""
     results_size: int = 0
     results_dir: str = ""
+    # Consumer, queued jobs (issue 27 §1): when it stops waiting (POSIX seconds).
+    queued_until: float | None = None
+    # The results archive's CID when the spec asked them published (issue 26): a CIDv1 of
+    # sha2-256 in base32, checked at decode on the consumer; "": not published.
+    results_cid: Annotated[str, msgspec.Meta(pattern=r"^(b[a-z2-7]{58})?$")] = ""
     # Consumer: when this node saw the job start and end, on its own clock, as it happened
     # (an Update on a follow that had already shown the state before); None: not seen live.
     # What a receipt may bill is bounded by it (payments/escrow_receipts.py), never by the times the
@@ -274,6 +280,13 @@ class SubmitJob(Command, tag="job_submit", frozen=True):
     # The caller's name for this submit: each step then arrives as a SubmitProgress event
     # with it (a submit waits on providers and the chain for up to a minute: say on what).
     submit_id: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    # When no provider can take it now: wait in this node's queue (issue 27 §1), offered again
+    # as providers free up or appear, for at most ``queue_timeout_s``; False: refused at once.
+    queue: bool = False
+    queue_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 86400)] = 3600.0
+    # Only providers whose record with us scores at least this (issue 27 §2;
+    # engine/domain/reputation.py); one with no history with us is passed over too.
+    min_score: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
 
 class ResubmitJob(Command, tag="job_resubmit", frozen=True):

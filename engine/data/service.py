@@ -12,8 +12,11 @@ never stalls the node.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -50,6 +53,7 @@ class NodeData:
     ) -> None:
         self.blocks = Blockstore(root / "blocks")
         self.roots_dir = root / "roots"
+        self.exports_dir = root / "exports"  # job inputs, read-only, by CID
         self.clock = clock
         self._network = network
         self.bitswap = Bitswap(self.blocks)
@@ -94,6 +98,36 @@ class NodeData:
 
     async def remove(self, command: api.DataRemove) -> api.DataRemoved:
         return await trio.to_thread.run_sync(self._remove, _cid(command.cid))
+
+    async def materialize(self, cid: str, peers: Sequence[str]) -> tuple[Path, int, bool]:
+        """A job's input (ports.JobData): fetched if need be, exported once into
+        ``exports/<cid>`` (files 0444, folders 0555) and kept for later jobs."""
+        root = _cid(cid)
+        here = self._record(root) is not None and await trio.to_thread.run_sync(self._whole, root)
+        if not here:
+            await self._ensure(root, tuple(peers))
+        return (*await trio.to_thread.run_sync(self._exported, root), here)
+
+    async def publish(self, path: Path) -> str:
+        """A job's results by CID (ports.JobData): added pinned, announced."""
+        root = await self.add(api.DataAdd(path=str(path.resolve())))
+        return root.cid
+
+    def _exported(self, root: Cid) -> tuple[Path, int]:
+        folder = self.exports_dir / str(root)
+        done = folder / ".done"
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a half-made one from a crash
+            folder.mkdir(parents=True)
+            try:
+                export(root, self.blocks.get, folder, "content")
+            except (BlockMissing, BlockCorrupt, UnixfsError) as exc:
+                raise EngineError("not_found", f"{root}: {exc}") from None
+            for path in sorted(folder.rglob("*"), reverse=True):
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            done.touch()
+        summary = summarize(root, self.blocks.get)
+        return folder / "content", summary.size
 
     # -- fetching from peers ---------------------------------------------------------------------
 
@@ -263,7 +297,13 @@ class NodeData:
                     continue  # as `ipfs add -r` without --hidden; links are never followed
                 entries[child.name] = self._import(child, hidden, count)
             return directory_node(entries, self.blocks.put)
-        with path.open("rb") as handle:
+        # Opened without following a link and without blocking (a FIFO would wait forever
+        # for a writer), then checked: only a regular file is read, as `ipfs add` refuses
+        # any other kind ("unrecognized file type").
+        _regular(path, os.lstat(path).st_mode)  # a socket cannot even be opened
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            _regular(path, os.fstat(fd).st_mode)  # what was opened, if it changed meanwhile
             return import_file(handle, self.blocks.put)
 
     def _get(self, command: api.DataGet) -> api.DataExported:
@@ -320,6 +360,12 @@ class NodeData:
         if self._record(cid) is None:
             raise EngineError("not_found", f"{cid} is not here: `nunet-tui data ls` lists what is")
         self._record_path(cid).unlink(missing_ok=True)
+        exported = self.exports_dir / str(cid)
+        if exported.is_dir():  # a job input's read-only copy: writable again to be removed
+            for path in exported.rglob("*"):
+                if path.is_dir() and not path.is_symlink():
+                    path.chmod(0o755)
+            shutil.rmtree(exported, ignore_errors=True)
         live: set[Cid] = set()
         for other in self._list().roots:
             try:
@@ -350,6 +396,12 @@ class NodeData:
 
     def _write(self, root: api.DataRoot) -> None:
         write_atomically(self._record_path(Cid.parse(root.cid)), msgspec.json.encode(root))
+
+
+def _regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket or device"
+        raise UnixfsError(f"{path} is {kind}, not a file or folder: move it out, or add another")
 
 
 def _cid(text: str) -> Cid:

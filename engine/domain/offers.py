@@ -14,6 +14,7 @@ from typing import Literal
 import msgspec
 
 from engine.domain.record import Record
+from engine.domain.reputation import Reputation
 
 DEFAULT_POOL = "default"  # open to everyone; never defined, never removed
 
@@ -109,3 +110,6 @@ class Peer(Record, frozen=True):
     # The provider's name from its signed advert ("" without one; engine/domain/peer_names.py):
     # never shown alone, always with the peer id (``peer_label``).
     display_name: str = ""
+    # Its record with us (issue 27 §2; engine/domain/reputation.py), from our own jobs and
+    # escrows; None: no history with us, or a peer list that did not ask.
+    reputation: Reputation | None = None

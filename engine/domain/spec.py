@@ -36,6 +36,7 @@ MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_EXPECTED_MINUTES = 7 * 24 * 60
 KINDS = ("batch", "service")
+MAX_INPUTS = 16
 # Ports a job may declare for tunnels (engine/jobs/tunnel_provider.py): a notebook, a web UI,
 # an API.
 MAX_PORTS = 8
@@ -103,6 +104,15 @@ class GangSlot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     world_size: int
 
 
+class InputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Data the job reads, by CID (issue 26): the provider fetches it (bitswap) and verifies it
+    before the job starts, and mounts it read-only at ``path`` in the workspace: a folder's
+    contents there; a file there, or inside it under its CID when ``path`` ends with "/"."""
+
+    cid: str
+    path: str = "data/"
+
+
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One ML job. Exactly one of ``script_url`` and ``git``."""
 
@@ -136,6 +146,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     subtasks: tuple[StepSpec, ...] = ()
     # One slot of a distributed step's gang (engine/domain/gang.py); None: not a gang's.
     gang: GangSlot | None = None
+    # Data by CID, mounted read-only before the job starts (issue 26); fetching it is not
+    # machine time.
+    inputs: tuple[InputSpec, ...] = ()
+    # The results archive also published by CID (issue 26): kept by the provider, announced
+    # in the DHT, fetchable by anyone given the CID (`nunet-tui data get`).
+    publish_results: bool = False
 
     def most_replicas(self) -> int:
         """The most replicas any step runs at once on one provider: what the lock multiplies
@@ -381,6 +397,7 @@ def validate_spec(spec: JobSpec, *, allow_local_git: bool = False) -> Validation
         if len(set(spec.ports)) != len(spec.ports):
             _problem(problems, "ports", "a port is declared twice")
     problems += step_problems(spec)
+    problems += input_problems(spec)
     # A budget is not checked against the static estimate (engine/domain/tiers.py static_units, a
     # hint the submit form shows): a provider at 0.01 NTX/h would charge 0.01 where the
     # estimate says 0.375. The matcher and the provider check it against each provider's real
@@ -498,6 +515,32 @@ def gang_problems(spec: JobSpec) -> list[FieldProblem]:
     return problems
 
 
+def input_problems(spec: JobSpec) -> list[FieldProblem]:
+    """What is wrong with the spec's inputs, each under its field (``inputs[2].cid``)."""
+    from engine.domain.cid import Cid, CidError
+
+    problems: list[FieldProblem] = []
+    if len(spec.inputs) > MAX_INPUTS:
+        return [FieldProblem("inputs", f"{len(spec.inputs)} inputs: at most {MAX_INPUTS}")]
+    paths: list[PurePosixPath] = []
+    for i, item in enumerate(spec.inputs, start=1):
+        field = f"inputs[{i}]"
+        try:
+            Cid.parse(item.cid)
+        except CidError as exc:
+            problems.append(FieldProblem(f"{field}.cid", f"{field}.cid: {exc}"))
+        if why := _check_relative(item.path):
+            problems.append(FieldProblem(f"{field}.path", f"{field}.path: {why}"))
+            continue
+        path = PurePosixPath(item.path.rstrip("/"))
+        if any(path == p or path in p.parents or p in path.parents for p in paths):
+            problems.append(
+                FieldProblem(f"{field}.path", f"{field}.path: {item.path!r} overlaps another input")
+            )
+        paths.append(path)
+    return problems
+
+
 # Fields added after the first release: left out of an Offer at their defaults, so providers
 # that predate them (JobSpec forbids unknown fields) still take the jobs they can run.
 _NEWER_FIELDS = {
@@ -508,6 +551,8 @@ _NEWER_FIELDS = {
     "max_minutes": None,
     "subtasks": (),
     "gang": None,
+    "inputs": (),
+    "publish_results": False,
 }
 
 

@@ -15,6 +15,7 @@ silence, the receipt) and this one (serving, submit and resubmit, cancel and sto
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 
@@ -42,6 +43,8 @@ from engine.jobs.consumer_base import (
     quoted_units,
 )
 from engine.jobs.consumer_gang import ConsumerGang
+from engine.jobs.consumer_queue import JobQueue
+from engine.store import consumer_reputations
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
@@ -49,18 +52,71 @@ class ConsumerJobs(ConsumerGang):
     """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
     are off). Both are built on first use."""
 
+    @functools.cached_property
+    def queue(self) -> JobQueue:
+        return JobQueue(self.ctx.store, self._place_queued, self._save)
+
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for job in self.ctx.store.list_jobs():
-                if job.role == "consumer" and (
-                    job.state not in api.TERMINAL_STATES or self._results_missing(job)
+                if (
+                    job.role == "consumer"
+                    and job.state != "queued"
+                    and (job.state not in api.TERMINAL_STATES or self._results_missing(job))
                 ):
                     self._follow_soon(job.job_id)
+            nursery.start_soon(self.queue.run)
             task_status.started()
             await trio.sleep_forever()
 
     async def submit(self, command: api.SubmitJob) -> api.JobInfo:
+        job_id = secrets.token_hex(6)
+        try:
+            return await self._place(command, job_id)
+        except NoMatch as exc:
+            # A gang is not queued: it is placed whole or not at all (consumer_gang.py).
+            if not command.queue or gang_size(command.spec):
+                raise
+            spec = command.spec
+            waiting = api.JobInfo(
+                job_id=job_id,
+                role="consumer",
+                state="queued",
+                provider=command.peer_id or "",
+                consumer=self.ctx.identity.peer_id,
+                spec=spec,
+                created_at=time.time(),
+            )
+            return self.queue.enqueue(waiting, exc, command.queue_timeout_s)
+
+    def _with_score(
+        self, candidates: list[str], least: float, refusals: list[tuple[str, str]]
+    ) -> list[str]:
+        """The candidates whose record with us scores ``least`` or more, best first; the
+        others refused with their record said."""
+        records = consumer_reputations(self.ctx.store)
+        kept = []
+        for peer in candidates:
+            record = records.get(peer)
+            if record is None or record.score is None or record.score < least:
+                shown = (
+                    f"{record.score:.2f} ({record.basis})"
+                    if record and record.score
+                    else ("none (no history with us)")
+                )
+                refusals.append((peer, f"its score {shown} is under --min-score {least:g}"))
+            else:
+                kept.append(peer)
+        return sorted(kept, key=lambda p: -(records[p].score or 0))
+
+    async def _place_queued(self, job: api.JobInfo) -> api.JobInfo:
+        """A queued job offered again, under its own id (NoMatch: still no provider)."""
+        return await self._place(
+            api.SubmitJob(spec=job.spec, peer_id=job.provider or None), job.job_id
+        )
+
+    async def _place(self, command: api.SubmitJob, job_id: str) -> api.JobInfo:
         began = time.monotonic()
         spec = command.spec
         validate_spec(spec).raise_if_failed()
@@ -121,29 +177,34 @@ class ConsumerJobs(ConsumerGang):
                         continue
                 candidates.append(c.peer_id)
             refusals.extend(result.excluded)
+        if command.min_score is not None:
+            candidates = self._with_score(candidates, command.min_score, refusals)
+            if not candidates:
+                raise NoMatch(refusals)
         if gang_size(spec):
             return await self._submit_gang(command, began, spec, candidates, refusals)
-        job = await self._place(command, began, spec, candidates, refusals)
+        job = await self._offer_to(command, began, spec, candidates, refusals, job_id)
         if job is None:
             raise NoMatch(refusals)
         return job
 
-    async def _place(
+    async def _offer_to(
         self,
         command: api.SubmitJob,
         began: float,
         spec: JobSpec,
         candidates: list[str],
         refusals: list[tuple[str, str]],
+        job_id: str,
     ) -> api.JobInfo | None:
-        """The job on the first of ``candidates`` that accepts it: quoted, locked, confirmed
-        (``accepted``), or left ``confirming`` when a provider gave no final answer in time
-        (asked again in the background). None: every candidate refused (``refusals``)."""
+        """The job (as ``job_id``) on the first of ``candidates`` that accepts it: quoted,
+        locked, confirmed (``accepted``), or left ``confirming`` when a provider gave no final
+        answer in time (asked again in the background). None: every candidate refused
+        (``refusals``)."""
         service = self._service()
         from engine.domain.peer_info import to_api_peer
 
         peers = [to_api_peer(info) for info in service.peers()]
-        job_id = secrets.token_hex(6)
         me = self.ctx.identity.peer_id
         deadline = trio.current_time() + SUBMIT_S
         for provider in candidates:
@@ -304,6 +365,12 @@ class ConsumerJobs(ConsumerGang):
         if job.state in api.TERMINAL_STATES:
             raise EngineError(
                 "ended", f"job {job.job_id} already ended ({job.state}): nothing to end"
+            )
+        if job.state == "queued":  # nothing locked, no provider told: it just leaves the queue
+            return self._save(
+                msgspec.structs.replace(
+                    job, state="cancelled", finished_at=time.time(), reason="left the queue"
+                )
             )
         if job.state in UNDECIDED:
             ended = await self._release(job)

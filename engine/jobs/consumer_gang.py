@@ -34,13 +34,14 @@ CANCEL_GANG_S = 60.0  # for the slots' cancels when the submit itself is cancell
 
 
 class ConsumerGang(ConsumerFollow):
-    async def _place(
+    async def _offer_to(
         self,
         command: api.SubmitJob,
         began: float,
         spec: JobSpec,
         candidates: list[str],
         refusals: list[tuple[str, str]],
+        job_id: str,
     ) -> api.JobInfo | None:
         raise NotImplementedError  # consumer.py
 
@@ -110,7 +111,9 @@ class ConsumerGang(ConsumerFollow):
             self._progress(
                 command, began, "matching", f"gang {gang_id}: placing rank {rank} of {world}"
             )
-            job = await self._place(command, began, slot_spec(spec, gang_id, rank), free, refusals)
+            job = await self._offer_to(
+                command, began, slot_spec(spec, gang_id, rank), free, refusals, secrets.token_hex(6)
+            )
             if job is None or job.state != "accepted":
                 if job is not None:
                     placed.append(job)

@@ -176,6 +176,7 @@ PROGRESS_FIELDS = (
     "metering",
     "results_sha256",
     "results_size",
+    "results_cid",
     "steps",
 )
 
@@ -211,6 +212,8 @@ class Update(JobMessage, tag="update", frozen=True):
     metering: WireMetering | None = None
     results_sha256: ShortText = ""
     results_size: int = 0
+    # Published results' CID (issue 26); older peers neither send nor read it.
+    results_cid: Annotated[str, msgspec.Meta(pattern=r"^(b[a-z2-7]{58})?$")] = ""
     lines: tuple[JobLogLine, ...] = ()
     receipt: SignedJson = ""  # paid jobs, once ended: the provider's signed receipt (JSON)
     # The job's live use since the follow's last Update (all the provider keeps on a new

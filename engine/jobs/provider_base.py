@@ -32,7 +32,7 @@ from engine.jobs.joblog import JobLog, JobLogs
 from engine.jobs.provider_offer import ProviderOffer
 from engine.jobs.quote_book import ConfirmInFlight, QuoteBook
 from engine.jobs.tunnel_provider import TunnelServer
-from engine.ports import Committed, EscrowPort, MachinePort, NetworkPort, OfferView
+from engine.ports import Committed, EscrowPort, JobData, MachinePort, NetworkPort, OfferView
 
 log = logging.getLogger("nunet.jobs.provider")
 
@@ -55,7 +55,8 @@ class ProviderBase:
     """``network``: the node's network (None: this engine runs without one); ``escrows``:
     the escrow of paid jobs (None: payments are off). Both are built on first use.
     ``logs``: the node's job logs (shared with its consumer side); ``capacity``: the
-    machine's full capacity (provider_offer.py)."""
+    machine's full capacity (provider_offer.py); ``data``: the data room, for a job's inputs by
+    CID (None: a job with inputs cannot run here)."""
 
     def __init__(
         self,
@@ -67,8 +68,10 @@ class ProviderBase:
         logs: JobLogs | None = None,
         capacity: Callable[[], api.Capacity] | None = None,
         machine: MachinePort,
+        data: Callable[[], JobData] | None = None,
     ) -> None:
         self.ctx = ctx
+        self._data = data
         self._network = network if ctx.network_enabled else None
         self._escrows = escrows if ctx.payments_enabled else None
         self.executors = executors

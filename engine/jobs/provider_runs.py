@@ -9,12 +9,14 @@ import dataclasses
 import functools
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import trio
 
 from engine import api
+from engine.domain import safe_paths
 from engine.domain.admission import max_minutes
 from engine.domain.charges import metered_units
 from engine.domain.fetch_policy import FetchPolicy
@@ -100,8 +102,16 @@ class ProviderRuns(ProviderBase):
                 reason = f"resumed {len(job.runs) - 1} times: not resumed again"
                 self._finish(job, ExitStatus(exit_code=None, outcome="interrupted", reason=reason))
                 return
-        self._runs[job.job_id] = (executor, run)
         self._logs.use(job.job_id)
+        if job.spec.inputs:
+            try:
+                run = await self._inputs(job, run)
+            except EngineError as exc:  # never started: nothing billed, the lock refunded
+                log.info("job %s: inputs: %s", job.job_id, exc.message)
+                reason = f"inputs: {exc.message}"
+                self._finish(job, ExitStatus(exit_code=None, outcome="failed", reason=reason))
+                return
+        self._runs[job.job_id] = (executor, run)
         try:
             if resume_from is not None:
                 await executor.restore(run, resume_from)
@@ -158,6 +168,10 @@ class ProviderRuns(ProviderBase):
         ):
             self.ctx.emit(api.JobLogEvent(at=now, job_id=job.job_id, lines=tuple(written)))
         current = self.ctx.store.get_job(job.job_id) or job
+        if job.spec.publish_results and results is not None:
+            current = msgspec.structs.replace(
+                current, results_cid=await self._publish(job.job_id, results.path)
+            )
         if job.spec.subtasks:
             current = msgspec.structs.replace(current, steps=_steps_of(executor, run))
         self._finish(current, status, executor.usage(run), results)
@@ -165,6 +179,51 @@ class ProviderRuns(ProviderBase):
     def _watch_gang(self, executor: Executor, job: api.JobInfo, run: JobRun) -> None:
         """A gang's slot: its replica joins the gang's overlay (provider_gang.py)."""
         raise EngineError("job", "this provider cannot run a gang's slot")
+
+    async def _inputs(self, job: api.JobInfo, run: JobRun) -> JobRun:
+        """The job's inputs by CID (issue 26), fetched from its consumer first (then the DHT's
+        providers), verified, and made ready to mount read-only; each said in its log. Before
+        the run starts: fetching is not machine time."""
+        if self._data is None:
+            raise EngineError("inputs", "this provider has no data store to fetch inputs with")
+        mounts: list[tuple[Path, str]] = []
+        for item in job.spec.inputs:
+            began = time.monotonic()
+            source, size, cached = await self._data().materialize(item.cid, [job.consumer])
+            if source.is_dir():
+                target = item.path.rstrip("/")
+            else:
+                target = f"{item.path}{item.cid}" if item.path.endswith("/") else item.path
+            where = safe_paths.inside(run.workspace, target, what="an input's path")
+            where.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                where.mkdir(exist_ok=True)  # the mount point
+            else:
+                where.touch(exist_ok=True)
+            took = "here already" if cached else f"fetched in {time.monotonic() - began:.1f} s"
+            self._system_line(job.job_id, f"input {item.cid}: {size:,} bytes at {target} ({took})")
+            mounts.append((source, target))
+        return dataclasses.replace(run, inputs=tuple(mounts))
+
+    async def _publish(self, job_id: str, archive: Path) -> str:
+        """The results archive by CID (issue 26), said in the job's log; "" when it cannot be
+        (the results are still fetched from us as always)."""
+        if self._data is None:
+            return ""
+        try:
+            cid = await self._data().publish(archive)
+        except EngineError as exc:
+            self._system_line(job_id, f"results not published: {exc.message}")
+            return ""
+        self._system_line(job_id, f"results published as {cid}")
+        return cid
+
+    def _system_line(self, job_id: str, text: str) -> None:
+        joblog, now = self.job_log(job_id), time.time()
+        if written := joblog.append(
+            [api.JobLogLine(seq=joblog.last_seq + 1, stream="system", text=text, at=now)]
+        ):
+            self.ctx.emit(api.JobLogEvent(at=now, job_id=job_id, lines=tuple(written)))
 
     def _replicas_changed(self, executor: Executor, run: JobRun) -> None:
         """A replica of the job started or ended: its record (and followers) say so."""

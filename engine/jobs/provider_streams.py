@@ -231,6 +231,7 @@ def _before_the_end(job: api.JobInfo) -> api.JobInfo:
         metering=None,
         results_sha256="",
         results_size=0,
+        results_cid="",
         receipt="",
     )
 

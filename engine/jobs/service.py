@@ -28,6 +28,7 @@ from engine.jobs.tunnel_consumer import ConsumerTunnels
 from engine.ports import (
     ContainerHost,
     EscrowPort,
+    JobData,
     MachinePort,
     NetworkPort,
     OfferView,
@@ -117,6 +118,7 @@ class NodeJobs:
         machine: MachinePort,
         container_host: ContainerHost,
         overlay: Callable[[], OverlayCarriage] | None = None,
+        data: Callable[[], JobData] | None = None,
     ) -> None:
         self.ctx = ctx
         if executors is None:
@@ -137,6 +139,7 @@ class NodeJobs:
             logs=self.logs,
             capacity=capacity,
             machine=machine,
+            data=data,
         )
         self.consumer = ConsumerJobs(ctx, network=network, escrows=escrows, logs=self.logs)
         # job forward / job shell (the provider's side: .provider.tunnels)

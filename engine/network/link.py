@@ -36,6 +36,7 @@ from engine.network.host import peer_id_of
 from engine.network.overlay import OVERLAY_PROTOCOL, OverlayCarrier
 from engine.network.service import NetworkService
 from engine.ports import DataPort, JobsPort, NodeFacts, TotalsPort
+from engine.store import consumer_reputations
 
 log = logging.getLogger("nunet.network.link")
 
@@ -380,7 +381,11 @@ class NodeNetwork:
         if command.dht and service.discovery is not None:
             with trio.move_on_after(10):
                 await service.discovery.lookup()
-        peers = tuple(to_api_peer(info) for info in service.peers())
+        records = consumer_reputations(self.ctx.store)
+        peers = tuple(
+            msgspec.structs.replace(peer, reputation=records.get(peer.peer_id))
+            for peer in (to_api_peer(info) for info in service.peers())
+        )
         return api.PeerList(channel=service.channel, peers=peers)
 
     async def _chat_start(self, command: api.ChatStart) -> api.Done:

@@ -15,7 +15,7 @@ from engine import api
 from engine.client import EngineClient
 from engine.domain.safe_text import safe
 from engine.identity import short_peer_id
-from nunet_tui.cli.output import show, show_json
+from nunet_tui.cli.output import bounded_int, show, show_json
 from nunet_tui.viewmodels.money import job_figures, price_text, summary
 from nunet_tui.viewmodels.refund import refund_now
 from nunet_tui.viewmodels.steps import replica_rows, steps_summary
@@ -100,6 +100,40 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         "REPLICA_INDEX and REPLICAS set; 'x N distributed': a gang, one replica a provider "
         "with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torch.distributed); no command: "
         "the job's script; '@path': a script",
+    )
+    submit.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="CID[:PATH]",
+        help="data by CID the provider fetches and mounts read-only at PATH in the workspace "
+        "(default data/; repeat it); add it first with `nunet-tui data add`",
+    )
+    submit.add_argument(
+        "--publish-results",
+        action="store_true",
+        default=None,
+        help="the provider also publishes the results archive by CID (job show says it; "
+        "anyone with it can `nunet-tui data get` it)",
+    )
+    submit.add_argument(
+        "--min-score",
+        type=_score,
+        metavar="0..1",
+        help="only providers whose record with you scores this much (`peer list` shows it); "
+        "one with no history with you is passed over too",
+    )
+    submit.add_argument(
+        "--no-queue",
+        action="store_true",
+        help="fail at once when no provider can take it now (default: it waits in the queue)",
+    )
+    submit.add_argument(
+        "--queue-timeout",
+        type=bounded_int(1, 10080),
+        default=60,
+        metavar="MIN",
+        help="how long a queued job waits for a provider (default 60 minutes, at most 10080)",
     )
     submit.add_argument("--peer", metavar="ID", help="pick the provider by hand")
     _add_submit_flags(submit)
@@ -235,6 +269,8 @@ def _spec(args: argparse.Namespace) -> JobSpec:
                 ("max_minutes", args.max_minutes),
                 ("budget_ntx", args.budget),
                 ("subtasks", _steps(args.step)),
+                ("inputs", _inputs(args.input)),
+                ("publish_results", args.publish_results),
             )
             if value is not None
         }
@@ -260,7 +296,33 @@ def _spec(args: argparse.Namespace) -> JobSpec:
         spec["resource_spec"] = args.spec
     if args.step:
         spec["subtasks"] = _steps(args.step)
+    if args.input:
+        spec["inputs"] = _inputs(args.input)
+    if args.publish_results:
+        spec["publish_results"] = True
     return _check_spec(spec)
+
+
+def _score(text: str) -> float:
+    """An argparse type: a score from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, not {text[:40]}")
+    return value
+
+
+def _inputs(values: list[str]) -> list[dict[str, str]] | None:
+    """``--input CID[:PATH]`` as the spec's inputs (None: none given)."""
+    if not values:
+        return None
+    inputs = []
+    for value in values:
+        cid, _, path = value.partition(":")
+        inputs.append({"cid": cid, "path": path} if path else {"cid": cid})
+    return inputs
 
 
 def _steps(lines: list[str]) -> list[dict[str, Any]] | None:
@@ -295,7 +357,14 @@ def _submit(args: argparse.Namespace, client: EngineClient) -> api.JobInfo | Non
     return _submit_and_follow(
         args,
         client,
-        lambda submit_id: api.SubmitJob(spec=spec, peer_id=args.peer, submit_id=submit_id),
+        lambda submit_id: api.SubmitJob(
+            spec=spec,
+            peer_id=args.peer,
+            submit_id=submit_id,
+            queue=not args.no_queue,
+            min_score=args.min_score,
+            queue_timeout_s=args.queue_timeout * 60,
+        ),
     )
 
 
@@ -603,6 +672,8 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     lines.append(f"  log       {job.log_lines} lines (`nunet-tui job logs {job.job_id} -f`)")
     if job.results_sha256:
         lines.append(f"  results   {job.results_size:,} bytes, sha256 {job.results_sha256[:16]}…")
+        if job.results_cid:
+            lines.append(f"  published {job.results_cid}  (nunet-tui data get)")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from engine.config import Paths
 from engine.domain.safe_text import safe
 from engine.errors import EngineError
 from nunet_tui.cli import output
+from nunet_tui.cli.output import bounded_int
 
 Runner = Callable[[argparse.Namespace, EngineClient], Any]
 # SQLite's INTEGER: a larger chat request id could only fail deep in the store.
@@ -33,24 +34,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         self.exit(2, f"{self.prog}: error: {safe(message)} (see {self.prog} --help)\n")
-
-
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from ``low`` to ``high``, else a usage error naming
-    the range (argparse adds the option's name)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text[:40]!r} is not a whole number (from {low} to {high})"
-            ) from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {text[:40]}")
-        return value
-
-    return parse
 
 
 def version() -> str:

@@ -108,6 +108,9 @@ def _peers(result: api.PeerList) -> str:
         # The whole id (what `chat start` and `--peer` take), after the provider's name if any.
         who = peer_label(peer.peer_id, peer.display_name, full_id=True)
         lines.append(f"  {who}  {latency:>9}  {offer}  seen {_ago(peer.last_seen)}")
+        record = peer.reputation
+        if record is not None and record.score is not None:
+            lines.append(f"      record with us: {record.score:.2f} ({record.basis})")
         for addr in peer.addrs[:2]:
             lines.append(f"      {safe(addr)}")
     return "\n".join(lines)

@@ -8,7 +8,9 @@ escaped (engine/domain/safe_text.py), never as escape sequences, bidi overrides 
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from engine.domain.safe_text import safe, safe_json
@@ -33,3 +35,21 @@ def show_json(
 def show_error(message: str) -> None:
     """The one line a failed command writes on stderr."""
     print(f"nunet-tui: error: {safe(message)}", file=sys.stderr)
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, else a usage error naming
+    the range (argparse adds the option's name)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a whole number (from {low} to {high})"
+            ) from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {text[:40]}")
+        return value
+
+    return parse

@@ -14,6 +14,7 @@ from nunet_tui.viewmodels.money import job_figures
 from oracle_client.ntx import digits, format_ntx
 
 STATE_STYLES: dict[str, str] = {
+    "queued": "$text-muted",
     "pending": "$text-muted",
     "confirming": "$text-muted",
     "accepted": "$text-accent",
@@ -27,6 +28,7 @@ STATE_STYLES: dict[str, str] = {
     "refused": "$text-warning",
 }
 STATE_MARKS: dict[str, str] = {
+    "queued": "⧗",
     "pending": "◌",
     "confirming": "◌",
     "accepted": "◔",
@@ -134,7 +136,9 @@ def runs_as(job: JobInfo) -> str:
 def timeline(job: JobInfo) -> Content:
     """``✓ pending ─ ✓ accepted ─ ● running ─ · · ·``: where the job is on its way."""
     state = job.state
-    if state == "refused":
+    if state == "queued":
+        steps = ["queued", "pending", "accepted", "running", ""]
+    elif state == "refused":
         steps = ["pending", "refused"]
     elif state == "confirming":
         steps = ["pending", "confirming", "accepted", "running", ""]

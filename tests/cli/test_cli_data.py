@@ -66,3 +66,22 @@ def test_bad_cids_and_paths_are_one_line_each(node_home: Paths, tmp_path: Path) 
     (tmp_path / "link").symlink_to("/etc")
     assert "links are not followed" in _fails("add", str(tmp_path / "link"), home=node_home)
     assert "is not here" in _fails("rm", PINNED["dataset"], home=node_home)
+
+
+def test_a_fifo_or_socket_in_a_folder_is_refused_not_waited_on(
+    node_home: Paths, tmp_path: Path
+) -> None:
+    import os
+    import socket
+
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("fine")
+    os.mkfifo(folder / "pipe")
+    said = _fails("add", str(folder), home=node_home)
+    assert "is a FIFO, not a file or folder" in said
+    (folder / "pipe").unlink()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(folder / "sock"))
+        assert "socket or device" in _fails("add", str(folder), home=node_home)
+    assert _data("ls", home=node_home)["roots"] == []  # nothing recorded by a refused add

@@ -29,11 +29,32 @@ PRIMARY: dict[str, tuple[str, ...]] = {
     "resources": ("escape", "n", "e", "d", "question_mark"),
     "notebooks": ("escape", "n", "question_mark", "slash"),
     "account": ("escape", "r", "question_mark", "slash", "o"),
+    "data": ("escape", "a", "g", "p", "u", "d", "question_mark"),
     "submit": ("ctrl+s", "escape"),  # a text field has the focus: ? would be typed
 }
 SCREENS = {
-    "provider": ("peers", "chat", "network", "jobs", "wallet", "rewards", "gpus", "resources"),
-    "consumer": ("peers", "chat", "network", "jobs", "wallet", "rewards", "notebooks", "account"),
+    "provider": (
+        "peers",
+        "chat",
+        "network",
+        "jobs",
+        "wallet",
+        "rewards",
+        "gpus",
+        "resources",
+        "data",
+    ),
+    "consumer": (
+        "peers",
+        "chat",
+        "network",
+        "jobs",
+        "wallet",
+        "rewards",
+        "notebooks",
+        "account",
+        "data",
+    ),
 }
 # A dashboard's footer: where each mode goes most (submit, jobs, peers, GPUs) and the help;
 # Mode and Quit come last and may be cut (the help lists them).

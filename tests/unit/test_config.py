@@ -58,6 +58,9 @@ def test_toml_then_environment_overrides(tmp_path: Path) -> None:
         ("", {"NUNET_LOG_LEVEL": "loud"}, "log_level must be one of"),
         ("", {"NUNET_NETWORK_LISTEN": "/ip4/1.2.3/tcp/1"}, "not a multiaddr"),
         ("", {"NUNET_NETWORK_BOOTSTRAP": "/ip4/127.0.0.1/tcp/9000"}, "names no peer"),
+        # py-libp2p would build its QUIC transport for it (docs/network-nat.md, "QUIC").
+        ("", {"NUNET_NETWORK_LISTEN": "/ip4/0.0.0.0/udp/9000/quic-v1"}, "not a TCP address"),
+        ("[network]\nlisten = ['/ip4/0.0.0.0/tcp/9000/ws']\n", {}, "listens on TCP only"),
         # The daemon divided by this: 0 spun its heartbeat loop.
         ("[network]\nheartbeat_interval_s = 0\n", {}, r"heartbeat_interval_s = 0 .*0\.1 to"),
         ("[network]\nheartbeat_interval_s = nan\n", {}, "heartbeat_interval_s = nan"),

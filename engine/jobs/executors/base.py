@@ -119,6 +119,9 @@ class JobRun:
     # default refuses loopback, LAN and metadata addresses.
     fetch_policy: FetchPolicy = field(default_factory=FetchPolicy)
     replica: str = ""  # one replica of a job's step ("2.0": step 2, index 0; steps.py)
+    # The job's inputs by CID (issue 26): (a read-only file or folder on this machine, where
+    # it appears relative to the workspace), mounted read-only by the executor.
+    inputs: tuple[tuple[Path, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -236,7 +236,13 @@ class DockerExecutor(BaseExecutor):
             "working_dir": "/workspace",
             "user": self._user(),
             "labels": self.labels(run, step),
-            "mounts": [Mount("/workspace", str(self._workspace_source(run)), type="bind")],
+            "mounts": [
+                Mount("/workspace", str(self._workspace_source(run)), type="bind"),
+                *(
+                    Mount(f"/workspace/{target}", str(source), type="bind", read_only=True)
+                    for source, target in run.inputs
+                ),
+            ],
             "mem_limit": f"{limits.memory_mb}m",
             "memswap_limit": f"{limits.memory_mb}m",  # the same: no swap beyond the limit
             "nano_cpus": int(limits.cpu_cores * 1e9),

@@ -286,9 +286,14 @@ class ProcessExecutor(BaseExecutor):
                 read_only=[self.venv_dir(run).resolve(), *sandbox.python_paths(self.python)],
                 tmp_mb=run.limits.tmp_mb,
                 devices=sandbox.gpu_devices(run.gpus),
+                inputs=[(src, run.workspace.resolve() / rel) for src, rel in run.inputs],
             )
         else:
             state.logs.append("system", "not sandboxed: it runs as the provider's own user")
+            # No bind without a sandbox: a copy (read-only by its modes, which this user
+            # could change: trusted networks only, as this executor is there).
+            for source, target in run.inputs:
+                await trio.to_thread.run_sync(_copy_input, source, run.workspace / target)
         # The group's leader ends the job and all it started if this provider dies (even
         # by SIGKILL); the provider's own signals reach the job as before (orphan_guard.py).
         lifeline = provider_lifeline()
@@ -670,3 +675,14 @@ def _pip_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("PIP_")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     return env
+
+
+def _copy_input(source: Path, target: Path) -> None:
+    if target.is_dir() and not any(target.iterdir()):
+        target.rmdir()
+    elif target.is_file() and target.stat().st_size == 0:
+        target.unlink()
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        shutil.copy2(source, target)

@@ -169,9 +169,11 @@ def wrap(
     read_only: Iterable[Path],
     tmp_mb: int,
     devices: Iterable[str] = (),
+    inputs: Iterable[tuple[Path, Path]] = (),
 ) -> list[str]:
     """``argv`` run inside a new sandbox whose only writable folder is ``workspace``. Paths
-    keep their names inside (the venv's own paths, HOME = the workspace, stay valid)."""
+    keep their names inside (the venv's own paths, HOME = the workspace, stay valid).
+    ``inputs``: (source, a path in the workspace) bound read-only over it."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise FileNotFoundError("bwrap")
@@ -183,6 +185,8 @@ def wrap(
         if (Path("/dev") / name).exists():
             args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     args += ["--bind", str(workspace), str(workspace), "--chdir", str(workspace)]
+    for source, target in inputs:  # after the workspace: bound over paths inside it
+        args += ["--ro-bind", str(source), str(target)]
     # bwrap's root is a tmpfs holding the folders it made for the binds (the workspace's
     # parents among them): read-only too, so the workspace and /tmp are all a job writes.
     args += ["--remount-ro", "/"]
