@@ -67,6 +67,7 @@ class ConsumerJobs(ConsumerGang):
                 ):
                     self._follow_soon(job.job_id)
             nursery.start_soon(self.queue.run)
+            nursery.start_soon(self.resume_gangs)  # a gang placed or started before a restart
             task_status.started()
             await trio.sleep_forever()
 

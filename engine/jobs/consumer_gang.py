@@ -29,6 +29,10 @@ from engine.jobs.consumer_follow import ConsumerFollow
 
 log = logging.getLogger("nunet.jobs.consumer")
 
+# A slot in these states was never accepted by its provider: its gang was not placed whole.
+UNPLACED = ("pending", "confirming", "queued", "refused")
+# A slot that ended so (placed, then not completed) fails its gang.
+FAILED_ENDS = tuple(state for state in api.TERMINAL_STATES if state not in ("completed", *UNPLACED))
 START_TRIES = 3  # a GangStart lost on the way is sent again (a repeat is harmless)
 CANCEL_GANG_S = 60.0  # for the slots' cancels when the submit itself is cancelled
 
@@ -174,6 +178,37 @@ class ConsumerGang(ConsumerFollow):
                 await self._end(current.job_id, stop=False)
             except EngineError as exc:  # its follow goes on; the provider's own bound ends it
                 log.info("gang slot %s: not cancelled yet: %s", current.job_id, exc.message)
+
+    async def resume_gangs(self) -> None:
+        """After a restart: each gang with slots not ended is started again when it was
+        placed whole (every rank accepted or further: the start, sent again, is harmless to a
+        slot that has it), else its placement was cut short and its slots are cancelled."""
+        gangs: dict[str, list[api.JobInfo]] = {}
+        for job in self.ctx.store.list_jobs(limit=100_000):
+            if job.role == "consumer" and job.spec.gang is not None:
+                gangs.setdefault(job.spec.gang.gang_id, []).append(job)
+        for gang_id, slots in gangs.items():
+            slots.sort(key=lambda job: job.spec.gang.rank if job.spec.gang else 0)
+            open_slots = [job for job in slots if job.state not in api.TERMINAL_STATES]
+            if not open_slots:
+                continue
+            world = open_slots[0].spec.gang.world_size if open_slots[0].spec.gang else 0
+            placed = len(slots) == world and all(job.state not in UNPLACED for job in slots)
+            if not placed:
+                await self._cancel_gang(open_slots, f"gang {gang_id}: a restart cut its placement")
+                continue
+            failed = next((job for job in slots if job.state in FAILED_ENDS), None)
+            if failed is not None:  # ended while we were away: the gang has failed
+                await self._slot_ended(failed)
+                continue
+            members = tuple(job.provider for job in slots)
+            for job in open_slots:
+                if job.state != "accepted":
+                    continue  # running: it had its start
+                why = await self._start_slot(job, gang_id, members)
+                if why:
+                    await self._cancel_gang(open_slots, f"gang {gang_id} not started: {why}")
+                    break
 
     async def _slot_ended(self, job: api.JobInfo) -> None:
         """A gang's slot ended: when not completed, the gang has failed: its other slots are

@@ -32,18 +32,25 @@ JOBS = (
 TERMINAL = api.TERMINAL_STATES
 
 
-def _cluster(daemons: Callable[..., Daemon], docker_host: str) -> tuple[Daemon, list[Daemon]]:
-    consumer = daemons("consumer", 71)
-    providers = [
-        daemons(
-            f"provider{i}",
-            72 + i,
-            bootstrap=consumer.addrs()[0],
-            extra_toml=JOBS,
-            env={"DOCKER_HOST": docker_host},
-        )
-        for i in range(2)
-    ]
+def _cluster(
+    daemons: Callable[..., Daemon], docker_host: str, *, consumer_restarts: bool = False
+) -> tuple[Daemon, list[Daemon]]:
+    """A consumer and two Docker providers. ``consumer_restarts``: the first provider is the
+    others' bootstrap peer (a consumer started again listens on a new port, and dials back
+    in through it)."""
+    env = {"DOCKER_HOST": docker_host}
+    if consumer_restarts:
+        first = daemons("provider0", 72, extra_toml=JOBS, env=env)
+        bootstrap = first.addrs()[0]
+        second = daemons("provider1", 73, bootstrap=bootstrap, extra_toml=JOBS, env=env)
+        providers = [first, second]
+        consumer = daemons("consumer", 71, bootstrap=bootstrap)
+    else:
+        consumer = daemons("consumer", 71)
+        providers = [
+            daemons(f"provider{i}", 72 + i, bootstrap=consumer.addrs()[0], extra_toml=JOBS, env=env)
+            for i in range(2)
+        ]
     for provider in providers:
         provider.cli("onboard", "-m", "8000", "-c", "4000", "-a", TEST_ADDRESS)
     ids = {provider.peer_id for provider in providers}
@@ -172,3 +179,27 @@ def test_a_replica_killed_midway_fails_the_gang_and_both_jobs_end(
             "a provider's job never ended",
             120,
         )
+
+
+@pytest.mark.timeout(900)
+def test_a_consumer_restart_mid_gang_starts_nothing_twice(
+    daemons: Callable[..., Daemon], docker_host: str, torch_image: str, tmp_path: Path
+) -> None:
+    """The consumer killed right after `job submit` and started again sends each rank's
+    start again (resume_gangs): a slot that had it answers it as a repeat, and the gang
+    trains once and completes."""
+    consumer, providers = _cluster(daemons, docker_host, consumer_restarts=True)
+    with serve_files(tmp_path / "www", {"train.py": (EXAMPLE / "train.py").read_text()}) as base:
+        job = _submit(consumer, tmp_path, base, STEPS="30", STEP_PAUSE_S="0.2")
+        members = [slot["provider"] for slot in _gang(consumer, job["job_id"])]
+        consumer.stop(kill=True)
+        consumer.start()
+        wait_for(lambda: _ended(consumer, job["job_id"]), "the gang never ended", 300)
+    gang = _gang(consumer, job["job_id"])
+    assert [slot["state"] for slot in gang] == ["completed", "completed"], gang
+    by_id = {provider.peer_id: provider for provider in providers}
+    for slot in gang:
+        shown = by_id[slot["provider"]].cli("job", "show", slot["job_id"])
+        assert shown["gang_members"] == members
+        logs = _logs(by_id[slot["provider"]], slot["job_id"])
+        assert logs.count(f"rank {slot['rank']} of 2 joined") == 1, logs[-2000:]
