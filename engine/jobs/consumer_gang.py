@@ -34,6 +34,7 @@ UNPLACED = ("pending", "confirming", "queued", "refused")
 # A slot that ended so (placed, then not completed) fails its gang.
 FAILED_ENDS = tuple(state for state in api.TERMINAL_STATES if state not in ("completed", *UNPLACED))
 START_TRIES = 3  # a GangStart lost on the way is sent again (a repeat is harmless)
+START_RETRY_S = 2.0  # then 4 s: well inside a held slot's bound ([jobs] gang_start_wait_s)
 CANCEL_GANG_S = 60.0  # for the slots' cancels when the submit itself is cancelled
 
 
@@ -136,7 +137,7 @@ class ConsumerGang(ConsumerFollow):
             placed.append(job)
         members = tuple(job.provider for job in placed)
         for job in placed:
-            answer = await self._start_slot(job, gang_id, members)
+            answer, _refused = await self._start_slot(job, gang_id, members)
             if answer:
                 await self._cancel_gang(placed, f"gang {gang_id} not started: {answer}")
                 raise EngineError(
@@ -145,12 +146,17 @@ class ConsumerGang(ConsumerFollow):
         self._progress(command, began, "accepted", f"gang {gang_id}: {world} slots started")
         return self.ctx.store.get_job(placed[0].job_id) or placed[0]
 
-    async def _start_slot(self, job: api.JobInfo, gang_id: str, members: tuple[str, ...]) -> str:
-        """Send the slot its ``GangStart`` (kept first: a restart knows it was started); ""
-        once accepted, else why not."""
+    async def _start_slot(
+        self, job: api.JobInfo, gang_id: str, members: tuple[str, ...]
+    ) -> tuple[str, bool]:
+        """Send the slot its ``GangStart`` (kept first: a restart knows it was started): ("",
+        False) once accepted, else why not and whether the provider refused it (not merely
+        unreachable)."""
         job = self._save(msgspec.structs.replace(job, gang_members=members))
         why = ""
-        for _ in range(START_TRIES):
+        for attempt in range(START_TRIES):
+            if attempt:  # a link that just dropped (or a network still starting) gets time
+                await trio.sleep(START_RETRY_S * attempt)
             try:
                 answer = await self._ask(
                     self._service(),
@@ -161,11 +167,11 @@ class ConsumerGang(ConsumerFollow):
                 why = f"provider {short_peer_id(job.provider)} unreachable: {_why(exc)}"
                 continue
             if isinstance(answer, p.Accepted):
-                return ""
+                return "", False
             if isinstance(answer, p.Refusal):
-                return f"provider {short_peer_id(job.provider)} refused: {answer.reason}"
+                return f"provider {short_peer_id(job.provider)} refused: {answer.reason}", True
             why = "the provider answered the start with something else"
-        return why
+        return why, False
 
     async def _cancel_gang(self, slots: list[api.JobInfo], reason: str) -> None:
         """End every slot not ended yet (each by its usual cancel: its lock's refund)."""
@@ -205,8 +211,10 @@ class ConsumerGang(ConsumerFollow):
             for job in open_slots:
                 if job.state != "accepted":
                     continue  # running: it had its start
-                why = await self._start_slot(job, gang_id, members)
-                if why:
+                why, refused = await self._start_slot(job, gang_id, members)
+                # Refused: the gang cannot form. Unreachable: its follow and the provider's
+                # bound end it if it stays so (a cancel would not get through either).
+                if refused:
                     await self._cancel_gang(open_slots, f"gang {gang_id} not started: {why}")
                     break
 
