@@ -267,6 +267,9 @@ class JobSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # A consumer's job whose provider stays unreachable (no heartbeat for three intervals)
     # this much longer ends "interrupted", and its escrow's refund is asked for at once.
     provider_grace_s: Seconds = 300.0
+    # Provider: an accepted slot of a gang (issue 25 §2) waits this long for its consumer's
+    # start, then ends failed, never started (nothing billed).
+    gang_start_wait_s: Annotated[float, msgspec.Meta(ge=1, le=3600)] = 600.0
     # NTX per hour of machine time, per resource tier; advertised to consumers.
     prices: Annotated[
         dict[Annotated[str, _text(32, 1)], Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]],

@@ -84,6 +84,16 @@ class ReplicaInfo(Record, frozen=True):
         return start_ms, end_ms, min(end_ms - start_ms, max(0, int(self.frozen_s * 1000)))
 
 
+class GangMember(Record, frozen=True):
+    """One slot of a gang as its consumer sees it (issue 25 §2): a job of its own."""
+
+    rank: int
+    job_id: str
+    provider: str
+    state: str
+    reason: str = ""
+
+
 class StepInfo(Record, frozen=True):
     """One step of a job and its replicas, in order."""
 
@@ -166,6 +176,12 @@ class JobInfo(Record, frozen=True):
     # A job with steps (issue 25 §1): each step's replicas as the provider tells them; their
     # spans, not ``runs``, are what bills (one subtask per step, one replica each).
     steps: Annotated[tuple[StepInfo, ...], msgspec.Meta(max_length=MAX_JOB_STEPS)] = ()
+    # A gang's slot (issue 25 §2, spec.gang): the gang's providers by rank, once its consumer
+    # started it (both sides keep them: a repeated start is recognised, a restart knows them).
+    gang_members: Annotated[tuple[str, ...], msgspec.Meta(max_length=64)] = ()
+    # `job show` of a gang's slot, on its consumer: every slot of the gang by rank (filled
+    # when shown, never stored: each slot's own record holds its state).
+    gang: Annotated[tuple[GangMember, ...], msgspec.Meta(max_length=64)] = ()
     log_lines: int = 0
     metering: JobMetering | None = None
     results_sha256: str = ""

@@ -52,6 +52,15 @@ _RESERVED_ENV = {
     "WORKSPACE",
     "REPLICA_INDEX",  # each replica of a step: its index (0..REPLICAS-1) and the count
     "REPLICAS",
+    # A distributed step's replica (issue 25 §2, engine/domain/gang.py): torchrun's names.
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
 }
 _RESERVED_ENV_PREFIXES = ("NUNET_", "LD_", "DOCKER_", "VIRTUAL_ENV", "KEYRING")
 # Names GPU runtimes read to choose a container's or a process's cards: with NVIDIA's as
@@ -75,12 +84,24 @@ class StepSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """One step of a job: a ``command`` (split into words as a shell would, run without
     one), or a Python ``script`` (a path relative to the
     job's code, like git.entry), or neither (the job's own script); ``replicas`` copies of it
-    run at once, each with REPLICA_INDEX and REPLICAS in its environment."""
+    run at once, each with REPLICA_INDEX and REPLICAS in its environment. A ``distributed``
+    step's replicas are one gang (issue 25 §2): one per provider, started together, each
+    with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, joined by the job's overlay."""
 
     name: str
     command: str | None = None
     script: str | None = None
     replicas: int = 1
+    distributed: bool = False
+
+
+class GangSlot(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which slot of a gang this job is (set by the consumer's placement, never by hand):
+    the gang's id (its overlay's name and subnet), this job's rank, and the gang's size."""
+
+    gang_id: str
+    rank: int
+    world_size: int
 
 
 class InputSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -123,6 +144,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # Ordered steps sharing the workspace (issue 25 §1); none: the script runs once, as one
     # step with one replica.
     subtasks: tuple[StepSpec, ...] = ()
+    # One slot of a distributed step's gang (engine/domain/gang.py); None: not a gang's.
+    gang: GangSlot | None = None
     # Data by CID, mounted read-only before the job starts (issue 26); fetching it is not
     # machine time.
     inputs: tuple[InputSpec, ...] = ()
@@ -131,8 +154,10 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     publish_results: bool = False
 
     def most_replicas(self) -> int:
-        """The most replicas any step runs at once: what the lock multiplies (1 without steps)."""
-        return max((step.replicas for step in self.subtasks), default=1)
+        """The most replicas any step runs at once on one provider: what the lock multiplies
+        (1 without steps). A distributed step runs one replica a provider (each its gang's
+        slot: issue 25 §2)."""
+        return max((1 if step.distributed else step.replicas for step in self.subtasks), default=1)
 
 
 def _problem(problems: list[FieldProblem], field: str, message: str) -> None:
@@ -440,6 +465,53 @@ def step_problems(spec: JobSpec) -> list[FieldProblem]:
             )
     if spec.subtasks and spec.kind == "service":
         _problem(problems, "subtasks", "a service runs as one process: steps are for batch jobs")
+    problems.extend(gang_problems(spec))
+    return problems
+
+
+GANG_ID = re.compile(r"^[0-9a-f]{1,32}$")
+
+
+def gang_problems(spec: JobSpec) -> list[FieldProblem]:
+    """What is wrong with the spec's distributed step and its gang slot (issue 25 §2)."""
+    from engine.domain.gang import MAX_GANG
+
+    problems: list[FieldProblem] = []
+    distributed = [i for i, step in enumerate(spec.subtasks, start=1) if step.distributed]
+    if len(distributed) > 1:
+        _problem(
+            problems,
+            f"subtasks[{distributed[1]}].distributed",
+            f"subtasks[{distributed[1]}].distributed: one distributed step a job (step "
+            f"{distributed[0]} is one already): make it a job of its own",
+        )
+    for i in distributed[:1]:
+        replicas = spec.subtasks[i - 1].replicas
+        if not 2 <= replicas <= MAX_GANG:
+            field = f"subtasks[{i}].replicas"
+            _problem(
+                problems,
+                field,
+                f"{field}: a distributed step runs 2 to {MAX_GANG} replicas (one a provider), "
+                f"not {replicas}",
+            )
+    gang = spec.gang
+    if gang is None:
+        return problems
+    if not distributed:
+        _problem(problems, "gang", "gang: only a job with a distributed step is a gang's slot")
+        return problems
+    if not GANG_ID.match(gang.gang_id):
+        _problem(problems, "gang.gang_id", "gang.gang_id: 1 to 32 lowercase hex digits")
+    world = spec.subtasks[distributed[0] - 1].replicas
+    if gang.world_size != world:
+        _problem(
+            problems,
+            "gang.world_size",
+            f"gang.world_size: {gang.world_size}, but the distributed step has {world} replicas",
+        )
+    if not 0 <= gang.rank < min(world, gang.world_size):
+        _problem(problems, "gang.rank", f"gang.rank: 0 to {world - 1}, not {gang.rank}")
     return problems
 
 
@@ -478,6 +550,7 @@ _NEWER_FIELDS = {
     "resource_spec": None,
     "max_minutes": None,
     "subtasks": (),
+    "gang": None,
     "inputs": (),
     "publish_results": False,
 }
@@ -489,6 +562,9 @@ def offer_spec(spec: JobSpec) -> dict[str, Any]:
     for name, default in _NEWER_FIELDS.items():
         if getattr(spec, name) == default:
             data.pop(name, None)
+    for step in data.get("subtasks", ()):
+        if not step.get("distributed"):
+            step.pop("distributed", None)
     return data
 
 

@@ -1,12 +1,15 @@
 """A job's steps as lines of text (the CLI's ``--step``, the submit form's steps box).
 
 One step a line: ``name x N: command``. ``x N`` (replicas) may be left out (one replica);
+``name x N distributed`` makes the step a gang (issue 25 §2: one replica a provider, with
+RANK, WORLD_SIZE and MASTER_* for torch.distributed);
 ``: command`` may be left out (the job's own script); a command ``@path`` runs that Python
 script of the job's code (a step's ``script``). Blank lines and ``#`` comments are skipped.
 
     prepare: python3 prepare.py
     sweep x 4
     evaluate: @evaluate.py
+    train x 2 distributed: python3 train.py
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import re
 from engine.domain.spec import StepSpec
 from engine.errors import EngineError
 
-_HEAD = re.compile(r"^\s*(?P<name>[^:\s]+)\s*(?:[xX]\s*(?P<replicas>\d{1,4}))?\s*$")
+_HEAD = re.compile(
+    r"^\s*(?P<name>[^:\s]+)\s*(?:[xX]\s*(?P<replicas>\d{1,4}))?"
+    r"\s*(?P<distributed>distributed)?\s*$"
+)
 
 
 def parse_step(line: str, number: int = 1) -> StepSpec:
@@ -30,10 +36,16 @@ def parse_step(line: str, number: int = 1) -> StepSpec:
             "(e.g. 'train x 2: python3 train.py')",
         )
     replicas = int(match["replicas"]) if match["replicas"] else 1
+    distributed = bool(match["distributed"])
     command = rest.strip() if colon else ""
     if command.startswith("@"):
-        return StepSpec(name=match["name"], script=command[1:].strip(), replicas=replicas)
-    return StepSpec(name=match["name"], command=command or None, replicas=replicas)
+        script = command[1:].strip()
+        return StepSpec(
+            name=match["name"], script=script, replicas=replicas, distributed=distributed
+        )
+    return StepSpec(
+        name=match["name"], command=command or None, replicas=replicas, distributed=distributed
+    )
 
 
 def parse_steps(text: str) -> tuple[StepSpec, ...]:
@@ -47,6 +59,8 @@ def parse_steps(text: str) -> tuple[StepSpec, ...]:
 def step_line(step: StepSpec) -> str:
     """``step`` as one line parse_step reads back."""
     head = step.name if step.replicas == 1 else f"{step.name} x {step.replicas}"
+    if step.distributed:
+        head += " distributed"
     if step.script is not None:
         return f"{head}: @{step.script}"
     return f"{head}: {step.command}" if step.command else head

@@ -25,8 +25,9 @@ import trio
 from engine import api
 from engine.api import notebooks
 from engine.domain.admission import max_minutes
+from engine.domain.gang import gang_size
 from engine.domain.matching import NoMatch, match
-from engine.domain.spec import validate_spec
+from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.identity import short_peer_id
 from engine.jobs import protocol as p
@@ -41,13 +42,13 @@ from engine.jobs.consumer_base import (
     _why,
     quoted_units,
 )
-from engine.jobs.consumer_follow import ConsumerFollow
+from engine.jobs.consumer_gang import ConsumerGang
 from engine.jobs.consumer_queue import JobQueue
 from engine.store import consumer_reputations
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
 
-class ConsumerJobs(ConsumerFollow):
+class ConsumerJobs(ConsumerGang):
     """``network``: the node's network; ``escrows``: the escrow of paid jobs (None: payments
     are off). Both are built on first use."""
 
@@ -66,6 +67,7 @@ class ConsumerJobs(ConsumerFollow):
                 ):
                     self._follow_soon(job.job_id)
             nursery.start_soon(self.queue.run)
+            nursery.start_soon(self.resume_gangs)  # a gang placed or started before a restart
             task_status.started()
             await trio.sleep_forever()
 
@@ -74,7 +76,8 @@ class ConsumerJobs(ConsumerFollow):
         try:
             return await self._place(command, job_id)
         except NoMatch as exc:
-            if not command.queue:
+            # A gang is not queued: it is placed whole or not at all (consumer_gang.py).
+            if not command.queue or gang_size(command.spec):
                 raise
             spec = command.spec
             waiting = api.JobInfo(
@@ -179,6 +182,30 @@ class ConsumerJobs(ConsumerFollow):
             candidates = self._with_score(candidates, command.min_score, refusals)
             if not candidates:
                 raise NoMatch(refusals)
+        if gang_size(spec):
+            return await self._submit_gang(command, began, spec, candidates, refusals)
+        job = await self._offer_to(command, began, spec, candidates, refusals, job_id)
+        if job is None:
+            raise NoMatch(refusals)
+        return job
+
+    async def _offer_to(
+        self,
+        command: api.SubmitJob,
+        began: float,
+        spec: JobSpec,
+        candidates: list[str],
+        refusals: list[tuple[str, str]],
+        job_id: str,
+    ) -> api.JobInfo | None:
+        """The job (as ``job_id``) on the first of ``candidates`` that accepts it: quoted,
+        locked, confirmed (``accepted``), or left ``confirming`` when a provider gave no final
+        answer in time (asked again in the background). None: every candidate refused
+        (``refusals``)."""
+        service = self._service()
+        from engine.domain.peer_info import to_api_peer
+
+        peers = [to_api_peer(info) for info in service.peers()]
         me = self.ctx.identity.peer_id
         deadline = trio.current_time() + SUBMIT_S
         for provider in candidates:
@@ -286,7 +313,7 @@ class ConsumerJobs(ConsumerFollow):
             self._progress(command, began, "accepted", f"{who}: job {job_id} accepted")
             self._follow_soon(job_id)
             return job
-        raise NoMatch(refusals)
+        return None
 
     async def resubmit(self, command: api.ResubmitJob) -> api.JobInfo:
         """`job resubmit`: a finished job's stored spec submitted again as a new job (its own

@@ -55,6 +55,8 @@ class ConsumerFollow(ConsumerResults):
                         if self._receipt_missing(job):
                             # Ended while we were away: the last Update brings the receipt.
                             await self._follow_once(job)
+                        if job.spec.gang is not None:  # a gang's slot: its end may end the gang
+                            await self._slot_ended(job)
                         if self._results_missing(job):
                             await self._fetch_results_tried(job)
                         return
@@ -76,6 +78,9 @@ class ConsumerFollow(ConsumerResults):
         finally:
             self._following.discard(job_id)
             self._logs.done(job_id)
+
+    async def _slot_ended(self, job: api.JobInfo) -> None:
+        """A gang's slot ended (consumer_gang.py)."""
 
     def _silence_limit_s(self) -> float:
         return MISSED_HEARTBEATS * self.ctx.settings.network.heartbeat_interval_s

@@ -27,6 +27,7 @@ import trio
 from engine.api import JobLogLine, JobMetering, Measured, RunSpan, StepInfo, UsageSample
 from engine.api.jobs import MAX_JOB_STEPS
 from engine.domain import wire
+from engine.domain.gang import MAX_GANG
 from engine.domain.safe_paths import JobId, is_job_id
 from engine.domain.spec import JobSpec, offer_spec
 from engine.identity import Identity
@@ -232,7 +233,11 @@ def steps_fit(spec: Any, steps: tuple[StepInfo, ...]) -> bool:
     in order, with as many replicas as the spec asks (more would bill what nobody asked)."""
     if not steps:
         return True
-    wanted = [(step.name, step.replicas) for step in spec.subtasks]
+    # A gang's slot runs one replica of its distributed step (its rank's): issue 25 §2.
+    wanted = [
+        (step.name, 1 if step.distributed and spec.gang is not None else step.replicas)
+        for step in spec.subtasks
+    ]
     return [(step.name, len(step.replicas)) for step in steps] == wanted
 
 
@@ -280,6 +285,16 @@ class DeleteResults(JobMessage, tag="delete_results", frozen=True):
     engine/jobs/notebooks.py). Answered ``Accepted`` or a ``Refusal``."""
 
 
+class GangStart(JobMessage, tag="gang_start", frozen=True):
+    """The consumer's start of a gang's slot (issue 25 §2): every slot was quoted, locked and
+    accepted, so the slot's provider may run it. ``members``: the providers' peer ids by rank
+    (the slot's own at its rank); the rest (addresses, MASTER_ADDR) follows from the gang id
+    (engine/domain/gang.py). Answered ``Accepted`` (a repeat too) or a ``Refusal``."""
+
+    gang_id: Annotated[str, msgspec.Meta(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]
+    members: Annotated[tuple[PeerIdText, ...], msgspec.Meta(min_length=2, max_length=MAX_GANG)]
+
+
 AnyJobMessage = (
     Offer
     | Quote
@@ -295,6 +310,7 @@ AnyJobMessage = (
     | Countersign
     | Countersigned
     | DeleteResults
+    | GangStart
 )
 
 _encoder = msgspec.msgpack.Encoder()

@@ -20,7 +20,7 @@ from engine.domain.spec import JobSpec, validate_spec
 from engine.errors import EngineError
 from engine.jobs import protocol as p
 from engine.jobs.provider_base import OFFERS_PER_S, REFUSALS_KEPT
-from engine.jobs.provider_runs import ProviderRuns
+from engine.jobs.provider_gang import ProviderGang
 from engine.jobs.quote_book import ConfirmInFlight, HeldQuote
 from engine.jobs.script_fetch import fetch_script
 from oracle_client.ntx import ntx_of, units_of
@@ -31,7 +31,7 @@ log = logging.getLogger("nunet.jobs.provider")
 OFFER_FETCH_S = 6.0
 
 
-class ProviderQuotes(ProviderRuns):
+class ProviderQuotes(ProviderGang):
     """Offers, quotes and their Confirms (a Confirm starts the job: provider_runs.py)."""
 
     def _offer_gate(self, job_id: str, named: str, consumer: str) -> p.Refusal | None:
@@ -133,6 +133,8 @@ class ProviderQuotes(ProviderRuns):
             takes_payments=self._escrows is not None,
             consumer=consumer,
         )
+        if verdict.ok and (why := self._gang_refusal(spec)):
+            return _refused(why)
         if verdict.ok and spec.device == "gpu":
             try:
                 self._gpus_for(spec)
@@ -177,6 +179,19 @@ class ProviderQuotes(ProviderRuns):
             self._record(job_id, consumer, "out", "quote", held.quote_raw)
             self._record(job_id, consumer, "in", p.kind(confirm), raw)
         return answer, created
+
+    def _gang_refusal(self, spec: JobSpec) -> str:
+        """Why this provider cannot take ``spec``'s distributed step, or ""."""
+        if not any(step.distributed for step in spec.subtasks):
+            return ""
+        if spec.gang is None:
+            return (
+                "a distributed step runs as a gang, one slot a provider: `job submit` places "
+                "it (each slot's offer names its rank)"
+            )
+        if self._executor_for(spec) != "docker":
+            return "a gang's replica needs a container (its own network): this provider runs none"
+        return ""
 
     def _remember_refusal(self, job_id: str, consumer: str, refusal: p.Refusal) -> None:
         self._refused[job_id] = (consumer, refusal)
@@ -272,7 +287,10 @@ class ProviderQuotes(ProviderRuns):
         )
         self._save(job)
         assert self._nursery is not None
-        self._nursery.start_soon(self._run, job, None, held.script)
+        if spec.gang is not None:  # a gang's slot: held until its consumer starts the gang
+            self._nursery.start_soon(self._hold_for_gang, job, held.script)
+        else:
+            self._nursery.start_soon(self._run, job, None, held.script)
         return p.Accepted(job_id=confirm.job_id), True
 
     def _countersigned(

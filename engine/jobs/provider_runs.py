@@ -120,6 +120,8 @@ class ProviderRuns(ProviderBase):
                 executor.watch_replicas(  # type: ignore[attr-defined]
                     run, functools.partial(self._replicas_changed, executor, run)
                 )
+            if job.spec.gang is not None:
+                self._watch_gang(executor, job, run)
             await executor.start(run)
         except Exception as exc:
             message = exc.message if isinstance(exc, EngineError) else str(exc)
@@ -173,6 +175,10 @@ class ProviderRuns(ProviderBase):
         if job.spec.subtasks:
             current = msgspec.structs.replace(current, steps=_steps_of(executor, run))
         self._finish(current, status, executor.usage(run), results)
+
+    def _watch_gang(self, executor: Executor, job: api.JobInfo, run: JobRun) -> None:
+        """A gang's slot: its replica joins the gang's overlay (provider_gang.py)."""
+        raise EngineError("job", "this provider cannot run a gang's slot")
 
     async def _inputs(self, job: api.JobInfo, run: JobRun) -> JobRun:
         """The job's inputs by CID (issue 26), fetched from its consumer first (then the DHT's

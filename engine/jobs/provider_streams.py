@@ -111,6 +111,8 @@ class ProviderStreams(ProviderQuotes):
             await self._follow(stream, message, peer)
         elif isinstance(message, p.FetchResults):
             await self._send_results(stream, message, peer)
+        elif isinstance(message, p.GangStart):
+            await self._reply(stream, peer, self._gang_started(message, peer))
         elif isinstance(message, p.DeleteResults):  # notebook delete (helper D)
             await self._reply(stream, peer, await self._delete_results(message, peer))
         else:

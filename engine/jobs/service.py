@@ -148,6 +148,8 @@ class NodeJobs:
         self.overlays = JobOverlays(
             overlay or _no_overlay, functools.partial(_container_pid, executors)
         )
+        # A gang's slot joins its overlay itself once its replica runs (provider_gang.py).
+        self.provider.join_overlay = self.overlays.join
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -240,6 +242,8 @@ class NodeJobs:
         if job.state not in api.TERMINAL_STATES:  # through a relay or direct (issue 24)
             other = job.provider if job.role == "consumer" else job.consumer
             job = msgspec.structs.replace(job, path=self.consumer.path_to(other))
+        if job.role == "consumer" and job.spec.gang is not None:
+            job = msgspec.structs.replace(job, gang=self.consumer.gang_view(job))
         return job
 
     async def _usage(self, command: api.GetJobUsage) -> api.JobUsage:

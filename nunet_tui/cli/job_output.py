@@ -97,7 +97,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         default=[],
         metavar="'NAME x N: COMMAND'",
         help="a step of the job, in order (repeat it); x N: replicas run at once, each with "
-        "REPLICA_INDEX and REPLICAS set; no command: the job's script; '@path': a script",
+        "REPLICA_INDEX and REPLICAS set; 'x N distributed': a gang, one replica a provider "
+        "with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torch.distributed); no command: "
+        "the job's script; '@path': a script",
     )
     submit.add_argument(
         "--input",
@@ -643,6 +645,14 @@ def _detail(job: api.JobInfo, escrow: api.EscrowInfo | None = None) -> str:
     if summary_line := steps_summary(job):  # issue 25 §1: each replica of each step
         lines.append(f"  steps     {summary_line}")
         lines += [f"    {row.line()}" for row in replica_rows(job, time.time())]
+    if job.gang and job.spec.gang is not None:  # issue 25 §2: each rank, its job and provider
+        lines.append(f"  gang      {job.spec.gang.gang_id}: {len(job.gang)} ranks, one job each")
+        for member in job.gang:
+            why = f" · {safe(member.reason)}" if member.reason else ""
+            lines.append(
+                f"    rank {member.rank}  {member.job_id}  provider "
+                f"{short_peer_id(member.provider)}  {member.state}{why}"
+            )
     if job.reason:
         lines.append(f"  reason    {safe(job.reason)}")
     if job.results_error:

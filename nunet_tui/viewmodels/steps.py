@@ -80,3 +80,22 @@ def step_facts(job: api.JobInfo, now: float) -> list[tuple[str, str]]:
     if len(by_step) > MAX_STEP_ROWS:
         rows.append(("", f"… {len(by_step) - MAX_STEP_ROWS} more steps (job show lists all)"))
     return rows
+
+
+def gang_facts(job: api.JobInfo) -> list[tuple[str, str]]:
+    """A gang's slot (issue 25 §2): the job view's "Gang" row (its id, this job's rank of
+    how many), then each rank's job, provider and state when the record lists them (`job
+    show` does; each rank is a job of its own in the job list)."""
+    slot = job.spec.gang
+    if slot is None:
+        return []
+    rows = [("Gang", f"{slot.gang_id} · rank {slot.rank} of {slot.world_size}")]
+    for member in job.gang[:MAX_STEP_ROWS]:
+        why = f" · {safe(member.reason)}" if member.reason else ""
+        rows.append(
+            (
+                f" rank {member.rank}",
+                f"{member.job_id} · {safe(member.provider)[:16]}… · {member.state}{why}"[:200],
+            )
+        )
+    return rows

@@ -20,7 +20,7 @@ from nunet_tui.viewmodels.money import (
     settle_tx,
     summary,
 )
-from nunet_tui.viewmodels.steps import step_facts
+from nunet_tui.viewmodels.steps import gang_facts, step_facts
 from nunet_tui.widgets import escrow_view
 from nunet_tui.widgets.job_log import clean_line
 from nunet_tui.widgets.job_state import FAILED_STATES, job_name, runs_as
@@ -97,6 +97,7 @@ def facts(
             )
         )
     rows += step_facts(job, now or time.time())  # issue 25 §1: each step and its replicas
+    rows += gang_facts(job)  # issue 25 §2: a distributed step's rank, and its gang
     if job.state not in FAILED_STATES:
         if job.reason:
             rows.append(("Reason", safe(job.reason)))

@@ -195,6 +195,9 @@ class RunState:
     replica: bool = False
     command: tuple[str, ...] | None = None
     on_change: Callable[[], object] | None = None  # a replica started or ended
+    # A gang's replica started (issue 25 §2): its provider joins it to the gang's overlay;
+    # what this raises fails the replica.
+    on_gang_start: Callable[[JobRun], Awaitable[None]] | None = None
 
     def notify(self) -> None:
         if self.on_change is not None:
@@ -304,6 +307,10 @@ class BaseExecutor:
     def watch_replicas(self, run: JobRun, on_change: Callable[[], object]) -> None:
         """Call ``on_change`` whenever one of the job's replicas starts or ends."""
         self.state(run).on_change = on_change
+
+    def watch_gang(self, run: JobRun, on_start: Callable[[JobRun], Awaitable[None]]) -> None:
+        """Await ``on_start`` with a gang's replica's run once it has started (its overlay)."""
+        self.state(run).on_gang_start = on_start
 
     # --- the interface -----------------------------------------------------------------
 

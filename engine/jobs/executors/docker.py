@@ -523,6 +523,14 @@ class DockerExecutor(BaseExecutor):
             raise EngineError("tunnel", f"job {run.job_id} has no running container now")
         return container
 
+    def container_ref(self, run: JobRun) -> str:
+        """The id of ``run``'s container (a replica's: its own run): the gang's overlay joins
+        it (jobs/provider_gang.py)."""
+        container = self._containers.get(run.job_id)
+        if container is None:
+            raise EngineError("overlay", f"replica {run.job_id} has no container now")
+        return str(container.id)
+
     async def container_pid(self, ref: str) -> int:
         """The host pid of running container ``ref`` (id or name): the overlay's device is
         made in its network namespace (jobs/overlay_join.py)."""

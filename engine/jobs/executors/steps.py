@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 import trio
 
+from engine.domain.gang import gang_command, gang_env
+
 if TYPE_CHECKING:
     from engine import api
     from engine.jobs.executors.base import BaseExecutor, ExitStatus, JobRun, Outcome, RunState
@@ -48,6 +50,7 @@ class Replica:
     cpu_s: float = 0.0
     exit_code: int | None = None
     reason: str = ""
+    distributed: bool = False  # a gang's replica: joins the gang's overlay once started
 
     @property
     def tag(self) -> str:
@@ -60,12 +63,26 @@ def replicas_of(run: JobRun) -> list[Replica]:
     spec = run.spec
     replicas = []
     for number, step in enumerate(spec.subtasks):
-        for index in range(step.replicas):
-            env = {**spec.env, "REPLICA_INDEX": str(index), "REPLICAS": str(step.replicas)}
-            own = msgspec.structs.replace(spec, env=env, subtasks=())
+        indexes: Iterable[int] = range(step.replicas)
+        gang: dict[str, str] = {}
+        if step.distributed and spec.gang is not None:
+            # A gang's slot runs its own rank's replica only (issue 25 §2): the others run
+            # on the gang's other providers.
+            indexes = (spec.gang.rank,)
+            gang = gang_env(spec.gang)
+        for index in indexes:
+            env = {
+                **spec.env,
+                "REPLICA_INDEX": str(index),
+                "REPLICAS": str(step.replicas),
+                **gang,
+            }
+            own = msgspec.structs.replace(spec, env=env, subtasks=(), gang=None)
             tag = f"{number + 1}.{index}"
             child = dataclasses.replace(run, job_id=f"{run.job_id}.{tag}", spec=own, replica=tag)
-            replicas.append(Replica(number, index, step.replicas, step.name, child))
+            replica = Replica(number, index, step.replicas, step.name, child)
+            replica.distributed = bool(gang)
+            replicas.append(replica)
     return replicas
 
 
@@ -154,6 +171,10 @@ async def _run_replica(
     child.logs = LogBuffer(max_lines=REPLICA_LOG_LINES, max_bytes=REPLICA_LOG_BYTES)
     child.replica = True
     child.entry, child.command = entry_of(parent, replica)
+    if replica.distributed:  # it waits for the gang's network its provider gives it
+        child.command = gang_command(
+            child.command or ("python3", "-u", f"/workspace/{child.entry}")
+        )
     if parent.stop is not None:
         return
     try:
@@ -168,6 +189,12 @@ async def _run_replica(
     parent.notify()
     if parent.stop is not None:  # stopped while it was starting
         await executor._stop_one(child, *parent.stop)
+    elif replica.distributed and parent.on_gang_start is not None:
+        try:
+            await parent.on_gang_start(replica.run)
+        except Exception as exc:  # no overlay: the replica cannot reach its gang
+            message = exc.message if isinstance(exc, EngineError) else str(exc)
+            await executor._stop_one(child, "failed", f"the gang's overlay: {message}")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_pump, parent, child, replica.tag)
         status = await executor.wait(replica.run)
