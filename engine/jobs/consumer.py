@@ -43,7 +43,7 @@ from engine.jobs.consumer_base import (
     quoted_units,
 )
 from engine.jobs.consumer_gang import ConsumerGang
-from engine.jobs.consumer_queue import JobQueue
+from engine.jobs.consumer_queue import JobQueue, JobRefused, refusal_of
 from engine.store import consumer_reputations
 from oracle_client.ntx import ESTIMATE, LOCKED, format_ntx
 
@@ -76,8 +76,11 @@ class ConsumerJobs(ConsumerGang):
         try:
             return await self._place(command, job_id)
         except NoMatch as exc:
-            # A gang is not queued: it is placed whole or not at all (consumer_gang.py).
-            if not command.queue or gang_size(command.spec):
+            # A gang is not queued: it is placed whole or not at all (consumer_gang.py). A
+            # provider that refused the job itself (its script, its spec) would refuse it
+            # again: only a market that is busy, or lacks what it needs yet, queues.
+            refused = any(isinstance(reason, JobRefused) for _, reason in exc.excluded)
+            if not command.queue or gang_size(command.spec) or refused:
                 raise
             spec = command.spec
             waiting = api.JobInfo(
@@ -230,7 +233,7 @@ class ConsumerJobs(ConsumerGang):
                 refusals.append((provider, f"unreachable: {_why(exc)}"))
                 continue
             if isinstance(quote, p.Refusal):
-                refusals.append((provider, quote.reason))
+                refusals.append((provider, refusal_of(quote.reason)))
                 self._progress(command, began, "refused", f"{who}: {quote.reason}")
                 continue
             if not isinstance(quote, p.Quote) or quote.provider != provider:
@@ -305,7 +308,7 @@ class ConsumerJobs(ConsumerGang):
                 return job
             if isinstance(answer, p.Refusal):
                 job = self._never_ran(job, "refused", answer.reason)
-                refusals.append((provider, job.reason))
+                refusals.append((provider, refusal_of(job.reason)))
                 self._progress(command, began, "refused", f"{who}: {job.reason}")
                 job_id = secrets.token_hex(6)
                 continue

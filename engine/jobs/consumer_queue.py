@@ -27,6 +27,18 @@ MAX_QUEUED = 100
 MAX_REASON = 600  # the stored "what it waits for": the first providers' reasons
 
 
+class JobRefused(str):
+    """A provider's refusal of the job itself (not "busy: …"): asking again would get the
+    same answer, so such a job is not queued."""
+
+    __slots__ = ()
+
+
+def refusal_of(reason: str) -> str:
+    """A provider's refusal reason, marked when it is about the job rather than the moment."""
+    return reason if reason.startswith("busy") else JobRefused(reason)
+
+
 class JobQueue:
     """``place``: the submit's placement of a stored job (raises NoMatch when no provider
     takes it); ``save``: the job's record."""

@@ -80,7 +80,7 @@ def test_twenty_paid_jobs_over_a_slow_lossy_link_each_run_and_paid_once(
                 while True:
                     result = run_cli(
                         "job", "submit", "--url", url, "--framework", "scikit-learn",
-                        "--expected-minutes", "1", "--json", home=consumer.home,
+                        "--expected-minutes", "1", "--no-queue", "--json", home=consumer.home,
                     )  # fmt: skip
                     if result.returncode == 0:
                         submitted.append(json.loads(result.stdout))

@@ -140,10 +140,12 @@ def test_failure_cancel_and_busy_are_distinct_outcomes(
 
     slow = _submit(consumer, f"{scripts}/slow.py")["job_id"]
     wait_for(lambda: _state(consumer, slow) == "running", "the slow job never ran", 60)
-    # One slot: a second job is refused with the reason, not queued behind the first.
+    # One slot: with --no-queue a second job is refused with the reason, not queued
+    # (tests/daemons/test_job_queue.py has the queue).
     busy = run_cli(
         "job",
         "submit",
+        "--no-queue",
         "--url",
         f"{scripts}/slow.py",
         "--framework",
@@ -235,6 +237,7 @@ def test_two_consumers_race_for_one_slot(daemons: Callable[..., Daemon], scripts
         results[name] = run_cli(
             "job",
             "submit",
+            "--no-queue",  # the loser is refused, not queued behind the winner
             "--url",
             f"{scripts}/slow.py",
             "--framework",
