@@ -178,6 +178,7 @@ EXTRA_FIELDS = (
     "git",
     "inputs",
     "publish_results",
+    "gang",  # set by the consumer for each rank of a distributed step, never by hand
 )
 
 
